@@ -1,0 +1,2 @@
+//! The `bitnet` binary (being written).
+fn main() {}

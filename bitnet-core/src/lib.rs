@@ -1,0 +1,1 @@
+//! bitnet-core: the model runtime (being written).

@@ -1,0 +1,1 @@
+//! Float-side kernels (placeholder until written).

@@ -1,0 +1,3 @@
+//! AVX2 + FMA kernels.
+
+pub mod float;

@@ -1,0 +1,3 @@
+//! AVX-512 kernels.
+
+pub mod float;
