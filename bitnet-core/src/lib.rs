@@ -1,1 +1,14 @@
-//! bitnet-core: the model runtime (being written).
+//! bitnet-core: the model runtime — architectures and their configs, loading from GGUF,
+//! the forward pass over bitnet-kernels, the KV cache, the thread pool, the tokenizer and
+//! sampling. The CLI (`bitnet-cli`) is a thin layer over this crate.
+
+pub mod config;
+pub mod error;
+pub mod kv_cache;
+pub mod model;
+pub mod sampling;
+pub mod synth;
+pub mod threadpool;
+pub mod tokenizer;
+
+pub use error::CoreError;
