@@ -1,0 +1,129 @@
+//! Where a file's bytes live: a read-only memory map or an owned, 64-byte-aligned buffer.
+//!
+//! This is the crate's only `unsafe`: creating the map. Everything else reads the bytes
+//! through an ordinary `&[u8]`.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use crate::error::GgufError;
+
+/// 64 bytes with 64-byte alignment: a `Vec` of these is an aligned byte buffer obtained
+/// without `unsafe` (viewed as bytes through `bytemuck`).
+#[derive(Copy, Clone, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+pub(crate) struct Line([u8; 64]);
+
+const _: () = assert!(std::mem::size_of::<Line>() == 64 && std::mem::align_of::<Line>() == 64);
+
+/// The bytes of a whole file.
+pub(crate) enum Storage {
+    Mmap(Mmap),
+    Owned { lines: Vec<Line>, len: usize },
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Storage::Mmap(m) => write!(f, "Mmap({} bytes)", m.len()),
+            Storage::Owned { len, .. } => write!(f, "Owned({len} bytes)"),
+        }
+    }
+}
+
+impl Storage {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Mmap(m) => m,
+            Storage::Owned { lines, len } => &bytemuck::cast_slice::<Line, u8>(lines)[..*len],
+        }
+    }
+
+    /// A zeroed aligned buffer of `len` bytes.
+    fn zeroed(len: usize) -> Storage {
+        Storage::Owned {
+            lines: vec![Line([0; 64]); len.div_ceil(64)],
+            len,
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Storage::Mmap(_) => &mut [],
+            Storage::Owned { lines, len } => {
+                &mut bytemuck::cast_slice_mut::<Line, u8>(lines)[..*len]
+            }
+        }
+    }
+
+    /// Copies `bytes` into an aligned buffer.
+    pub(crate) fn copy_of(bytes: &[u8]) -> Storage {
+        let mut s = Storage::zeroed(bytes.len());
+        s.bytes_mut().copy_from_slice(bytes);
+        s
+    }
+
+    /// Reads the whole file into an aligned buffer.
+    pub(crate) fn read(path: &Path) -> Result<Storage, GgufError> {
+        let io = |source| GgufError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let len = usize::try_from(len).map_err(|_| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                "file larger than the address space",
+            ))
+        })?;
+        let mut s = Storage::zeroed(len);
+        file.read_exact(s.bytes_mut()).map_err(io)?;
+        Ok(s)
+    }
+
+    /// Maps the whole file read-only.
+    #[allow(unsafe_code)]
+    pub(crate) fn map(path: &Path) -> Result<Storage, GgufError> {
+        let io = |source| GgufError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.len() == 0 {
+            // Mapping an empty file fails on some platforms; the parser reports it properly.
+            return Ok(Storage::zeroed(0));
+        }
+        // SAFETY: `Mmap::map` is unsafe because the mapped file may be changed or truncated
+        // by another process while we hold the map, which would change bytes we treat as
+        // immutable or fault on access. That is the mmap contract every mmap reader accepts
+        // (ripgrep states the same): we map read-only, never write through the map, and
+        // validate every offset against the map's length before slicing, so a file that
+        // changes under us yields wrong values or SIGBUS, never an out-of-bounds read in
+        // safe code. Callers who cannot accept that use `LoadMode::Read`.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Ok(Storage::Mmap(map))
+    }
+
+    pub(crate) fn is_mmap(&self) -> bool {
+        matches!(self, Storage::Mmap(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_copy_is_64_byte_aligned() {
+        let data: Vec<u8> = (0..=200u8).collect();
+        let s = Storage::copy_of(&data);
+        assert_eq!(s.bytes(), &data[..]);
+        assert_eq!(s.bytes().as_ptr() as usize % 64, 0);
+        assert!(!s.is_mmap());
+        assert!(Storage::copy_of(&[]).bytes().is_empty());
+    }
+}
