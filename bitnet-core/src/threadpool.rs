@@ -1,1 +1,759 @@
-//! (being written)
+//! A persistent fork-join thread pool for the forward pass.
+//!
+//! A decode step runs a couple of hundred small parallel regions (one per matmul, each
+//! 50–500 µs), so the cost that matters is dispatch + join latency, not throughput. Workers
+//! are spawned once; a region is published by bumping an atomic generation counter, workers
+//! spin on it for a short while ([`DEFAULT_SPIN`]) and only then sleep on a condvar, so a
+//! busy decode loop never pays a futex wake-up while an idle pool does not burn a core. The
+//! calling thread takes part as thread 0 and then waits for the others the same way.
+//!
+//! This is the one module of `bitnet-core` that uses `unsafe`: the job closure borrows from
+//! the caller's stack (it is not `'static`), so workers reach it through a raw pointer that is
+//! valid exactly while a region is open, and [`DisjointSlice`] hands out disjoint `&mut`
+//! windows of one output slice to several threads. Both contracts are enforced here, so the
+//! public API is safe.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+/// Upper bound on the thread count accepted by [`ThreadPool::new`].
+pub const MAX_THREADS: usize = 1024;
+
+/// How long an idle worker (or a caller waiting for workers) spins before it sleeps.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
+
+/// The job type run by [`ThreadPool::run`]: called as `f(thread_id, n_threads)`.
+pub type Job<'a> = dyn Fn(usize, usize) + Sync + 'a;
+
+/// Errors of the thread pool.
+#[derive(Debug, Error)]
+pub enum PoolError {
+    #[error("thread count must be between 1 and {MAX_THREADS}, got {0}")]
+    BadThreadCount(usize),
+    #[error("failed to spawn pool worker thread {index}: {source}")]
+    Spawn {
+        index: usize,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("pool job panicked on thread {thread}: {message}")]
+    Panicked { thread: usize, message: String },
+}
+
+/// Whether pool threads are pinned to CPU cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PinPolicy {
+    /// Leave scheduling to the OS.
+    #[default]
+    None,
+    /// Pin thread `i` to the `i`-th core of [`core_order`] (distinct physical cores first).
+    /// Thread 0 is the thread that calls [`ThreadPool::new`]. Pinning failures are not errors:
+    /// see [`ThreadPool::pinned_cores`].
+    Cores,
+}
+
+/// Busy and wait time of one pool thread, summed over profiled regions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    /// Time spent inside the job.
+    pub busy: Duration,
+    /// Region wall time minus busy time: dispatch latency, imbalance and join latency.
+    pub wait: Duration,
+}
+
+/// Profile of the regions run since profiling was enabled or last taken.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Number of parallel regions profiled.
+    pub regions: u64,
+    /// Sum of region wall times as seen by the caller.
+    pub wall: Duration,
+    /// One entry per thread, thread 0 (the caller) first.
+    pub threads: Vec<ThreadStats>,
+}
+
+#[repr(align(128))]
+#[derive(Debug, Default)]
+struct CachePadded<T>(T);
+
+thread_local! {
+    /// True while this thread executes a pool job (of any pool): a nested `run` then executes
+    /// inline instead of deadlocking on a pool that is waiting for this very thread.
+    static IN_POOL_JOB: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets [`IN_POOL_JOB`] for its lifetime, restoring the previous value even on unwind.
+struct InJobGuard(bool);
+
+impl InJobGuard {
+    fn enter() -> Self {
+        InJobGuard(IN_POOL_JOB.with(|c| c.replace(true)))
+    }
+}
+
+impl Drop for InJobGuard {
+    fn drop(&mut self) {
+        IN_POOL_JOB.with(|c| c.set(self.0));
+    }
+}
+
+const NOT_PINNED: usize = usize::MAX;
+
+/// State shared by the caller and the workers.
+struct Shared {
+    n_threads: usize,
+    spin: Duration,
+    /// Bumped once per region (and once at shutdown); workers wait for it to change.
+    generation: CachePadded<AtomicU64>,
+    /// Workers that have not finished the current region yet.
+    pending: CachePadded<AtomicUsize>,
+    /// Points at the caller's `&Job` for the current region. Valid while `pending > 0`.
+    job: AtomicPtr<()>,
+    /// Whether workers time the current region (set with `job`, before the generation bump).
+    region_profiling: AtomicBool,
+    shutdown: AtomicBool,
+    sleepers: AtomicUsize,
+    sleep_lock: Mutex<()>,
+    wake: Condvar,
+    caller_waiting: AtomicBool,
+    done_lock: Mutex<()>,
+    done: Condvar,
+    panicked: AtomicBool,
+    panic: Mutex<Option<(usize, Box<dyn Any + Send>)>>,
+    /// Per-thread busy nanoseconds of the current region (profiling only).
+    busy_ns: Box<[CachePadded<AtomicU64>]>,
+    pinned: Box<[AtomicUsize]>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a panic happened while it was held; the data it guards
+    // (unit, or an Option we overwrite) is still consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Spins, then sleeps, until `generation` differs from `seen`; returns the new value.
+    fn wait_for_generation(&self, seen: u64) -> u64 {
+        if !self.spin.is_zero() {
+            let start = Instant::now();
+            let mut spins = 0u32;
+            loop {
+                let g = self.generation.0.load(Ordering::Acquire);
+                if g != seen {
+                    return g;
+                }
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(64) && start.elapsed() >= self.spin {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let mut guard = lock(&self.sleep_lock);
+        // SeqCst pairs with the caller's `generation` bump then `sleepers` load: either the
+        // caller sees us counted (and notifies under the lock) or we see the new generation.
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let g = self.generation.0.load(Ordering::SeqCst);
+            if g != seen {
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                return g;
+            }
+            guard = self
+                .wake
+                .wait(guard)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Opens a region: publishes the job pointer, then wakes the workers.
+    fn publish(&self, job: *mut (), profiling: bool) {
+        self.job.store(job, Ordering::Relaxed);
+        self.region_profiling.store(profiling, Ordering::Relaxed);
+        self.pending.0.store(self.n_threads - 1, Ordering::Relaxed);
+        self.generation.0.fetch_add(1, Ordering::SeqCst);
+        self.wake_sleepers();
+    }
+
+    fn wake_sleepers(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = lock(&self.sleep_lock);
+            self.wake.notify_all();
+        }
+    }
+
+    /// Called by a worker when it is done with the region; it must not touch the job after.
+    fn finish_one(&self) {
+        if self.pending.0.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.caller_waiting.load(Ordering::SeqCst)
+        {
+            let _guard = lock(&self.done_lock);
+            self.done.notify_one();
+        }
+    }
+
+    /// Caller side: spins, then sleeps, until every worker has finished the region.
+    fn wait_done(&self) {
+        if !self.spin.is_zero() {
+            let start = Instant::now();
+            let mut spins = 0u32;
+            loop {
+                if self.pending.0.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(64) && start.elapsed() >= self.spin {
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let mut guard = lock(&self.done_lock);
+        self.caller_waiting.store(true, Ordering::SeqCst);
+        while self.pending.0.load(Ordering::SeqCst) != 0 {
+            guard = self
+                .done
+                .wait(guard)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        self.caller_waiting.store(false, Ordering::SeqCst);
+    }
+
+    fn record_panic(&self, thread: usize, payload: Box<dyn Any + Send>) {
+        let mut slot = lock(&self.panic);
+        if slot.is_none() {
+            *slot = Some((thread, payload));
+        }
+        self.panicked.store(true, Ordering::Release);
+    }
+}
+
+/// Calls the job a region was opened with.
+///
+/// # Safety
+/// `job` must be the pointer passed to [`Shared::publish`] for the region the calling worker
+/// is executing, i.e. it points at a `&Job` on the stack of a [`ThreadPool::run`] call that
+/// has not returned. `run` guarantees this by not returning (not even by unwinding) before
+/// every worker has called [`Shared::finish_one`], which workers do only after this returns.
+unsafe fn call_job(job: *const (), tid: usize, n_threads: usize) {
+    // SAFETY: per the contract above the pointee is a live `&Job` for the whole call; the
+    // `'static` here is never observed beyond this call, during which the borrow is valid.
+    let f: &&Job<'static> = unsafe { &*(job as *const &Job<'static>) };
+    f(tid, n_threads);
+}
+
+fn worker_main(
+    shared: Arc<Shared>,
+    tid: usize,
+    core: Option<core_affinity::CoreId>,
+    start: Arc<Barrier>,
+) {
+    if let Some(core) = core
+        && core_affinity::set_for_current(core)
+    {
+        shared.pinned[tid].store(core.id, Ordering::Relaxed);
+    }
+    start.wait();
+    drop(start);
+    let _in_job = InJobGuard::enter();
+    let mut seen = 0u64;
+    loop {
+        seen = shared.wait_for_generation(seen);
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let job = shared.job.load(Ordering::Relaxed);
+        let t0 = shared
+            .region_profiling
+            .load(Ordering::Relaxed)
+            .then(Instant::now);
+        // SAFETY: we observed the generation bump of the region that published `job`, and we
+        // call `finish_one` only after this returns, so the caller is still inside `run`.
+        let result = panic::catch_unwind(AssertUnwindSafe(|| unsafe {
+            call_job(job, tid, shared.n_threads)
+        }));
+        if let Some(t0) = t0 {
+            let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            shared.busy_ns[tid].0.store(ns, Ordering::Relaxed);
+        }
+        if let Err(payload) = result {
+            shared.record_panic(tid, payload);
+        }
+        shared.finish_one();
+    }
+}
+
+/// Accumulated profile, guarded by the run lock (which also serialises regions).
+#[derive(Debug)]
+struct RunState {
+    regions: u64,
+    wall_ns: u64,
+    busy_ns: Vec<u64>,
+    wait_ns: Vec<u64>,
+}
+
+/// A persistent fork-join pool; see the module docs.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    state: Mutex<RunState>,
+    profiling: AtomicBool,
+}
+
+impl fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("n_threads", &self.shared.n_threads)
+            .field("pinned", &self.pinned_cores())
+            .field("profiling", &self.profiling.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl ThreadPool {
+    /// Spawns `n_threads - 1` workers (the caller is thread 0) with the default spin time.
+    pub fn new(n_threads: usize, pin: PinPolicy) -> Result<ThreadPool, PoolError> {
+        Self::with_spin(n_threads, pin, DEFAULT_SPIN)
+    }
+
+    /// As [`ThreadPool::new`], with the time a waiting thread spins before it sleeps
+    /// (`Duration::ZERO`: sleep at once, for oversubscribed machines).
+    pub fn with_spin(
+        n_threads: usize,
+        pin: PinPolicy,
+        spin: Duration,
+    ) -> Result<ThreadPool, PoolError> {
+        if n_threads == 0 || n_threads > MAX_THREADS {
+            return Err(PoolError::BadThreadCount(n_threads));
+        }
+        let cores = match pin {
+            PinPolicy::None => Vec::new(),
+            PinPolicy::Cores => core_order(),
+        };
+        let core_for = |tid: usize| (!cores.is_empty()).then(|| cores[tid % cores.len()]);
+        let shared = Arc::new(Shared {
+            n_threads,
+            spin,
+            generation: CachePadded(AtomicU64::new(0)),
+            pending: CachePadded(AtomicUsize::new(0)),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            region_profiling: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            sleep_lock: Mutex::new(()),
+            wake: Condvar::new(),
+            caller_waiting: AtomicBool::new(false),
+            done_lock: Mutex::new(()),
+            done: Condvar::new(),
+            panicked: AtomicBool::new(false),
+            panic: Mutex::new(None),
+            busy_ns: (0..n_threads)
+                .map(|_| CachePadded(AtomicU64::new(0)))
+                .collect(),
+            pinned: (0..n_threads)
+                .map(|_| AtomicUsize::new(NOT_PINNED))
+                .collect(),
+        });
+        if let Some(core) = core_for(0)
+            && core_affinity::set_for_current(core)
+        {
+            shared.pinned[0].store(core.id, Ordering::Relaxed);
+        }
+        let start = Arc::new(Barrier::new(n_threads));
+        let mut pool = ThreadPool {
+            shared: Arc::clone(&shared),
+            workers: Vec::with_capacity(n_threads - 1),
+            state: Mutex::new(RunState {
+                regions: 0,
+                wall_ns: 0,
+                busy_ns: vec![0; n_threads],
+                wait_ns: vec![0; n_threads],
+            }),
+            profiling: AtomicBool::new(false),
+        };
+        for tid in 1..n_threads {
+            let (shared, start, core) = (Arc::clone(&shared), Arc::clone(&start), core_for(tid));
+            let spawned = thread::Builder::new()
+                .name(format!("bitnet-pool-{tid}"))
+                .spawn(move || worker_main(shared, tid, core, start));
+            match spawned {
+                Ok(handle) => pool.workers.push(handle),
+                Err(source) => {
+                    // The spawned workers are stuck at the start barrier, which can now never
+                    // fill; they are leaked rather than risking a deadlock in `Drop`.
+                    pool.workers.clear();
+                    std::mem::forget(pool);
+                    return Err(PoolError::Spawn { index: tid, source });
+                }
+            }
+        }
+        start.wait();
+        Ok(pool)
+    }
+
+    /// Number of threads taking part in a region, the caller included.
+    pub fn n_threads(&self) -> usize {
+        self.shared.n_threads
+    }
+
+    /// The logical CPU each thread was pinned to (`None`: not pinned or pinning failed).
+    pub fn pinned_cores(&self) -> Vec<Option<usize>> {
+        self.shared
+            .pinned
+            .iter()
+            .map(|p| match p.load(Ordering::Relaxed) {
+                NOT_PINNED => None,
+                id => Some(id),
+            })
+            .collect()
+    }
+
+    /// Turns per-thread busy/wait accounting on or off (off by default; when off a region
+    /// reads no clock).
+    pub fn set_profiling(&self, on: bool) {
+        self.profiling.store(on, Ordering::Relaxed);
+    }
+
+    /// Returns the profile accumulated since the last call and resets it.
+    pub fn take_wait_stats(&self) -> WaitStats {
+        let mut st = lock(&self.state);
+        let threads = st
+            .busy_ns
+            .iter()
+            .zip(&st.wait_ns)
+            .map(|(&b, &w)| ThreadStats {
+                busy: Duration::from_nanos(b),
+                wait: Duration::from_nanos(w),
+            })
+            .collect();
+        let stats = WaitStats {
+            regions: st.regions,
+            wall: Duration::from_nanos(st.wall_ns),
+            threads,
+        };
+        st.regions = 0;
+        st.wall_ns = 0;
+        st.busy_ns.fill(0);
+        st.wait_ns.fill(0);
+        stats
+    }
+
+    /// Runs `f(tid, n_threads)` on every thread of the pool (`tid` 0 on the caller) and
+    /// returns when all calls have returned. A panic in any call is re-raised here after all
+    /// threads have finished; the pool stays usable. Called from inside a pool job, `f` runs
+    /// inline as `f(0, 1)`. Concurrent calls from several threads are serialised.
+    pub fn run(&self, f: &Job<'_>) {
+        if let Err((_, payload)) = self.run_inner(f) {
+            panic::resume_unwind(payload);
+        }
+    }
+
+    /// As [`ThreadPool::run`], but a panic in `f` becomes [`PoolError::Panicked`].
+    pub fn try_run(&self, f: &Job<'_>) -> Result<(), PoolError> {
+        self.run_inner(f)
+            .map_err(|(thread, payload)| PoolError::Panicked {
+                thread,
+                message: panic_message(payload.as_ref()),
+            })
+    }
+
+    fn run_inner(&self, f: &Job<'_>) -> Result<(), (usize, Box<dyn Any + Send>)> {
+        if IN_POOL_JOB.with(Cell::get) {
+            return panic::catch_unwind(AssertUnwindSafe(|| f(0, 1))).map_err(|p| (0, p));
+        }
+        let mut state = lock(&self.state);
+        let profiling = self.profiling.load(Ordering::Relaxed);
+        let t_start = profiling.then(Instant::now);
+        let n = self.shared.n_threads;
+        let caller_result;
+        let caller_busy;
+        {
+            let _in_job = InJobGuard::enter();
+            if n > 1 {
+                let job_ref: &Job<'_> = f;
+                let job_ptr = &job_ref as *const &Job<'_> as *mut ();
+                self.shared.publish(job_ptr, profiling);
+                caller_result = panic::catch_unwind(AssertUnwindSafe(|| f(0, n)));
+                caller_busy = t_start.map(|t| t.elapsed());
+                // Workers may still be using `job_ref`: wait for them even if we panicked.
+                self.shared.wait_done();
+            } else {
+                caller_result = panic::catch_unwind(AssertUnwindSafe(|| f(0, 1)));
+                caller_busy = t_start.map(|t| t.elapsed());
+            }
+        }
+        if let (Some(t0), Some(busy0)) = (t_start, caller_busy) {
+            let wall = nanos(t0.elapsed());
+            state.regions += 1;
+            state.wall_ns += wall;
+            for tid in 0..n {
+                let busy = if tid == 0 {
+                    nanos(busy0)
+                } else {
+                    self.shared.busy_ns[tid].0.load(Ordering::Relaxed)
+                };
+                state.busy_ns[tid] += busy;
+                state.wait_ns[tid] += wall.saturating_sub(busy);
+            }
+        }
+        let worker_panic = if self.shared.panicked.swap(false, Ordering::Acquire) {
+            lock(&self.shared.panic).take()
+        } else {
+            None
+        };
+        drop(state);
+        match (caller_result, worker_panic) {
+            (Err(payload), _) => Err((0, payload)),
+            (Ok(()), Some(p)) => Err(p),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.generation.0.fetch_add(1, Ordering::SeqCst);
+        {
+            let _guard = lock(&self.shared.sleep_lock);
+            self.shared.wake.notify_all();
+        }
+        for handle in self.workers.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+/// The CPUs this process may run on, ordered so that the first entries lie on distinct
+/// physical cores (one hyper-thread of each core, then the siblings). Falls back to the OS
+/// order when the topology cannot be read; empty when affinity is unsupported.
+pub fn core_order() -> Vec<core_affinity::CoreId> {
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let mut keys = Vec::with_capacity(ids.len());
+    for id in &ids {
+        match physical_core_key(id.id) {
+            Some(key) => keys.push(key),
+            None => return ids,
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    for (id, key) in ids.into_iter().zip(keys) {
+        if seen.insert(key) {
+            first.push(id);
+        } else {
+            rest.push(id);
+        }
+    }
+    first.extend(rest);
+    first
+}
+
+/// Number of distinct physical cores available to this process (at least 1).
+pub fn physical_core_count() -> usize {
+    let ids = core_affinity::get_core_ids().unwrap_or_default();
+    let keys: Option<std::collections::HashSet<_>> =
+        ids.iter().map(|id| physical_core_key(id.id)).collect();
+    match keys {
+        Some(keys) if !keys.is_empty() => keys.len(),
+        _ => ids.len().max(1),
+    }
+}
+
+/// `(package, core)` of a logical CPU, from Linux sysfs.
+fn physical_core_key(cpu: usize) -> Option<(u32, u32)> {
+    let read = |file: &str| -> Option<u32> {
+        let path = format!("/sys/devices/system/cpu/cpu{cpu}/topology/{file}");
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    };
+    Some((read("physical_package_id").unwrap_or(0), read("core_id")?))
+}
+
+/// Part `part` of `0..len` split into `n_parts` balanced contiguous ranges whose boundaries
+/// are multiples of `align` (the last range ends at `len`). Parts differ by at most one
+/// `align` block; surplus parts are empty (`len..len`). `align == 0` or `n_parts == 0` are
+/// treated as 1.
+pub fn split_range(len: usize, n_parts: usize, part: usize, align: usize) -> Range<usize> {
+    let align = align.max(1);
+    let n_parts = n_parts.max(1);
+    if part >= n_parts {
+        return len..len;
+    }
+    let blocks = len.div_ceil(align);
+    let (base, extra) = (blocks / n_parts, blocks % n_parts);
+    let first_block = part * base + part.min(extra);
+    let n_blocks = base + usize::from(part < extra);
+    let start = first_block.saturating_mul(align).min(len);
+    let end = (first_block + n_blocks).saturating_mul(align).min(len);
+    start..end
+}
+
+/// Errors of [`DisjointSlice::try_slice_mut`].
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum DisjointError {
+    #[error("range {start}..{end} is invalid for a slice of length {len}")]
+    OutOfBounds {
+        start: usize,
+        end: usize,
+        len: usize,
+    },
+    #[error("range {start}..{end} overlaps {held_start}..{held_end}, already handed out")]
+    Overlap {
+        start: usize,
+        end: usize,
+        held_start: usize,
+        held_end: usize,
+    },
+}
+
+const INLINE_CLAIMS: usize = 16;
+
+/// Ranges handed out so far; inline storage so a region with few threads never allocates.
+#[derive(Debug)]
+struct Claims {
+    inline: [(usize, usize); INLINE_CLAIMS],
+    n_inline: usize,
+    spill: Vec<(usize, usize)>,
+}
+
+impl Claims {
+    fn iter(&self) -> impl Iterator<Item = &(usize, usize)> {
+        self.inline[..self.n_inline].iter().chain(&self.spill)
+    }
+
+    fn push(&mut self, claim: (usize, usize)) {
+        if self.n_inline < INLINE_CLAIMS {
+            self.inline[self.n_inline] = claim;
+            self.n_inline += 1;
+        } else {
+            self.spill.push(claim);
+        }
+    }
+}
+
+/// One `&mut [T]` shared by the threads of a region, each writing its own index range.
+///
+/// [`DisjointSlice::slice_mut`] hands out `&mut` sub-slices; every range is checked (always,
+/// not only in debug builds) against the ranges already handed out, so two live `&mut` never
+/// alias. The check is a short uncontended lock per call, meant for one call per thread per
+/// region. The claims last as long as the `DisjointSlice`; drop it to use the slice again.
+pub struct DisjointSlice<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    claims: Mutex<Claims>,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: a `DisjointSlice` is an exclusive borrow of a `[T]`; moving it to another thread
+// moves that borrow, which is sound when `T: Send` (as for `&mut [T]`).
+unsafe impl<T: Send> Send for DisjointSlice<'_, T> {}
+// SAFETY: shared access only hands out `&mut` to pairwise disjoint ranges (checked under the
+// `claims` lock), so threads sharing it each get exclusive access to distinct `T`s: this is
+// sending `&mut T` to other threads, sound for `T: Send`.
+unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
+
+impl<T> fmt::Debug for DisjointSlice<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DisjointSlice")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T> DisjointSlice<'a, T> {
+    /// Borrows `slice` for disjoint writes.
+    pub fn new(slice: &'a mut [T]) -> Self {
+        DisjointSlice {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+            claims: Mutex::new(Claims {
+                inline: [(0, 0); INLINE_CLAIMS],
+                n_inline: 0,
+                spill: Vec::new(),
+            }),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Length of the whole slice.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the whole slice is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Exclusive access to `range`, which must lie in bounds and not overlap any non-empty
+    /// range handed out before by this `DisjointSlice`.
+    #[allow(clippy::mut_from_ref, reason = "disjointness is checked at run time")]
+    pub fn try_slice_mut(&self, range: Range<usize>) -> Result<&mut [T], DisjointError> {
+        let (start, end) = (range.start, range.end);
+        if start > end || end > self.len {
+            return Err(DisjointError::OutOfBounds {
+                start,
+                end,
+                len: self.len,
+            });
+        }
+        if start < end {
+            let mut claims = lock(&self.claims);
+            if let Some(&(hs, he)) = claims.iter().find(|&&(hs, he)| start < he && hs < end) {
+                return Err(DisjointError::Overlap {
+                    start,
+                    end,
+                    held_start: hs,
+                    held_end: he,
+                });
+            }
+            claims.push((start, end));
+        }
+        // SAFETY: `start..end` is in bounds of the borrowed slice (checked above) and, being
+        // disjoint from every range handed out before (checked and recorded under the lock),
+        // no other live reference derived from this `DisjointSlice` covers these elements;
+        // the original `&'a mut [T]` is unusable while `self` borrows it.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) })
+    }
+
+    /// As [`DisjointSlice::try_slice_mut`], panicking on a bad or overlapping range (a bug
+    /// in the caller's partitioning, like an out-of-bounds index).
+    #[allow(clippy::mut_from_ref, reason = "disjointness is checked at run time")]
+    pub fn slice_mut(&self, range: Range<usize>) -> &mut [T] {
+        match self.try_slice_mut(range) {
+            Ok(s) => s,
+            Err(e) => panic!("DisjointSlice::slice_mut: {e}"),
+        }
+    }
+
+    /// The `part`-th of `n_parts` ranges from [`split_range`], with its range.
+    #[allow(clippy::mut_from_ref, reason = "disjointness is checked at run time")]
+    pub fn part(&self, n_parts: usize, part: usize, align: usize) -> (Range<usize>, &mut [T]) {
+        let range = split_range(self.len, n_parts, part, align);
+        (range.clone(), self.slice_mut(range))
+    }
+}

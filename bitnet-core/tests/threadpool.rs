@@ -1,0 +1,350 @@
+//! Thread pool tests: parallel results equal a serial computation, many back-to-back tiny
+//! regions neither deadlock nor lose wake-ups, panics propagate and leave the pool usable.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use bitnet_core::threadpool::{
+    DisjointError, DisjointSlice, PinPolicy, PoolError, ThreadPool, split_range,
+};
+
+/// Runs `f` on a helper thread and fails (instead of hanging the suite) if it takes longer
+/// than `limit`.
+fn with_timeout<F: FnOnce() + Send + 'static>(limit: Duration, f: F) {
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(()) => handle.join().expect("test thread"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            // The closure panicked: surface its panic.
+            if let Err(p) = handle.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("timed out after {limit:?}: deadlock?"),
+    }
+}
+
+#[test]
+fn split_range_covers_balanced_and_aligned() {
+    for len in [0usize, 1, 2, 3, 7, 31, 32, 33, 100, 255, 256, 1000, 4097] {
+        for n in 1..=9 {
+            for align in [0usize, 1, 2, 4, 16, 32, 64] {
+                let a = align.max(1);
+                let parts: Vec<_> = (0..n).map(|p| split_range(len, n, p, align)).collect();
+                let mut next = 0;
+                for r in &parts {
+                    assert_eq!(r.start, next, "len {len} n {n} align {align}: {parts:?}");
+                    assert!(r.end >= r.start);
+                    if r.end != len {
+                        assert_eq!(r.end % a, 0, "unaligned boundary: {parts:?}");
+                    }
+                    next = r.end;
+                }
+                assert_eq!(next, len, "parts must cover 0..len: {parts:?}");
+                // Balanced: block counts differ by at most one.
+                let blocks: Vec<_> = parts.iter().map(|r| r.len().div_ceil(a)).collect();
+                let (mn, mx) = (blocks.iter().min().unwrap(), blocks.iter().max().unwrap());
+                assert!(mx - mn <= 1, "unbalanced {parts:?}");
+                assert_eq!(split_range(len, n, n, align), len..len);
+            }
+        }
+    }
+}
+
+fn serial_reference(input: &[f32]) -> Vec<f32> {
+    input
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * 3.0 + i as f32)
+        .collect()
+}
+
+#[test]
+fn parallel_map_matches_serial_for_many_shapes() {
+    for threads in 1..=4 {
+        let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
+        assert_eq!(pool.n_threads(), threads);
+        for len in [0usize, 1, 5, 31, 64, 65, 1000, 4099] {
+            for align in [1usize, 4, 32] {
+                let input: Vec<f32> = (0..len).map(|i| (i as f32).sin()).collect();
+                let mut out = vec![f32::NAN; len];
+                {
+                    let shared = DisjointSlice::new(&mut out);
+                    pool.run(&|tid, n| {
+                        let (range, chunk) = shared.part(n, tid, align);
+                        for (o, i) in chunk.iter_mut().zip(range) {
+                            *o = input[i] * 3.0 + i as f32;
+                        }
+                    });
+                }
+                assert_eq!(out, serial_reference(&input), "threads {threads} len {len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_thread_runs_once_per_region_with_its_id() {
+    let pool = ThreadPool::new(3, PinPolicy::None).unwrap();
+    let hits: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+    for _ in 0..100 {
+        pool.run(&|tid, n| {
+            assert_eq!(n, 3);
+            hits[tid].fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    for h in &hits {
+        assert_eq!(h.load(Ordering::Relaxed), 100);
+    }
+}
+
+#[test]
+fn thousands_of_tiny_regions_do_not_deadlock() {
+    with_timeout(Duration::from_secs(120), || {
+        for threads in [2usize, 3] {
+            let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
+            let sum = AtomicU64::new(0);
+            let rounds = 5_000u64;
+            for r in 0..rounds {
+                pool.run(&|tid, _| {
+                    sum.fetch_add(r + tid as u64, Ordering::Relaxed);
+                });
+            }
+            let t = threads as u64;
+            let expected = t * rounds * (rounds - 1) / 2 + rounds * t * (t - 1) / 2;
+            assert_eq!(sum.load(Ordering::Relaxed), expected);
+        }
+    });
+}
+
+#[test]
+fn regions_separated_by_sleeps_wake_sleeping_workers() {
+    with_timeout(Duration::from_secs(60), || {
+        // Zero spin: every wake-up goes through the condvar path.
+        for spin in [Duration::ZERO, Duration::from_micros(50)] {
+            let pool = ThreadPool::with_spin(2, PinPolicy::None, spin).unwrap();
+            let count = AtomicUsize::new(0);
+            for i in 0..2000 {
+                if i % 100 == 0 {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                pool.run(&|_, _| {
+                    count.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            assert_eq!(count.load(Ordering::Relaxed), 4000);
+        }
+    });
+}
+
+#[test]
+fn worker_panic_propagates_and_pool_stays_usable() {
+    with_timeout(Duration::from_secs(60), || {
+        let pool = ThreadPool::new(2, PinPolicy::None).unwrap();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(&|tid, _| {
+                if tid == 1 {
+                    panic!("boom in worker");
+                }
+            })
+        }));
+        let payload = caught.expect_err("the worker panic must reach the caller");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom in worker"));
+
+        match pool.try_run(&|tid, _| assert_ne!(tid, 0, "caller fails")) {
+            Err(PoolError::Panicked { thread: 0, message }) => {
+                assert!(message.contains("caller fails"), "{message}")
+            }
+            other => panic!("expected a caller panic, got {other:?}"),
+        }
+        // Still usable, and no stale panic leaks into a clean region.
+        let count = AtomicUsize::new(0);
+        for _ in 0..100 {
+            pool.try_run(&|_, _| {
+                count.fetch_add(1, Ordering::Relaxed);
+            })
+            .unwrap();
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 200);
+    });
+}
+
+#[test]
+fn single_thread_pool_runs_inline_on_the_caller() {
+    let pool = ThreadPool::new(1, PinPolicy::None).unwrap();
+    let caller = thread::current().id();
+    let mut ran = 0;
+    let ran_cell = std::sync::Mutex::new(&mut ran);
+    pool.run(&|tid, n| {
+        assert_eq!((tid, n), (0, 1));
+        assert_eq!(thread::current().id(), caller);
+        **ran_cell.lock().unwrap() += 1;
+    });
+    assert_eq!(ran, 1);
+    assert!(matches!(
+        pool.try_run(&|_, _| panic!("x")),
+        Err(PoolError::Panicked { thread: 0, .. })
+    ));
+}
+
+#[test]
+fn bad_thread_counts_are_errors() {
+    assert!(matches!(
+        ThreadPool::new(0, PinPolicy::None),
+        Err(PoolError::BadThreadCount(0))
+    ));
+    assert!(matches!(
+        ThreadPool::new(1_000_000, PinPolicy::None),
+        Err(PoolError::BadThreadCount(_))
+    ));
+}
+
+#[test]
+fn nested_run_executes_inline_instead_of_deadlocking() {
+    with_timeout(Duration::from_secs(30), || {
+        let pool = ThreadPool::new(2, PinPolicy::None).unwrap();
+        let inner_calls = AtomicUsize::new(0);
+        pool.run(&|_, _| {
+            pool.run(&|tid, n| {
+                assert_eq!((tid, n), (0, 1));
+                inner_calls.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(inner_calls.load(Ordering::Relaxed), 2);
+    });
+}
+
+#[test]
+fn pinned_pool_computes_the_same_and_reports_cores() {
+    // Pin on a helper thread so the test harness thread keeps its affinity.
+    with_timeout(Duration::from_secs(30), || {
+        let pool = ThreadPool::new(2, PinPolicy::Cores).unwrap();
+        let pinned = pool.pinned_cores();
+        assert_eq!(pinned.len(), 2);
+        let order = bitnet_core::threadpool::core_order();
+        if order.len() >= 2 {
+            assert_eq!(pinned[0], Some(order[0].id));
+            assert_eq!(pinned[1], Some(order[1].id));
+        }
+        let mut out = vec![0usize; 100];
+        {
+            let shared = DisjointSlice::new(&mut out);
+            pool.run(&|tid, n| {
+                let (range, chunk) = shared.part(n, tid, 8);
+                for (o, i) in chunk.iter_mut().zip(range) {
+                    *o = i * i;
+                }
+            });
+        }
+        assert!(out.iter().enumerate().all(|(i, &v)| v == i * i));
+    });
+}
+
+#[test]
+fn core_order_puts_distinct_physical_cores_first() {
+    let order = bitnet_core::threadpool::core_order();
+    let n_phys = bitnet_core::threadpool::physical_core_count();
+    assert!(n_phys >= 1);
+    if !order.is_empty() {
+        assert!(n_phys <= order.len());
+        let mut ids: Vec<_> = order.iter().map(|c| c.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), order.len(), "no logical CPU listed twice");
+    }
+}
+
+#[test]
+fn profiling_accounts_busy_and_wait_time() {
+    let pool = ThreadPool::new(2, PinPolicy::None).unwrap();
+    pool.run(&|_, _| {});
+    assert_eq!(pool.take_wait_stats().regions, 0, "off by default");
+    pool.set_profiling(true);
+    for _ in 0..5 {
+        pool.run(&|tid, _| {
+            if tid == 1 {
+                thread::sleep(Duration::from_millis(4));
+            }
+        });
+    }
+    let stats = pool.take_wait_stats();
+    assert_eq!(stats.regions, 5);
+    assert_eq!(stats.threads.len(), 2);
+    assert!(stats.threads[1].busy >= Duration::from_millis(20));
+    // The caller did nothing, so it waited for most of the wall time.
+    assert!(
+        stats.threads[0].wait >= Duration::from_millis(15),
+        "{stats:?}"
+    );
+    assert!(stats.threads[0].busy < stats.threads[1].busy);
+    assert!(stats.wall >= stats.threads[1].busy);
+    let again = pool.take_wait_stats();
+    assert_eq!(again.regions, 0, "take resets");
+    assert!(
+        again
+            .threads
+            .iter()
+            .all(|t| t.busy.is_zero() && t.wait.is_zero())
+    );
+}
+
+#[test]
+fn disjoint_slice_rejects_overlap_and_out_of_bounds() {
+    let mut data = [0u8; 10];
+    let d = DisjointSlice::new(&mut data);
+    assert_eq!(d.len(), 10);
+    let a = d.try_slice_mut(2..5).unwrap();
+    a.fill(1);
+    assert!(matches!(
+        d.try_slice_mut(4..6),
+        Err(DisjointError::Overlap {
+            held_start: 2,
+            held_end: 5,
+            ..
+        })
+    ));
+    assert!(matches!(
+        d.try_slice_mut(2..5),
+        Err(DisjointError::Overlap { .. })
+    ));
+    assert!(matches!(
+        d.try_slice_mut(9..11),
+        Err(DisjointError::OutOfBounds { .. })
+    ));
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = d.try_slice_mut(6..5);
+    assert!(matches!(reversed, Err(DisjointError::OutOfBounds { .. })));
+    // Empty ranges never conflict; adjacent ranges are fine.
+    assert!(d.try_slice_mut(3..3).unwrap().is_empty());
+    d.try_slice_mut(5..10).unwrap().fill(2);
+    d.try_slice_mut(0..2).unwrap().fill(3);
+    drop(d);
+    assert_eq!(data, [3, 3, 1, 1, 1, 2, 2, 2, 2, 2]);
+}
+
+#[test]
+fn disjoint_slice_handles_more_claims_than_inline_storage() {
+    let mut data = vec![0u32; 100];
+    let d = DisjointSlice::new(&mut data);
+    for i in 0..100 {
+        d.slice_mut(i..i + 1)[0] = i as u32 * 2;
+    }
+    assert!(d.try_slice_mut(50..51).is_err());
+    drop(d);
+    assert!(data.iter().enumerate().all(|(i, &v)| v == i as u32 * 2));
+}
+
+#[test]
+#[should_panic(expected = "overlaps")]
+fn disjoint_slice_mut_panics_on_overlap() {
+    let mut data = [0u8; 4];
+    let d = DisjointSlice::new(&mut data);
+    let _a = d.slice_mut(0..2);
+    let _b = d.slice_mut(1..3);
+}
