@@ -1,1 +1,531 @@
-//! (being written)
+//! Token sampling and stop-string matching.
+//!
+//! [`Sampler`] turns one row of logits into a token id with llama.cpp's default chain:
+//! logit bias, repetition / frequency / presence penalties over the last `repeat_last_n`
+//! tokens, then either greedy argmax (temperature 0) or top-k → top-p → min-p → temperature
+//! → a draw from the softmax. Its random numbers come from its own xoshiro256** generator
+//! seeded from a `u64`, so a seed reproduces a run across platforms and dependency updates.
+//! All buffers are sized to the vocabulary at construction: sampling allocates nothing.
+//!
+//! [`StopMatcher`] watches the streamed text for stop strings, holding back any tail that
+//! could still turn into one.
+
+#![forbid(unsafe_code)]
+
+use thiserror::Error;
+
+/// Errors of sampler configuration and use.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum SamplingError {
+    #[error("sampler parameter {name} = {value} is invalid: expected {expected}")]
+    InvalidParam {
+        name: &'static str,
+        value: f64,
+        expected: &'static str,
+    },
+    #[error("vocabulary size must be between 1 and 2^32, got {0}")]
+    BadVocabSize(usize),
+    #[error("logit bias names token {token}, outside the vocabulary of {n_vocab}")]
+    BiasTokenOutOfRange { token: u32, n_vocab: usize },
+    #[error("got {got} logits for a vocabulary of {n_vocab}")]
+    LogitsLength { got: usize, n_vocab: usize },
+}
+
+/// Sampling parameters. Neutral values switch a stage off: `top_k` 0, `top_p` 1, `min_p` 0,
+/// `repeat_penalty` 1, `repeat_last_n` 0, the two additive penalties 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerConfig {
+    /// Softmax temperature; 0 means greedy (argmax, ties to the lowest id).
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens (0: all).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probability sums to `top_p`.
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p` times the most likely one's.
+    pub min_p: f32,
+    /// Divides positive logits and multiplies negative ones of recently seen tokens.
+    pub repeat_penalty: f32,
+    /// How many of the most recent history tokens the penalties look at.
+    pub repeat_last_n: usize,
+    /// Subtracted from a seen token's logit once per occurrence.
+    pub frequency_penalty: f32,
+    /// Subtracted once from the logit of every seen token.
+    pub presence_penalty: f32,
+    /// Seed of the sampler's random number generator.
+    pub seed: u64,
+    /// Added to the logits of the given tokens (`f32::NEG_INFINITY` bans a token).
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+impl Default for SamplerConfig {
+    /// llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off.
+    fn default() -> Self {
+        SamplerConfig {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: 0x5EED_B17E_7000_0001,
+            logit_bias: Vec::new(),
+        }
+    }
+}
+
+impl SamplerConfig {
+    /// Greedy decoding: temperature 0 and no penalties.
+    pub fn greedy() -> Self {
+        SamplerConfig {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Checks every value; `n_vocab` bounds the logit-bias token ids.
+    pub fn validate(&self, n_vocab: usize) -> Result<(), SamplingError> {
+        fn check(
+            name: &'static str,
+            value: f32,
+            ok: bool,
+            expected: &'static str,
+        ) -> Result<(), SamplingError> {
+            if ok && !value.is_nan() {
+                Ok(())
+            } else {
+                Err(SamplingError::InvalidParam {
+                    name,
+                    value: f64::from(value),
+                    expected,
+                })
+            }
+        }
+        let t = self.temperature;
+        check(
+            "temperature",
+            t,
+            t.is_finite() && t >= 0.0,
+            "a finite value >= 0",
+        )?;
+        let p = self.top_p;
+        check("top_p", p, p > 0.0 && p <= 1.0, "a value in (0, 1]")?;
+        let m = self.min_p;
+        check("min_p", m, (0.0..=1.0).contains(&m), "a value in [0, 1]")?;
+        let r = self.repeat_penalty;
+        check(
+            "repeat_penalty",
+            r,
+            r.is_finite() && r > 0.0,
+            "a finite value > 0",
+        )?;
+        let f = self.frequency_penalty;
+        check("frequency_penalty", f, f.is_finite(), "a finite value")?;
+        let pp = self.presence_penalty;
+        check("presence_penalty", pp, pp.is_finite(), "a finite value")?;
+        for &(token, bias) in &self.logit_bias {
+            if token as usize >= n_vocab {
+                return Err(SamplingError::BiasTokenOutOfRange { token, n_vocab });
+            }
+            check("logit_bias", bias, bias < f32::INFINITY, "finite or -inf")?;
+        }
+        Ok(())
+    }
+
+    fn penalties_active(&self) -> bool {
+        self.repeat_last_n > 0
+            && (self.repeat_penalty != 1.0
+                || self.frequency_penalty != 0.0
+                || self.presence_penalty != 0.0)
+    }
+}
+
+/// xoshiro256** (Blackman & Vigna), seeded through splitmix64. Small, fast, and fixed here
+/// so that seeded runs never change with a dependency update.
+#[derive(Debug, Clone)]
+pub struct Xoshiro256 {
+    s: [u64; 4],
+}
+
+impl Xoshiro256 {
+    /// A generator whose whole state derives from `seed`.
+    pub fn new(seed: u64) -> Self {
+        let mut x = seed;
+        let mut next = || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        Xoshiro256 {
+            s: [next(), next(), next(), next()],
+        }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    id: u32,
+    logit: f32,
+}
+
+/// NaN means impossible; +inf is clamped so that softmax stays finite.
+fn sanitize(logit: f32) -> f32 {
+    if logit.is_nan() {
+        f32::NEG_INFINITY
+    } else {
+        logit.min(f32::MAX)
+    }
+}
+
+/// Descending logit, ties by ascending id, so the order (and thus sampling) is deterministic.
+fn by_logit_desc(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
+}
+
+/// A configured sampler with buffers for one vocabulary; see the module docs.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    cfg: SamplerConfig,
+    n_vocab: usize,
+    rng: Xoshiro256,
+    candidates: Vec<Candidate>,
+    probs: Vec<f32>,
+    counts: Vec<u32>,
+}
+
+impl Sampler {
+    /// Validates `cfg` and allocates the buffers for `n_vocab` tokens.
+    pub fn new(cfg: SamplerConfig, n_vocab: usize) -> Result<Sampler, SamplingError> {
+        if n_vocab == 0 || u32::try_from(n_vocab - 1).is_err() {
+            return Err(SamplingError::BadVocabSize(n_vocab));
+        }
+        cfg.validate(n_vocab)?;
+        let counts = if cfg.penalties_active() {
+            vec![0; n_vocab]
+        } else {
+            Vec::new()
+        };
+        Ok(Sampler {
+            rng: Xoshiro256::new(cfg.seed),
+            cfg,
+            n_vocab,
+            candidates: Vec::with_capacity(n_vocab),
+            probs: Vec::with_capacity(n_vocab),
+            counts,
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.cfg
+    }
+
+    /// Vocabulary size the sampler was built for.
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Restarts the random sequence from `seed`.
+    pub fn reseed(&mut self, seed: u64) {
+        self.rng = Xoshiro256::new(seed);
+    }
+
+    /// As [`Sampler::sample`], but a logits row of the wrong length is an error.
+    pub fn try_sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, SamplingError> {
+        if logits.len() != self.n_vocab {
+            return Err(SamplingError::LogitsLength {
+                got: logits.len(),
+                n_vocab: self.n_vocab,
+            });
+        }
+        Ok(self.sample(logits, history))
+    }
+
+    /// Picks the next token from `logits` (one per vocabulary entry) given the tokens
+    /// generated or read so far (`history`, oldest first; ids outside the vocabulary are
+    /// ignored). NaN logits count as impossible. If the row is longer than the vocabulary
+    /// the excess is ignored; an empty row yields token 0.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let n = logits.len().min(self.n_vocab);
+        self.candidates.clear();
+        self.candidates
+            .extend(logits[..n].iter().enumerate().map(|(i, &l)| Candidate {
+                id: i as u32,
+                logit: sanitize(l),
+            }));
+        if self.candidates.is_empty() {
+            return 0;
+        }
+        for &(token, bias) in &self.cfg.logit_bias {
+            if let Some(c) = self.candidates.get_mut(token as usize) {
+                c.logit = sanitize(c.logit + bias);
+            }
+        }
+        self.apply_penalties(history);
+
+        if self.cfg.temperature == 0.0 {
+            return self.argmax();
+        }
+        self.apply_top_k();
+        self.apply_top_p();
+        self.apply_min_p();
+        self.draw()
+    }
+
+    /// Penalties, llama.cpp semantics: for each distinct token among the last
+    /// `repeat_last_n` of `history`, seen `c` times, the logit `l` becomes
+    /// `(l > 0 ? l / repeat : l * repeat) - c * frequency - presence`.
+    fn apply_penalties(&mut self, history: &[u32]) {
+        if !self.cfg.penalties_active() {
+            return;
+        }
+        let window = &history[history.len().saturating_sub(self.cfg.repeat_last_n)..];
+        let n = self.candidates.len();
+        for &t in window {
+            if (t as usize) < n {
+                self.counts[t as usize] += 1;
+            }
+        }
+        let (rp, fp, pp) = (
+            self.cfg.repeat_penalty,
+            self.cfg.frequency_penalty,
+            self.cfg.presence_penalty,
+        );
+        for &t in window {
+            let t = t as usize;
+            // Each distinct token is penalised once: its count is zeroed when applied.
+            if t >= n || self.counts[t] == 0 {
+                continue;
+            }
+            let count = std::mem::take(&mut self.counts[t]);
+            let c = &mut self.candidates[t];
+            if c.logit == f32::NEG_INFINITY {
+                continue;
+            }
+            c.logit = if c.logit > 0.0 {
+                c.logit / rp
+            } else {
+                c.logit * rp
+            };
+            c.logit = sanitize(c.logit - (count as f32 * fp + pp));
+        }
+    }
+
+    fn argmax(&self) -> u32 {
+        let mut best = self.candidates[0];
+        for &c in &self.candidates[1..] {
+            if c.logit > best.logit {
+                best = c;
+            }
+        }
+        best.id
+    }
+
+    fn apply_top_k(&mut self) {
+        let k = self.cfg.top_k;
+        if k > 0 && k < self.candidates.len() {
+            self.candidates.select_nth_unstable_by(k - 1, by_logit_desc);
+            self.candidates.truncate(k);
+        }
+        self.candidates.sort_unstable_by(by_logit_desc);
+    }
+
+    /// Softmax of the (sorted) candidates at temperature 1 into `probs`.
+    fn softmax_into_probs(&mut self, temperature: f32) {
+        let max = self.candidates[0].logit;
+        self.probs.clear();
+        let mut sum = 0.0f64;
+        for c in &self.candidates {
+            let p = if max == f32::NEG_INFINITY {
+                // Every candidate is impossible: fall back to a uniform choice.
+                1.0
+            } else {
+                ((c.logit - max) / temperature).exp()
+            };
+            sum += f64::from(p);
+            self.probs.push(p);
+        }
+        let inv = (1.0 / sum) as f32;
+        for p in &mut self.probs {
+            *p *= inv;
+        }
+    }
+
+    fn apply_top_p(&mut self) {
+        let top_p = self.cfg.top_p;
+        if top_p >= 1.0 {
+            return;
+        }
+        self.softmax_into_probs(1.0);
+        let mut cum = 0.0f32;
+        let mut keep = self.candidates.len();
+        for (i, &p) in self.probs.iter().enumerate() {
+            cum += p;
+            if cum >= top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        self.candidates.truncate(keep.max(1));
+    }
+
+    fn apply_min_p(&mut self) {
+        let min_p = self.cfg.min_p;
+        if min_p <= 0.0 {
+            return;
+        }
+        // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p); sorted, so keep a prefix.
+        let threshold = self.candidates[0].logit + min_p.ln();
+        let keep = self.candidates.partition_point(|c| c.logit >= threshold);
+        self.candidates.truncate(keep.max(1));
+    }
+
+    fn draw(&mut self) -> u32 {
+        self.softmax_into_probs(self.cfg.temperature);
+        let r = self.rng.next_f64() as f32;
+        let mut cum = 0.0f32;
+        for (c, &p) in self.candidates.iter().zip(&self.probs) {
+            cum += p;
+            if r < cum {
+                return c.id;
+            }
+        }
+        // Rounding left `cum` just under `r`: take the last token with any probability.
+        self.candidates
+            .iter()
+            .zip(&self.probs)
+            .rev()
+            .find(|(_, p)| **p > 0.0)
+            .map_or(self.candidates[0].id, |(c, _)| c.id)
+    }
+}
+
+/// Result of feeding text to a [`StopMatcher`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopFeed<'a> {
+    /// Text that can be shown now: no stop string can start inside it.
+    pub emit: &'a str,
+    /// A stop string was found; `emit` is the text before it and generation should end.
+    pub stopped: bool,
+}
+
+/// Finds stop strings in streamed text. Feed each decoded chunk to [`StopMatcher::feed`] and
+/// show what it returns; when generation ends for another reason (EOS, token limit) call
+/// [`StopMatcher::finish`] for the text that was held back.
+#[derive(Debug, Clone)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    buf: String,
+    emitted: usize,
+    stopped: bool,
+}
+
+impl StopMatcher {
+    /// A matcher for `stops` (empty strings are ignored).
+    pub fn new(stops: Vec<String>) -> Self {
+        let stops: Vec<String> = stops.into_iter().filter(|s| !s.is_empty()).collect();
+        let cap = stops.iter().map(String::len).max().unwrap_or(0) * 2 + 64;
+        StopMatcher {
+            stops,
+            buf: String::with_capacity(cap),
+            emitted: 0,
+            stopped: false,
+        }
+    }
+
+    /// Whether a stop string has been seen (everything fed afterwards is dropped).
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Appends `chunk` to the stream and returns the text now safe to show.
+    pub fn feed(&mut self, chunk: &str) -> StopFeed<'_> {
+        if self.stopped {
+            return StopFeed {
+                emit: "",
+                stopped: true,
+            };
+        }
+        self.buf.drain(..self.emitted);
+        self.emitted = 0;
+        self.buf.push_str(chunk);
+        // Earliest match wins; at one position the longest stop string wins.
+        let hit = self
+            .stops
+            .iter()
+            .filter_map(|s| {
+                self.buf
+                    .find(s.as_str())
+                    .map(|at| (at, usize::MAX - s.len()))
+            })
+            .min();
+        if let Some((at, _)) = hit {
+            self.stopped = true;
+            self.buf.truncate(at);
+            self.emitted = at;
+            return StopFeed {
+                emit: &self.buf,
+                stopped: true,
+            };
+        }
+        let safe = self.buf.len() - self.held_back();
+        self.emitted = safe;
+        StopFeed {
+            emit: &self.buf[..safe],
+            stopped: false,
+        }
+    }
+
+    /// Length of the longest tail of `buf` that is a proper prefix of some stop string.
+    fn held_back(&self) -> usize {
+        let mut hold = 0;
+        for stop in &self.stops {
+            let max = (stop.len() - 1).min(self.buf.len());
+            for len in (hold + 1..=max).rev() {
+                let start = self.buf.len() - len;
+                if self.buf.is_char_boundary(start)
+                    && stop.as_bytes().starts_with(&self.buf.as_bytes()[start..])
+                {
+                    hold = len;
+                    break;
+                }
+            }
+        }
+        hold
+    }
+
+    /// Ends the stream without a stop: returns the held-back text (empty after a stop).
+    pub fn finish(&mut self) -> &str {
+        if self.stopped {
+            return "";
+        }
+        self.buf.drain(..self.emitted);
+        self.emitted = self.buf.len();
+        &self.buf
+    }
+}
