@@ -11,6 +11,24 @@
 //! - [`GgufWriter`] streams a file out: header first, then each tensor's bytes in order.
 //!   A read-then-write round trip is byte-identical.
 //!
+//! ```
+//! use bitnet_gguf::{GgufFile, Metadata, TensorInfo, TensorType, write_to_vec};
+//!
+//! let mut md = Metadata::new();
+//! md.insert("general.architecture", "bitnet");
+//! md.insert("bitnet.block_count", 4u32);
+//! let w = TensorInfo::new("blk.0.attn_q.weight", vec![256, 2], TensorType::TQ2_0)?;
+//! let data = vec![0u8; w.n_bytes as usize];
+//! let bytes = write_to_vec(3, &md, &[(w, &data)])?;
+//!
+//! let f = GgufFile::from_bytes(&bytes)?; // or GgufFile::open(path, LoadMode::Mmap)
+//! assert_eq!(f.metadata().get_u64("bitnet.block_count")?, 4);
+//! let t = f.tensor("blk.0.attn_q.weight").unwrap();
+//! assert_eq!((t.row_len(), t.rows(), t.n_bytes), (256, 2, 132));
+//! assert_eq!(f.tensor_data(t).len(), 132);
+//! # Ok::<(), bitnet_gguf::GgufError>(())
+//! ```
+//!
 //! Why our own parser: the `gguf-rs-lib` crate refuses tensor type ids it does not know
 //! (such as I2_S = 36), so it cannot open bitnet.cpp files, and it does not enforce our caps
 //! on hostile input. It is used only as a dev-dependency, in `tests/cross_check.rs`, as an
@@ -43,8 +61,10 @@ pub use writer::{GgufWriter, WriteOptions, write_to_vec};
 /// Alignment of the data section and of each tensor when `general.alignment` is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 
-/// Sanity caps for hostile files. Each is far above anything a real model needs; counts are
-/// additionally checked against the bytes left in the file before anything is allocated.
+// Sanity caps for hostile files, enforced by the reader and the writer alike. Each is far
+// above anything a real model needs; counts are also checked against the bytes left in the
+// file (times the smallest size of one item) before anything is allocated.
+
 /// Largest accepted `general.alignment`.
 pub const MAX_ALIGNMENT: u64 = 1 << 16;
 /// Longest metadata key (the GGUF spec's limit).

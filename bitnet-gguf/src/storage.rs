@@ -42,7 +42,18 @@ impl Storage {
         }
     }
 
-    /// A zeroed aligned buffer of `len` bytes.
+    /// A zeroed aligned buffer of `len` bytes; `None` if the memory cannot be had (reported
+    /// as an error rather than aborting the process).
+    fn try_zeroed(len: usize) -> Option<Storage> {
+        let n = len.div_ceil(64);
+        let mut lines = Vec::new();
+        lines.try_reserve_exact(n).ok()?;
+        lines.resize(n, Line([0; 64]));
+        Some(Storage::Owned { lines, len })
+    }
+
+    /// A zeroed aligned buffer for bytes already held in memory (so the allocation is of a
+    /// size the process already manages).
     fn zeroed(len: usize) -> Storage {
         Storage::Owned {
             lines: vec![Line([0; 64]); len.div_ceil(64)],
@@ -74,13 +85,14 @@ impl Storage {
         };
         let mut file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        let len = usize::try_from(len).map_err(|_| {
+        let no_memory = || {
             io(std::io::Error::new(
                 std::io::ErrorKind::OutOfMemory,
-                "file larger than the address space",
+                format!("cannot allocate {len} bytes to read the file; use LoadMode::Mmap"),
             ))
-        })?;
-        let mut s = Storage::zeroed(len);
+        };
+        let len = usize::try_from(len).map_err(|_| no_memory())?;
+        let mut s = Storage::try_zeroed(len).ok_or_else(no_memory)?;
         file.read_exact(s.bytes_mut()).map_err(io)?;
         Ok(s)
     }

@@ -173,9 +173,18 @@ tensor_types! {
     MXFP4 = 39, "MXFP4", 32, 17;
     /// Upstream's NVFP4, 64 weights: 4 UE4M3 scale bytes (one per 16) + 32 bytes of E2M1.
     NVFP4 = 40, "NVFP4", 64, 36;
-    /// Upstream's sign-only 1-bit type, 128 weights: f16 scale `d`, then 16 bytes of sign
-    /// bits (weight `j` is bit `j % 8` of byte `j / 8`; 1 = `+d`, 0 = `-d`). This is the
-    /// crate's type for binary (+-1) weights.
+    /// Upstream ggml's sign-only 1-bit type (`GGML_TYPE_Q1_0 = 41`, `block_q1_0`), the
+    /// crate's type for binary (+-1) weights. 128 weights per 18-byte block:
+    ///
+    /// ```text
+    /// bytes 0..2   d: f16 scale (ggml's reference quantizer stores mean |w| of the block)
+    /// bytes 2..18  qs[16]: weight j of the block is bit (j % 8) of qs[j / 8];
+    ///              bit 1 -> +d, bit 0 -> -d (w >= 0 encodes as 1)
+    /// ```
+    ///
+    /// Early PrismML forks numbered a 32-weight variant 40 and this 128-weight layout 41
+    /// (`Q1_0_g128`); upstream kept only the 128-weight layout, as id 41, so such files read
+    /// correctly here except for their id-40 tensors (which upstream calls NVFP4).
     Q1_0 = 41, "Q1_0", 128, 18;
     /// Upstream's 2-bit type, 64 weights: f16 scale + 16 bytes of 2-bit codes.
     Q2_0 = 42, "Q2_0", 64, 18;

@@ -15,7 +15,10 @@ use crate::metadata::Metadata;
 use crate::parse::MAGIC;
 use crate::tensor::{TensorInfo, sizes};
 use crate::value::{Array, Value};
-use crate::{DEFAULT_ALIGNMENT, MAX_ALIGNMENT, MAX_KEY_LEN, MAX_NESTING, MAX_TENSOR_NAME_LEN};
+use crate::{
+    DEFAULT_ALIGNMENT, MAX_ALIGNMENT, MAX_ARRAY_LEN, MAX_KEY_LEN, MAX_KV, MAX_NESTING,
+    MAX_STRING_LEN, MAX_TENSOR_NAME_LEN, MAX_TENSORS,
+};
 
 /// Layout choices for [`GgufWriter::with_options`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -97,6 +100,19 @@ impl<W: Write> GgufWriter<W> {
             return Err(GgufError::UnsupportedVersion { version });
         }
         let alignment = alignment_of(metadata)?;
+        // Refuse what the reader would refuse, so every file we write can be read back.
+        if tensors.len() as u64 > MAX_TENSORS {
+            return Err(GgufError::InvalidLayout {
+                tensor: String::new(),
+                reason: format!("{} tensors, more than {MAX_TENSORS}", tensors.len()),
+            });
+        }
+        if metadata.len() as u64 > MAX_KV {
+            return Err(GgufError::InvalidMetadata {
+                key: String::new(),
+                reason: format!("{} entries, more than {MAX_KV}", metadata.len()),
+            });
+        }
         let slots = layout(tensors, alignment, opts.keep_offsets)?;
 
         let mut h = Vec::new();
@@ -310,6 +326,16 @@ fn layout(tensors: &[TensorInfo], alignment: u64, keep: bool) -> Result<Vec<Slot
     Ok(slots)
 }
 
+fn check_len(key: &str, what: &str, len: usize, limit: u64) -> Result<(), GgufError> {
+    if len as u64 > limit {
+        return Err(GgufError::InvalidMetadata {
+            key: key.to_owned(),
+            reason: format!("{what} of {len} elements/bytes, more than {limit}"),
+        });
+    }
+    Ok(())
+}
+
 fn put_str(h: &mut Vec<u8>, s: &str) {
     h.extend_from_slice(&(s.len() as u64).to_le_bytes());
     h.extend_from_slice(s.as_bytes());
@@ -328,7 +354,10 @@ fn put_value(h: &mut Vec<u8>, key: &str, v: &Value) -> Result<(), GgufError> {
         Value::F32(x) => h.extend_from_slice(&x.to_le_bytes()),
         Value::F64(x) => h.extend_from_slice(&x.to_le_bytes()),
         Value::Bool(x) => h.push(u8::from(*x)),
-        Value::String(s) => put_str(h, s),
+        Value::String(s) => {
+            check_len(key, "string", s.len(), MAX_STRING_LEN)?;
+            put_str(h, s)
+        }
         Value::Array(a) => put_array(h, key, a, 0)?,
     }
     Ok(())
@@ -341,6 +370,7 @@ fn put_array(h: &mut Vec<u8>, key: &str, a: &Array, depth: u32) -> Result<(), Gg
             reason: format!("arrays nested deeper than {MAX_NESTING}"),
         });
     }
+    check_len(key, "array", a.len(), MAX_ARRAY_LEN)?;
     h.extend_from_slice(&(a.elem_type() as u32).to_le_bytes());
     h.extend_from_slice(&(a.len() as u64).to_le_bytes());
     macro_rules! each {
@@ -362,7 +392,12 @@ fn put_array(h: &mut Vec<u8>, key: &str, a: &Array, depth: u32) -> Result<(), Gg
         Array::F32(v) => each!(v),
         Array::F64(v) => each!(v),
         Array::Bool(v) => h.extend(v.iter().map(|&b| u8::from(b))),
-        Array::String(v) => v.iter().for_each(|s| put_str(h, s)),
+        Array::String(v) => {
+            for s in v {
+                check_len(key, "string", s.len(), MAX_STRING_LEN)?;
+                put_str(h, s);
+            }
+        }
         Array::Array(v) => {
             for inner in v {
                 put_array(h, key, inner, depth + 1)?;
