@@ -164,3 +164,23 @@ impl GgufFile {
         self.file_size() == end.next_multiple_of(self.alignment)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_is_shareable_across_threads() {
+        fn check<T: Send + Sync>() {}
+        check::<GgufFile>();
+    }
+
+    #[test]
+    fn open_reports_the_path() {
+        let e = GgufFile::open("/nonexistent/x.gguf", LoadMode::Read).unwrap_err();
+        assert!(matches!(&e, GgufError::Io { path, .. } if path.ends_with("x.gguf")));
+        assert!(e.to_string().contains("/nonexistent/x.gguf"));
+        let e = GgufFile::open("/nonexistent/x.gguf", LoadMode::Mmap).unwrap_err();
+        assert!(matches!(e, GgufError::Io { .. }));
+    }
+}
