@@ -1,0 +1,450 @@
+//! Every float kernel on every kernel set this CPU runs, against the scalar reference and an
+//! f64 model of the operation: random data (seeded), lengths with all kinds of tails,
+//! misaligned slices, zeros, huge and negative values. Exact operations must match the
+//! scalar kernel bit for bit; reductions must stay inside the named budgets.
+
+mod float_util;
+
+use bitnet_kernels::Isa;
+use bitnet_kernels::float::*;
+use float_util::*;
+use rand::Rng;
+
+#[test]
+fn dot_f32_within_budget_on_every_isa() {
+    let mut r = rng(1);
+    for n in lengths() {
+        let a = normal_vec(&mut r, n, 3.0);
+        let b = normal_vec(&mut r, n, 0.5);
+        let (want, cond) = dot64(a.iter().copied(), &b);
+        let (abuf, ar) = misaligned(&a);
+        for isa in isas() {
+            let got = dot_f32(isa, &abuf[ar.clone()], &b);
+            assert_close(
+                got,
+                want,
+                0.0,
+                dot_budget(n, cond),
+                &format!("{isa} dot n={n}"),
+            );
+        }
+    }
+    for isa in isas() {
+        assert_eq!(dot_f32(isa, &[], &[]), 0.0);
+        assert_eq!(dot_f32(isa, &[0.0; 100], &[1e30; 100]), 0.0);
+        let big = vec![1e18f32; 64];
+        let got = dot_f32(isa, &big, &big);
+        assert_close(got, 64e36, 1e-6, 0.0, &format!("{isa}: huge but finite"));
+    }
+}
+
+/// Row lengths valid for `fmt`, with tails for the 16/32-wide loops.
+fn row_lens(fmt: RowFormat) -> Vec<usize> {
+    match fmt.block_len() {
+        1 => vec![
+            1, 3, 15, 16, 17, 31, 32, 33, 47, 64, 100, 255, 256, 300, 2560,
+        ],
+        32 => vec![32, 64, 96, 160, 224, 288, 2560],
+        _ => vec![256, 512, 768],
+    }
+}
+
+/// A random matrix of `n_rows` rows in `fmt`, and its exact f32 values.
+fn random_rows(fmt: RowFormat, n_rows: usize, row_len: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let mut r = rng(seed);
+    let rb = fmt.row_bytes(row_len).unwrap();
+    let mut data = vec![0u8; n_rows * rb];
+    let vals = normal_vec(&mut r, n_rows * row_len, 0.7);
+    for (row, x) in data.chunks_exact_mut(rb).zip(vals.chunks_exact(row_len)) {
+        match fmt {
+            RowFormat::F32 => {
+                for (b, v) in row.chunks_exact_mut(4).zip(x) {
+                    b.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            RowFormat::F16 => {
+                for (b, v) in row.chunks_exact_mut(2).zip(x) {
+                    b.copy_from_slice(&f32_to_f16(*v).to_le_bytes());
+                }
+            }
+            RowFormat::BF16 => {
+                for (b, v) in row.chunks_exact_mut(2).zip(x) {
+                    b.copy_from_slice(&f32_to_bf16(*v).to_le_bytes());
+                }
+            }
+            RowFormat::Q8_0 => quantize_row_q8_0(x, row),
+            RowFormat::Q4_0 => quantize_row_q4_0(x, row),
+            RowFormat::Q6K => quantize_row_q6_k(x, row),
+        }
+    }
+    let mut exact = vec![0.0f32; n_rows * row_len];
+    for (row, out) in data.chunks_exact(rb).zip(exact.chunks_exact_mut(row_len)) {
+        dequantize_row(fmt, row, out);
+    }
+    (data, exact)
+}
+
+#[test]
+fn matmul_f32_every_format_within_budget() {
+    let n_rows = 11;
+    for fmt in RowFormat::ALL {
+        for row_len in row_lens(fmt) {
+            let (data, exact) = random_rows(fmt, n_rows, row_len, row_len as u64);
+            // Misaligned by one byte: no kernel may assume aligned rows.
+            let (buf, br) = misaligned(&data);
+            let data = &buf[br];
+            let mut r = rng(99);
+            for (n_tok, rows) in [(1, 0..n_rows), (3, 2..n_rows), (2, 5..6), (1, 4..4)] {
+                let x = normal_vec(&mut r, n_tok * row_len, 1.0);
+                for isa in isas() {
+                    let mut out = vec![f32::NAN; n_tok * rows.len()];
+                    if n_tok == 1 {
+                        matvec_f32(isa, fmt, data, row_len, &x, rows.clone(), &mut out);
+                    } else {
+                        matmul_f32(isa, fmt, data, row_len, &x, n_tok, rows.clone(), &mut out);
+                    }
+                    for t in 0..n_tok {
+                        for (i, row) in rows.clone().enumerate() {
+                            let w = &exact[row * row_len..(row + 1) * row_len];
+                            let (want, cond) =
+                                dot64(w.iter().copied(), &x[t * row_len..(t + 1) * row_len]);
+                            assert_close(
+                                out[t * rows.len() + i],
+                                want,
+                                0.0,
+                                dot_budget(row_len, cond),
+                                &format!("{isa} {fmt:?} len {row_len} tok {t} row {row}"),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_q8_0_q8_0_within_budget() {
+    let mut r = rng(5);
+    for row_len in [32, 64, 96, 128, 160, 320, 2560] {
+        let n_rows = 9;
+        let nb = row_len / 32;
+        let rb = RowFormat::Q8_0.row_bytes(row_len).unwrap();
+        // Weights: any bytes at all for the quants (including -128), sane f16 scales.
+        let mut w: Vec<u8> = (0..n_rows * rb).map(|_| r.random()).collect();
+        for blk in w.chunks_exact_mut(Q8_0_BLOCK_BYTES) {
+            blk[..2].copy_from_slice(&f32_to_f16(r.random_range(1e-4..0.05)).to_le_bytes());
+        }
+        for n_tok in [1usize, 2, 5] {
+            let x = normal_vec(&mut r, n_tok * row_len, 2.0);
+            let mut xq = vec![0u8; n_tok * rb];
+            for (xr, qr) in x.chunks_exact(row_len).zip(xq.chunks_exact_mut(rb)) {
+                quantize_row_q8_0(xr, qr);
+            }
+            let rows = 1..n_rows;
+            for isa in isas() {
+                let mut out = vec![f32::NAN; n_tok * rows.len()];
+                let (wbuf, wr) = misaligned(&w);
+                if n_tok == 1 {
+                    matvec_q8_0_q8_0(isa, &wbuf[wr], row_len, &xq, rows.clone(), &mut out);
+                } else {
+                    matmul_q8_0_q8_0(isa, &wbuf[wr], row_len, &xq, n_tok, rows.clone(), &mut out);
+                }
+                for t in 0..n_tok {
+                    for (i, row) in rows.clone().enumerate() {
+                        let (mut want, mut cond) = (0.0f64, 0.0f64);
+                        for b in 0..nb {
+                            let wb = &w[row * rb + b * 34..][..34];
+                            let xb = &xq[t * rb + b * 34..][..34];
+                            let d = f64::from(f16_to_f32(u16::from_le_bytes([wb[0], wb[1]])))
+                                * f64::from(f16_to_f32(u16::from_le_bytes([xb[0], xb[1]])));
+                            let isum: i64 = (2..34)
+                                .map(|j| i64::from(wb[j] as i8) * i64::from(xb[j] as i8))
+                                .sum();
+                            want += d * isum as f64;
+                            cond += (d * isum as f64).abs();
+                        }
+                        assert_close(
+                            out[t * rows.len() + i],
+                            want,
+                            0.0,
+                            dot_budget(nb, cond),
+                            &format!("{isa} q8 len {row_len} tok {t} row {row}"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rmsnorm_matches_f64_reference() {
+    let mut r = rng(3);
+    for n in lengths() {
+        for scale in [1e-3f32, 1.0, 300.0] {
+            let x = normal_vec(&mut r, n, scale);
+            let g = normal_vec(&mut r, n, 1.0);
+            let eps = 1e-5f32;
+            let ms: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / n as f64;
+            let inv = 1.0 / (ms + f64::from(eps)).sqrt();
+            let (xbuf, xr) = misaligned(&x);
+            for isa in isas() {
+                let mut out = vec![0.0f32; n];
+                rmsnorm(isa, &xbuf[xr.clone()], &g, eps, &mut out);
+                for i in 0..n {
+                    let want = f64::from(x[i]) * inv * f64::from(g[i]);
+                    let tol = f64::from(RMSNORM_REL_TOL);
+                    assert_close(
+                        out[i],
+                        want,
+                        tol,
+                        1e-30,
+                        &format!("{isa} rmsnorm n={n} i={i}"),
+                    );
+                }
+            }
+        }
+    }
+    for isa in isas() {
+        let mut out = [1.0f32; 20];
+        rmsnorm(isa, &[0.0; 20], &[1.0; 20], 1e-6, &mut out);
+        assert!(out.iter().all(|&v| v == 0.0), "{isa}: zeros stay zeros");
+    }
+}
+
+fn softmax64(x: &[f32]) -> Vec<f64> {
+    let m = x
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+    let e: Vec<f64> = x.iter().map(|&v| (f64::from(v) - m).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.iter().map(|v| v / s).collect()
+}
+
+#[test]
+fn softmax_matches_f64_reference() {
+    let mut r = rng(4);
+    for n in lengths() {
+        for scale in [0.1f32, 5.0, 60.0] {
+            let mut x = normal_vec(&mut r, n, scale);
+            if n > 3 {
+                x[n / 2] = f32::NEG_INFINITY; // a masked position
+            }
+            let want = softmax64(&x);
+            for isa in isas() {
+                let mut y = x.clone();
+                softmax_inplace(isa, &mut y);
+                for i in 0..n {
+                    let tol = f64::from(SOFTMAX_REL_TOL);
+                    assert_close(
+                        y[i],
+                        want[i],
+                        tol,
+                        1e-37,
+                        &format!("{isa} softmax n={n} i={i}"),
+                    );
+                }
+            }
+        }
+    }
+    for isa in isas() {
+        let mut y = vec![f32::NEG_INFINITY; 33];
+        softmax_inplace(isa, &mut y);
+        assert!(
+            y.iter().all(|&v| v == 0.0),
+            "{isa}: fully masked row gives zeros"
+        );
+        let mut y = vec![1e30f32, -1e30, 0.0];
+        softmax_inplace(isa, &mut y);
+        assert_eq!(y, [1.0, 0.0, 0.0], "{isa}: huge logits");
+    }
+}
+
+fn silu64(v: f32) -> f64 {
+    let v = f64::from(v);
+    v / (1.0 + (-v).exp())
+}
+
+#[test]
+fn activations_match_reference() {
+    let mut r = rng(6);
+    for n in lengths() {
+        let mut x = normal_vec(&mut r, n, 6.0);
+        if n > 4 {
+            x[0] = -200.0;
+            x[1] = 200.0;
+            x[2] = -0.0;
+            x[3] = -87.5;
+        }
+        let up = normal_vec(&mut r, n, 2.0);
+        let tol = f64::from(SILU_REL_TOL);
+        for isa in isas() {
+            let mut y = x.clone();
+            silu(isa, &mut y);
+            let mut z = x.clone();
+            silu_mul(isa, &mut z, &up);
+            for i in 0..n {
+                let what = format!("{isa} silu n={n} x={}", x[i]);
+                assert_close(y[i], silu64(x[i]), tol, 1e-30, &what);
+                let want = silu64(x[i]) * f64::from(up[i]);
+                assert_close(z[i], want, 2.0 * tol, 1e-30, &what);
+            }
+            // Exact operations: bit for bit with scalar.
+            type Bin = fn(Isa, &mut [f32], &[f32]);
+            let bins: [(&str, Bin); 3] = [
+                ("relu2_mul", relu2_mul),
+                ("add", add_inplace),
+                ("mul", mul_inplace),
+            ];
+            for (name, f) in bins {
+                let (mut a, mut b) = (x.clone(), x.clone());
+                f(Isa::Scalar, &mut a, &up);
+                f(isa, &mut b, &up);
+                assert_eq!(bits(&a), bits(&b), "{isa} {name} n={n}");
+            }
+            let (mut a, mut b) = (x.clone(), x.clone());
+            relu2(Isa::Scalar, &mut a);
+            relu2(isa, &mut b);
+            assert_eq!(bits(&a), bits(&b), "{isa} relu2 n={n}");
+            assert!(b.iter().all(|&v| v >= 0.0));
+            let (mut a, mut b) = (x.clone(), x.clone());
+            scale_inplace(Isa::Scalar, &mut a, -0.37);
+            scale_inplace(isa, &mut b, -0.37);
+            assert_eq!(bits(&a), bits(&b), "{isa} scale n={n}");
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn rope_is_exact_across_isas_and_a_rotation() {
+    let mut r = rng(8);
+    for (head_dim, rope_dim, n_heads) in [
+        (64, 64, 4),
+        (128, 128, 2),
+        (80, 64, 3),
+        (6, 4, 5),
+        (100, 36, 2),
+    ] {
+        let table = RopeTable::new(rope_dim, 10000.0, 64);
+        let x = normal_vec(&mut r, head_dim * n_heads, 1.0);
+        for pos in [0, 1, 17, 63] {
+            let mut neox_ref = x.clone();
+            table.apply_neox(Isa::Scalar, &mut neox_ref, head_dim, n_heads, pos);
+            let mut norm_ref = x.clone();
+            table.apply_normal(Isa::Scalar, &mut norm_ref, head_dim, n_heads, pos);
+            for isa in isas() {
+                let mut y = x.clone();
+                table.apply_neox(isa, &mut y, head_dim, n_heads, pos);
+                assert_eq!(
+                    bits(&y),
+                    bits(&neox_ref),
+                    "{isa} neox hd={head_dim} pos={pos}"
+                );
+                let mut y = x.clone();
+                table.apply_normal(isa, &mut y, head_dim, n_heads, pos);
+                assert_eq!(
+                    bits(&y),
+                    bits(&norm_ref),
+                    "{isa} normal hd={head_dim} pos={pos}"
+                );
+            }
+            // Against an f64 rotation; dimensions past rope_dim untouched.
+            let half = rope_dim / 2;
+            for h in 0..n_heads {
+                let o = h * head_dim;
+                for i in 0..half {
+                    let f = 10000f64.powf(-2.0 * i as f64 / rope_dim as f64) * pos as f64;
+                    let (c, s) = (f.cos(), f.sin());
+                    let (x0, x1) = (f64::from(x[o + i]), f64::from(x[o + half + i]));
+                    assert_close(neox_ref[o + i], x0 * c - x1 * s, 1e-5, 1e-6, "neox rot");
+                    assert_close(
+                        neox_ref[o + half + i],
+                        x0 * s + x1 * c,
+                        1e-5,
+                        1e-6,
+                        "neox rot",
+                    );
+                    let (y0, y1) = (f64::from(x[o + 2 * i]), f64::from(x[o + 2 * i + 1]));
+                    assert_close(
+                        norm_ref[o + 2 * i],
+                        y0 * c - y1 * s,
+                        1e-5,
+                        1e-6,
+                        "normal rot",
+                    );
+                    assert_close(
+                        norm_ref[o + 2 * i + 1],
+                        y0 * s + y1 * c,
+                        1e-5,
+                        1e-6,
+                        "normal",
+                    );
+                }
+                assert_eq!(
+                    &neox_ref[o + rope_dim..o + head_dim],
+                    &x[o + rope_dim..o + head_dim]
+                );
+                assert_eq!(
+                    &norm_ref[o + rope_dim..o + head_dim],
+                    &x[o + rope_dim..o + head_dim]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_over_f16_and_f32_caches() {
+    let mut r = rng(10);
+    for (d, kv_stride) in [(64, 64), (128, 256), (80, 96), (17, 17), (5, 9)] {
+        for n_pos in [0usize, 1, 3, 4, 5, 9, 33] {
+            let q = normal_vec(&mut r, d, 1.0);
+            let len = if n_pos == 0 {
+                0
+            } else {
+                (n_pos - 1) * kv_stride + d
+            };
+            let kf = normal_vec(&mut r, len, 2.0);
+            let kh: Vec<u16> = kf.iter().map(|&v| f32_to_f16(v)).collect();
+            let kx: Vec<f32> = kh.iter().map(|&h| f16_to_f32(h)).collect();
+            let w = normal_vec(&mut r, n_pos, 0.3);
+            let scale = 0.125f32;
+            for isa in isas() {
+                let mut s16 = vec![f32::NAN; n_pos];
+                attn_scores_f16(isa, &q, &kh, kv_stride, n_pos, scale, &mut s16);
+                let mut s32 = vec![f32::NAN; n_pos];
+                attn_scores_f32(isa, &q, &kx, kv_stride, n_pos, scale, &mut s32);
+                for p in 0..n_pos {
+                    let (want, cond) = dot64(kx[p * kv_stride..][..d].iter().copied(), &q);
+                    let tol = dot_budget(d, cond) * f64::from(scale);
+                    let what = format!("{isa} scores d={d} p={p}");
+                    assert_close(s16[p], want * f64::from(scale), 0.0, tol, &what);
+                    assert_eq!(
+                        s16[p].to_bits(),
+                        s32[p].to_bits(),
+                        "{what}: f16 == f32 cache"
+                    );
+                }
+                let (mut o16, mut o32) = (vec![f32::NAN; d], vec![f32::NAN; d]);
+                attn_weighted_sum_f16(isa, &w, &kh, kv_stride, n_pos, &mut o16);
+                attn_weighted_sum_f32(isa, &w, &kx, kv_stride, n_pos, &mut o32);
+                for i in 0..d {
+                    let col: Vec<f32> = (0..n_pos).map(|p| kx[p * kv_stride + i]).collect();
+                    let (want, cond) = dot64(w.iter().copied(), &col);
+                    let what = format!("{isa} wsum d={d} n_pos={n_pos} i={i}");
+                    assert_close(o16[i], want, 0.0, dot_budget(n_pos, cond), &what);
+                    assert_eq!(
+                        o16[i].to_bits(),
+                        o32[i].to_bits(),
+                        "{what}: f16 == f32 cache"
+                    );
+                }
+            }
+        }
+    }
+}
