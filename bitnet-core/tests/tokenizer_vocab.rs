@@ -1,0 +1,118 @@
+//! llama.cpp's own tokenizer expectations (`tests/test-tokenizer-0` format), reproduced
+//! exactly on the four shared vocabularies: for `ggml-vocab-NAME.gguf`, `.inp` holds the
+//! test strings separated by `\n__ggml_vocab_test__\n` and `.out` one line of ids per
+//! string, tokenized with `add_special = false, parse_special = false`.
+
+use std::path::PathBuf;
+
+use bitnet_core::tokenizer::{Tokenizer, TokenizerKind};
+use bitnet_gguf::{GgufFile, LoadMode};
+
+fn vocab_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vocab");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: {} not found", dir.display());
+        None
+    }
+}
+
+fn load(dir: &std::path::Path, name: &str) -> Tokenizer {
+    let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+    let file = GgufFile::open(&path, LoadMode::Read).expect("open vocab gguf");
+    Tokenizer::from_metadata(file.metadata()).expect("build tokenizer")
+}
+
+/// The test cases, split exactly as test-tokenizer-0's `read_tests` does.
+fn cases(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
+    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
+    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
+    let sep = "\n__ggml_vocab_test__\n";
+    let mut texts = Vec::new();
+    let mut rest = inp.as_str();
+    while !rest.is_empty() {
+        match rest.find(sep) {
+            Some(p) => {
+                texts.push(rest[..p].to_owned());
+                rest = &rest[p + sep.len()..];
+            }
+            None => {
+                texts.push(rest.to_owned());
+                rest = "";
+            }
+        }
+    }
+    let ids: Vec<Vec<u32>> = out
+        .lines()
+        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(
+        texts.len(),
+        ids.len(),
+        "{name}: .inp and .out disagree on the case count"
+    );
+    texts.into_iter().zip(ids).collect()
+}
+
+fn check(name: &str, kind: TokenizerKind, min_cases: usize) {
+    let Some(dir) = vocab_dir() else { return };
+    let tok = load(&dir, name);
+    assert_eq!(tok.kind(), kind);
+    let cases = cases(&dir, name);
+    assert!(
+        cases.len() >= min_cases,
+        "{name}: only {} cases",
+        cases.len()
+    );
+    let mut failed = Vec::new();
+    for (text, want) in &cases {
+        let got = tok.encode(text, false, false);
+        if &got != want {
+            failed.push(format!("{text:?}\n   want {want:?}\n   got  {got:?}"));
+        }
+    }
+    eprintln!(
+        "{name}: {}/{} cases pass",
+        cases.len() - failed.len(),
+        cases.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "{name}: {} failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+
+    // Decoding the expected ids gives back the input whenever the vocabulary can spell it.
+    let mut round_trips = 0;
+    for (text, want) in &cases {
+        if tok.decode(want) == *text {
+            round_trips += 1;
+        }
+    }
+    assert!(
+        round_trips * 10 >= cases.len() * 9,
+        "{name}: {round_trips} round trips"
+    );
+}
+
+#[test]
+fn llama_spm() {
+    check("llama-spm", TokenizerKind::Spm, 30);
+}
+
+#[test]
+fn llama_bpe() {
+    check("llama-bpe", TokenizerKind::Bpe, 30);
+}
+
+#[test]
+fn gpt_2() {
+    check("gpt-2", TokenizerKind::Bpe, 30);
+}
+
+#[test]
+fn starcoder() {
+    check("starcoder", TokenizerKind::Bpe, 30);
+}
