@@ -60,7 +60,7 @@ fn spm_special_tokens_and_bos_rules() {
     assert_eq!(tok.decode(&literal), "<s>Hello");
     assert_eq!(
         tok.encode("Hi</s><s>Hi", false, true),
-        vec![
+        [
             tok.encode("Hi", false, false),
             vec![2, 1],
             tok.encode("Hi", false, false)
