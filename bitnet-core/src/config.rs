@@ -457,7 +457,7 @@ impl ModelConfig {
             .unwrap_or(n_head);
         let n_ctx_train = k.size("context_length", MAX_CTX)?;
 
-        if n_head % n_head_kv != 0 {
+        if !n_head.is_multiple_of(n_head_kv) {
             return Err(ConfigError::Inconsistent(format!(
                 "{} = {n_head} is not a multiple of {} = {n_head_kv}",
                 k.key("attention.head_count"),
@@ -467,7 +467,7 @@ impl ModelConfig {
         let head_dim = match k.opt_size("attention.key_length", MAX_HEAD_DIM)? {
             Some(d) => d,
             None => {
-                if n_embd % n_head != 0 {
+                if !n_embd.is_multiple_of(n_head) {
                     return Err(ConfigError::Inconsistent(format!(
                         "{} = {n_embd} is not a multiple of {} = {n_head}",
                         k.key("embedding_length"),

@@ -1,0 +1,65 @@
+//! Shared helpers of the correctness tests: independent tensor decoders, the f32 reference
+//! forward pass, logits metrics, and access to the golden files.
+#![allow(dead_code)]
+
+pub mod decode;
+pub mod metrics;
+pub mod reference;
+
+use std::path::PathBuf;
+
+/// The shared test data directory: `$BITNET_TEST_DATA`, else `../shared/data` from the
+/// repository root.
+pub fn data_dir() -> PathBuf {
+    match std::env::var_os("BITNET_TEST_DATA") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
+    }
+}
+
+/// `golden/...` under the data directory, or `None` (test skipped) if it is absent.
+pub fn golden(rel: &str) -> Option<PathBuf> {
+    let p = data_dir().join("golden").join(rel);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!("skipping: {} not found", p.display());
+        None
+    }
+}
+
+/// The `tokens` array of a golden JSON file (a tiny parser: the files are ours to read, and
+/// a JSON dependency for one integer array is not worth it).
+pub fn golden_tokens(json: &std::path::Path) -> Vec<u32> {
+    let s = std::fs::read_to_string(json).unwrap();
+    let at = s.find("\"tokens\"").expect("no tokens key");
+    let rest = &s[at..];
+    let open = rest.find('[').unwrap();
+    let close = rest.find(']').unwrap();
+    rest[open + 1..close]
+        .split(',')
+        .map(|x| x.trim().parse::<u32>().expect("token id"))
+        .collect()
+}
+
+/// A raw little-endian f32 file.
+pub fn read_f32s(path: &std::path::Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// A fresh temporary directory for one test.
+pub fn tmp_dir(tag: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "bitnet-test-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
