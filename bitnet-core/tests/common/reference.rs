@@ -13,12 +13,14 @@
 //! BitLinear(x, W) with int8 activations: s = 127 / max(max|x|, 1e-5),
 //!   q = clamp(round_half_even(x s), -128, 127), y = (q . w) / s  [* the `.scale` tensor].
 //! With binary activations: y = mean|x| * (sign(x) . w), sign(0) = -1.
+//! A projection stored in a float type (a converter's fallback) takes f32 activations, as
+//! llama.cpp computes it.
 
 use bitnet_core::config::{
     ActBits, FfnAct, ModelConfig, OUTPUT, OUTPUT_NORM, Proj, RopeStyle, TOKEN_EMBD, norm_name,
     proj_name, proj_scale_name,
 };
-use bitnet_gguf::GgufFile;
+use bitnet_gguf::{GgufFile, TensorType};
 
 use super::decode::{Mat, decode_named};
 
@@ -86,12 +88,20 @@ pub enum ActQuant {
     None,
 }
 
+/// A decoded projection, its optional `.scale` (1.0 if absent), and whether its input
+/// activations are quantized (ternary / binary storage) or stay f32 (a float type).
+struct Proj3 {
+    w: Mat,
+    scale: f32,
+    quantized: bool,
+}
+
 struct Layer {
     attn_norm: Vec<f32>,
     ffn_norm: Vec<f32>,
     attn_sub_norm: Option<Vec<f32>>,
     ffn_sub_norm: Option<Vec<f32>>,
-    proj: Vec<(Mat, f32)>, // in Proj::ALL order, with the optional scale (1.0 if absent)
+    proj: Vec<Proj3>, // in Proj::ALL order
 }
 
 /// A model decoded to f32, ready to run any number of prompts.
@@ -116,12 +126,19 @@ impl RefModel {
                 proj: Proj::ALL
                     .iter()
                     .map(|&p| {
-                        let m = decode_named(file, &proj_name(l, p));
-                        let s = file
+                        let name = proj_name(l, p);
+                        let w = decode_named(file, &name);
+                        let ty = file.tensor(&name).map(|t| t.ty);
+                        let quantized = ty.is_some_and(|t| t.is_ternary() || t == TensorType::Q1_0);
+                        let scale = file
                             .tensor(&proj_scale_name(l, p))
                             .map(|t| super::decode::decode(file, t).w[0])
                             .unwrap_or(1.0);
-                        (m, s)
+                        Proj3 {
+                            w,
+                            scale,
+                            quantized,
+                        }
                     })
                     .collect(),
             })
@@ -205,14 +222,20 @@ impl RefModel {
     }
 
     /// `x` is `[n][cols]`; returns `[n][rows of W]`.
-    fn bitlinear(&self, x: &[f32], cols: usize, (w, scale): &(Mat, f32)) -> Vec<f32> {
+    fn bitlinear(&self, x: &[f32], cols: usize, p: &Proj3) -> Vec<f32> {
+        let (w, scale) = (&p.w, &p.scale);
+        let act = if p.quantized {
+            self.emu.act
+        } else {
+            ActQuant::None
+        };
         assert_eq!(w.cols, cols);
         let n = x.len() / cols;
         let mut y = vec![0f32; n * w.rows];
         for t in 0..n {
             let row = &x[t * cols..(t + 1) * cols];
             let out = &mut y[t * w.rows..(t + 1) * w.rows];
-            match (self.emu.act, self.cfg.act_bits) {
+            match (act, self.cfg.act_bits) {
                 (ActQuant::None, _) => {
                     for (r, o) in out.iter_mut().enumerate() {
                         *o = dot64(row, w.row(r)) as f32;
