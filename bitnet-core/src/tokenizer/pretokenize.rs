@@ -388,3 +388,111 @@ fn llama3_end(c: &Cpts, s: usize, e: usize, pos: usize) -> usize {
     }
     trailing_space_end(e, pos, n)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The hand-written passes against the regexes themselves (llama.cpp's lists, run with
+    //! `fancy-regex`, which has the lookahead and the Unicode classes), on random text.
+
+    use super::*;
+
+    const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+    const LLAMA3_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const QWEN2_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+    fn regexes(name: &str) -> Vec<&'static str> {
+        match name {
+            "gpt-2" => vec![GPT2_RE],
+            "llama-bpe" => vec![LLAMA3_RE],
+            "qwen2" => vec![QWEN2_RE],
+            "starcoder" => vec![r"\p{N}", GPT2_RE],
+            "falcon" => vec![r"[\p{P}\$\+<=>\^~\|`]+", GPT2_RE, "[0-9][0-9][0-9]"],
+            "default" => vec![
+                r"[\p{P}\$\+<=>\^~\|]+",
+                GPT2_RE,
+                r"\p{N}+",
+                "[0-9][0-9][0-9]",
+            ],
+            _ => unreachable!(),
+        }
+    }
+
+    /// llama.cpp's `unicode_regex_split`: each regex splits every piece; matches and the
+    /// stretches between them are both pieces.
+    fn reference(text: &str, res: &[fancy_regex::Regex]) -> Vec<(usize, usize)> {
+        let mut pieces = vec![(0, text.len())];
+        for re in res {
+            let mut next = Vec::new();
+            for &(a, b) in &pieces {
+                let mut prev = a;
+                for m in re.find_iter(&text[a..b]) {
+                    let m = m.unwrap();
+                    if a + m.start() > prev {
+                        next.push((prev, a + m.start()));
+                    }
+                    next.push((a + m.start(), a + m.end()));
+                    prev = a + m.end();
+                }
+                if b > prev {
+                    next.push((prev, b));
+                }
+            }
+            pieces = next;
+        }
+        pieces
+    }
+
+    const ALPHABET: &[char] = &[
+        'a', 'Z', 'é', 'ж', '中', '1', '٣', '½', ' ', ' ', ' ', '\t', '\n', '\r', '\u{3000}',
+        '\u{a0}', '\'', 's', 't', 'l', 'e', 'r', 'v', 'm', 'd', 'S', 'L', 'D', '.', ',', '!', '$',
+        '+', '<', '`', '~', '|', '_', '-', '🦙', '\u{301}', '\u{17b6}', '7', '0', '\u{85}',
+    ];
+
+    #[test]
+    fn passes_match_the_regexes() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for name in [
+            "gpt-2",
+            "llama-bpe",
+            "qwen2",
+            "starcoder",
+            "falcon",
+            "default",
+        ] {
+            let pre = PreTokenizer::from_name(name).unwrap();
+            let res: Vec<_> = regexes(name)
+                .into_iter()
+                .map(|r| fancy_regex::Regex::new(r).unwrap())
+                .collect();
+            let mut got = Vec::new();
+            for _ in 0..3000 {
+                let len = rnd(24);
+                let text: String = (0..len).map(|_| ALPHABET[rnd(ALPHABET.len())]).collect();
+                pre.split(&text, &mut got);
+                let want = reference(&text, &res);
+                assert_eq!(got, want, "{name}: {text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn llama3_examples() {
+        let pre = PreTokenizer::from_name("llama-bpe").unwrap();
+        let mut out = Vec::new();
+        let text = "Hello, y'all! 12345  \n\n  x";
+        pre.split(text, &mut out);
+        let words: Vec<&str> = out.iter().map(|&(a, b)| &text[a..b]).collect();
+        assert_eq!(
+            words,
+            [
+                "Hello", ",", " y", "'all", "!", " ", "123", "45", "  \n\n", " ", " x"
+            ]
+        );
+    }
+}
