@@ -193,6 +193,19 @@ struct Candidate {
     logit: f32,
 }
 
+/// Index of the largest logit, the lowest on ties; NaN never wins; 0 for an empty row.
+fn argmax_logits(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    let mut best_val = f32::NEG_INFINITY;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best_val {
+            best = i;
+            best_val = l;
+        }
+    }
+    best as u32
+}
+
 /// NaN means impossible; +inf is clamped so that softmax stays finite.
 fn sanitize(logit: f32) -> f32 {
     if logit.is_nan() {
@@ -272,6 +285,13 @@ impl Sampler {
     /// the excess is ignored; an empty row yields token 0.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let n = logits.len().min(self.n_vocab);
+        if self.cfg.temperature == 0.0
+            && self.cfg.logit_bias.is_empty()
+            && !self.cfg.penalties_active()
+        {
+            // Plain greedy: no candidate list needed.
+            return argmax_logits(&logits[..n]);
+        }
         self.candidates.clear();
         self.candidates
             .extend(logits[..n].iter().enumerate().map(|(i, &l)| Candidate {
@@ -291,9 +311,9 @@ impl Sampler {
         if self.cfg.temperature == 0.0 {
             return self.argmax();
         }
-        self.apply_top_k();
-        self.apply_top_p();
-        self.apply_min_p();
+        let sorted = self.apply_top_k();
+        let sorted = self.apply_top_p(sorted);
+        self.apply_min_p(sorted);
         self.draw()
     }
 
@@ -346,18 +366,31 @@ impl Sampler {
         best.id
     }
 
-    fn apply_top_k(&mut self) {
+    /// Keeps the `top_k` best candidates, sorted. Without top-k the candidates stay in id
+    /// order: later stages sort only what they must (sorting 100k+ logits per token costs
+    /// milliseconds).
+    fn apply_top_k(&mut self) -> bool {
         let k = self.cfg.top_k;
         if k > 0 && k < self.candidates.len() {
             self.candidates.select_nth_unstable_by(k - 1, by_logit_desc);
             self.candidates.truncate(k);
         }
-        self.candidates.sort_unstable_by(by_logit_desc);
+        if k > 0 {
+            self.candidates.sort_unstable_by(by_logit_desc);
+            return true;
+        }
+        false
     }
 
-    /// Softmax of the (sorted) candidates at temperature 1 into `probs`.
+    fn max_logit(&self) -> f32 {
+        self.candidates
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, c| m.max(c.logit))
+    }
+
+    /// Softmax of the candidates (in their current order) at `temperature` into `probs`.
     fn softmax_into_probs(&mut self, temperature: f32) {
-        let max = self.candidates[0].logit;
+        let max = self.max_logit();
         self.probs.clear();
         let mut sum = 0.0f64;
         for c in &self.candidates {
@@ -376,33 +409,70 @@ impl Sampler {
         }
     }
 
-    fn apply_top_p(&mut self) {
-        let top_p = self.cfg.top_p;
+    /// Keeps the smallest most-likely prefix whose probability (normalised over all current
+    /// candidates) reaches `top_p`; leaves the candidates sorted.
+    fn apply_top_p(&mut self, sorted: bool) -> bool {
+        let top_p = f64::from(self.cfg.top_p);
         if top_p >= 1.0 {
-            return;
+            return sorted;
         }
-        self.softmax_into_probs(1.0);
-        let mut cum = 0.0f32;
+        let max = self.max_logit();
+        if max == f32::NEG_INFINITY {
+            return sorted;
+        }
+        // Unnormalised probabilities e_i = exp(l_i - max) (the best token has 1).
+        self.probs.clear();
+        self.probs
+            .extend(self.candidates.iter().map(|c| (c.logit - max).exp()));
+        let z: f64 = self.probs.iter().map(|&e| f64::from(e)).sum();
+        let target = top_p * z;
+        if !sorted {
+            // The kept prefix lies among the tokens above a logit cut whose mass already
+            // reaches the target: find such a cut, drop the rest, sort only the survivors.
+            let mut cut = -1.0f32;
+            while cut > -128.0 {
+                let mass: f64 = self
+                    .candidates
+                    .iter()
+                    .zip(&self.probs)
+                    .filter(|(c, _)| c.logit - max >= cut)
+                    .map(|(_, &e)| f64::from(e))
+                    .sum();
+                if mass >= target {
+                    self.candidates.retain(|c| c.logit - max >= cut);
+                    break;
+                }
+                cut *= 2.0;
+            }
+            self.candidates.sort_unstable_by(by_logit_desc);
+        }
+        let mut cum = 0.0f64;
         let mut keep = self.candidates.len();
-        for (i, &p) in self.probs.iter().enumerate() {
-            cum += p;
-            if cum >= top_p {
+        for (i, c) in self.candidates.iter().enumerate() {
+            cum += f64::from((c.logit - max).exp());
+            if cum >= target {
                 keep = i + 1;
                 break;
             }
         }
         self.candidates.truncate(keep.max(1));
+        true
     }
 
-    fn apply_min_p(&mut self) {
+    fn apply_min_p(&mut self, sorted: bool) {
         let min_p = self.cfg.min_p;
         if min_p <= 0.0 {
             return;
         }
-        // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p); sorted, so keep a prefix.
-        let threshold = self.candidates[0].logit + min_p.ln();
-        let keep = self.candidates.partition_point(|c| c.logit >= threshold);
-        self.candidates.truncate(keep.max(1));
+        // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p).
+        let threshold = self.max_logit() + min_p.ln();
+        if sorted {
+            let keep = self.candidates.partition_point(|c| c.logit >= threshold);
+            self.candidates.truncate(keep.max(1));
+        } else {
+            // The best candidate always passes, so at least one is kept.
+            self.candidates.retain(|c| c.logit >= threshold);
+        }
     }
 
     fn draw(&mut self) -> u32 {

@@ -497,3 +497,41 @@ fn stop_matcher_handles_multibyte_text() {
     assert_eq!(m.feed("café").emit, "caf");
     assert_eq!(m.feed("s").emit, "és");
 }
+
+#[test]
+fn top_p_on_a_large_vocab_matches_the_fully_sorted_path() {
+    // top_k 0 takes the pruned top-p path; top_k = n_vocab sorts everything first. Both
+    // must keep the same prefix, in the same order, hence draw the same tokens.
+    let n = 5000;
+    let mut rng = Xoshiro256::new(77);
+    for (top_p, spread) in [(0.9f32, 10.0f32), (0.5, 1.0), (0.99, 0.1), (0.3, 40.0)] {
+        let l: Vec<f32> = (0..n)
+            .map(|_| (rng.next_f64() as f32 - 0.5) * spread)
+            .collect();
+        let cfg = |top_k| SamplerConfig {
+            top_k,
+            top_p,
+            ..unfiltered(1.0, 5)
+        };
+        let mut pruned = Sampler::new(cfg(0), n).unwrap();
+        let mut full = Sampler::new(cfg(n), n).unwrap();
+        // Reference prefix: sort everything, accumulate in f64.
+        let p = softmax(&l, 1.0);
+        let mut ids: Vec<usize> = (0..n).collect();
+        ids.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+        let mut cum = 0.0;
+        let keep = ids
+            .iter()
+            .position(|&i| {
+                cum += p[i];
+                cum >= top_p as f64
+            })
+            .map_or(n, |i| i + 1);
+        let kept: std::collections::HashSet<u32> = ids[..keep].iter().map(|&i| i as u32).collect();
+        for _ in 0..300 {
+            let a = pruned.sample(&l, &[]);
+            assert_eq!(a, full.sample(&l, &[]), "top_p {top_p} spread {spread}");
+            assert!(kept.contains(&a), "token {a} outside the top-p set");
+        }
+    }
+}
