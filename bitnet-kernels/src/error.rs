@@ -12,4 +12,27 @@ pub enum KernelError {
         isa: &'static str,
         missing: &'static str,
     },
+    #[error("{format} weights for a {rows}x{cols} matrix need {expected} bytes, got {got}")]
+    SourceLength {
+        format: &'static str,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{format} cannot hold a {rows}x{cols} matrix: {reason}")]
+    BadShape {
+        format: &'static str,
+        rows: usize,
+        cols: usize,
+        reason: &'static str,
+    },
+    #[error("weight {index} is {value}, expected {expected}")]
+    BadWeight {
+        index: usize,
+        value: i8,
+        expected: &'static str,
+    },
+    #[error("{what} is not a finite number ({value})")]
+    NonFinite { what: &'static str, value: String },
 }

@@ -1,3 +1,6 @@
 //! Reference kernels: plain Rust, the specification every SIMD kernel is tested against.
 
+pub mod act;
+pub mod binary;
 pub mod float;
+pub mod ternary;

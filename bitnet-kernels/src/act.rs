@@ -1,0 +1,79 @@
+//! Activation quantization, the step in front of every ternary / 1-bit matrix product:
+//! per token row, int8 absmax quantization (BitNet b1.58) or sign bits with a mean-|x| scale
+//! (BitNet's 1-bit activations). The safe entry points here pick the kernel set; the scale is
+//! computed by the same scalar code for every set, and each set performs the same f32 multiply
+//! and round-half-even, so the int8 outputs are bit-identical across kernel sets.
+
+use crate::isa::Isa;
+use crate::scalar;
+
+/// Smallest `max|x|` the scale is computed from (an all-zero row quantizes to zeros).
+pub const ACT_MIN_ABSMAX: f32 = 1e-5;
+
+/// How a row of int8 activations maps back to floats: `x ≈ q / scale`; `sum` is the sum of
+/// the row's int8 values (the kernels use it to undo the unsigned weight encoding).
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ActScale {
+    pub scale: f32,
+    pub sum: i32,
+}
+
+/// The BitNet b1.58 activation scale for a row whose largest magnitude is `absmax`.
+pub fn act_scale_from_absmax(absmax: f32) -> f32 {
+    127.0 / absmax.max(ACT_MIN_ABSMAX)
+}
+
+/// Quantizes one token row: `s = 127 / max(max|x|, 1e-5)`,
+/// `q = clamp(round_half_even(x * s), -128, 127)`. `q.len() >= x.len()`; `q[x.len()..]` is
+/// zeroed (the padding the matrix kernels expect).
+pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
+    assert!(
+        q.len() >= x.len(),
+        "quantize_act: output shorter than input"
+    );
+    let (head, tail) = q.split_at_mut(x.len());
+    tail.fill(0);
+    let absmax = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx2 => match crate::x86_64::token(isa) {
+            Some(k) => k.absmax(x),
+            None => scalar::act::absmax(x),
+        },
+        _ => scalar::act::absmax(x),
+    };
+    let scale = act_scale_from_absmax(absmax);
+    let sum = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx2 => match crate::x86_64::token(isa) {
+            Some(k) => k.quantize_i8(x, scale, head),
+            None => scalar::act::quantize_i8(x, scale, head),
+        },
+        _ => scalar::act::quantize_i8(x, scale, head),
+    };
+    ActScale { scale, sum }
+}
+
+/// Number of `u64` words a sign-bit row of `cols` values needs (rounded up to whole words).
+pub fn binary_words(cols: usize) -> usize {
+    cols.div_ceil(64)
+}
+
+/// 1-bit activations: bit `j % 64` of `bits[j / 64]` is 1 where `x[j] > 0` (sign +1) and 0
+/// otherwise (-1); bits past `x.len()` are zeroed, matching the zero padding of binary weight
+/// rows. Returns the row scale `mean|x|` (`x ≈ sign * scale`).
+pub fn quantize_act_binary(isa: Isa, x: &[f32], bits: &mut [u64]) -> f32 {
+    assert!(
+        bits.len() >= binary_words(x.len()),
+        "quantize_act_binary: bit buffer too short"
+    );
+    bits.fill(0);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx2 => match crate::x86_64::token(isa) {
+            Some(k) => k.sign_bits(x, bits),
+            None => scalar::act::sign_bits(x, bits),
+        },
+        _ => scalar::act::sign_bits(x, bits),
+    }
+    scalar::act::mean_abs(x)
+}

@@ -1,0 +1,195 @@
+//! AVX2 ternary kernels over the repacked layout of [`crate::ternary`].
+//!
+//! Each 64-byte row block is read as two 32-byte halves; half `h` gives four code vectors
+//! (`(x >> 2l) & 3`) lined up with the activation runs `64 l + 32 h ..`. `maddubs` (unsigned
+//! codes x signed int8, pair sums <= 512 so no saturation) feeds i16 sums of the four code
+//! vectors (<= 2048), widened once per half with `madd` against ones.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+
+const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
+const TILE_TOKENS: usize = 4;
+const CHUNK_BLOCKS: usize = 8;
+
+/// The four code vectors of one 32-byte half.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn codes(x: __m256i, m3: __m256i) -> [__m256i; 4] {
+    [
+        _mm256_and_si256(x, m3),
+        _mm256_and_si256(_mm256_srli_epi16::<2>(x), m3),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(x), m3),
+        _mm256_and_si256(_mm256_srli_epi16::<6>(x), m3),
+    ]
+}
+
+/// i32 lanes of `sum_l codes[l] . act[l]` for one half (act runs 64 bytes apart).
+///
+/// # Safety
+/// AVX2; `a` readable at offsets 0, 64, 128, 192 (32 bytes each).
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn half_dot(c: &[__m256i; 4], a: *const i8, ones: __m256i) -> __m256i {
+    // SAFETY: the caller guarantees the four 32-byte runs are readable.
+    unsafe {
+        let p0 = _mm256_maddubs_epi16(c[0], _mm256_loadu_si256(a.cast()));
+        let p1 = _mm256_maddubs_epi16(c[1], _mm256_loadu_si256(a.add(64).cast()));
+        let p2 = _mm256_maddubs_epi16(c[2], _mm256_loadu_si256(a.add(128).cast()));
+        let p3 = _mm256_maddubs_epi16(c[3], _mm256_loadu_si256(a.add(192).cast()));
+        let s = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
+        _mm256_madd_epi16(s, ones)
+    }
+}
+
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Raw dots of the 4 rows of one group over `nblk` blocks.
+///
+/// # Safety
+/// AVX2; `w` at the group's first block, `q` at the matching column; `nblk` blocks readable.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
+    let m3 = _mm256_set1_epi8(3);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_si256(); 4];
+    for b in 0..nblk {
+        // SAFETY: block `b` lies inside the caller's readable blocks.
+        unsafe {
+            let qb = q.add(b * BLOCK);
+            let wb = w.add(b * BLOCK_STRIDE);
+            for (r, a) in acc.iter_mut().enumerate() {
+                for h in 0..2 {
+                    let x = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES + 32 * h).cast());
+                    *a = _mm256_add_epi32(*a, half_dot(&codes(x, m3), qb.add(32 * h), ones));
+                }
+            }
+        }
+    }
+    [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+}
+
+/// See [`crate::scalar::ternary::raw_dots`].
+///
+/// # Safety
+/// AVX2; shapes as checked by `x86_64::check_ternary`.
+#[target_feature(enable = "avx2")]
+pub unsafe fn raw_dots(
+    w: &TernaryMatrix,
+    q: &[i8],
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    if rows.is_empty() || blocks.is_empty() {
+        out.fill(0);
+        return;
+    }
+    for g in rows.start / ROW_GROUP..rows.end.div_ceil(ROW_GROUP) {
+        // SAFETY: group `g` exists and blocks lie inside the row; `q` holds padded_cols values.
+        let d = unsafe {
+            group4(
+                w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start)),
+                q.as_ptr().add(blocks.start * BLOCK),
+                blocks.len(),
+            )
+        };
+        for (rr, &v) in d.iter().enumerate() {
+            let r = g * ROW_GROUP + rr;
+            if rows.contains(&r) {
+                out[r - rows.start] = v;
+            }
+        }
+    }
+}
+
+/// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows.
+///
+/// # Safety
+/// AVX2; `w`, `q` readable for `nblk` blocks (T rows of `q`); `out` writable at T positions.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn tile<const T: usize>(
+    w: *const u8,
+    q: *const i8,
+    qstride: usize,
+    nblk: usize,
+    out: *mut i32,
+    ostride: usize,
+) {
+    let m3 = _mm256_set1_epi8(3);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_si256(); T];
+    for b in 0..nblk {
+        for h in 0..2 {
+            // SAFETY: block `b` of the row and of each activation row is readable.
+            unsafe {
+                let c = codes(
+                    _mm256_loadu_si256(w.add(b * BLOCK_STRIDE + 32 * h).cast()),
+                    m3,
+                );
+                let qb = q.add(b * BLOCK + 32 * h);
+                for (t, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_add_epi32(*a, half_dot(&c, qb.add(t * qstride), ones));
+                }
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: the caller guarantees `out` is writable at these T positions.
+        unsafe { *out.add(t * ostride) += hsum(*a) };
+    }
+}
+
+/// See [`crate::scalar::ternary::raw_dots_multi`].
+///
+/// # Safety
+/// AVX2; shapes as checked by `x86_64::check_ternary`.
+#[target_feature(enable = "avx2")]
+pub unsafe fn raw_dots_multi(
+    w: &TernaryMatrix,
+    q: &[i8],
+    n_tok: usize,
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    out.fill(0);
+    let pc = w.padded_cols();
+    let n = rows.len();
+    let mut kb = blocks.start;
+    while kb < blocks.end {
+        let nblk = CHUNK_BLOCKS.min(blocks.end - kb);
+        let mut t0 = 0;
+        while t0 < n_tok {
+            let tt = TILE_TOKENS.min(n_tok - t0);
+            for (i, r) in rows.clone().enumerate() {
+                // SAFETY: row `r` blocks kb..kb+nblk exist; tokens t0..t0+tt are in `q`;
+                // out[(t0 + t) * n + i] is in bounds for t < tt.
+                unsafe {
+                    let wp = w.data.as_ptr().add(w.offset(r, kb));
+                    let qp = q.as_ptr().add(t0 * pc + kb * BLOCK);
+                    let op = out.as_mut_ptr().add(t0 * n + i);
+                    match tt {
+                        4 => tile::<4>(wp, qp, pc, nblk, op, n),
+                        3 => tile::<3>(wp, qp, pc, nblk, op, n),
+                        2 => tile::<2>(wp, qp, pc, nblk, op, n),
+                        _ => tile::<1>(wp, qp, pc, nblk, op, n),
+                    }
+                }
+            }
+            t0 += tt;
+        }
+        kb += nblk;
+    }
+}

@@ -1,0 +1,186 @@
+//! AVX-512 VNNI ternary kernels over the repacked layout of [`crate::ternary`].
+//!
+//! One 64-byte load of a row's block gives four code vectors (`(x >> 2l) & 3`), each multiplied
+//! with a contiguous run of 64 activations by `vpdpbusd` (unsigned codes x signed int8).
+//! Decode (`raw_dots`) runs a row group of 4 rows at once, sharing the four activation loads of
+//! each block. Prefill (`raw_dots_multi`) unpacks each weight block once and reuses the codes
+//! for a tile of up to 8 token rows held in registers; columns are cut in chunks of 2048 so the
+//! tile's activations stay in L1 while the row range's weights stream from L2.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+
+/// Bytes from one block of a row to the next block of the same row.
+const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
+/// Token rows per prefill tile.
+const TILE_TOKENS: usize = 8;
+/// 256-blocks per prefill column chunk.
+const CHUNK_BLOCKS: usize = 8;
+
+/// Raw dots of the 4 rows of one group over `nblk` blocks.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `w` points at the group's first block to use, `q` at the matching
+/// activation column; `nblk` blocks are readable from both.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
+    let m3 = _mm512_set1_epi8(3);
+    let mut acc = [_mm512_setzero_si512(); 8];
+    for b in 0..nblk {
+        // SAFETY: block `b` lies inside the caller's `nblk` readable blocks.
+        unsafe {
+            let qb = q.add(b * BLOCK);
+            let a0 = _mm512_loadu_si512(qb.cast());
+            let a1 = _mm512_loadu_si512(qb.add(64).cast());
+            let a2 = _mm512_loadu_si512(qb.add(128).cast());
+            let a3 = _mm512_loadu_si512(qb.add(192).cast());
+            let wb = w.add(b * BLOCK_STRIDE);
+            for r in 0..ROW_GROUP {
+                let x = _mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast());
+                let c0 = _mm512_and_si512(x, m3);
+                let c1 = _mm512_and_si512(_mm512_srli_epi16::<2>(x), m3);
+                let c2 = _mm512_and_si512(_mm512_srli_epi16::<4>(x), m3);
+                let c3 = _mm512_and_si512(_mm512_srli_epi16::<6>(x), m3);
+                acc[2 * r] = _mm512_dpbusd_epi32(acc[2 * r], c0, a0);
+                acc[2 * r + 1] = _mm512_dpbusd_epi32(acc[2 * r + 1], c1, a1);
+                acc[2 * r] = _mm512_dpbusd_epi32(acc[2 * r], c2, a2);
+                acc[2 * r + 1] = _mm512_dpbusd_epi32(acc[2 * r + 1], c3, a3);
+            }
+        }
+    }
+    let mut out = [0i32; 4];
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = _mm512_reduce_add_epi32(_mm512_add_epi32(acc[2 * r], acc[2 * r + 1]));
+    }
+    out
+}
+
+/// See [`crate::scalar::ternary::raw_dots`].
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub unsafe fn raw_dots(
+    w: &TernaryMatrix,
+    q: &[i8],
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    if rows.is_empty() || blocks.is_empty() {
+        out.fill(0);
+        return;
+    }
+    let g0 = rows.start / ROW_GROUP;
+    let g1 = rows.end.div_ceil(ROW_GROUP);
+    for g in g0..g1 {
+        // SAFETY: group `g` exists (rows.end <= padded rows) and blocks lie inside the row;
+        // `q` holds padded_cols values.
+        let d = unsafe {
+            group4(
+                w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start)),
+                q.as_ptr().add(blocks.start * BLOCK),
+                blocks.len(),
+            )
+        };
+        for (rr, &v) in d.iter().enumerate() {
+            let r = g * ROW_GROUP + rr;
+            if rows.contains(&r) {
+                out[r - rows.start] = v;
+            }
+        }
+    }
+}
+
+/// Adds to `out[t * ostride]` (t < T) the raw dots of one row over `nblk` blocks with `T`
+/// activation rows `qstride` apart.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `w`, `q` readable for `nblk` blocks (and `T` rows of `q`); `out`
+/// writable at the `T` positions.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn tile<const T: usize>(
+    w: *const u8,
+    q: *const i8,
+    qstride: usize,
+    nblk: usize,
+    out: *mut i32,
+    ostride: usize,
+) {
+    let m3 = _mm512_set1_epi8(3);
+    let mut acc = [_mm512_setzero_si512(); T];
+    for b in 0..nblk {
+        // SAFETY: block `b` of the row and of each of the T activation rows is readable.
+        unsafe {
+            let x = _mm512_loadu_si512(w.add(b * BLOCK_STRIDE).cast());
+            let c = [
+                _mm512_and_si512(x, m3),
+                _mm512_and_si512(_mm512_srli_epi16::<2>(x), m3),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(x), m3),
+                _mm512_and_si512(_mm512_srli_epi16::<6>(x), m3),
+            ];
+            let qb = q.add(b * BLOCK);
+            for (l, &cl) in c.iter().enumerate() {
+                for (t, a) in acc.iter_mut().enumerate() {
+                    let act = _mm512_loadu_si512(qb.add(t * qstride + l * 64).cast());
+                    *a = _mm512_dpbusd_epi32(*a, cl, act);
+                }
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: the caller guarantees `out` is writable at these T positions.
+        unsafe { *out.add(t * ostride) += _mm512_reduce_add_epi32(*a) };
+    }
+}
+
+/// See [`crate::scalar::ternary::raw_dots_multi`].
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub unsafe fn raw_dots_multi(
+    w: &TernaryMatrix,
+    q: &[i8],
+    n_tok: usize,
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    out.fill(0);
+    let pc = w.padded_cols();
+    let n = rows.len();
+    let mut kb = blocks.start;
+    while kb < blocks.end {
+        let nblk = CHUNK_BLOCKS.min(blocks.end - kb);
+        let mut t0 = 0;
+        while t0 < n_tok {
+            let tt = TILE_TOKENS.min(n_tok - t0);
+            for (i, r) in rows.clone().enumerate() {
+                // SAFETY: row `r`, blocks kb..kb+nblk exist; tokens t0..t0+tt have padded rows
+                // in `q`; out[(t0 + t) * n + i] is in bounds for t < tt.
+                unsafe {
+                    let wp = w.data.as_ptr().add(w.offset(r, kb));
+                    let qp = q.as_ptr().add(t0 * pc + kb * BLOCK);
+                    let op = out.as_mut_ptr().add(t0 * n + i);
+                    match tt {
+                        8 => tile::<8>(wp, qp, pc, nblk, op, n),
+                        7 => tile::<7>(wp, qp, pc, nblk, op, n),
+                        6 => tile::<6>(wp, qp, pc, nblk, op, n),
+                        5 => tile::<5>(wp, qp, pc, nblk, op, n),
+                        4 => tile::<4>(wp, qp, pc, nblk, op, n),
+                        3 => tile::<3>(wp, qp, pc, nblk, op, n),
+                        2 => tile::<2>(wp, qp, pc, nblk, op, n),
+                        _ => tile::<1>(wp, qp, pc, nblk, op, n),
+                    }
+                }
+            }
+            t0 += tt;
+        }
+        kb += nblk;
+    }
+}
