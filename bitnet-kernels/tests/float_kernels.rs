@@ -161,8 +161,13 @@ fn matmul_q8_0_q8_0_within_budget() {
                             let isum: i64 = (2..34)
                                 .map(|j| i64::from(wb[j] as i8) * i64::from(xb[j] as i8))
                                 .sum();
+                            // The condition counts every product: SIMD kernels scale
+                            // partial lane sums of a block, not the block's exact sum.
+                            let abs: i64 = (2..34)
+                                .map(|j| (i64::from(wb[j] as i8) * i64::from(xb[j] as i8)).abs())
+                                .sum();
                             want += d * isum as f64;
-                            cond += (d * isum as f64).abs();
+                            cond += (d * abs as f64).abs();
                         }
                         assert_close(
                             out[t * rows.len() + i],
