@@ -1,6 +1,7 @@
 //! Weight-row formats: hand-built blocks decode to the values ggml defines, Q6_K's element
 //! order matches a transcription of ggml's `dequantize_row_q6_K` loop, and every reference
 //! encoder round-trips through `dequantize_row` within its named error budget.
+#![allow(clippy::needless_range_loop)] // index loops read closer to the math here
 
 mod float_util;
 

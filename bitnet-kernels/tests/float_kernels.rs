@@ -2,6 +2,7 @@
 //! f64 model of the operation: random data (seeded), lengths with all kinds of tails,
 //! misaligned slices, zeros, huge and negative values. Exact operations must match the
 //! scalar kernel bit for bit; reductions must stay inside the named budgets.
+#![allow(clippy::needless_range_loop)] // index loops read closer to the math here
 
 mod float_util;
 
