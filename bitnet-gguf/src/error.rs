@@ -301,7 +301,7 @@ pub enum GgufError {
     /// Tensor data handed to the writer does not match the declared sizes.
     #[error("tensor data for \"{tensor}\": {reason}")]
     TensorDataMismatch {
-        /// The tensor (or "<none>" when all were already written).
+        /// The tensor (or `<none>` when all were already written).
         tensor: String,
         /// Why.
         reason: String,

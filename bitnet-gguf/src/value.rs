@@ -149,7 +149,7 @@ impl Value {
         }
     }
 
-    /// A short name of the type for messages: "u32", "string", "array<f32>".
+    /// A short name of the type for messages: `u32`, `string`, `array<f32>`.
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::U8(_) => "u8",
@@ -236,7 +236,7 @@ impl Array {
         }
     }
 
-    /// A short name for messages: "array<u32>", "array<array>".
+    /// A short name for messages: `array<u32>`, `array<array>`.
     pub fn type_name(&self) -> &'static str {
         match self {
             Array::U8(_) => "array<u8>",
