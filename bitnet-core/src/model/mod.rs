@@ -1,1 +1,242 @@
-//! (being written)
+//! The optimized engine: a loaded model ([`Model`]: config, tokenizer, weights repacked for the
+//! kernels) and an inference session over it ([`Session`]: every activation buffer and the
+//! f16 KV cache allocated once, prefill through the matrix-matrix kernels, decode through the
+//! matrix-vector ones, every product split by output rows across the thread pool).
+//!
+//! Files: `loader.rs` reads a GGUF into a [`Model`]; `linear.rs` is one projection in
+//! whichever layout it was loaded as; `session.rs` owns the buffers and runs `eval`;
+//! `forward.rs` is the per-layer math; `par.rs` the parallel building blocks; `generate.rs`
+//! the streaming generation loop; `profile.rs` and `stop.rs` its helpers.
+
+mod forward;
+mod generate;
+mod linear;
+mod loader;
+mod par;
+mod profile;
+mod session;
+
+use std::ops::Range;
+
+use bitnet_gguf::GgufFile;
+use bitnet_kernels::float::RowFormat;
+use bitnet_kernels::{AlignedVec, Isa};
+
+use crate::config::ModelConfig;
+use crate::tokenizer::Tokenizer;
+
+pub use generate::{GenStats, StopReason, generate};
+pub use profile::{OpKind, Profile, ProfileRow};
+pub use session::Session;
+
+pub(crate) use linear::Linear;
+
+/// How the file's bytes are brought into memory.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum LoadMode {
+    /// Memory-map the file; the embedding (and head) stay zero-copy views of the map.
+    #[default]
+    Mmap,
+    /// Read the whole file into aligned memory (`--no-mmap`); what the model keeps after the
+    /// ternary weights are repacked is copied out and the file buffer dropped.
+    Read,
+}
+
+/// How the output head (vocabulary projection) is computed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum HeadMode {
+    /// In the file's own format (F16, Q6_K, ...), straight from the file's bytes.
+    #[default]
+    Native,
+    /// Re-quantized to Q8_0 at load; the final hidden state is quantized to Q8_0 too.
+    Q8,
+}
+
+impl HeadMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            HeadMode::Native => "native",
+            HeadMode::Q8 => "q8_0",
+        }
+    }
+}
+
+/// Options of [`Model::load`].
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub mode: LoadMode,
+    /// Lock the model's memory (`mlock`) so it is never paged out.
+    pub mlock: bool,
+    /// Kernel set; `None` = [`Isa::from_env`] (`BITNET_KERNEL` or the best available).
+    pub isa: Option<Isa>,
+    /// Threads for the forward pass (the caller included); 0 = physical cores.
+    pub threads: usize,
+    /// Pin pool threads to cores.
+    pub pin: bool,
+    pub head: HeadMode,
+    /// Default context size of sessions; 0 = min(training context, 4096).
+    pub n_ctx: usize,
+    /// Prompt tokens evaluated per batch (sizes the activation buffers).
+    pub prefill_chunk: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            mode: LoadMode::Mmap,
+            mlock: false,
+            isa: None,
+            threads: 0,
+            pin: true,
+            head: HeadMode::Native,
+            n_ctx: 0,
+            prefill_chunk: 256,
+        }
+    }
+}
+
+/// What loading cost and produced.
+#[derive(Clone, Debug)]
+pub struct LoadStats {
+    pub load_secs: f64,
+    /// Bytes of weights held in memory by the model (repacked matrices, norms, owned copies).
+    pub weight_bytes: u64,
+    /// Bytes of the file still mapped and read at run time (embedding, head); 0 without mmap.
+    pub mapped_bytes: u64,
+    pub isa: Isa,
+    pub threads: usize,
+    pub head_mode: HeadMode,
+}
+
+/// Bytes the model keeps from the file, either as a view into the open file (mmap) or as an
+/// owned aligned copy.
+#[derive(Clone, Debug)]
+pub(crate) enum Blob {
+    File(Range<usize>),
+    Owned(usize),
+}
+
+/// The storage [`Blob`]s point into.
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub(crate) file: Option<GgufFile>,
+    pub(crate) owned: Vec<AlignedVec<u8>>,
+}
+
+impl Store {
+    pub(crate) fn bytes(&self, b: &Blob) -> &[u8] {
+        match b {
+            Blob::File(r) => match &self.file {
+                Some(f) => &f.as_bytes()[r.clone()],
+                None => &[],
+            },
+            Blob::Owned(i) => &self.owned[*i],
+        }
+    }
+}
+
+/// A float matrix (embedding, head) stored row by row in a [`RowFormat`].
+#[derive(Clone, Debug)]
+pub(crate) struct FloatRows {
+    pub(crate) fmt: RowFormat,
+    pub(crate) blob: Blob,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) row_bytes: usize,
+}
+
+/// One transformer block's weights.
+#[derive(Debug)]
+pub(crate) struct Layer {
+    pub(crate) attn_norm: Vec<f32>,
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) attn_sub_norm: Option<Vec<f32>>,
+    pub(crate) o: Linear,
+    pub(crate) ffn_norm: Vec<f32>,
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) ffn_sub_norm: Option<Vec<f32>>,
+    pub(crate) down: Linear,
+}
+
+impl Layer {
+    pub(crate) fn linears(&self) -> [&Linear; 7] {
+        [
+            &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,
+        ]
+    }
+
+    pub(crate) fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        [
+            &mut self.q,
+            &mut self.k,
+            &mut self.v,
+            &mut self.o,
+            &mut self.gate,
+            &mut self.up,
+            &mut self.down,
+        ]
+    }
+}
+
+/// A loaded model: immutable, shared by its sessions.
+#[derive(Debug)]
+pub struct Model {
+    pub(crate) config: ModelConfig,
+    pub(crate) tokenizer: Option<Tokenizer>,
+    pub(crate) store: Store,
+    pub(crate) embed: FloatRows,
+    pub(crate) head: FloatRows,
+    pub(crate) head_mode: HeadMode,
+    pub(crate) output_norm: Vec<f32>,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) isa: Isa,
+    pub(crate) threads: usize,
+    pub(crate) pin: bool,
+    pub(crate) n_ctx: usize,
+    pub(crate) prefill_chunk: usize,
+    pub(crate) stats: LoadStats,
+}
+
+impl Model {
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The tokenizer built from the file's metadata, if it has one.
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_ref()
+    }
+
+    pub fn load_stats(&self) -> &LoadStats {
+        &self.stats
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The default context size of sessions.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.config.n_vocab
+    }
+
+    pub fn head_mode(&self) -> HeadMode {
+        self.head_mode
+    }
+
+    /// The GGUF file, while the model still holds it (mmap mode).
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        self.store.file.as_ref()
+    }
+}

@@ -1,0 +1,476 @@
+//! Loading a GGUF into a [`Model`]: the config is read and checked first (a clear error
+//! before any weight byte is touched), then the ternary and 1-bit projections are repacked
+//! into the kernels' layouts (in parallel), norms copied, and the embedding and head kept as
+//! views of the file map (or copied out of the read buffer, which is then dropped).
+//!
+//! `--mlock` is the one `unsafe` here (`mlock(2)` / `mlockall(2)` take raw addresses).
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bitnet_gguf::{GgufFile, TensorInfo, TensorType};
+use bitnet_kernels::float::{self, QK8_0, RowFormat};
+use bitnet_kernels::{AlignedVec, BinaryMatrix, Isa, TernaryMatrix, TernarySource};
+
+use super::linear::{Linear, LinearKind};
+use super::{Blob, FloatRows, HeadMode, Layer, LoadMode, LoadOptions, LoadStats, Model, Store};
+use crate::config::{self, ActBits, ModelConfig, Proj};
+use crate::error::CoreError;
+use crate::threadpool::physical_core_count;
+use crate::tokenizer::Tokenizer;
+
+/// The row format of a float tensor type, if it has one.
+pub(crate) fn row_format(ty: TensorType) -> Option<RowFormat> {
+    Some(match ty {
+        TensorType::F32 => RowFormat::F32,
+        TensorType::F16 => RowFormat::F16,
+        TensorType::BF16 => RowFormat::BF16,
+        TensorType::Q8_0 => RowFormat::Q8_0,
+        TensorType::Q4_0 => RowFormat::Q4_0,
+        TensorType::Q6_K => RowFormat::Q6K,
+        _ => return None,
+    })
+}
+
+fn bad(name: &str, reason: impl Into<String>) -> CoreError {
+    CoreError::BadTensor {
+        name: name.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn tensor<'f>(file: &'f GgufFile, name: &str) -> Result<&'f TensorInfo, CoreError> {
+    file.tensor(name)
+        .ok_or_else(|| bad(name, "missing (the config check should have caught this)"))
+}
+
+/// Absolute byte range of `t` in the file.
+fn file_range(file: &GgufFile, t: &TensorInfo) -> Result<Range<usize>, CoreError> {
+    let start = usize::try_from(file.data_offset() + t.offset)
+        .map_err(|_| bad(&t.name, "offset does not fit in memory"))?;
+    let len = usize::try_from(t.n_bytes).map_err(|_| bad(&t.name, "too large"))?;
+    Ok(start..start + len)
+}
+
+/// An F32 vector of exactly `len` elements.
+fn f32_vec(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, CoreError> {
+    let t = tensor(file, name)?;
+    if t.ty != TensorType::F32 || t.n_elements != len as u64 {
+        return Err(bad(
+            name,
+            format!(
+                "expected {len} F32 values, found {} {}",
+                t.n_elements,
+                t.ty.name()
+            ),
+        ));
+    }
+    let v: Vec<f32> = file
+        .tensor_data(t)
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(bad(name, format!("value {i} is not finite ({})", v[i])));
+    }
+    Ok(v)
+}
+
+fn float_rows(file: &GgufFile, t: &TensorInfo) -> Result<FloatRows, CoreError> {
+    let fmt = row_format(t.ty).ok_or_else(|| {
+        bad(
+            &t.name,
+            format!("type {} is not a float row format", t.ty.name()),
+        )
+    })?;
+    let (cols, rows) = (t.row_len() as usize, t.rows() as usize);
+    let row_bytes = fmt.row_bytes(cols).ok_or_else(|| {
+        bad(
+            &t.name,
+            format!("rows of {cols} are not whole {} blocks", fmt.name()),
+        )
+    })?;
+    if row_bytes as u64 * rows as u64 != t.n_bytes {
+        return Err(bad(&t.name, "byte size does not match its shape"));
+    }
+    Ok(FloatRows {
+        fmt,
+        blob: Blob::File(file_range(file, t)?),
+        rows,
+        cols,
+        row_bytes,
+    })
+}
+
+/// One projection, repacked for the kernels (or kept as float rows in the file).
+fn load_linear(
+    file: &GgufFile,
+    cfg: &ModelConfig,
+    layer: usize,
+    p: Proj,
+) -> Result<Linear, CoreError> {
+    let name = config::proj_name(layer, p);
+    let t = tensor(file, &name)?;
+    let (cols, rows) = (t.row_len() as usize, t.rows() as usize);
+    let data = file.tensor_data(t);
+    let kind = match t.ty {
+        TensorType::I2_S => LinearKind::Ternary(TernaryMatrix::from_source(
+            TernarySource::I2S(data),
+            rows,
+            cols,
+        )?),
+        TensorType::TQ2_0 => LinearKind::Ternary(TernaryMatrix::from_source(
+            TernarySource::Tq2_0(data),
+            rows,
+            cols,
+        )?),
+        TensorType::TQ1_0 => LinearKind::Ternary(TernaryMatrix::from_source(
+            TernarySource::Tq1_0(data),
+            rows,
+            cols,
+        )?),
+        TensorType::Q1_0 => LinearKind::Binary(BinaryMatrix::from_q1_bits(data, rows, cols)?),
+        ty => match row_format(ty) {
+            Some(_) => {
+                let fr = float_rows(file, t)?;
+                LinearKind::Float {
+                    fmt: fr.fmt,
+                    blob: fr.blob,
+                }
+            }
+            None => {
+                return Err(CoreError::Unsupported(format!(
+                    "tensor \"{name}\" of type {}",
+                    ty.name()
+                )));
+            }
+        },
+    };
+    if cfg.act_bits == ActBits::Binary && matches!(kind, LinearKind::Ternary(_)) {
+        return Err(CoreError::Unsupported(format!(
+            "1-bit activations with ternary weights (\"{name}\" is {})",
+            t.ty.name()
+        )));
+    }
+    let scale_name = config::proj_scale_name(layer, p);
+    let scale = match file.tensor(&scale_name) {
+        None => None,
+        Some(_) => Some(f32_vec(file, &scale_name, 1)?[0]),
+    };
+    Ok(Linear {
+        kind,
+        rows,
+        cols,
+        scale,
+    })
+}
+
+/// Repacks every projection, `threads` at a time; results in `(layer, Proj::ALL)` order.
+fn load_linears(
+    file: &GgufFile,
+    cfg: &ModelConfig,
+    threads: usize,
+) -> Result<Vec<Linear>, CoreError> {
+    let jobs: Vec<(usize, Proj)> = (0..cfg.n_layer)
+        .flat_map(|l| Proj::ALL.into_iter().map(move |p| (l, p)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<(usize, Result<Linear, CoreError>)>> = Mutex::new(Vec::new());
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(l, p)) = jobs.get(i) else { break };
+            let r = load_linear(file, cfg, l, p);
+            let failed = r.is_err();
+            done.lock().unwrap_or_else(|e| e.into_inner()).push((i, r));
+            if failed {
+                // Stop handing out work; the first error is reported.
+                next.store(jobs.len(), Ordering::Relaxed);
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads.min(jobs.len()).max(1) {
+            s.spawn(work);
+        }
+        work();
+    });
+    let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The head re-quantized to Q8_0 rows (parallel over rows).
+fn requantize_q8(src: &[u8], head: &FloatRows, threads: usize) -> AlignedVec<u8> {
+    let q8_rb = RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0);
+    let mut out = AlignedVec::<u8>::zeroed(head.rows * q8_rb);
+    let per = head.rows.div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        for (c, dst) in out.chunks_mut(per * q8_rb).enumerate() {
+            s.spawn(move || {
+                let mut row = vec![0.0f32; head.cols];
+                for (j, q) in dst.chunks_exact_mut(q8_rb).enumerate() {
+                    let r = c * per + j;
+                    let b = &src[r * head.row_bytes..(r + 1) * head.row_bytes];
+                    float::dequantize_row(head.fmt, b, &mut row);
+                    float::quantize_row_q8_0(&row, q);
+                }
+            });
+        }
+    });
+    out
+}
+
+/// Locks `bytes` in memory.
+fn mlock(bytes: &[u8], path: &Path) -> Result<(), CoreError> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: mlock only reads the address range's page mapping; `bytes` is a live borrow of
+    // mapped memory for the duration of the call and nothing is dereferenced.
+    let rc = unsafe { libc::mlock(bytes.as_ptr().cast(), bytes.len()) };
+    if rc != 0 {
+        return Err(CoreError::Io {
+            path: path.to_owned(),
+            what: "mlock",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// Locks all current memory of the process (the repacked weights live on the heap).
+fn mlockall(path: &Path) -> Result<(), CoreError> {
+    // SAFETY: mlockall takes only flags and touches no Rust-visible memory.
+    let rc = unsafe { libc::mlockall(libc::MCL_CURRENT) };
+    if rc != 0 {
+        return Err(CoreError::Io {
+            path: path.to_owned(),
+            what: "mlockall",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+impl Model {
+    /// Loads the model at `path`; see [`LoadOptions`].
+    pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model, CoreError> {
+        let path = path.as_ref();
+        let t0 = Instant::now();
+        let isa = match opts.isa {
+            Some(i) => i.require()?,
+            None => Isa::from_env()?,
+        };
+        let threads = if opts.threads == 0 {
+            physical_core_count().max(1)
+        } else {
+            opts.threads
+        };
+        if opts.prefill_chunk == 0 {
+            return Err(CoreError::InvalidOption {
+                option: "prefill_chunk",
+                reason: "must be at least 1".into(),
+            });
+        }
+        let mode = match opts.mode {
+            LoadMode::Mmap => bitnet_gguf::LoadMode::Mmap,
+            LoadMode::Read => bitnet_gguf::LoadMode::Read,
+        };
+        let file = GgufFile::open(path, mode)?;
+        let cfg = ModelConfig::from_gguf(&file)?;
+        let md = file.metadata();
+        let tokenizer = if md.contains("tokenizer.ggml.model") {
+            Some(Tokenizer::from_metadata(md)?)
+        } else {
+            None
+        };
+        if opts.head == HeadMode::Q8 && !cfg.n_embd.is_multiple_of(QK8_0) {
+            return Err(CoreError::InvalidOption {
+                option: "head",
+                reason: format!("q8 needs n_embd a multiple of {QK8_0}, got {}", cfg.n_embd),
+            });
+        }
+        let n_ctx = match opts.n_ctx {
+            0 => cfg.n_ctx_train.min(4096),
+            n => n,
+        };
+
+        let e = cfg.n_embd;
+        let mut linears = load_linears(&file, &cfg, threads)?.into_iter();
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            let mut next = || {
+                linears
+                    .next()
+                    .ok_or_else(|| bad("layers", "missing projection"))
+            };
+            let (q, k, v, o, gate, up, down) = (
+                next()?,
+                next()?,
+                next()?,
+                next()?,
+                next()?,
+                next()?,
+                next()?,
+            );
+            let sub = |which: &str, len: usize| -> Result<Option<Vec<f32>>, CoreError> {
+                if cfg.sub_norms {
+                    Ok(Some(f32_vec(&file, &config::norm_name(l, which), len)?))
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(Layer {
+                attn_norm: f32_vec(&file, &config::norm_name(l, "attn_norm"), e)?,
+                attn_sub_norm: sub("attn_sub_norm", cfg.q_dim())?,
+                ffn_norm: f32_vec(&file, &config::norm_name(l, "ffn_norm"), e)?,
+                ffn_sub_norm: sub("ffn_sub_norm", cfg.n_ff)?,
+                q,
+                k,
+                v,
+                o,
+                gate,
+                up,
+                down,
+            });
+        }
+        let output_norm = f32_vec(&file, config::OUTPUT_NORM, e)?;
+        let embed = float_rows(&file, tensor(&file, config::TOKEN_EMBD)?)?;
+        if embed.rows != cfg.n_vocab || embed.cols != e {
+            return Err(bad(config::TOKEN_EMBD, "shape does not match the config"));
+        }
+        let mut head = if cfg.tied_head {
+            embed.clone()
+        } else {
+            float_rows(&file, tensor(&file, config::OUTPUT)?)?
+        };
+        if head.rows != cfg.n_vocab || head.cols != e {
+            return Err(bad(config::OUTPUT, "shape does not match the config"));
+        }
+
+        let mut embed_blob = embed.blob.clone();
+        let mut store = Store {
+            file: None,
+            owned: Vec::new(),
+        };
+        if opts.head == HeadMode::Q8 && head.fmt != RowFormat::Q8_0 {
+            let Blob::File(r) = &head.blob else {
+                unreachable!("blobs point into the file until it is dropped")
+            };
+            let q8 = requantize_q8(&file.as_bytes()[r.clone()], &head, threads);
+            store.owned.push(q8);
+            head = FloatRows {
+                fmt: RowFormat::Q8_0,
+                blob: Blob::Owned(store.owned.len() - 1),
+                rows: head.rows,
+                cols: head.cols,
+                row_bytes: RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0),
+            };
+        }
+
+        // Without a map, copy out what is still read from the file and drop its buffer.
+        let mut blobs: Vec<&mut Blob> = vec![&mut embed_blob, &mut head.blob];
+        for layer in &mut layers {
+            for lin in layer.linears_mut() {
+                if let LinearKind::Float { blob, .. } = &mut lin.kind {
+                    blobs.push(blob);
+                }
+            }
+        }
+        let mut kept: Vec<Range<usize>> = Vec::new();
+        for b in &blobs {
+            if let Blob::File(r) = &**b
+                && !kept.contains(r)
+            {
+                kept.push(r.clone());
+            }
+        }
+        let mapped = opts.mode == LoadMode::Mmap;
+        let mapped_bytes: u64 = if mapped {
+            kept.iter().map(|r| r.len() as u64).sum()
+        } else {
+            0
+        };
+        if !mapped {
+            let first_owned = store.owned.len();
+            for r in &kept {
+                store
+                    .owned
+                    .push(AlignedVec::from_slice(&file.as_bytes()[r.clone()]));
+            }
+            for b in blobs {
+                if let Blob::File(r) = &*b {
+                    let i = kept.iter().position(|k| k == r).unwrap_or(0);
+                    *b = Blob::Owned(first_owned + i);
+                }
+            }
+            drop(file);
+        } else {
+            drop(blobs);
+            store.file = Some(file);
+        }
+        let embed = FloatRows {
+            blob: embed_blob,
+            ..embed
+        };
+
+        if opts.mlock {
+            if mapped {
+                for r in &kept {
+                    mlock(store.bytes(&Blob::File(r.clone())), path)?;
+                }
+                for o in &store.owned {
+                    mlock(o, path)?;
+                }
+            } else {
+                mlockall(path)?;
+            }
+        }
+
+        let norm_floats: usize = layers
+            .iter()
+            .map(|l| {
+                l.attn_norm.len()
+                    + l.ffn_norm.len()
+                    + l.attn_sub_norm.as_ref().map_or(0, Vec::len)
+                    + l.ffn_sub_norm.as_ref().map_or(0, Vec::len)
+            })
+            .sum::<usize>()
+            + output_norm.len();
+        let weight_bytes = layers
+            .iter()
+            .flat_map(|l| l.linears())
+            .map(|lin| lin.memory_bytes() as u64)
+            .sum::<u64>()
+            + 4 * norm_floats as u64
+            + store.owned.iter().map(|o| o.len() as u64).sum::<u64>();
+        let stats = LoadStats {
+            load_secs: t0.elapsed().as_secs_f64(),
+            weight_bytes,
+            mapped_bytes,
+            isa,
+            threads,
+            head_mode: opts.head,
+        };
+        Ok(Model {
+            config: cfg,
+            tokenizer,
+            store,
+            embed,
+            head,
+            head_mode: opts.head,
+            output_norm,
+            layers,
+            isa,
+            threads,
+            pin: opts.pin,
+            n_ctx,
+            prefill_chunk: opts.prefill_chunk,
+            stats,
+        })
+    }
+}

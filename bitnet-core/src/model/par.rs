@@ -1,0 +1,381 @@
+//! The parallel building blocks of the forward pass. Every product splits its output rows
+//! across the pool ([`matmul_group`]); attention splits (token, head) pairs with the work
+//! balanced by the number of positions each pair attends to ([`attention`]); per-token work
+//! (norms, quantization, rope, residual adds) splits the tokens of a batch ([`per_token`]).
+//! No reduction is ever split across threads, so results do not depend on the thread count.
+//!
+//! A thread's share of a product for `n` tokens is written as one contiguous block
+//! `[n][rows of the share]` (the layout the kernels produce); [`Blocked`] reads a token's
+//! row back out of those blocks.
+
+use std::ops::Range;
+
+use bitnet_kernels::float;
+use bitnet_kernels::{ActScale, Isa};
+
+use super::Store;
+use super::linear::{LinInput, Linear};
+use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
+
+/// Output `[n][rows]` of a product split into per-thread blocks.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Blocked<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) n_tok: usize,
+    pub(crate) rows: usize,
+    pub(crate) align: usize,
+    pub(crate) parts: usize,
+}
+
+impl Blocked<'_> {
+    /// The pieces of token `t`'s row: `(destination columns, source slice)`.
+    #[inline]
+    fn pieces(&self, t: usize) -> impl Iterator<Item = (Range<usize>, &[f32])> + '_ {
+        (0..self.parts).filter_map(move |p| {
+            let r = split_range(self.rows, self.parts, p, self.align);
+            if r.is_empty() {
+                return None;
+            }
+            let off = self.n_tok * r.start + t * r.len();
+            Some((r.clone(), &self.data[off..off + r.len()]))
+        })
+    }
+
+    /// Copies token `t`'s row into `dst` (`rows` long).
+    pub(crate) fn copy_row(&self, t: usize, dst: &mut [f32]) {
+        for (r, src) in self.pieces(t) {
+            dst[r].copy_from_slice(src);
+        }
+    }
+
+    /// `dst += row t`.
+    pub(crate) fn add_row(&self, isa: Isa, t: usize, dst: &mut [f32]) {
+        for (r, src) in self.pieces(t) {
+            float::add_inplace(isa, &mut dst[r], src);
+        }
+    }
+}
+
+/// The products of one group of projections sharing an input (q/k/v, gate/up, ...): thread
+/// `tid` computes its share of every projection's rows. `outs[i]` receives projection `i`'s
+/// blocked output (at least `n_tok * rows` long).
+pub(crate) fn matmul_group(
+    pool: &ThreadPool,
+    isa: Isa,
+    store: &Store,
+    binary_acts: bool,
+    lins: &[&Linear],
+    inp: &LinInput<'_>,
+    outs: &mut [&mut [f32]],
+) {
+    let n = inp.n_tok;
+    let slices: [Option<DisjointSlice<'_, f32>>; 3] = {
+        let mut it = outs.iter_mut();
+        std::array::from_fn(|_| it.next().map(|o| DisjointSlice::new(&mut o[..])))
+    };
+    let job = |tid: usize, nt: usize| {
+        for (lin, out) in lins.iter().zip(slices.iter().flatten()) {
+            let r = split_range(lin.rows, nt, tid, lin.align());
+            if r.is_empty() {
+                continue;
+            }
+            let dst = out.slice_mut(n * r.start..n * r.end);
+            lin.compute(isa, store, binary_acts, inp, r, dst);
+        }
+    };
+    if pool.n_threads() == 1 {
+        job(0, 1);
+    } else {
+        pool.run(&job);
+    }
+}
+
+/// The blocked view of projection output `data` as [`matmul_group`] wrote it.
+pub(crate) fn blocked<'a>(
+    pool: &ThreadPool,
+    lin: &Linear,
+    data: &'a [f32],
+    n_tok: usize,
+) -> Blocked<'a> {
+    Blocked {
+        data,
+        n_tok,
+        rows: lin.rows,
+        align: lin.align(),
+        parts: pool.n_threads(),
+    }
+}
+
+/// Per-token activation buffers, each `[chunk][stride]`.
+#[derive(Debug)]
+pub(crate) struct Bufs {
+    /// Residual stream, stride `n_embd`.
+    pub(crate) x: Vec<f32>,
+    /// Normed input of the next projection group (f32), stride = that group's `cols`.
+    pub(crate) xn: Vec<f32>,
+    /// The same quantized to int8, stride `padded(cols)`.
+    pub(crate) xq: Vec<i8>,
+    pub(crate) acts: Vec<ActScale>,
+    /// The same as sign bits, stride `bit_words(cols)`.
+    pub(crate) bits: Vec<u64>,
+    pub(crate) bit_scales: Vec<f32>,
+    /// Roped queries / keys and values, strides `q_dim`, `kv_dim`, `kv_dim`.
+    pub(crate) q: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    /// Attention output, stride `q_dim`.
+    pub(crate) att: Vec<f32>,
+    /// FFN inner activations, stride `n_ff`.
+    pub(crate) ff: Vec<f32>,
+}
+
+/// Strides of [`Bufs`] for one per-token stage.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Strides {
+    pub(crate) embd: usize,
+    /// `cols` of the projection group the stage prepares input for.
+    pub(crate) inp: usize,
+    pub(crate) pc: usize,
+    pub(crate) words: usize,
+    pub(crate) q: usize,
+    pub(crate) kv: usize,
+    pub(crate) ff: usize,
+}
+
+/// A token range's rows of the buffers that hold a projection group's prepared input.
+#[derive(Debug)]
+pub(crate) struct PrepBufs<'a> {
+    pub(crate) xn: &'a mut [f32],
+    pub(crate) xq: &'a mut [i8],
+    pub(crate) acts: &'a mut [ActScale],
+    pub(crate) bits: &'a mut [u64],
+    pub(crate) bit_scales: &'a mut [f32],
+}
+
+/// A token range's rows of every [`Bufs`] buffer.
+#[derive(Debug)]
+pub(crate) struct TokBufs<'a> {
+    pub(crate) x: &'a mut [f32],
+    pub(crate) p: PrepBufs<'a>,
+    pub(crate) q: &'a mut [f32],
+    pub(crate) k: &'a mut [f32],
+    pub(crate) v: &'a mut [f32],
+    pub(crate) att: &'a mut [f32],
+    pub(crate) ff: &'a mut [f32],
+}
+
+impl Bufs {
+    fn range(&mut self, s: &Strides, r: Range<usize>) -> TokBufs<'_> {
+        let (a, b) = (r.start, r.end);
+        TokBufs {
+            x: &mut self.x[a * s.embd..b * s.embd],
+            p: PrepBufs {
+                xn: &mut self.xn[a * s.inp..b * s.inp],
+                xq: &mut self.xq[a * s.pc..b * s.pc],
+                acts: &mut self.acts[a..b],
+                bits: &mut self.bits[a * s.words..b * s.words],
+                bit_scales: &mut self.bit_scales[a..b],
+            },
+            q: &mut self.q[a * s.q..b * s.q],
+            k: &mut self.k[a * s.kv..b * s.kv],
+            v: &mut self.v[a * s.kv..b * s.kv],
+            att: &mut self.att[a * s.q..b * s.q],
+            ff: &mut self.ff[a * s.ff..b * s.ff],
+        }
+    }
+}
+
+/// Runs `f(tokens, rows of those tokens)` over `0..n_tok`: on the calling thread for a single
+/// token, else split across the pool.
+pub(crate) fn per_token<F>(pool: &ThreadPool, bufs: &mut Bufs, s: &Strides, n_tok: usize, f: F)
+where
+    F: Fn(Range<usize>, &mut TokBufs<'_>) + Sync,
+{
+    if n_tok <= 1 || pool.n_threads() == 1 {
+        let mut tb = bufs.range(s, 0..n_tok);
+        f(0..n_tok, &mut tb);
+        return;
+    }
+    let d_x = DisjointSlice::new(&mut bufs.x[..]);
+    let d_xn = DisjointSlice::new(&mut bufs.xn[..]);
+    let d_xq = DisjointSlice::new(&mut bufs.xq[..]);
+    let d_acts = DisjointSlice::new(&mut bufs.acts[..]);
+    let d_bits = DisjointSlice::new(&mut bufs.bits[..]);
+    let d_bs = DisjointSlice::new(&mut bufs.bit_scales[..]);
+    let d_q = DisjointSlice::new(&mut bufs.q[..]);
+    let d_k = DisjointSlice::new(&mut bufs.k[..]);
+    let d_v = DisjointSlice::new(&mut bufs.v[..]);
+    let d_att = DisjointSlice::new(&mut bufs.att[..]);
+    let d_ff = DisjointSlice::new(&mut bufs.ff[..]);
+    pool.run(&|tid, nt| {
+        let r = split_range(n_tok, nt, tid, 1);
+        if r.is_empty() {
+            return;
+        }
+        let (a, b) = (r.start, r.end);
+        let mut tb = TokBufs {
+            x: d_x.slice_mut(a * s.embd..b * s.embd),
+            p: PrepBufs {
+                xn: d_xn.slice_mut(a * s.inp..b * s.inp),
+                xq: d_xq.slice_mut(a * s.pc..b * s.pc),
+                acts: d_acts.slice_mut(a..b),
+                bits: d_bits.slice_mut(a * s.words..b * s.words),
+                bit_scales: d_bs.slice_mut(a..b),
+            },
+            q: d_q.slice_mut(a * s.q..b * s.q),
+            k: d_k.slice_mut(a * s.kv..b * s.kv),
+            v: d_v.slice_mut(a * s.kv..b * s.kv),
+            att: d_att.slice_mut(a * s.q..b * s.q),
+            ff: d_ff.slice_mut(a * s.ff..b * s.ff),
+        };
+        f(r, &mut tb);
+    });
+}
+
+/// Shape of one attention call.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct AttnShape {
+    pub(crate) n_head: usize,
+    pub(crate) group: usize,
+    pub(crate) head_dim: usize,
+    /// Elements between two positions of one KV head in the cache.
+    pub(crate) kv_stride: usize,
+    /// Elements between the position-0 entries of two KV heads.
+    pub(crate) kv_head_step: usize,
+    pub(crate) scale: f32,
+    /// Scratch floats per thread (at least the context size).
+    pub(crate) scratch: usize,
+}
+
+/// The `tid`-th of `nt` ranges of (token, head) pairs, balanced by attended positions: pair
+/// `(t, h)` (index `t * n_head + h`) costs `pos0 + t + 1`.
+fn balanced_pairs(n_tok: usize, n_head: usize, pos0: usize, nt: usize, tid: usize) -> Range<usize> {
+    let cost = |t: usize| (pos0 + t + 1) as u128;
+    let total: u128 = (0..n_tok).map(|t| cost(t) * n_head as u128).sum();
+    let bound = |k: usize| -> usize {
+        if k == 0 {
+            return 0;
+        }
+        if k >= nt {
+            return n_tok * n_head;
+        }
+        let target = total * k as u128 / nt as u128;
+        let mut acc = 0u128;
+        for p in 0..n_tok * n_head {
+            if acc >= target {
+                return p;
+            }
+            acc += cost(p / n_head);
+        }
+        n_tok * n_head
+    };
+    bound(tid)..bound(tid + 1)
+}
+
+/// Causal attention of `n_tok` new tokens at positions `pos0..` over the cache of one layer
+/// (which already holds them): `att[t][h] = softmax(q[t][h] . K / sqrt(d)) V`, query head
+/// `h` reading KV head `h / group`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
+    pool: &ThreadPool,
+    isa: Isa,
+    sh: &AttnShape,
+    k_cache: &[u16],
+    v_cache: &[u16],
+    q: &[f32],
+    att: &mut [f32],
+    scratch: &mut [f32],
+    n_tok: usize,
+    pos0: usize,
+) {
+    let hd = sh.head_dim;
+    let qd = sh.n_head * hd;
+    let pair = |p: usize, out: &mut [f32], sc: &mut [f32]| {
+        let (t, h) = (p / sh.n_head, p % sh.n_head);
+        let n_pos = pos0 + t + 1;
+        let base = (h / sh.group) * sh.kv_head_step;
+        let qh = &q[t * qd + h * hd..][..hd];
+        let sc = &mut sc[..n_pos];
+        float::attn_scores_f16(isa, qh, &k_cache[base..], sh.kv_stride, n_pos, sh.scale, sc);
+        float::softmax_inplace(isa, sc);
+        float::attn_weighted_sum_f16(isa, sc, &v_cache[base..], sh.kv_stride, n_pos, out);
+    };
+    let n_pairs = n_tok * sh.n_head;
+    if pool.n_threads() == 1 {
+        for p in 0..n_pairs {
+            pair(
+                p,
+                &mut att[p * hd..(p + 1) * hd],
+                &mut scratch[..sh.scratch],
+            );
+        }
+        return;
+    }
+    let d_att = DisjointSlice::new(&mut att[..n_pairs * hd]);
+    let d_sc = DisjointSlice::new(scratch);
+    pool.run(&|tid, nt| {
+        let r = if n_tok == 1 {
+            split_range(n_pairs, nt, tid, 1)
+        } else {
+            balanced_pairs(n_tok, sh.n_head, pos0, nt, tid)
+        };
+        if r.is_empty() {
+            return;
+        }
+        let out = d_att.slice_mut(r.start * hd..r.end * hd);
+        let sc = d_sc.slice_mut(tid * sh.scratch..(tid + 1) * sh.scratch);
+        for (i, p) in r.enumerate() {
+            pair(p, &mut out[i * hd..(i + 1) * hd], sc);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn balanced_pairs_cover_everything_once() {
+        for (n_tok, n_head, pos0) in [(1, 4, 0), (7, 3, 5), (64, 20, 0), (5, 1, 100)] {
+            for nt in 1..5 {
+                let mut next = 0;
+                for tid in 0..nt {
+                    let r = balanced_pairs(n_tok, n_head, pos0, nt, tid);
+                    assert_eq!(r.start, next);
+                    next = r.end;
+                }
+                assert_eq!(next, n_tok * n_head);
+            }
+        }
+    }
+
+    #[test]
+    fn blocked_rows_round_trip() {
+        // 3 tokens, 10 rows, 2 parts aligned to 4: part 0 = rows 0..8? split_range decides.
+        let (n, rows, parts, align) = (3usize, 10usize, 2usize, 4usize);
+        let mut data = vec![0.0f32; n * rows];
+        for p in 0..parts {
+            let r = split_range(rows, parts, p, align);
+            for t in 0..n {
+                for (i, row) in r.clone().enumerate() {
+                    data[n * r.start + t * r.len() + i] = (t * 100 + row) as f32;
+                }
+            }
+        }
+        let b = Blocked {
+            data: &data,
+            n_tok: n,
+            rows,
+            align,
+            parts,
+        };
+        let mut row = vec![0.0; rows];
+        for t in 0..n {
+            b.copy_row(t, &mut row);
+            let want: Vec<f32> = (0..rows).map(|c| (t * 100 + c) as f32).collect();
+            assert_eq!(row, want);
+            b.add_row(Isa::Scalar, t, &mut row);
+            assert_eq!(row[3], 2.0 * want[3]);
+        }
+    }
+}

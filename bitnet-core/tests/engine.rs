@@ -1,0 +1,290 @@
+//! Engine tests on tiny synthetic models: prefill equals decode, results do not depend on the
+//! thread count, the load mode or the prefill chunking, every weight layout and architecture
+//! variant runs, and bad input gives typed errors.
+
+use std::path::PathBuf;
+
+use bitnet_core::CoreError;
+use bitnet_core::config::ActBits;
+use bitnet_core::model::{HeadMode, LoadMode, LoadOptions, Model, Session};
+use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_gguf::TensorType;
+use bitnet_kernels::Isa;
+
+/// Largest |prefill - decode| logit difference, relative to the largest |logit|. Ternary
+/// products are exact integers and attention reads the same f16 cache either way; only the
+/// float head may sum in another order in its multi-token kernel.
+const PREFILL_DECODE_TOL: f32 = 1e-5;
+
+/// Scalar vs SIMD kernels: reductions (norms, softmax, head dots) round differently, and a
+/// flipped int8 rounding step propagates; on a tiny random model this stays small.
+const ISA_REL_L2_TOL: f32 = 0.05;
+
+fn model_path(spec: &SynthSpec, tag: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "bitnet-engine-test-{}-{tag}.gguf",
+        std::process::id()
+    ));
+    write_model(spec, &path, |_, _| {}).expect("write synthetic model");
+    path
+}
+
+fn preset(name: &str) -> SynthSpec {
+    SynthSpec::preset(name).expect("preset")
+}
+
+fn opts(threads: usize) -> LoadOptions {
+    LoadOptions {
+        threads,
+        pin: false,
+        n_ctx: 64,
+        ..LoadOptions::default()
+    }
+}
+
+fn prompt(n: usize, n_vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 7919 + 13) % n_vocab) as u32).collect()
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+        / scale
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt() as f32
+}
+
+/// Every position's logits by one prefill call.
+fn prefill_all(model: &Model, toks: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(model, 0).unwrap();
+    s.eval(toks, true).unwrap().to_vec()
+}
+
+/// Every position's logits by decoding one token at a time.
+fn decode_all(model: &Model, toks: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(model, 0).unwrap();
+    let mut out = Vec::new();
+    for &t in toks {
+        out.extend_from_slice(s.eval(&[t], false).unwrap());
+    }
+    out
+}
+
+fn check_prefill_matches_decode(spec: &SynthSpec, tag: &str, o: &LoadOptions) {
+    let path = model_path(spec, tag);
+    let model = Model::load(&path, o).unwrap();
+    let toks = prompt(19, model.n_vocab());
+    let a = prefill_all(&model, &toks);
+    let b = decode_all(&model, &toks);
+    assert_eq!(a.len(), toks.len() * model.n_vocab());
+    assert!(a.iter().all(|v| v.is_finite()), "{tag}: non-finite logits");
+    let d = max_rel_diff(&a, &b);
+    assert!(
+        d <= PREFILL_DECODE_TOL,
+        "{tag}: prefill vs decode differ by {d}"
+    );
+    // The logits are not degenerate: positions differ from each other.
+    let v = model.n_vocab();
+    assert!(
+        max_rel_diff(&a[..v], &a[v..2 * v]) > 1e-3,
+        "{tag}: positions identical"
+    );
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn prefill_equals_decode_across_variants() {
+    let mut cases: Vec<(&str, SynthSpec, LoadOptions)> = vec![
+        ("tiny", preset("tiny"), opts(2)),
+        ("tiny-bitnet", preset("tiny-bitnet"), opts(2)),
+        ("tiny-llama", preset("tiny-llama"), opts(1)),
+    ];
+    for (tag, ty) in [
+        ("i2s", TensorType::I2_S),
+        ("tq1", TensorType::TQ1_0),
+        ("q1", TensorType::Q1_0),
+        ("f16w", TensorType::F16),
+    ] {
+        cases.push((
+            tag,
+            SynthSpec {
+                weight_type: ty,
+                ..preset("tiny")
+            },
+            opts(2),
+        ));
+    }
+    cases.push((
+        "binary-acts",
+        SynthSpec {
+            weight_type: TensorType::Q1_0,
+            act_bits: ActBits::Binary,
+            ..preset("tiny")
+        },
+        opts(2),
+    ));
+    cases.push((
+        "scales-q6k-head",
+        SynthSpec {
+            proj_scales: true,
+            head_type: Some(TensorType::Q6_K),
+            ..preset("tiny")
+        },
+        opts(2),
+    ));
+    cases.push((
+        "head-q8",
+        preset("tiny"),
+        LoadOptions {
+            head: HeadMode::Q8,
+            ..opts(2)
+        },
+    ));
+    cases.push((
+        "chunk5",
+        preset("tiny"),
+        LoadOptions {
+            prefill_chunk: 5,
+            ..opts(2)
+        },
+    ));
+    for (tag, spec, o) in &cases {
+        check_prefill_matches_decode(spec, tag, o);
+    }
+}
+
+#[test]
+fn one_and_two_threads_and_load_modes_are_bit_identical() {
+    let spec = SynthSpec {
+        weight_type: TensorType::I2_S,
+        ..preset("tiny")
+    };
+    let path = model_path(&spec, "threads");
+    let toks = prompt(23, 512);
+    let run = |o: LoadOptions| {
+        let model = Model::load(&path, &o).unwrap();
+        (prefill_all(&model, &toks), decode_all(&model, &toks[..6]))
+    };
+    let (p1, d1) = run(opts(1));
+    let (p2, d2) = run(opts(2));
+    let (p3, d3) = run(opts(3));
+    let (pr, dr) = run(LoadOptions {
+        mode: LoadMode::Read,
+        ..opts(2)
+    });
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&p1), bits(&p2), "prefill: 1 vs 2 threads");
+    assert_eq!(bits(&d1), bits(&d2), "decode: 1 vs 2 threads");
+    assert_eq!(bits(&p1), bits(&p3), "prefill: 1 vs 3 threads");
+    assert_eq!(bits(&d1), bits(&d3), "decode: 1 vs 3 threads");
+    assert_eq!(bits(&p2), bits(&pr), "prefill: mmap vs read");
+    assert_eq!(bits(&d2), bits(&dr), "decode: mmap vs read");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn scalar_and_best_kernels_agree() {
+    let path = model_path(&preset("tiny"), "isa");
+    let toks = prompt(12, 512);
+    let model_s = Model::load(
+        &path,
+        &LoadOptions {
+            isa: Some(Isa::Scalar),
+            ..opts(2)
+        },
+    )
+    .unwrap();
+    let model_b = Model::load(
+        &path,
+        &LoadOptions {
+            isa: Some(Isa::best()),
+            ..opts(2)
+        },
+    )
+    .unwrap();
+    let a = prefill_all(&model_s, &toks);
+    let b = prefill_all(&model_b, &toks);
+    let e = rel_l2(&b, &a);
+    assert!(e <= ISA_REL_L2_TOL, "scalar vs {}: rel-L2 {e}", Isa::best());
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn bad_tokens_and_context_overflow_are_errors() {
+    let path = model_path(&preset("tiny"), "errors");
+    let model = Model::load(&path, &opts(2)).unwrap();
+    let mut s = Session::new(&model, 16).unwrap();
+    assert!(matches!(
+        s.eval(&[1, 512, 3], false),
+        Err(CoreError::TokenOutOfRange {
+            token: 512,
+            index: 1,
+            n_vocab: 512
+        })
+    ));
+    assert!(matches!(s.eval(&[], false), Err(CoreError::EmptyInput)));
+    assert_eq!(s.n_past(), 0, "a refused call changes nothing");
+    s.eval(&prompt(10, 512), false).unwrap();
+    let err = s.eval(&prompt(9, 512), false).unwrap_err();
+    assert!(matches!(
+        err,
+        CoreError::ContextOverflow {
+            n_past: 10,
+            n_new: 9,
+            n_ctx: 16
+        }
+    ));
+    assert!(err.to_string().contains("by 3"), "{err}");
+    assert_eq!(s.n_past(), 10);
+    s.eval(&prompt(6, 512), false).unwrap();
+    assert_eq!(s.n_past(), 16);
+    assert!(s.eval(&[1], false).is_err());
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn truncate_and_reset_replay_identically() {
+    let path = model_path(&preset("tiny-bitnet"), "truncate");
+    let model = Model::load(&path, &opts(2)).unwrap();
+    let toks = prompt(14, 512);
+    let mut s = Session::new(&model, 32).unwrap();
+    s.eval(&toks[..10], false).unwrap();
+    let want = s.eval(&toks[10..], false).unwrap().to_vec();
+    s.truncate(10);
+    assert_eq!(s.n_past(), 10);
+    assert_eq!(s.eval(&toks[10..], false).unwrap(), &want[..]);
+    s.reset();
+    assert_eq!(s.n_past(), 0);
+    assert_eq!(s.eval(&toks, false).unwrap(), &want[..]);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn profile_counts_ops_when_enabled() {
+    let path = model_path(&preset("tiny"), "profile");
+    let model = Model::load(&path, &opts(2)).unwrap();
+    let mut s = Session::new(&model, 32).unwrap();
+    s.eval(&prompt(4, 512), false).unwrap();
+    assert!(s.profile().rows().is_empty(), "off by default");
+    s.set_profiling(true);
+    s.eval(&prompt(4, 512), false).unwrap();
+    s.eval(&[5], false).unwrap();
+    let rows = s.profile().rows().to_vec();
+    let get = |n: &str| rows.iter().find(|r| r.name == n).map(|r| r.calls);
+    // 2 layers x (qkv + o + gate/up + down) = 8 ternary product groups per eval.
+    assert_eq!(get("matmul_ternary"), Some(16));
+    assert_eq!(get("head"), Some(2));
+    assert_eq!(get("attention"), Some(4));
+    assert!(get("act_quant").is_some() && get("rmsnorm").is_some());
+    let stats = model.load_stats();
+    assert!(stats.weight_bytes > 0 && stats.mapped_bytes > 0 && stats.threads == 2);
+    std::fs::remove_file(&path).ok();
+}
