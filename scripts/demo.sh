@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: build the release binary, make a small model with the
-# built-in generator (no downloads, no ../shared), and show it with `bitnet inspect`.
+# built-in generator (no downloads, no ../shared), show it with `bitnet inspect`, and run it.
+# The weights are random, so the generated text is noise: the point is the whole pipeline
+# (GGUF writer -> reader -> repacked kernels -> tokenizer -> sampler -> streaming output).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -j2 -p bitnet-cli
 mkdir -p models
-./target/release/bitnet gen-model --preset tiny --seed 1 -o models/tiny-i2_s.gguf
-./target/release/bitnet inspect models/tiny-i2_s.gguf
+bin=./target/release/bitnet
+$bin gen-model --preset tiny --weight-type i2_s --seed 1 -o models/tiny-i2_s.gguf
+$bin inspect models/tiny-i2_s.gguf --weights
+$bin generate -m models/tiny-i2_s.gguf -p "Once upon a time" -n 32 --seed 1

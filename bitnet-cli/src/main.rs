@@ -1,2 +1,54 @@
-//! The `bitnet` binary (being written).
-fn main() {}
+//! The `bitnet` binary: a thin command-line layer over bitnet-core. One file per subcommand
+//! under `cmd/`; this file only parses arguments, dispatches, and turns errors into exit codes.
+#![forbid(unsafe_code)]
+
+mod cmd;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Run 1-bit and ternary LLMs (BitNet b1.58 and friends) on the CPU, from GGUF files.
+#[derive(Debug, Parser)]
+#[command(name = "bitnet", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show a GGUF model: hyper-parameters, tokenizer, tensors, memory needed.
+    Inspect(cmd::inspect::Args),
+    /// Generate text from a prompt, streaming it as it is produced.
+    Generate(cmd::generate::Args),
+    /// Print the token ids of a text (works on vocab-only GGUFs).
+    Tokenize(cmd::tokenize::Args),
+    /// Evaluate token ids in one batch and write every position's logits (raw f32).
+    Logits(cmd::logits::Args),
+    /// Measure prompt and generation throughput, llama-bench style.
+    Bench(cmd::bench::Args),
+    /// Write a random-weight model of a real architecture's shapes.
+    GenModel(cmd::gen_model::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Generate(args) => cmd::generate::run(args),
+        Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Logits(args) => cmd::logits::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+        Command::GenModel(args) => cmd::gen_model::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if output::is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

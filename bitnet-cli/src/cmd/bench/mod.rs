@@ -1,0 +1,454 @@
+//! `bitnet bench`: throughput as llama.cpp's `llama-bench` measures it, so figures compare one
+//! to one — pp (prompt tokens/s, the prompt evaluated in batches) and tg (tokens/s generating
+//! one token at a time), mean and spread over repetitions, for every combination of models,
+//! prompt/generation lengths, threads and kernel sets; plus the decode bound from a read
+//! bandwidth probe run in the same process, and `--compare` for two saved reports.
+
+pub mod compare;
+pub mod membw;
+pub mod profile_table;
+pub mod report;
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use bitnet_core::model::{LoadOptions, Model, Session};
+
+use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
+use super::common::{ModelArgs, load_model, parse_isa};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model files to benchmark.
+    #[arg(short = 'm', long = "model", num_args = 1..)]
+    pub models: Vec<PathBuf>,
+    /// Prompt lengths (pp tests), comma-separated; 0 skips pp.
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Generation lengths (tg tests), comma-separated; 0 skips tg.
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
+    /// Sequences decoded together (batched decode); only 1 until batching exists.
+    #[arg(
+        short = 'b',
+        long = "batch",
+        value_delimiter = ',',
+        default_value = "1"
+    )]
+    pub batch: Vec<usize>,
+    /// Thread counts, comma-separated (default: the physical cores).
+    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Kernel sets, comma-separated (default: the best available).
+    #[arg(long = "kernel", value_delimiter = ',')]
+    pub kernels: Vec<String>,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Untimed runs of each test before the timed ones.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Read models into memory instead of mapping them.
+    #[arg(long)]
+    pub no_mmap: bool,
+    /// Output head format (native or q8).
+    #[arg(long, value_enum, default_value_t = super::common::HeadArg::Native)]
+    pub head: super::common::HeadArg,
+    /// Output format on stdout.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Md)]
+    pub output: Format,
+    /// Also write the full report as JSON to this file.
+    #[arg(long)]
+    pub json_report: Option<PathBuf>,
+    /// Measure the memory read bandwidth (and the decode bound from it). On by default for tg
+    /// tests; `--membw` alone (no model) runs only the probe.
+    #[arg(long)]
+    pub membw: bool,
+    /// Skip the bandwidth probe.
+    #[arg(long, conflicts_with = "membw")]
+    pub no_membw: bool,
+    /// Print where decode time goes (per op kind) for each tg test.
+    #[arg(long)]
+    pub profile: bool,
+    /// Compare two JSON reports instead of running: OLD NEW.
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"])]
+    pub compare: Option<Vec<PathBuf>>,
+    /// With --compare: exit non-zero if any row regressed.
+    #[arg(long)]
+    pub fail_on_regress: bool,
+    /// With --compare: the smallest relative drop that can count as a regression.
+    #[arg(long, default_value_t = 0.02)]
+    pub min_drop: f64,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if let Some(files) = &args.compare {
+        return run_compare(&files[0], &files[1], args.min_drop, args.fail_on_regress);
+    }
+    if args.models.is_empty() && !args.membw {
+        bail!("nothing to do: give -m MODEL (one or more) or --membw");
+    }
+    if let Some(b) = args.batch.iter().find(|&&b| b != 1) {
+        bail!("-b {b}: batched decode of several sequences is not implemented yet; use -b 1");
+    }
+    if args.reps == 0 {
+        bail!("-r must be at least 1");
+    }
+    let threads_list = if args.threads.is_empty() {
+        vec![0]
+    } else {
+        args.threads.clone()
+    };
+    let kernels: Vec<Option<String>> = if args.kernels.is_empty() {
+        vec![None]
+    } else {
+        args.kernels.iter().cloned().map(Some).collect()
+    };
+    for k in kernels.iter().flatten() {
+        parse_isa(Some(k))?;
+    }
+
+    let max_threads = threads_list.iter().copied().max().unwrap_or(0);
+    let want_bw = !args.no_membw && (args.membw || args.n_gen.iter().any(|&n| n > 0));
+    let bandwidth = want_bw.then(|| {
+        progress("measuring read bandwidth");
+        let t = if max_threads == 0 {
+            default_threads()
+        } else {
+            max_threads
+        };
+        membw::measure(membw::DEFAULT_PROBE_BYTES, t, 3)
+    });
+
+    let mut rows = Vec::new();
+    for path in &args.models {
+        for kernel in &kernels {
+            for &threads in &threads_list {
+                let model_args = ModelArgs {
+                    threads: Some(threads),
+                    kernel: kernel.clone(),
+                    no_mmap: args.no_mmap,
+                    mlock: false,
+                    head: args.head,
+                    ctx: None,
+                    no_pin: false,
+                };
+                let mut opts = model_args.load_options()?;
+                let longest = args
+                    .n_prompt
+                    .iter()
+                    .chain(&args.n_gen)
+                    .copied()
+                    .max()
+                    .unwrap_or(1);
+                opts.n_ctx = longest.max(1) + 1;
+                reset_peak_rss();
+                progress(&format!("loading {}", path.display()));
+                let model = load_model(path, &opts)?;
+                bench_model(&args, path, &model, &opts, bandwidth, &mut rows)?;
+            }
+        }
+    }
+    clear_progress();
+
+    let report = BenchReport {
+        bitnet_version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: git_commit(),
+        date: utc_now(),
+        machine: MachineInfo {
+            cpu: cpu_name(),
+            logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            membw_gbs: bandwidth.map(|b| b.gbs),
+            membw_threads: bandwidth.map(|b| b.threads),
+        },
+        rows,
+    };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    report::write_report(&mut out, &report, args.output).context("writing the report")?;
+    out.flush()?;
+    if let Some(path) = &args.json_report {
+        let mut f =
+            fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        report::write_report(&mut f, &report, Format::Json)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn bench_model(
+    args: &Args,
+    path: &std::path::Path,
+    model: &Model,
+    opts: &LoadOptions,
+    bandwidth: Option<membw::Bandwidth>,
+    rows: &mut Vec<BenchRow>,
+) -> Result<()> {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let model_bytes = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let n_params = model.config().n_params();
+    let bytes_per_token = decode_bytes_per_token(model);
+    let mut session = Session::new(model, opts.n_ctx).context("creating a session")?;
+    let n_vocab = model.n_vocab() as u32;
+    let make_row = |test, n_tokens: usize, samples: Vec<f64>| {
+        let (mean_tps, stddev_tps) = mean_stddev(&samples);
+        let bound_tps = match (test, bandwidth) {
+            (TestKind::Tg, Some(bw)) if bytes_per_token > 0 => {
+                Some(bw.gbs * 1e9 / bytes_per_token as f64)
+            }
+            _ => None,
+        };
+        BenchRow {
+            model: name.clone(),
+            model_bytes,
+            n_params,
+            kernel: model.isa().name().to_owned(),
+            threads: model.threads(),
+            batch: 1,
+            mmap: !args.no_mmap,
+            test,
+            n_tokens,
+            samples,
+            mean_tps,
+            stddev_tps,
+            peak_rss_bytes: peak_rss(),
+            bytes_per_token: (test == TestKind::Tg).then_some(bytes_per_token),
+            bound_tps,
+            bound_share: bound_tps.map(|b| mean_tps / b),
+        }
+    };
+    let total = args.warmup + args.reps;
+    for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
+        let tokens = pseudo_tokens(n, n_vocab, 1);
+        let mut samples = Vec::with_capacity(args.reps);
+        for rep in 0..total {
+            progress(&format!(
+                "{name} pp{n} t{} rep {}/{}",
+                model.threads(),
+                rep + 1,
+                total
+            ));
+            session.reset();
+            let t = Instant::now();
+            session
+                .eval(&tokens, false)
+                .context("evaluating the prompt")?;
+            let secs = t.elapsed().as_secs_f64();
+            if rep >= args.warmup {
+                samples.push(n as f64 / secs);
+            }
+        }
+        rows.push(make_row(TestKind::Pp, n, samples));
+    }
+    for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+        let tokens = pseudo_tokens(n, n_vocab, 2);
+        let mut samples = Vec::with_capacity(args.reps);
+        for rep in 0..total {
+            progress(&format!(
+                "{name} tg{n} t{} rep {}/{}",
+                model.threads(),
+                rep + 1,
+                total
+            ));
+            session.reset();
+            let profiled = args.profile && rep + 1 == total;
+            session.set_profiling(profiled);
+            let t = Instant::now();
+            for tok in &tokens {
+                session
+                    .eval(std::slice::from_ref(tok), false)
+                    .context("decoding")?;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            if rep >= args.warmup {
+                samples.push(n as f64 / secs);
+            }
+            if profiled {
+                clear_progress();
+                let mut err = io::stderr().lock();
+                writeln!(
+                    err,
+                    "profile of {name} tg{n}, {} threads (last repetition):",
+                    model.threads()
+                )?;
+                profile_table::write_profile(&mut err, session.profile(), n)?;
+                session.set_profiling(false);
+            }
+        }
+        rows.push(make_row(TestKind::Tg, n, samples));
+    }
+    Ok(())
+}
+
+/// Weight bytes a decode step streams: every layer matrix and the head. The load stats count
+/// what the model holds (repacked matrices, owned copies) and what stays mapped (embedding and
+/// head); with a tied head the embedding *is* the head, so the sum is the traffic.
+fn decode_bytes_per_token(model: &Model) -> u64 {
+    let s = model.load_stats();
+    s.weight_bytes + s.mapped_bytes
+}
+
+/// Deterministic token ids spread over the vocabulary (like llama-bench's random tokens).
+fn pseudo_tokens(n: usize, n_vocab: u32, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % u64::from(n_vocab.max(1))) as u32
+        })
+        .collect()
+}
+
+fn run_compare(
+    old: &std::path::Path,
+    new: &std::path::Path,
+    min_drop: f64,
+    fail: bool,
+) -> Result<()> {
+    let read = |p: &std::path::Path| -> Result<BenchReport> {
+        let text = fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a bench JSON report", p.display()))
+    };
+    let cmp = compare::compare(&read(old)?, &read(new)?, min_drop);
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    compare::write_comparison(&mut out, &cmp)?;
+    out.flush()?;
+    if fail && cmp.regressions() > 0 {
+        bail!("{} row(s) regressed", cmp.regressions());
+    }
+    Ok(())
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn progress(msg: &str) {
+    let mut err = io::stderr().lock();
+    let _ = write!(err, "\r\x1b[2K[bench] {msg}");
+    let _ = err.flush();
+}
+
+fn clear_progress() {
+    let mut err = io::stderr().lock();
+    let _ = write!(err, "\r\x1b[2K");
+    let _ = err.flush();
+}
+
+/// Resets the kernel's peak-RSS mark for this process (Linux: `echo 5 > /proc/self/clear_refs`),
+/// so each model's peak is its own. Best effort elsewhere.
+fn reset_peak_rss() {
+    let _ = fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident set size in bytes (`VmHWM`), 0 where unknown.
+pub fn peak_rss() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn cpu_name() -> String {
+    fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
+
+fn git_commit() -> Option<String> {
+    option_env!("BITNET_GIT_COMMIT")
+        .map(str::to_owned)
+        .or_else(|| {
+            std::process::Command::new("git")
+                .args(["rev-parse", "--short", "HEAD"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        })
+}
+
+/// The current UTC time as RFC 3339, from the system clock (no date crate needed).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a (year, month, day) date, proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn pseudo_tokens_are_deterministic_and_in_range() {
+        let a = pseudo_tokens(500, 1000, 1);
+        assert_eq!(a, pseudo_tokens(500, 1000, 1));
+        assert_ne!(a, pseudo_tokens(500, 1000, 2));
+        assert!(a.iter().all(|&t| t < 1000));
+    }
+
+    #[test]
+    fn peak_rss_is_reported_on_linux() {
+        if cfg!(target_os = "linux") {
+            assert!(peak_rss() > 0);
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The benchmark record: one row per (model, test, threads, batch, kernel) combination, as
+//! llama.cpp's `llama-bench` reports it, and its three renderings (markdown, CSV, JSON).
+
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::output::{human_bytes, human_count};
+
+/// Which phase a row measures: prompt processing of `n` tokens, or generating `n` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestKind {
+    Pp,
+    Tg,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchRow {
+    pub model: String,
+    pub model_bytes: u64,
+    pub n_params: u64,
+    pub kernel: String,
+    pub threads: usize,
+    pub batch: usize,
+    pub mmap: bool,
+    pub test: TestKind,
+    /// Tokens in the test: prompt length for pp, generated tokens for tg.
+    pub n_tokens: usize,
+    /// Tokens per second, one entry per repetition.
+    pub samples: Vec<f64>,
+    pub mean_tps: f64,
+    pub stddev_tps: f64,
+    pub peak_rss_bytes: u64,
+    /// Weight bytes streamed per decoded token (tg rows).
+    pub bytes_per_token: Option<u64>,
+    /// Decode bound from the measured read bandwidth: `membw / bytes_per_token` (tg rows).
+    pub bound_tps: Option<f64>,
+    /// `mean_tps / bound_tps`.
+    pub bound_share: Option<f64>,
+}
+
+impl BenchRow {
+    /// `pp512` / `tg128`, as llama-bench names tests.
+    pub fn test_name(&self) -> String {
+        match self.test {
+            TestKind::Pp => format!("pp{}", self.n_tokens),
+            TestKind::Tg => format!("tg{}", self.n_tokens),
+        }
+    }
+
+    /// The identity a row is matched on when two reports are compared.
+    pub fn key(&self) -> String {
+        format!(
+            "{} {} t{} b{} {}{}",
+            self.model,
+            self.test_name(),
+            self.threads,
+            self.batch,
+            self.kernel,
+            if self.mmap { "" } else { " no-mmap" }
+        )
+    }
+}
+
+/// Mean and sample standard deviation (0 for fewer than two samples).
+pub fn mean_stddev(samples: &[f64]) -> (f64, f64) {
+    if samples.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = samples.len() as f64;
+    let mean = samples.iter().sum::<f64>() / n;
+    if samples.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MachineInfo {
+    pub cpu: String,
+    pub logical_cpus: usize,
+    /// Read bandwidth measured by the probe in this run, if it ran.
+    pub membw_gbs: Option<f64>,
+    pub membw_threads: Option<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub bitnet_version: String,
+    pub commit: Option<String>,
+    /// UTC, RFC 3339.
+    pub date: String,
+    pub machine: MachineInfo,
+    pub rows: Vec<BenchRow>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Md,
+    Csv,
+    Json,
+}
+
+pub fn write_report(out: &mut impl Write, report: &BenchReport, format: Format) -> io::Result<()> {
+    match format {
+        Format::Md => write_markdown(out, report),
+        Format::Csv => write_csv(out, &report.rows),
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::other)?;
+            writeln!(out)
+        }
+    }
+}
+
+const MD_HEADER: [&str; 11] = [
+    "model",
+    "size",
+    "params",
+    "kernel",
+    "threads",
+    "batch",
+    "test",
+    "t/s",
+    "peak RSS",
+    "bound t/s",
+    "of bound",
+];
+
+fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> {
+    let rows: Vec<[String; 11]> = report
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                r.model.clone(),
+                human_bytes(r.model_bytes),
+                human_count(r.n_params),
+                r.kernel.clone(),
+                r.threads.to_string(),
+                r.batch.to_string(),
+                r.test_name(),
+                format!("{:.2} ± {:.2}", r.mean_tps, r.stddev_tps),
+                human_bytes(r.peak_rss_bytes),
+                r.bound_tps.map_or("-".into(), |b| format!("{b:.2}")),
+                r.bound_share
+                    .map_or("-".into(), |s| format!("{:.0}%", s * 100.0)),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = MD_HEADER.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
+        let mut s = String::from("|");
+        for (cell, w) in cells.zip(&widths) {
+            s.push_str(&format!(" {cell:<w$} |"));
+        }
+        s
+    };
+    writeln!(out, "{}", line(&mut MD_HEADER.iter().copied()))?;
+    let sep: String = widths.iter().fold(String::from("|"), |mut s, w| {
+        s.push_str(&format!(" {} |", "-".repeat(*w)));
+        s
+    });
+    writeln!(out, "{sep}")?;
+    for row in &rows {
+        writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
+    }
+    if let Some(bw) = report.machine.membw_gbs {
+        writeln!(
+            out,
+            "\nmeasured read bandwidth: {bw:.1} GB/s ({} threads); bound = bandwidth / weight bytes per token",
+            report.machine.membw_threads.unwrap_or(0)
+        )?;
+    }
+    Ok(())
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn write_csv(out: &mut impl Write, rows: &[BenchRow]) -> io::Result<()> {
+    writeln!(
+        out,
+        "model,model_bytes,n_params,kernel,threads,batch,mmap,test,n_tokens,mean_tps,stddev_tps,peak_rss_bytes,bytes_per_token,bound_tps,bound_share"
+    )?;
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.4}"));
+    for r in rows {
+        writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{}",
+            csv_field(&r.model),
+            r.model_bytes,
+            r.n_params,
+            csv_field(&r.kernel),
+            r.threads,
+            r.batch,
+            r.mmap,
+            r.test_name(),
+            r.n_tokens,
+            r.mean_tps,
+            r.stddev_tps,
+            r.peak_rss_bytes,
+            r.bytes_per_token.map_or(String::new(), |b| b.to_string()),
+            opt(r.bound_tps),
+            opt(r.bound_share),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn row(test: TestKind, n: usize, threads: usize, samples: &[f64]) -> BenchRow {
+        let (mean_tps, stddev_tps) = mean_stddev(samples);
+        BenchRow {
+            model: "m.gguf".into(),
+            model_bytes: 1 << 30,
+            n_params: 2_400_000_000,
+            kernel: "avx512".into(),
+            threads,
+            batch: 1,
+            mmap: true,
+            test,
+            n_tokens: n,
+            samples: samples.to_vec(),
+            mean_tps,
+            stddev_tps,
+            peak_rss_bytes: 1 << 30,
+            bytes_per_token: (test == TestKind::Tg).then_some(1_000_000_000),
+            bound_tps: (test == TestKind::Tg).then_some(40.0),
+            bound_share: (test == TestKind::Tg).then_some(mean_tps / 40.0),
+        }
+    }
+
+    pub fn report(rows: Vec<BenchRow>) -> BenchReport {
+        BenchReport {
+            bitnet_version: "0.1.0".into(),
+            commit: Some("abc1234".into()),
+            date: "2026-11-21T12:00:00Z".into(),
+            machine: MachineInfo {
+                cpu: "test cpu".into(),
+                logical_cpus: 2,
+                membw_gbs: Some(40.0),
+                membw_threads: Some(2),
+            },
+            rows,
+        }
+    }
+
+    #[test]
+    fn mean_and_sample_stddev() {
+        let (m, s) = mean_stddev(&[10.0, 12.0, 14.0]);
+        assert!((m - 12.0).abs() < 1e-12);
+        assert!((s - 2.0).abs() < 1e-12);
+        assert_eq!(mean_stddev(&[5.0]), (5.0, 0.0));
+        assert_eq!(mean_stddev(&[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn markdown_has_header_separator_and_one_line_per_row() {
+        let rep = report(vec![
+            row(TestKind::Pp, 512, 2, &[100.0, 110.0]),
+            row(TestKind::Tg, 128, 2, &[20.0, 22.0]),
+        ]);
+        let mut buf = Vec::new();
+        write_report(&mut buf, &rep, Format::Md).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("| model") && lines[0].contains("t/s"));
+        assert!(lines[1].starts_with("| ---"));
+        assert!(lines[2].contains("pp512") && lines[2].contains("105.00 ± 7.07"));
+        assert!(
+            lines[3].contains("tg128") && lines[3].contains("52%"),
+            "{}",
+            lines[3]
+        );
+        // every table line has the same number of cells
+        let cells = |l: &str| l.matches('|').count();
+        assert!(lines[..4].iter().all(|l| cells(l) == cells(lines[0])));
+        assert!(text.contains("measured read bandwidth: 40.0 GB/s"));
+    }
+
+    #[test]
+    fn csv_has_fixed_columns_and_quotes_commas() {
+        let mut r = row(TestKind::Tg, 128, 1, &[20.0]);
+        r.model = "a,b.gguf".into();
+        let mut buf = Vec::new();
+        write_report(&mut buf, &report(vec![r]), Format::Csv).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let mut lines = text.lines();
+        let header = lines.next().unwrap();
+        let n_cols = header.split(',').count();
+        assert_eq!(n_cols, 15);
+        let line = lines.next().unwrap();
+        assert!(line.starts_with("\"a,b.gguf\","));
+        assert!(line.contains(",tg128,128,20.0000,0.0000,"));
+    }
+
+    #[test]
+    fn json_round_trips() {
+        let rep = report(vec![row(TestKind::Pp, 512, 2, &[100.0, 110.0])]);
+        let mut buf = Vec::new();
+        write_report(&mut buf, &rep, Format::Json).unwrap();
+        let back: BenchReport = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(back, rep);
+        let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(v["rows"][0]["test"], "pp");
+        assert_eq!(v["rows"][0]["n_tokens"], 512);
+    }
+}

@@ -1,0 +1,485 @@
+//! `bitnet inspect MODEL.gguf`: what a user needs to know before running a model —
+//! architecture and hyper-parameters, tokenizer, the tensor table with bits per weight, totals
+//! per type, and the memory a run needs (weights + KV cache at `--ctx`). `--weights` adds, per
+//! weight tensor, the bit width, whether it has a zero point and, for ternary tensors, the
+//! share of -1/0/+1. `--json` prints the same as one JSON document.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use bitnet_gguf::{GgufFile, LoadMode, Metadata, TensorInfo, TensorType, Value};
+use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
+use serde::Serialize;
+
+use crate::output::{human_bytes, human_count};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The GGUF file to inspect.
+    pub model: PathBuf,
+    /// Context length used for the KV-cache memory estimate (default: the model's training context).
+    #[arg(long)]
+    pub ctx: Option<u64>,
+    /// Per weight tensor: bit width, zero point, and the -1/0/+1 histogram of ternary tensors.
+    #[arg(long)]
+    pub weights: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Read the file into memory instead of mapping it.
+    #[arg(long)]
+    pub no_mmap: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    path: String,
+    gguf_version: u32,
+    file_bytes: u64,
+    alignment: u64,
+    architecture: Option<String>,
+    name: Option<String>,
+    hyper_parameters: BTreeMap<String, String>,
+    tokenizer: Option<TokenizerSummary>,
+    tensors: Vec<TensorRow>,
+    totals_by_type: Vec<TypeTotal>,
+    n_params: u64,
+    memory: Option<MemoryEstimate>,
+    weights: Option<Vec<WeightDetail>>,
+}
+
+#[derive(Debug, Serialize)]
+struct TokenizerSummary {
+    model: String,
+    pre: Option<String>,
+    n_tokens: usize,
+    bos_id: Option<u32>,
+    eos_id: Option<u32>,
+}
+
+#[derive(Debug, Serialize)]
+struct TensorRow {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    /// ggml order: the first number is the row length.
+    shape: Vec<u64>,
+    elements: u64,
+    bytes: u64,
+    bits_per_weight: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct TypeTotal {
+    #[serde(rename = "type")]
+    ty: String,
+    tensors: usize,
+    elements: u64,
+    bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct MemoryEstimate {
+    ctx: u64,
+    weight_bytes: u64,
+    kv_f16_bytes: u64,
+    kv_q8_bytes: u64,
+    total_f16_kv: u64,
+    total_q8_kv: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct WeightDetail {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    bits: f64,
+    zero_point: bool,
+    /// Shares of -1, 0 and +1 for ternary tensors.
+    ternary_shares: Option<[f64; 3]>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let mode = if args.no_mmap {
+        LoadMode::Read
+    } else {
+        LoadMode::Mmap
+    };
+    let file = GgufFile::open(&args.model, mode)
+        .with_context(|| format!("opening {}", args.model.display()))?;
+    let report = build_report(&args, &file)?;
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report).context("writing JSON")?;
+        writeln!(out)?;
+    } else {
+        print_report(&mut out, &report).context("writing the report")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
+    let md = file.metadata();
+    let architecture = md.get_opt_str("general.architecture")?.map(str::to_owned);
+    let hyper_parameters = architecture
+        .as_deref()
+        .map(|arch| arch_keys(md, arch))
+        .unwrap_or_default();
+
+    let tensors: Vec<TensorRow> = file.tensors().iter().map(tensor_row).collect();
+    let mut by_type: BTreeMap<String, TypeTotal> = BTreeMap::new();
+    for t in file.tensors() {
+        let e = by_type
+            .entry(t.ty.name().to_owned())
+            .or_insert_with(|| TypeTotal {
+                ty: t.ty.name().to_owned(),
+                tensors: 0,
+                elements: 0,
+                bytes: 0,
+            });
+        e.tensors += 1;
+        e.elements += t.n_elements;
+        e.bytes += t.n_bytes;
+    }
+    let mut totals_by_type: Vec<TypeTotal> = by_type.into_values().collect();
+    totals_by_type.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    let n_params = file.tensors().iter().map(|t| t.n_elements).sum();
+    let weight_bytes = file.tensors().iter().map(|t| t.n_bytes).sum();
+
+    let memory = architecture
+        .as_deref()
+        .and_then(|arch| kv_shape(md, arch))
+        .map(|kv| {
+            let ctx = args.ctx.unwrap_or(kv.ctx_train).max(1);
+            let elems = 2 * kv.n_layer * ctx * kv.kv_width;
+            let kv_f16_bytes = elems * 2;
+            // Q8_0: 34 bytes per 32 values.
+            let kv_q8_bytes = elems.div_ceil(32) * 34;
+            MemoryEstimate {
+                ctx,
+                weight_bytes,
+                kv_f16_bytes,
+                kv_q8_bytes,
+                total_f16_kv: weight_bytes + kv_f16_bytes,
+                total_q8_kv: weight_bytes + kv_q8_bytes,
+            }
+        });
+
+    let weights = if args.weights {
+        Some(
+            file.tensors()
+                .iter()
+                .filter(|t| t.dims.len() >= 2)
+                .map(|t| weight_detail(file, t))
+                .collect::<Result<Vec<_>>>()?,
+        )
+    } else {
+        None
+    };
+
+    Ok(Report {
+        path: args.model.display().to_string(),
+        gguf_version: file.version(),
+        file_bytes: file.file_size(),
+        alignment: file.alignment(),
+        architecture,
+        name: md.get_opt_str("general.name")?.map(str::to_owned),
+        hyper_parameters,
+        tokenizer: tokenizer_summary(md)?,
+        tensors,
+        totals_by_type,
+        n_params,
+        memory,
+        weights,
+    })
+}
+
+/// Every `ARCH.*` key, rendered as text, in file order.
+fn arch_keys(md: &Metadata, arch: &str) -> BTreeMap<String, String> {
+    let prefix = format!("{arch}.");
+    md.iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix(&prefix)
+                .map(|rest| (rest.to_owned(), render_value(v)))
+        })
+        .collect()
+}
+
+fn render_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => format!("[{} x {}]", a.len(), a.type_name()),
+        Value::F32(x) => format!("{x}"),
+        Value::F64(x) => format!("{x}"),
+        Value::Bool(b) => format!("{b}"),
+        other => other
+            .as_int()
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| other.type_name().to_owned()),
+    }
+}
+
+fn tokenizer_summary(md: &Metadata) -> Result<Option<TokenizerSummary>> {
+    let Some(model) = md.get_opt_str("tokenizer.ggml.model")? else {
+        return Ok(None);
+    };
+    let n_tokens = match md.get("tokenizer.ggml.tokens") {
+        Some(Value::Array(a)) => a.len(),
+        _ => 0,
+    };
+    Ok(Some(TokenizerSummary {
+        model: model.to_owned(),
+        pre: md.get_opt_str("tokenizer.ggml.pre")?.map(str::to_owned),
+        n_tokens,
+        bos_id: md.get_opt_u32("tokenizer.ggml.bos_token_id")?,
+        eos_id: md.get_opt_u32("tokenizer.ggml.eos_token_id")?,
+    }))
+}
+
+struct KvShape {
+    n_layer: u64,
+    kv_width: u64,
+    ctx_train: u64,
+}
+
+/// The KV-cache shape from the standard llama.cpp keys; `None` if the file lacks them
+/// (a vocab-only file, an unknown architecture).
+fn kv_shape(md: &Metadata, arch: &str) -> Option<KvShape> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let n_layer = md.get_opt_u64(&key("block_count")).ok()??;
+    let n_embd = md.get_opt_u64(&key("embedding_length")).ok()??;
+    let n_head = md.get_opt_u64(&key("attention.head_count")).ok()??;
+    if n_head == 0 {
+        return None;
+    }
+    let n_head_kv = md
+        .get_opt_u64(&key("attention.head_count_kv"))
+        .ok()?
+        .unwrap_or(n_head);
+    let head_dim = md
+        .get_opt_u64(&key("attention.key_length"))
+        .ok()?
+        .unwrap_or(n_embd / n_head);
+    let ctx_train = md.get_opt_u64(&key("context_length")).ok()?.unwrap_or(2048);
+    Some(KvShape {
+        n_layer,
+        kv_width: n_head_kv.checked_mul(head_dim)?,
+        ctx_train,
+    })
+}
+
+fn tensor_row(t: &TensorInfo) -> TensorRow {
+    TensorRow {
+        name: t.name.clone(),
+        ty: t.ty.name().to_owned(),
+        shape: t.dims.clone(),
+        elements: t.n_elements,
+        bytes: t.n_bytes,
+        bits_per_weight: if t.n_elements == 0 {
+            0.0
+        } else {
+            t.n_bytes as f64 * 8.0 / t.n_elements as f64
+        },
+    }
+}
+
+/// Types whose blocks store a minimum / offset besides the scale.
+fn has_zero_point(ty: TensorType) -> bool {
+    matches!(
+        ty,
+        TensorType::Q4_1
+            | TensorType::Q5_1
+            | TensorType::Q2_K
+            | TensorType::Q4_K
+            | TensorType::Q5_K
+    )
+}
+
+fn weight_detail(file: &GgufFile, t: &TensorInfo) -> Result<WeightDetail> {
+    let ternary_shares = ternary_histogram(file, t)?.map(|h| {
+        let total = (h[0] + h[1] + h[2]).max(1) as f64;
+        [
+            h[0] as f64 / total,
+            h[1] as f64 / total,
+            h[2] as f64 / total,
+        ]
+    });
+    Ok(WeightDetail {
+        name: t.name.clone(),
+        ty: t.ty.name().to_owned(),
+        bits: t.ty.bits_per_weight(),
+        zero_point: has_zero_point(t.ty),
+        ternary_shares,
+    })
+}
+
+/// Counts of -1/0/+1 in a ternary tensor, decoded through the kernels' repack (so the same
+/// decoder the runtime uses is the one reported).
+fn ternary_histogram(file: &GgufFile, t: &TensorInfo) -> Result<Option<[u64; 3]>> {
+    let data = file.tensor_data(t);
+    let source = match t.ty {
+        TensorType::I2_S => TernarySource::I2S(data),
+        TensorType::TQ2_0 => TernarySource::Tq2_0(data),
+        TensorType::TQ1_0 => TernarySource::Tq1_0(data),
+        _ => return Ok(None),
+    };
+    let cols = usize::try_from(t.row_len()).context("row length")?;
+    let rows = usize::try_from(t.rows()).context("row count")?;
+    let m = TernaryMatrix::from_source(source, rows, cols)
+        .with_context(|| format!("decoding ternary tensor {}", t.name))?;
+    Ok(Some(m.value_histogram()))
+}
+
+fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}: GGUF v{}, {}, {} tensors, alignment {}",
+        r.path,
+        r.gguf_version,
+        human_bytes(r.file_bytes),
+        r.tensors.len(),
+        r.alignment
+    )?;
+    match &r.architecture {
+        Some(a) => writeln!(
+            out,
+            "architecture: {a}{}",
+            r.name
+                .as_deref()
+                .map(|n| format!("  (name: {n})"))
+                .unwrap_or_default()
+        )?,
+        None => writeln!(
+            out,
+            "architecture: (none: not a model file, e.g. vocab only)"
+        )?,
+    }
+    if !r.hyper_parameters.is_empty() {
+        writeln!(out, "\nhyper-parameters:")?;
+        for (k, v) in &r.hyper_parameters {
+            writeln!(out, "  {k:<40} {v}")?;
+        }
+    }
+    match &r.tokenizer {
+        Some(t) => writeln!(
+            out,
+            "\ntokenizer: {}{} with {} tokens, bos {}, eos {}",
+            t.model,
+            t.pre
+                .as_deref()
+                .map(|p| format!(" (pre: {p})"))
+                .unwrap_or_default(),
+            t.n_tokens,
+            t.bos_id.map_or("-".into(), |v| v.to_string()),
+            t.eos_id.map_or("-".into(), |v| v.to_string()),
+        )?,
+        None => writeln!(out, "\ntokenizer: none")?,
+    }
+
+    if !r.tensors.is_empty() {
+        let w = r
+            .tensors
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        writeln!(out, "\ntensors:")?;
+        writeln!(
+            out,
+            "  {:<w$}  {:<7}  {:<22}  {:>12}  {:>6}",
+            "name", "type", "shape", "bytes", "bpw"
+        )?;
+        for t in &r.tensors {
+            let shape = t
+                .shape
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" x ");
+            writeln!(
+                out,
+                "  {:<w$}  {:<7}  {:<22}  {:>12}  {:>6.3}",
+                t.name, t.ty, shape, t.bytes, t.bits_per_weight
+            )?;
+        }
+        writeln!(out, "\ntotals by type:")?;
+        writeln!(
+            out,
+            "  {:<7}  {:>7}  {:>14}  {:>12}",
+            "type", "tensors", "elements", "bytes"
+        )?;
+        for t in &r.totals_by_type {
+            writeln!(
+                out,
+                "  {:<7}  {:>7}  {:>14}  {:>12}",
+                t.ty,
+                t.tensors,
+                t.elements,
+                human_bytes(t.bytes)
+            )?;
+        }
+        writeln!(
+            out,
+            "  parameters: {} ({})",
+            human_count(r.n_params),
+            r.n_params
+        )?;
+    }
+
+    if let Some(m) = &r.memory {
+        writeln!(out, "\nmemory for a run at ctx {}:", m.ctx)?;
+        writeln!(
+            out,
+            "  weights          {:>12}",
+            human_bytes(m.weight_bytes)
+        )?;
+        writeln!(
+            out,
+            "  KV cache f16     {:>12}   total {}",
+            human_bytes(m.kv_f16_bytes),
+            human_bytes(m.total_f16_kv)
+        )?;
+        writeln!(
+            out,
+            "  KV cache 8-bit   {:>12}   total {}",
+            human_bytes(m.kv_q8_bytes),
+            human_bytes(m.total_q8_kv)
+        )?;
+    }
+
+    if let Some(ws) = &r.weights {
+        let w = ws.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+        writeln!(out, "\nweights:")?;
+        writeln!(
+            out,
+            "  {:<w$}  {:<7}  {:>6}  {:<10}  {:>7} {:>7} {:>7}",
+            "name", "type", "bits", "zero point", "-1", "0", "+1"
+        )?;
+        for d in ws {
+            let hist = match d.ternary_shares {
+                Some([n, z, p]) => format!(
+                    "{:>6.1}% {:>6.1}% {:>6.1}%",
+                    n * 100.0,
+                    z * 100.0,
+                    p * 100.0
+                ),
+                None => String::new(),
+            };
+            writeln!(
+                out,
+                "  {:<w$}  {:<7}  {:>6.3}  {:<10}  {}",
+                d.name,
+                d.ty,
+                d.bits,
+                if d.zero_point { "yes" } else { "no" },
+                hist
+            )?;
+        }
+    }
+    Ok(())
+}

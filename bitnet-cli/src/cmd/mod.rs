@@ -1,0 +1,9 @@
+//! One module per subcommand, plus the options they share.
+
+pub mod bench;
+pub mod common;
+pub mod gen_model;
+pub mod generate;
+pub mod inspect;
+pub mod logits;
+pub mod tokenize;
