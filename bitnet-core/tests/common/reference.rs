@@ -43,6 +43,14 @@ pub struct Emulation {
 }
 
 impl Emulation {
+    /// Exact math except for an f16 KV cache (what this project's engine computes).
+    pub fn f16_kv_cache() -> Emulation {
+        Emulation {
+            f16_kv: true,
+            ..Emulation::default()
+        }
+    }
+
     /// What upstream llama.cpp computes for TQ1_0/TQ2_0 with the default f16 KV cache.
     pub fn llama_cpp() -> Emulation {
         Emulation {

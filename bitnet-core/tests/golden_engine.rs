@@ -1,0 +1,87 @@
+//! The optimized engine on the golden tiny model, against the logits of the engine that
+//! wrote each file (bitnet.cpp for I2_S, llama.cpp for TQ2_0 / TQ1_0), with the golden
+//! README's tolerances, for every kernel set this CPU runs, prefill and decode.
+
+mod common;
+
+use bitnet_core::model::{LoadOptions, Model, Session};
+use bitnet_kernels::Isa;
+use common::metrics::{Agreement, compare};
+
+const MAX_REL_L2: f64 = 0.07;
+const MIN_COSINE: f64 = 0.998;
+const MIN_TOP1: usize = 35;
+
+fn check(what: &str, a: Agreement) {
+    eprintln!("{what}: {a}");
+    assert!(a.rel_l2 <= MAX_REL_L2, "{what}: {a}");
+    assert!(a.cosine >= MIN_COSINE, "{what}: {a}");
+    assert!(a.top1 >= MIN_TOP1, "{what}: {a}");
+}
+
+fn run(gguf: &str, json: &str, logits: &str) {
+    let (Some(g), Some(j), Some(l)) = (
+        common::golden(gguf),
+        common::golden(json),
+        common::golden(logits),
+    ) else {
+        return;
+    };
+    let tokens = common::golden_tokens(&j);
+    let theirs = common::read_f32s(&l);
+    for isa in Isa::available() {
+        let opts = LoadOptions {
+            isa: Some(isa),
+            threads: 2,
+            pin: false,
+            n_ctx: 64,
+            ..LoadOptions::default()
+        };
+        let model = Model::load(&g, &opts).unwrap();
+        let n_vocab = model.n_vocab();
+        let mut s = Session::new(&model, 64).unwrap();
+        let ours = s.eval(&tokens, true).unwrap().to_vec();
+        check(
+            &format!("{gguf} {} prefill", isa.name()),
+            compare(&ours, &theirs, n_vocab),
+        );
+        if isa == Isa::best() {
+            let mut s = Session::new(&model, 64).unwrap();
+            let mut dec = Vec::with_capacity(ours.len());
+            for &t in &tokens {
+                dec.extend_from_slice(s.eval(&[t], false).unwrap());
+            }
+            check(
+                &format!("{gguf} {} decode", isa.name()),
+                compare(&dec, &theirs, n_vocab),
+            );
+        }
+    }
+}
+
+#[test]
+fn engine_matches_bitnet_cpp_on_i2_s() {
+    run(
+        "gguf/bitnet-tiny-i2_s.gguf",
+        "bitnet-tiny-i2_s.json",
+        "logits/bitnet-i2_s.t1.f32",
+    );
+}
+
+#[test]
+fn engine_matches_llama_cpp_on_tq2_0() {
+    run(
+        "gguf/upstream-tiny-tq2_0.gguf",
+        "upstream-tiny-tq2_0.json",
+        "logits/upstream-tq2_0.t1.f32",
+    );
+}
+
+#[test]
+fn engine_matches_llama_cpp_on_tq1_0() {
+    run(
+        "gguf/upstream-tiny-tq1_0.gguf",
+        "upstream-tiny-tq1_0.json",
+        "logits/upstream-tq2_0.t1.f32",
+    );
+}

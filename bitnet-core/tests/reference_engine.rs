@@ -1,0 +1,271 @@
+//! The optimized engine against the f32 reference forward pass on tiny generated models of
+//! every architecture and weight type: whole-prompt prefill and one-token-at-a-time decode
+//! of the same prompt; bit-identical logits across thread counts and load modes; agreement
+//! across kernel sets.
+
+mod common;
+
+use std::path::PathBuf;
+
+use bitnet_core::config::{ActBits, Arch, ModelConfig};
+use bitnet_core::model::{LoadMode, LoadOptions, Model, Session};
+use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_gguf::{GgufFile, LoadMode as FileMode, TensorType};
+use bitnet_kernels::Isa;
+use common::metrics::{Agreement, compare, max_abs_diff};
+use common::reference::{Emulation, RefModel};
+
+/// Engine prefill vs the exact reference on generated models. The engine keeps K/V in f16;
+/// that 1e-3 relative error flips int8 activation rounding steps in the next projections,
+/// and the flips propagate: measured 0.020-0.026 rel-L2, cosine >= 0.9996 (the golden
+/// README measured 0.042 between correct engines on its more sensitive model).
+const SYNTH_MAX_REL_L2: f64 = 0.05;
+const SYNTH_MIN_COSINE: f64 = 0.999;
+/// Share of positions whose argmax must agree with the exact reference. Random models have
+/// near-ties, so the flips above can move an argmax: measured 9/12 to 12/12.
+const SYNTH_MIN_TOP1_SHARE: f64 = 0.5;
+/// Engine prefill vs the reference with the engine's one rounding step emulated (K and V
+/// rounded to f16): measured below 5e-5 rel-L2; only float summation order remains.
+const EMULATED_MAX_REL_L2: f64 = 2e-3;
+/// Decode (one token per eval) vs prefill of the same prompt: same math, other kernels
+/// (matrix-vector instead of matrix-matrix); integer parts are exact, float sums may be
+/// reordered.
+const DECODE_MAX_REL_L2: f64 = 1e-3;
+
+/// A 12-token prompt valid for any vocabulary of at least 300 tokens.
+const PROMPT: [u32; 12] = [1, 17, 200, 45, 299, 3, 128, 77, 260, 5, 99, 150];
+
+fn tiny(preset: &str, weight_type: TensorType) -> SynthSpec {
+    SynthSpec {
+        n_vocab: 300,
+        weight_type,
+        seed: 42,
+        ..SynthSpec::preset(preset).unwrap()
+    }
+}
+
+fn generate(spec: &SynthSpec) -> PathBuf {
+    let path = common::tmp_dir("engine").join("model.gguf");
+    write_model(spec, &path, |_, _| {}).unwrap();
+    path
+}
+
+fn opts(threads: usize, isa: Option<Isa>, mode: LoadMode) -> LoadOptions {
+    LoadOptions {
+        threads,
+        isa,
+        mode,
+        pin: false,
+        n_ctx: 64,
+        ..LoadOptions::default()
+    }
+}
+
+fn prefill(model: &Model, tokens: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(model, 64).unwrap();
+    s.eval(tokens, true).unwrap().to_vec()
+}
+
+fn decode(model: &Model, tokens: &[u32]) -> Vec<f32> {
+    let mut s = Session::new(model, 64).unwrap();
+    let mut out = Vec::new();
+    for &t in tokens {
+        out.extend_from_slice(s.eval(&[t], false).unwrap());
+    }
+    out
+}
+
+/// Exact and f16-KV-emulating reference logits of the prompt.
+fn reference(path: &PathBuf) -> (Vec<f32>, Vec<f32>, ModelConfig) {
+    let f = GgufFile::open(path, FileMode::Read).unwrap();
+    let cfg = ModelConfig::from_gguf(&f).unwrap();
+    let mut m = RefModel::new(&f, &cfg);
+    let exact = m.logits(&PROMPT);
+    m.emu = Emulation::f16_kv_cache();
+    (exact, m.logits(&PROMPT), cfg)
+}
+
+fn assert_close_to_reference(what: &str, a: Agreement) {
+    eprintln!("{what}: {a}");
+    assert!(a.rel_l2 <= SYNTH_MAX_REL_L2, "{what}: {a}");
+    assert!(a.cosine >= SYNTH_MIN_COSINE, "{what}: {a}");
+    assert!(
+        a.top1 as f64 >= SYNTH_MIN_TOP1_SHARE * a.rows as f64,
+        "{what}: {a}"
+    );
+}
+
+/// Prefill and decode of one generated model against the reference.
+fn check_model(what: &str, spec: &SynthSpec) {
+    let path = generate(spec);
+    let (want, want_kv16, cfg) = reference(&path);
+    let model = Model::load(&path, &opts(1, None, LoadMode::Mmap)).unwrap();
+    assert_eq!(model.config(), &cfg);
+    let pre = prefill(&model, &PROMPT);
+    assert_close_to_reference(
+        &format!("{what} prefill vs reference"),
+        compare(&pre, &want, cfg.n_vocab),
+    );
+    let a = compare(&pre, &want_kv16, cfg.n_vocab);
+    eprintln!("{what} prefill vs f16-KV reference: {a}");
+    assert!(
+        a.rel_l2 <= EMULATED_MAX_REL_L2 && a.top1 == a.rows,
+        "{what}: {a}"
+    );
+    let dec = decode(&model, &PROMPT);
+    let a = compare(&dec, &pre, cfg.n_vocab);
+    eprintln!(
+        "{what} decode vs prefill: {a}, max |diff| {}",
+        max_abs_diff(&dec, &pre)
+    );
+    assert!(
+        a.rel_l2 <= DECODE_MAX_REL_L2,
+        "{what} decode vs prefill: {a}"
+    );
+    // the last-token logits of a prefill without all_logits are the last row
+    let mut s = Session::new(&model, 64).unwrap();
+    let last = s.eval(&PROMPT, false).unwrap();
+    assert_eq!(last, &pre[(PROMPT.len() - 1) * cfg.n_vocab..]);
+    std::fs::remove_file(&path).unwrap();
+}
+
+const TERNARY: [TensorType; 3] = [TensorType::I2_S, TensorType::TQ2_0, TensorType::TQ1_0];
+
+#[test]
+fn bitnet_b158_relu2_every_ternary_type() {
+    for ty in TERNARY {
+        check_model(&format!("bitnet-b1.58 {}", ty.name()), &tiny("tiny", ty));
+    }
+}
+
+#[test]
+fn bitnet_silu_untied_head_every_ternary_type() {
+    for ty in TERNARY {
+        let spec = tiny("tiny-bitnet", ty);
+        assert_eq!(
+            (spec.arch, spec.head_type),
+            (Arch::Bitnet, Some(TensorType::Q8_0))
+        );
+        check_model(&format!("bitnet {}", ty.name()), &spec);
+    }
+}
+
+#[test]
+fn llama_arch_normal_rope_no_sub_norms() {
+    for ty in [TensorType::I2_S, TensorType::TQ2_0] {
+        check_model(&format!("llama {}", ty.name()), &tiny("tiny-llama", ty));
+    }
+}
+
+#[test]
+fn binary_weights_with_int8_and_binary_activations() {
+    check_model(
+        "Q1_0 weights, int8 activations",
+        &tiny("tiny", TensorType::Q1_0),
+    );
+    let spec = SynthSpec {
+        act_bits: ActBits::Binary,
+        ..tiny("tiny-bitnet", TensorType::Q1_0)
+    };
+    check_model("Q1_0 weights, 1-bit activations", &spec);
+}
+
+#[test]
+fn embedding_and_head_types_and_projection_scales() {
+    for ty in [
+        TensorType::F32,
+        TensorType::BF16,
+        TensorType::Q8_0,
+        TensorType::Q6_K,
+        TensorType::Q4_0,
+    ] {
+        let spec = SynthSpec {
+            embd_type: ty,
+            head_type: Some(ty),
+            ..tiny("tiny-bitnet", TensorType::TQ2_0)
+        };
+        check_model(&format!("embedding/head {}", ty.name()), &spec);
+    }
+    let spec = SynthSpec {
+        proj_scales: true,
+        embd_type: TensorType::Q8_0,
+        ..tiny("tiny", TensorType::I2_S)
+    };
+    check_model("projection .scale tensors, tied Q8_0 head", &spec);
+}
+
+#[test]
+fn float_projections() {
+    let spec = SynthSpec {
+        weight_type: TensorType::F16,
+        ..tiny("tiny-llama", TensorType::F16)
+    };
+    check_model("F16 projections (f32 activations)", &spec);
+}
+
+#[test]
+fn threads_and_load_modes_are_bit_identical() {
+    let path = generate(&tiny("tiny", TensorType::I2_S));
+    let base = Model::load(&path, &opts(1, None, LoadMode::Mmap)).unwrap();
+    let want_pre = prefill(&base, &PROMPT);
+    let want_dec = decode(&base, &PROMPT[..6]);
+    for (threads, mode) in [
+        (2, LoadMode::Mmap),
+        (1, LoadMode::Read),
+        (2, LoadMode::Read),
+    ] {
+        let m = Model::load(&path, &opts(threads, None, mode)).unwrap();
+        assert_eq!(m.threads(), threads);
+        let pre = prefill(&m, &PROMPT);
+        assert!(
+            pre.iter()
+                .zip(&want_pre)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "prefill differs with {threads} threads, {mode:?}"
+        );
+        let dec = decode(&m, &PROMPT[..6]);
+        assert!(
+            dec.iter()
+                .zip(&want_dec)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "decode differs with {threads} threads, {mode:?}"
+        );
+    }
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn kernel_sets_agree() {
+    let specs = [
+        tiny("tiny", TensorType::I2_S),
+        tiny("tiny-bitnet", TensorType::TQ1_0),
+        SynthSpec {
+            act_bits: ActBits::Binary,
+            ..tiny("tiny-bitnet", TensorType::Q1_0)
+        },
+    ];
+    for spec in &specs {
+        let path = generate(spec);
+        let scalar = Model::load(&path, &opts(1, Some(Isa::Scalar), LoadMode::Mmap)).unwrap();
+        assert_eq!(scalar.isa(), Isa::Scalar);
+        let want = prefill(&scalar, &PROMPT);
+        let n_vocab = scalar.n_vocab();
+        for isa in Isa::available() {
+            let m = Model::load(&path, &opts(2, Some(isa), LoadMode::Mmap)).unwrap();
+            assert_eq!(m.isa(), isa);
+            let got = prefill(&m, &PROMPT);
+            let a = compare(&got, &want, n_vocab);
+            eprintln!(
+                "{} {}: {} vs scalar: {a}",
+                spec.name,
+                spec.weight_type.name(),
+                isa.name()
+            );
+            assert!(
+                a.rel_l2 <= DECODE_MAX_REL_L2 && a.top1 == a.rows,
+                "{isa:?}: {a}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
