@@ -146,7 +146,7 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
         e.bytes += t.n_bytes;
     }
     let mut totals_by_type: Vec<TypeTotal> = by_type.into_values().collect();
-    totals_by_type.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    totals_by_type.sort_by_key(|t| std::cmp::Reverse(t.bytes));
     let n_params = file.tensors().iter().map(|t| t.n_elements).sum();
     let weight_bytes = file.tensors().iter().map(|t| t.n_bytes).sum();
 
