@@ -36,6 +36,12 @@ fn stream_all(tok: &Tokenizer, ids: &[u32]) -> (Vec<String>, String) {
 }
 
 #[test]
+fn tokenizer_is_shareable() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Tokenizer>();
+}
+
+#[test]
 fn spm_special_tokens_and_bos_rules() {
     let Some(tok) = load("llama-spm") else { return };
     assert_eq!(tok.kind(), TokenizerKind::Spm);
@@ -225,7 +231,12 @@ fn speed_100kb() {
     }
     let text = &all[..end];
     for name in ["llama-bpe", "llama-spm", "gpt-2"] {
+        let t = Instant::now();
         let Some(tok) = load(name) else { return };
+        eprintln!(
+            "{name}: loaded in {:.1} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
         let t = Instant::now();
         let ids = tok.encode(text, false, false);
         let dt = t.elapsed();

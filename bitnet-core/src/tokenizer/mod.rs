@@ -32,7 +32,8 @@ pub use vocab::{TokenType, TokenizerKind, VocabSpec};
 use vocab::Vocab;
 
 /// A tokenizer: vocabulary, merge table, special tokens and the rendering of every token.
-#[derive(Debug)]
+/// Immutable once built; `Send + Sync`, so one instance can serve many threads.
+#[derive(Clone, Debug)]
 pub struct Tokenizer {
     vocab: Vocab,
     /// Ids of control, user-defined and unknown tokens, longest text first: the order in
@@ -239,9 +240,13 @@ impl Tokenizer {
             .is_some_and(|t| t.control)
     }
 
-    /// Text of `ids`: the pieces joined, with an SPM vocabulary's added space prefix taken
-    /// off the first piece (the one after BOS). Invalid UTF-8 becomes U+FFFD only here, at
-    /// the end, so characters split across byte tokens come out whole.
+    /// Text of a whole sequence: the pieces joined. With `add_space_prefix` (SPM) the first
+    /// non-empty piece loses one leading space, whether or not BOS precedes it
+    /// (SentencePiece's decode rule), so `decode(encode(t, true, false)) == t`; to render
+    /// generated tokens that continue earlier text, use [`StreamDecoder`], which strips only
+    /// right after BOS. Invalid UTF-8 becomes U+FFFD only here, at the end, so characters
+    /// split across byte tokens come out whole. Control tokens render as nothing; no
+    /// `clean_up_tokenization_spaces` pass is applied.
     pub fn decode(&self, ids: &[u32]) -> String {
         let mut bytes = Vec::new();
         let mut strip = self.vocab.add_space_prefix;

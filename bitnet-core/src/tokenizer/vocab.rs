@@ -228,7 +228,9 @@ impl Hasher for FxHasher {
     }
     #[inline]
     fn finish(&self) -> u64 {
-        self.0
+        // The product's high bits depend on all input bits, its low bits only on the low
+        // input bits; hash tables index by the low bits, so bring the high ones down.
+        self.0.rotate_left(26)
     }
 }
 
@@ -257,7 +259,7 @@ pub enum TokenizerKind {
 pub(crate) const NO_TOKEN: u32 = u32::MAX;
 
 /// The checked vocabulary.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Vocab {
     pub kind: TokenizerKind,
     pub pre_name: String,
