@@ -476,3 +476,42 @@ fn broken_metadata_names_the_key() {
         "{err}"
     );
 }
+
+/// The golden prompt of `shared/data/golden`: bitnet.cpp and llama.cpp both tokenized it
+/// (BOS first) from the vocabulary inside their model files; we must give the same ids and
+/// pieces from the same metadata.
+#[test]
+fn golden_prompt_matches_both_engines() {
+    let Some(dir) = data_dir() else { return };
+    for (json, gguf) in [
+        ("bitnet-tiny-i2_s.json", "bitnet-tiny-i2_s.gguf"),
+        ("upstream-tiny-tq1_0.json", "upstream-tiny-tq1_0.gguf"),
+    ] {
+        let golden: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("golden").join(json)).unwrap())
+                .unwrap();
+        let file = GgufFile::open(dir.join("golden/gguf").join(gguf), LoadMode::Mmap).unwrap();
+        let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
+        let prompt = golden["prompt"].as_str().unwrap();
+        let want: Vec<u32> = golden["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(want.len(), 42);
+        assert_eq!(tok.encode(prompt, true, false), want, "{json}");
+        let pieces: Vec<String> = want
+            .iter()
+            .map(|&id| String::from_utf8_lossy(tok.token_to_piece_special(id, true)).into_owned())
+            .collect();
+        let want_pieces: Vec<&str> = golden["token_pieces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(pieces, want_pieces, "{json}");
+        assert_eq!(tok.decode(&want), prompt);
+    }
+}
