@@ -1,9 +1,10 @@
 //! The tokenizer, built from a GGUF file's `tokenizer.ggml.*` metadata, reproducing
 //! llama.cpp's `llama_tokenize` / `llama_token_to_piece` token for token.
 //!
-//! Two families are implemented: SentencePiece BPE with scores (`llama`, [`spm`]) and
-//! byte-level BPE with merge ranks (`gpt2`, [`bpe`]) behind a named pre-tokenizer
-//! ([`pretokenize`]). Encoding first cuts special tokens written in the text out of it
+//! Two families are implemented: SentencePiece BPE with scores (`llama`, `spm.rs`) and
+//! byte-level BPE with merge ranks (`gpt2`, `bpe.rs`) behind a named pre-tokenizer
+//! (`pretokenize.rs`: llama3/llama-bpe/falcon3, gpt-2, starcoder, falcon, qwen2, default and
+//! their aliases; an unknown name is an error). Encoding first cuts special tokens written in the text out of it
 //! (user-defined tokens always, control tokens only with `parse_special`), then runs the
 //! family's algorithm on each stretch of plain text. Decoding renders each token to bytes
 //! ([`Tokenizer::token_to_piece`]); [`StreamDecoder`] turns a token stream into text that is
