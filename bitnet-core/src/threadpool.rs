@@ -5,7 +5,8 @@
 //! are spawned once; a region is published by bumping an atomic generation counter, workers
 //! spin on it for a short while ([`DEFAULT_SPIN`]) and only then sleep on a condvar, so a
 //! busy decode loop never pays a futex wake-up while an idle pool does not burn a core. The
-//! calling thread takes part as thread 0 and then waits for the others the same way.
+//! calling thread runs part 0, then any part no worker has claimed yet (so a worker the OS
+//! has not scheduled costs nothing on an oversubscribed machine), then waits for the rest.
 //!
 //! This is the one module of `bitnet-core` that uses `unsafe`: the job closure borrows from
 //! the caller's stack (it is not `'static`), so workers reach it through a raw pointer that is
@@ -62,7 +63,7 @@ pub enum PinPolicy {
     Cores,
 }
 
-/// Busy and wait time of one pool thread, summed over profiled regions.
+/// Busy and wait time of one part (`tid`) of the regions, summed over profiled regions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ThreadStats {
     /// Time spent inside the job.
@@ -76,9 +77,12 @@ pub struct ThreadStats {
 pub struct WaitStats {
     /// Number of parallel regions profiled.
     pub regions: u64,
+    /// Parts the caller ran besides part 0 because no worker had claimed them yet (workers
+    /// asleep or not scheduled).
+    pub stolen: u64,
     /// Sum of region wall times as seen by the caller.
     pub wall: Duration,
-    /// One entry per thread, thread 0 (the caller) first.
+    /// One entry per part `tid`, part 0 (always run by the caller) first.
     pub threads: Vec<ThreadStats>,
 }
 
@@ -109,17 +113,33 @@ impl Drop for InJobGuard {
 
 const NOT_PINNED: usize = usize::MAX;
 
+/// Bits of [`Shared::state`] holding the next unclaimed part; the rest is the generation.
+const PART_BITS: u32 = 20;
+const PART_MASK: u64 = (1 << PART_BITS) - 1;
+const _: () = assert!(MAX_THREADS as u64 <= PART_MASK);
+
+fn generation_of(state: u64) -> u64 {
+    state >> PART_BITS
+}
+
 /// State shared by the caller and the workers.
+///
+/// A region is split into `n_threads` parts (the `tid` passed to the job). The caller runs
+/// part 0, workers claim parts 1.. from `state` with a compare-and-swap that also checks the
+/// generation, and the caller claims whatever is left once part 0 is done. So a worker the OS
+/// has not scheduled yet (an oversubscribed machine) delays a region by nothing, instead of
+/// a whole time slice; a worker that wakes late finds no part left and goes back to waiting.
 struct Shared {
     n_threads: usize,
     spin: Duration,
-    /// Bumped once per region (and once at shutdown); workers wait for it to change.
-    generation: CachePadded<AtomicU64>,
-    /// Workers that have not finished the current region yet.
+    /// `(generation << PART_BITS) | next unclaimed part`. The generation is bumped once per
+    /// region (and at shutdown); workers wait for it to change.
+    state: CachePadded<AtomicU64>,
+    /// Parts 1.. of the current region that have not finished yet.
     pending: CachePadded<AtomicUsize>,
     /// Points at the caller's `&Job` for the current region. Valid while `pending > 0`.
     job: AtomicPtr<()>,
-    /// Whether workers time the current region (set with `job`, before the generation bump).
+    /// Whether parts are timed in the current region (set with `job`, before publishing).
     region_profiling: AtomicBool,
     shutdown: AtomicBool,
     sleepers: AtomicUsize,
@@ -130,7 +150,7 @@ struct Shared {
     done: Condvar,
     panicked: AtomicBool,
     panic: Mutex<Option<(usize, Box<dyn Any + Send>)>>,
-    /// Per-thread busy nanoseconds of the current region (profiling only).
+    /// Per-part busy nanoseconds of the current region (profiling only).
     busy_ns: Box<[CachePadded<AtomicU64>]>,
     pinned: Box<[AtomicUsize]>,
 }
@@ -142,13 +162,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    /// Spins, then sleeps, until `generation` differs from `seen`; returns the new value.
+    /// Spins, then sleeps, until the generation differs from `seen`; returns the new one.
     fn wait_for_generation(&self, seen: u64) -> u64 {
         if !self.spin.is_zero() {
             let start = Instant::now();
             let mut spins = 0u32;
             loop {
-                let g = self.generation.0.load(Ordering::Acquire);
+                let g = generation_of(self.state.0.load(Ordering::Acquire));
                 if g != seen {
                     return g;
                 }
@@ -160,11 +180,11 @@ impl Shared {
             }
         }
         let mut guard = lock(&self.sleep_lock);
-        // SeqCst pairs with the caller's `generation` bump then `sleepers` load: either the
+        // SeqCst pairs with the caller's `state` store then `sleepers` load: either the
         // caller sees us counted (and notifies under the lock) or we see the new generation.
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         loop {
-            let g = self.generation.0.load(Ordering::SeqCst);
+            let g = generation_of(self.state.0.load(Ordering::SeqCst));
             if g != seen {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
                 return g;
@@ -176,12 +196,16 @@ impl Shared {
         }
     }
 
-    /// Opens a region: publishes the job pointer, then wakes the workers.
-    fn publish(&self, job: *mut (), profiling: bool) {
+    /// Opens region `generation`: publishes the job pointer, then wakes the workers. Only
+    /// the caller (holding the run lock, after the previous region completed) calls this.
+    fn publish(&self, generation: u64, job: *mut (), profiling: bool) {
         self.job.store(job, Ordering::Relaxed);
         self.region_profiling.store(profiling, Ordering::Relaxed);
         self.pending.0.store(self.n_threads - 1, Ordering::Relaxed);
-        self.generation.0.fetch_add(1, Ordering::SeqCst);
+        // Part 0 belongs to the caller; claims start at part 1.
+        self.state
+            .0
+            .store((generation << PART_BITS) | 1, Ordering::SeqCst);
         self.wake_sleepers();
     }
 
@@ -192,7 +216,59 @@ impl Shared {
         }
     }
 
-    /// Called by a worker when it is done with the region; it must not touch the job after.
+    /// Claims and runs unclaimed parts of region `generation` until none is left; returns
+    /// how many parts this thread ran.
+    fn claim_parts(&self, generation: u64) -> usize {
+        let mut ran = 0;
+        let mut cur = self.state.0.load(Ordering::Acquire);
+        loop {
+            let part = (cur & PART_MASK) as usize;
+            if generation_of(cur) != generation || part >= self.n_threads {
+                return ran;
+            }
+            match self.state.0.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.run_part(part);
+                    ran += 1;
+                    cur = self.state.0.load(Ordering::Acquire);
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Runs claimed part `part` (>= 1) of the open region and reports it finished.
+    fn run_part(&self, part: usize) {
+        // The claim succeeded on the current generation, so the region is open and cannot
+        // close before this part finishes: `job` is that region's pointer (the Acquire
+        // claim synchronised with the caller's publishing store).
+        let job = self.job.load(Ordering::Relaxed);
+        let t0 = self
+            .region_profiling
+            .load(Ordering::Relaxed)
+            .then(Instant::now);
+        // SAFETY: `job` belongs to the open region (see above), and `finish_one` below is
+        // called only after the job returned, so the caller is still inside `run`.
+        let result = panic::catch_unwind(AssertUnwindSafe(|| unsafe {
+            call_job(job, part, self.n_threads)
+        }));
+        if let Some(t0) = t0 {
+            self.busy_ns[part]
+                .0
+                .store(nanos(t0.elapsed()), Ordering::Relaxed);
+        }
+        if let Err(payload) = result {
+            self.record_panic(part, payload);
+        }
+        self.finish_one();
+    }
+
+    /// Marks one part done; the job must not be touched after.
     fn finish_one(&self) {
         if self.pending.0.fetch_sub(1, Ordering::SeqCst) == 1
             && self.caller_waiting.load(Ordering::SeqCst)
@@ -202,7 +278,7 @@ impl Shared {
         }
     }
 
-    /// Caller side: spins, then sleeps, until every worker has finished the region.
+    /// Caller side: spins, then sleeps, until every part has finished.
     fn wait_done(&self) {
         if !self.spin.is_zero() {
             let start = Instant::now();
@@ -229,10 +305,10 @@ impl Shared {
         self.caller_waiting.store(false, Ordering::SeqCst);
     }
 
-    fn record_panic(&self, thread: usize, payload: Box<dyn Any + Send>) {
+    fn record_panic(&self, part: usize, payload: Box<dyn Any + Send>) {
         let mut slot = lock(&self.panic);
         if slot.is_none() {
-            *slot = Some((thread, payload));
+            *slot = Some((part, payload));
         }
         self.panicked.store(true, Ordering::Release);
     }
@@ -241,27 +317,27 @@ impl Shared {
 /// Calls the job a region was opened with.
 ///
 /// # Safety
-/// `job` must be the pointer passed to [`Shared::publish`] for the region the calling worker
-/// is executing, i.e. it points at a `&Job` on the stack of a [`ThreadPool::run`] call that
-/// has not returned. `run` guarantees this by not returning (not even by unwinding) before
-/// every worker has called [`Shared::finish_one`], which workers do only after this returns.
-unsafe fn call_job(job: *const (), tid: usize, n_threads: usize) {
+/// `job` must be the pointer passed to [`Shared::publish`] for a region that is still open,
+/// i.e. it points at a `&Job` on the stack of a [`ThreadPool::run`] call that has not
+/// returned. `run` guarantees this by not returning (not even by unwinding) before every
+/// claimed part has called [`Shared::finish_one`], which happens only after this returns.
+unsafe fn call_job(job: *const (), part: usize, n_threads: usize) {
     // SAFETY: per the contract above the pointee is a live `&Job` for the whole call; the
     // `'static` here is never observed beyond this call, during which the borrow is valid.
     let f: &&Job<'static> = unsafe { &*(job as *const &Job<'static>) };
-    f(tid, n_threads);
+    f(part, n_threads);
 }
 
 fn worker_main(
     shared: Arc<Shared>,
-    tid: usize,
+    index: usize,
     core: Option<core_affinity::CoreId>,
     start: Arc<Barrier>,
 ) {
     if let Some(core) = core
         && core_affinity::set_for_current(core)
     {
-        shared.pinned[tid].store(core.id, Ordering::Relaxed);
+        shared.pinned[index].store(core.id, Ordering::Relaxed);
     }
     start.wait();
     drop(start);
@@ -272,31 +348,17 @@ fn worker_main(
         if shared.shutdown.load(Ordering::Acquire) {
             return;
         }
-        let job = shared.job.load(Ordering::Relaxed);
-        let t0 = shared
-            .region_profiling
-            .load(Ordering::Relaxed)
-            .then(Instant::now);
-        // SAFETY: we observed the generation bump of the region that published `job`, and we
-        // call `finish_one` only after this returns, so the caller is still inside `run`.
-        let result = panic::catch_unwind(AssertUnwindSafe(|| unsafe {
-            call_job(job, tid, shared.n_threads)
-        }));
-        if let Some(t0) = t0 {
-            let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            shared.busy_ns[tid].0.store(ns, Ordering::Relaxed);
-        }
-        if let Err(payload) = result {
-            shared.record_panic(tid, payload);
-        }
-        shared.finish_one();
+        shared.claim_parts(seen);
     }
 }
 
 /// Accumulated profile, guarded by the run lock (which also serialises regions).
 #[derive(Debug)]
 struct RunState {
+    /// Generation of the last region opened.
+    generation: u64,
     regions: u64,
+    stolen: u64,
     wall_ns: u64,
     busy_ns: Vec<u64>,
     wait_ns: Vec<u64>,
@@ -344,7 +406,7 @@ impl ThreadPool {
         let shared = Arc::new(Shared {
             n_threads,
             spin,
-            generation: CachePadded(AtomicU64::new(0)),
+            state: CachePadded(AtomicU64::new(0)),
             pending: CachePadded(AtomicUsize::new(0)),
             job: AtomicPtr::new(std::ptr::null_mut()),
             region_profiling: AtomicBool::new(false),
@@ -374,7 +436,9 @@ impl ThreadPool {
             shared: Arc::clone(&shared),
             workers: Vec::with_capacity(n_threads - 1),
             state: Mutex::new(RunState {
+                generation: 0,
                 regions: 0,
+                stolen: 0,
                 wall_ns: 0,
                 busy_ns: vec![0; n_threads],
                 wait_ns: vec![0; n_threads],
@@ -438,20 +502,25 @@ impl ThreadPool {
             .collect();
         let stats = WaitStats {
             regions: st.regions,
+            stolen: st.stolen,
             wall: Duration::from_nanos(st.wall_ns),
             threads,
         };
         st.regions = 0;
+        st.stolen = 0;
         st.wall_ns = 0;
         st.busy_ns.fill(0);
         st.wait_ns.fill(0);
         stats
     }
 
-    /// Runs `f(tid, n_threads)` on every thread of the pool (`tid` 0 on the caller) and
-    /// returns when all calls have returned. A panic in any call is re-raised here after all
-    /// threads have finished; the pool stays usable. Called from inside a pool job, `f` runs
-    /// inline as `f(0, 1)`. Concurrent calls from several threads are serialised.
+    /// Runs `f(tid, n_threads)` once for every `tid < n_threads`, in parallel on the pool's
+    /// threads, and returns when all calls have returned. `tid` 0 runs on the caller; the
+    /// others on whichever thread claims them first (usually one per worker, but the caller
+    /// takes parts no worker has started): code must depend on `tid`, never on the OS
+    /// thread. A panic in any call is re-raised here after all calls have finished; the pool
+    /// stays usable. Called from inside a pool job, `f` runs inline as `f(0, 1)`. Concurrent
+    /// calls from several threads are serialised.
     pub fn run(&self, f: &Job<'_>) {
         if let Err((_, payload)) = self.run_inner(f) {
             panic::resume_unwind(payload);
@@ -482,11 +551,19 @@ impl ThreadPool {
             if n > 1 {
                 let job_ref: &Job<'_> = f;
                 let job_ptr = &job_ref as *const &Job<'_> as *mut ();
-                self.shared.publish(job_ptr, profiling);
+                // Wrapping within the generation bits: a worker would have to sleep through
+                // 2^44 regions between two looks at `state` to be confused.
+                state.generation = (state.generation + 1) & (u64::MAX >> PART_BITS);
+                self.shared.publish(state.generation, job_ptr, profiling);
                 caller_result = panic::catch_unwind(AssertUnwindSafe(|| f(0, n)));
                 caller_busy = t_start.map(|t| t.elapsed());
-                // Workers may still be using `job_ref`: wait for them even if we panicked.
+                // Parts no worker has claimed yet run here; then wait for the claimed ones,
+                // which may still use `job_ref`, even if part 0 panicked.
+                let stolen = self.shared.claim_parts(state.generation);
                 self.shared.wait_done();
+                if profiling {
+                    state.stolen += stolen as u64;
+                }
             } else {
                 caller_result = panic::catch_unwind(AssertUnwindSafe(|| f(0, 1)));
                 caller_busy = t_start.map(|t| t.elapsed());
@@ -496,14 +573,14 @@ impl ThreadPool {
             let wall = nanos(t0.elapsed());
             state.regions += 1;
             state.wall_ns += wall;
-            for tid in 0..n {
-                let busy = if tid == 0 {
+            for part in 0..n {
+                let busy = if part == 0 {
                     nanos(busy0)
                 } else {
-                    self.shared.busy_ns[tid].0.load(Ordering::Relaxed)
+                    self.shared.busy_ns[part].0.load(Ordering::Relaxed)
                 };
-                state.busy_ns[tid] += busy;
-                state.wait_ns[tid] += wall.saturating_sub(busy);
+                state.busy_ns[part] += busy;
+                state.wait_ns[part] += wall.saturating_sub(busy);
             }
         }
         let worker_panic = if self.shared.panicked.swap(false, Ordering::Acquire) {
@@ -523,7 +600,11 @@ impl ThreadPool {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
-        self.shared.generation.0.fetch_add(1, Ordering::SeqCst);
+        let st = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let generation = (st.generation + 1) & (u64::MAX >> PART_BITS);
+        // No part left to claim (part index n_threads): workers only see the shutdown.
+        let closed = (generation << PART_BITS) | self.shared.n_threads as u64;
+        self.shared.state.0.store(closed, Ordering::SeqCst);
         {
             let _guard = lock(&self.shared.sleep_lock);
             self.shared.wake.notify_all();

@@ -348,3 +348,46 @@ fn disjoint_slice_mut_panics_on_overlap() {
     let _a = d.slice_mut(0..2);
     let _b = d.slice_mut(1..3);
 }
+
+#[test]
+fn caller_runs_parts_that_no_worker_claimed() {
+    with_timeout(Duration::from_secs(60), || {
+        // Spin 0: workers sleep on the condvar between regions, and a futex wake-up takes
+        // microseconds while the caller's part 0 here takes nanoseconds, so the caller
+        // should take part 1 itself in (almost) every region.
+        let pool = ThreadPool::with_spin(2, PinPolicy::None, Duration::ZERO).unwrap();
+        pool.set_profiling(true);
+        let caller = thread::current().id();
+        let on_caller = AtomicUsize::new(0);
+        let runs: Vec<AtomicUsize> = (0..2).map(|_| AtomicUsize::new(0)).collect();
+        let regions = 200;
+        for _ in 0..regions {
+            pool.run(&|tid, _| {
+                runs[tid].fetch_add(1, Ordering::Relaxed);
+                if tid == 1 && thread::current().id() == caller {
+                    on_caller.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == regions));
+        let stats = pool.take_wait_stats();
+        assert_eq!(stats.stolen as usize, on_caller.load(Ordering::Relaxed));
+        assert!(stats.stolen > 0, "the caller never took a part: {stats:?}");
+        // Later regions still reach the workers (they were not lost by the steals).
+        let worker_ran = AtomicUsize::new(0);
+        let slow = ThreadPool::with_spin(2, PinPolicy::None, Duration::ZERO).unwrap();
+        for _ in 0..50 {
+            slow.run(&|tid, _| {
+                if tid == 0 {
+                    thread::sleep(Duration::from_millis(2));
+                } else if thread::current().id() != caller {
+                    worker_ran.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        assert!(
+            worker_ran.load(Ordering::Relaxed) > 0,
+            "workers never got a part"
+        );
+    });
+}
