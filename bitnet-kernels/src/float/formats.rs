@@ -179,14 +179,27 @@ pub fn dequantize_row(fmt: RowFormat, bytes: &[u8], out: &mut [f32]) {
         RowFormat::Q6K => {
             for (y, b) in out.chunks_exact_mut(bl).zip(blocks) {
                 let d = read_f16(b, Q6K_D);
-                for (e, o) in y.iter_mut().enumerate() {
-                    let (qli, high, qhi, shift) = q6k_position(e);
-                    let lo = if high { b[qli] >> 4 } else { b[qli] & 0x0f };
-                    let hi = (b[Q6K_QH + qhi] >> shift) & 3;
-                    let q = i32::from(lo | (hi << 4)) - 32;
-                    let sc = f32::from(b[Q6K_SC + e / 16] as i8);
-                    // ggml's order of operations: (d * scale) * q.
-                    *o = d * sc * q as f32;
+                // ggml's loop shape (see [`q6k_position`]): per half, lane l feeds the four
+                // quarters from ql[l], ql[l + 32] and the four 2-bit fields of qh[l].
+                for (n, y) in y.chunks_exact_mut(128).enumerate() {
+                    let ql = &b[64 * n..64 * n + 64];
+                    let qh = &b[Q6K_QH + 32 * n..Q6K_QH + 32 * n + 32];
+                    let sc = &b[Q6K_SC + 8 * n..Q6K_SC + 8 * n + 8];
+                    for l in 0..32 {
+                        let is = l / 16;
+                        let h = qh[l];
+                        let q = [
+                            (ql[l] & 0x0f) | ((h & 3) << 4),
+                            (ql[l + 32] & 0x0f) | (((h >> 2) & 3) << 4),
+                            (ql[l] >> 4) | (((h >> 4) & 3) << 4),
+                            (ql[l + 32] >> 4) | ((h >> 6) << 4),
+                        ];
+                        for (g, &q) in q.iter().enumerate() {
+                            // ggml's order of operations: (d * scale) * q.
+                            let scale = f32::from(sc[is + 2 * g] as i8);
+                            y[l + 32 * g] = d * scale * (i32::from(q) - 32) as f32;
+                        }
+                    }
                 }
             }
         }

@@ -1,0 +1,101 @@
+//! Float kernel benches: the output-head mat-vec (F16 rows and the Q8_0 x Q8_0 fast path,
+//! a 32000-row slice of the 128256 x 2560 head to stay quick), RMSNorm and softmax, on every
+//! kernel set this CPU runs. Throughput is the bytes of weights (or activations) read.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use bitnet_kernels::Isa;
+use bitnet_kernels::float::*;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+
+const HIDDEN: usize = 2560;
+const HEAD_ROWS: usize = 32000;
+
+/// Deterministic pseudo-random values in [-1, 1) (no RNG needed for a bench).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn head(c: &mut Criterion) {
+    let w = values(HEAD_ROWS * HIDDEN, 1);
+    let f16: Vec<u8> = w
+        .iter()
+        .flat_map(|&v| f32_to_f16(v * 0.05).to_le_bytes())
+        .collect();
+    let rb = RowFormat::Q8_0.row_bytes(HIDDEN).unwrap();
+    let mut q8 = vec![0u8; HEAD_ROWS * rb];
+    for (row, out) in w.chunks_exact(HIDDEN).zip(q8.chunks_exact_mut(rb)) {
+        quantize_row_q8_0(row, out);
+    }
+    drop(w);
+    let x = values(HIDDEN, 2);
+    let mut xq = vec![0u8; rb];
+    quantize_row_q8_0(&x, &mut xq);
+    let mut out = vec![0.0f32; HEAD_ROWS];
+
+    let mut g = c.benchmark_group("head_matvec_32000x2560");
+    g.sample_size(10).measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Bytes(f16.len() as u64));
+    for isa in Isa::available() {
+        g.bench_function(format!("f16/{isa}"), |b| {
+            b.iter(|| {
+                matvec_f32(
+                    isa,
+                    RowFormat::F16,
+                    &f16,
+                    HIDDEN,
+                    &x,
+                    0..HEAD_ROWS,
+                    &mut out,
+                );
+                black_box(&out);
+            })
+        });
+    }
+    g.throughput(Throughput::Bytes(q8.len() as u64));
+    for isa in Isa::available() {
+        g.bench_function(format!("q8_0xq8_0/{isa}"), |b| {
+            b.iter(|| {
+                matvec_q8_0_q8_0(isa, &q8, HIDDEN, &xq, 0..HEAD_ROWS, &mut out);
+                black_box(&out);
+            })
+        });
+    }
+    g.finish();
+}
+
+fn norms(c: &mut Criterion) {
+    let x = values(HIDDEN, 3);
+    let wt = values(HIDDEN, 4);
+    let mut out = vec![0.0f32; HIDDEN];
+    let logits = values(32000, 5);
+    let mut buf = logits.clone();
+    let mut g = c.benchmark_group("norms");
+    g.sample_size(20).measurement_time(Duration::from_secs(1));
+    for isa in Isa::available() {
+        g.throughput(Throughput::Elements(HIDDEN as u64));
+        g.bench_function(format!("rmsnorm_2560/{isa}"), |b| {
+            b.iter(|| rmsnorm(isa, black_box(&x), &wt, 1e-5, &mut out))
+        });
+        g.throughput(Throughput::Elements(logits.len() as u64));
+        g.bench_function(format!("softmax_32000/{isa}"), |b| {
+            b.iter(|| {
+                buf.copy_from_slice(&logits);
+                softmax_inplace(isa, black_box(&mut buf));
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, head, norms);
+criterion_main!(benches);
