@@ -1,7 +1,8 @@
 //! Output helpers shared by the subcommands: a closed pipe (`bitnet ... | head`) must end the
 //! program quietly instead of panicking inside `println!`.
 
-use std::io;
+use std::io::{self, IsTerminal, Write};
+use std::time::{Duration, Instant};
 
 /// True when the error chain bottoms out in a broken pipe on stdout.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
@@ -10,6 +11,65 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
             .downcast_ref::<io::Error>()
             .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
     })
+}
+
+/// A progress line on stderr: redrawn in place on a terminal (at most every 200 ms); on a
+/// pipe or file, one line per call of [`Progress::step`] so logs stay readable.
+#[derive(Debug)]
+pub struct Progress {
+    tty: bool,
+    last: Option<Instant>,
+    drawn: bool,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            tty: io::stderr().is_terminal(),
+            last: None,
+            drawn: false,
+        }
+    }
+}
+
+impl Progress {
+    /// Redraws the line (terminal only; rate-limited unless `force`).
+    pub fn update(&mut self, msg: &str, force: bool) {
+        if !self.tty {
+            return;
+        }
+        if !force
+            && self
+                .last
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        self.drawn = true;
+        let mut err = io::stderr().lock();
+        let _ = write!(err, "\r\x1b[2K{msg}");
+        let _ = err.flush();
+    }
+
+    /// A milestone: redrawn on a terminal, a line of its own elsewhere.
+    pub fn step(&mut self, msg: &str) {
+        if self.tty {
+            self.update(msg, true);
+        } else {
+            eprintln!("{msg}");
+        }
+    }
+
+    /// Erases the line so the next output starts clean.
+    pub fn clear(&mut self) {
+        if self.tty && self.drawn {
+            let mut err = io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+            self.drawn = false;
+        }
+    }
 }
 
 /// Human-readable byte count (binary units), e.g. `1.50 GiB`.

@@ -11,7 +11,7 @@ use bitnet_core::config::ActBits;
 use bitnet_core::synth::{PRESETS, SynthSpec, write_model};
 use bitnet_gguf::TensorType;
 
-use crate::output::{human_bytes, human_count};
+use crate::output::{Progress, human_bytes, human_count};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -95,27 +95,29 @@ pub fn run(args: Args) -> Result<()> {
     };
 
     let start = Instant::now();
-    let mut last_draw = Instant::now();
+    let mut progress = Progress::default();
+    let mut next_step = 0.0;
     let report = write_model(&spec, output, |done, total| {
-        if last_draw.elapsed().as_millis() >= 200 || done == total {
-            last_draw = Instant::now();
-            let pct = if total > 0 {
-                done as f64 * 100.0 / total as f64
-            } else {
-                100.0
-            };
-            let mut err = io::stderr().lock();
-            let _ = write!(
-                err,
-                "\r\x1b[2Kwriting {}: {pct:5.1}% of {}",
-                output.display(),
-                human_bytes(total)
-            );
-            let _ = err.flush();
+        let pct = if total > 0 {
+            done as f64 * 100.0 / total as f64
+        } else {
+            100.0
+        };
+        let msg = format!(
+            "writing {}: {pct:5.1}% of {}",
+            output.display(),
+            human_bytes(total)
+        );
+        if pct >= next_step {
+            // a line per 10% in logs; on a terminal the line is redrawn continuously
+            next_step += 10.0;
+            progress.step(&msg);
+        } else {
+            progress.update(&msg, false);
         }
     })
     .with_context(|| format!("generating {}", output.display()))?;
-    eprint!("\r\x1b[2K");
+    progress.clear();
     println!(
         "wrote {} ({}, {} tensors, {} weights, arch {}, {} layers of {}, weights {}) in {:.1}s",
         report.path.display(),

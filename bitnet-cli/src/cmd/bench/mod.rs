@@ -19,6 +19,7 @@ use bitnet_core::model::{LoadOptions, Model, Session};
 
 use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
 use super::common::{ModelArgs, load_model, parse_isa};
+use crate::output::Progress;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -343,16 +344,17 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+thread_local! {
+    static PROGRESS: std::cell::RefCell<Progress> = std::cell::RefCell::new(Progress::default());
+}
+
+/// The `[bench]` progress line on stderr (redrawn on a terminal, one line per step in logs).
 fn progress(msg: &str) {
-    let mut err = io::stderr().lock();
-    let _ = write!(err, "\r\x1b[2K[bench] {msg}");
-    let _ = err.flush();
+    PROGRESS.with(|p| p.borrow_mut().step(&format!("[bench] {msg}")));
 }
 
 fn clear_progress() {
-    let mut err = io::stderr().lock();
-    let _ = write!(err, "\r\x1b[2K");
-    let _ = err.flush();
+    PROGRESS.with(|p| p.borrow_mut().clear());
 }
 
 /// Resets the kernel's peak-RSS mark for this process (Linux: `echo 5 > /proc/self/clear_refs`),
