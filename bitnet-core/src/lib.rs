@@ -12,3 +12,7 @@ pub mod threadpool;
 pub mod tokenizer;
 
 pub use error::CoreError;
+pub use model::{
+    GenStats, HeadMode, LoadMode, LoadOptions, LoadStats, Model, Profile, Session, StopReason,
+    generate,
+};
