@@ -414,6 +414,77 @@ pub fn attn_weighted_sum_f32(
     dispatch!(isa, attn_weighted_sum_f32(w, v, kv_stride, n_pos, out))
 }
 
+fn check_attn_q8(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos: usize) {
+    assert!(
+        d.is_multiple_of(QK8_0),
+        "{what}: head dim {d} is not a whole number of Q8_0 blocks"
+    );
+    let rb = d / QK8_0 * Q8_0_BLOCK_BYTES;
+    assert!(
+        kv_stride >= rb,
+        "{what}: kv_stride {kv_stride} bytes < head row {rb} bytes"
+    );
+    if n_pos > 0 {
+        let need = (n_pos - 1)
+            .checked_mul(kv_stride)
+            .and_then(|v| v.checked_add(rb))
+            .expect("cache size overflows");
+        assert!(
+            cache_len >= need,
+            "{what}: {n_pos} positions of stride {kv_stride} need {need} bytes, cache has {cache_len}"
+        );
+    }
+}
+
+/// [`attn_scores_f16`] over an 8-bit cache: position `p`'s head row is `q.len() / 32` Q8_0
+/// blocks (as [`quantize_row_q8_0`] writes them) at byte `p * kv_stride`.
+///
+/// # Panics
+/// If `q.len()` is not a multiple of 32, `out.len() != n_pos`, the stride is shorter than a
+/// head row or `k` is too short.
+pub fn attn_scores_q8_0(
+    isa: Isa,
+    q: &[f32],
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    assert_eq!(
+        out.len(),
+        n_pos,
+        "attn_scores_q8_0: out must have n_pos scores"
+    );
+    check_attn_q8("attn_scores_q8_0", q.len(), k.len(), kv_stride, n_pos);
+    dispatch!(isa, attn_scores_q8_0(q, k, kv_stride, n_pos, scale, out))
+}
+
+/// [`attn_weighted_sum_f16`] over an 8-bit cache laid out as in [`attn_scores_q8_0`]
+/// (`kv_stride` in bytes, `out.len()` a multiple of 32).
+pub fn attn_weighted_sum_q8_0(
+    isa: Isa,
+    w: &[f32],
+    v: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    assert_eq!(
+        w.len(),
+        n_pos,
+        "attn_weighted_sum_q8_0: w must have n_pos weights"
+    );
+    check_attn_q8(
+        "attn_weighted_sum_q8_0",
+        out.len(),
+        v.len(),
+        kv_stride,
+        n_pos,
+    );
+    dispatch!(isa, attn_weighted_sum_q8_0(w, v, kv_stride, n_pos, out))
+}
+
 /// Rotary position embedding tables: `cos`/`sin` of `pos * theta^(-2i/rope_dim)` for every
 /// position below `max_pos` and `i < rope_dim/2`, angles computed in f64, stored in f32.
 #[derive(Clone, Debug)]

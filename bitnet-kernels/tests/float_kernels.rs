@@ -454,3 +454,46 @@ fn attention_over_f16_and_f32_caches() {
         }
     }
 }
+
+#[test]
+fn attention_over_a_q8_0_cache() {
+    let mut r = rng(11);
+    for (d, extra) in [(64usize, 0usize), (128, 34), (32, 7), (96, 1)] {
+        let rb = RowFormat::Q8_0.row_bytes(d).unwrap();
+        let stride = rb + extra;
+        for n_pos in [0usize, 1, 2, 5, 17] {
+            let q = normal_vec(&mut r, d, 1.0);
+            let mut cache = vec![0u8; n_pos * stride];
+            let mut exact = vec![0.0f32; n_pos * d];
+            for p in 0..n_pos {
+                let row = normal_vec(&mut r, d, 3.0);
+                quantize_row_q8_0(&row, &mut cache[p * stride..p * stride + rb]);
+                dequantize_row(
+                    RowFormat::Q8_0,
+                    &cache[p * stride..][..rb],
+                    &mut exact[p * d..][..d],
+                );
+            }
+            let (cbuf, cr) = misaligned(&cache);
+            let cache = &cbuf[cr];
+            let w = normal_vec(&mut r, n_pos, 0.3);
+            for isa in isas() {
+                let mut s = vec![f32::NAN; n_pos];
+                attn_scores_q8_0(isa, &q, cache, stride, n_pos, 0.5, &mut s);
+                for p in 0..n_pos {
+                    let (want, cond) = dot64(exact[p * d..][..d].iter().copied(), &q);
+                    let what = format!("{isa} q8 scores d={d} p={p}");
+                    assert_close(s[p], 0.5 * want, 0.0, 0.5 * dot_budget(d, cond), &what);
+                }
+                let mut o = vec![f32::NAN; d];
+                attn_weighted_sum_q8_0(isa, &w, cache, stride, n_pos, &mut o);
+                for i in 0..d {
+                    let col: Vec<f32> = (0..n_pos).map(|p| exact[p * d + i]).collect();
+                    let (want, cond) = dot64(w.iter().copied(), &col);
+                    let what = format!("{isa} q8 wsum d={d} n_pos={n_pos} i={i}");
+                    assert_close(o[i], want, 0.0, dot_budget(n_pos, cond), &what);
+                }
+            }
+        }
+    }
+}
