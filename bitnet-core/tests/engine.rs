@@ -288,3 +288,122 @@ fn profile_counts_ops_when_enabled() {
     assert!(stats.weight_bytes > 0 && stats.mapped_bytes > 0 && stats.threads == 2);
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn generate_streams_greedy_tokens_and_honours_stops() {
+    use bitnet_core::model::{StopReason, generate};
+    use bitnet_core::sampling::{Sampler, SamplerConfig, StopMatcher};
+    use bitnet_core::tokenizer::StreamDecoder;
+
+    let vocab = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/vocab/ggml-vocab-llama-spm.gguf");
+    let vocab = if vocab.exists() {
+        vocab
+    } else {
+        PathBuf::from("/work/shared/data/vocab/ggml-vocab-llama-spm.gguf")
+    };
+    let spec = SynthSpec {
+        vocab: Some(vocab),
+        ..preset("tiny")
+    };
+    let path = model_path(&spec, "generate");
+    let model = Model::load(&path, &opts(2)).unwrap();
+    let tok = model.tokenizer().expect("tokenizer from metadata");
+    let prompt_ids = tok.encode("Once upon a time", true, false);
+    let n_vocab = model.n_vocab();
+    let greedy = || Sampler::new(SamplerConfig::greedy(), n_vocab).unwrap();
+
+    // Reference: argmax decoding by hand.
+    let mut s = Session::new(&model, 64).unwrap();
+    let mut logits = s.eval(&prompt_ids, false).unwrap().to_vec();
+    let mut want = Vec::new();
+    for _ in 0..10 {
+        let best = (0..n_vocab)
+            .max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a)))
+            .unwrap() as u32;
+        if tok.is_eog(best) {
+            break;
+        }
+        want.push(best);
+        logits = s.eval(&[best], false).unwrap().to_vec();
+    }
+
+    let mut s = Session::new(&model, 64).unwrap();
+    let mut text = String::new();
+    let stats = generate(
+        &mut s,
+        tok,
+        &prompt_ids,
+        10,
+        &mut greedy(),
+        &mut StopMatcher::new(Vec::new()),
+        |t| {
+            text.push_str(t);
+            true
+        },
+    )
+    .unwrap();
+    assert_eq!(stats.tokens, want);
+    assert_eq!(stats.gen_tokens, want.len());
+    assert_eq!(stats.prompt_tokens, prompt_ids.len());
+    let expected_reason = if want.len() == 10 {
+        StopReason::MaxTokens
+    } else {
+        StopReason::Eog
+    };
+    assert_eq!(stats.stop_reason, expected_reason);
+    let mut dec = StreamDecoder::new(tok);
+    let mut whole: String = want.iter().map(|&t| dec.push(t)).collect();
+    whole.push_str(&dec.finish());
+    assert_eq!(text, whole);
+
+    assert!(
+        whole.chars().count() >= 4,
+        "generated text too short to test stops: {whole:?}"
+    );
+    // A stop string taken from the middle of that text ends generation before it.
+    let chars: Vec<char> = whole.chars().collect();
+    if chars.len() >= 4 {
+        let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+        let at = whole.find(&stop).unwrap();
+        let mut s = Session::new(&model, 64).unwrap();
+        let mut got = String::new();
+        let st = generate(
+            &mut s,
+            tok,
+            &prompt_ids,
+            10,
+            &mut greedy(),
+            &mut StopMatcher::new(vec![stop.clone()]),
+            |t| {
+                got.push_str(t);
+                true
+            },
+        )
+        .unwrap();
+        assert_eq!(st.stop_reason, StopReason::StopString, "stop {stop:?}");
+        assert_eq!(got, whole[..at]);
+    }
+
+    // The callback returning false stops at once.
+    let mut s = Session::new(&model, 64).unwrap();
+    let mut calls = 0;
+    let st = generate(
+        &mut s,
+        tok,
+        &prompt_ids,
+        10,
+        &mut greedy(),
+        &mut StopMatcher::new(Vec::new()),
+        |_| {
+            calls += 1;
+            false
+        },
+    )
+    .unwrap();
+    if !whole.is_empty() {
+        assert_eq!(st.stop_reason, StopReason::Callback);
+        assert_eq!(calls, 1);
+    }
+    std::fs::remove_file(&path).ok();
+}
