@@ -10,6 +10,8 @@
 //! match exact operations bit for bit and reductions within the budgets named below.
 
 pub mod formats;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod qrows_x86;
 
 use std::ops::Range;
 use std::sync::OnceLock;

@@ -11,6 +11,7 @@ use std::ops::Range;
 
 use crate::float::RowFormat;
 use crate::float::formats::Q8_0_BLOCK_BYTES;
+use crate::float::qrows_x86::{self as qrows, Kernel};
 use crate::scalar::float as scalar;
 
 /// Weight element kinds of the plain-float row kernels.
@@ -210,6 +211,14 @@ pub unsafe fn matmul_f32(
         RowFormat::F16 => unsafe { matmul_plain::<F16>(data, row_len, x, n_tok, rows, out) },
         // SAFETY: as above.
         RowFormat::BF16 => unsafe { matmul_plain::<BF16>(data, row_len, x, n_tok, rows, out) },
+        // SAFETY: as above (the Q8_0 decoder needs AVX2/FMA/F16C, and AVX-512 F/BW/VL/DQ).
+        RowFormat::Q8_0 => unsafe {
+            qrows::matmul(Kernel::Q8_0Avx512, data, row_len, x, n_tok, rows, out)
+        },
+        // SAFETY: as above.
+        RowFormat::Q6K => unsafe {
+            qrows::matmul(Kernel::Q6KAvx512, data, row_len, x, n_tok, rows, out)
+        },
         _ => {
             // SAFETY: the closure runs only inside this call, where AVX-512 is enabled.
             let dot = |a: &[f32], b: &[f32]| unsafe { dot_f32(a, b) };

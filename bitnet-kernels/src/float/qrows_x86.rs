@@ -1,0 +1,188 @@
+//! Block-quantized weight rows (Q8_0, Q6_K) times f32 activations on x86: the row is decoded
+//! in registers and never written out, for heads and embeddings kept in those formats.
+//!
+//! Lives beside the formats it decodes; `x86_64/{avx2,avx512}/float.rs` dispatch here from
+//! their `matmul_f32`. Q4_0 (rare in heads) keeps the shared dequantize-a-chunk path.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0, RowFormat};
+
+/// The f16 at `p` as f32, through F16C.
+///
+/// # Safety
+/// Two bytes at `p` must be readable; the CPU must support F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees the two bytes are readable.
+    let h = unsafe { p.cast::<u16>().read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
+/// Dot of one Q8_0 row of `nb` blocks with `x` (32 nb floats), 512 bits wide.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ, AVX2, FMA, F16C; `w` and `x` readable for `nb` blocks.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn dot_q8_0_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mut acc = _mm512_setzero_ps();
+    for b in 0..nb {
+        // SAFETY: block b is below nb for w and x.
+        unsafe {
+            let p = w.add(b * Q8_0_BLOCK_BYTES);
+            let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2).cast())));
+            let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18).cast())));
+            let xp = x.add(QK8_0 * b);
+            let t = _mm512_mul_ps(_mm512_loadu_ps(xp), lo);
+            let t = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(16)), hi, t);
+            acc = _mm512_fmadd_ps(t, _mm512_set1_ps(f16_at(p)), acc);
+        }
+    }
+    _mm512_reduce_add_ps(acc)
+}
+
+/// Dot of one Q6_K row of `nb` super-blocks with `x`, 512 bits wide: per half-block the 6-bit
+/// codes of the four 32-element quarters are rebuilt with 256-bit byte logic (low nibbles
+/// from `ql`, 2-bit fields from `qh`, as in `formats::q6k_position`), widened to f32 and
+/// scaled per 16 elements by `d * scales[e / 16]`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ, AVX2, FMA, F16C; `w` and `x` readable for `nb` super-blocks.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn dot_q6k_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m2 = _mm256_set1_epi8(0x30);
+    let off = _mm256_set1_epi8(32);
+    let mut acc0 = _mm512_setzero_ps();
+    let mut acc1 = _mm512_setzero_ps();
+    for b in 0..nb {
+        // SAFETY: super-block b is below nb for w and x.
+        unsafe {
+            let blk = w.add(b * Q6K_BLOCK_BYTES);
+            let d = f16_at(blk.add(208));
+            for n in 0..2 {
+                let ql = blk.add(64 * n);
+                let qh = _mm256_loadu_si256(blk.add(128 + 32 * n).cast());
+                let la = _mm256_loadu_si256(ql.cast());
+                let lb = _mm256_loadu_si256(ql.add(32).cast());
+                let q = [
+                    _mm256_or_si256(
+                        _mm256_and_si256(la, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(lb, m4),
+                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(la), m4),
+                        _mm256_and_si256(qh, m2),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(lb), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+                    ),
+                ];
+                let sc = blk.add(192 + 8 * n);
+                let xh = x.add(QK_K * b + 128 * n);
+                for (g, &qg) in q.iter().enumerate() {
+                    let qg = _mm256_sub_epi8(qg, off);
+                    let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(qg)));
+                    let hi =
+                        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(qg)));
+                    let xg = xh.add(32 * g);
+                    let s0 = d * f32::from(sc.add(2 * g).read() as i8);
+                    let s1 = d * f32::from(sc.add(2 * g + 1).read() as i8);
+                    let t0 = _mm512_mul_ps(_mm512_loadu_ps(xg), lo);
+                    let t1 = _mm512_mul_ps(_mm512_loadu_ps(xg.add(16)), hi);
+                    acc0 = _mm512_fmadd_ps(t0, _mm512_set1_ps(s0), acc0);
+                    acc1 = _mm512_fmadd_ps(t1, _mm512_set1_ps(s1), acc1);
+                }
+            }
+        }
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+}
+
+/// Dot of one Q8_0 row of `nb` blocks with `x`, 256 bits wide.
+///
+/// # Safety
+/// AVX2, FMA, F16C; `w` and `x` readable for `nb` blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_0_avx2(w: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        // SAFETY: block b is below nb for w and x.
+        unsafe {
+            let p = w.add(b * Q8_0_BLOCK_BYTES);
+            let xp = x.add(QK8_0 * b);
+            let mut t = _mm256_setzero_ps();
+            for j in 0..4 {
+                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(2 + 8 * j).cast()));
+                t = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8 * j)), _mm256_cvtepi32_ps(q), t);
+            }
+            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(f16_at(p)), acc);
+        }
+    }
+    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// Which decoder [`matmul`] runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    Q8_0Avx512,
+    Q6KAvx512,
+    Q8_0Avx2,
+}
+
+impl Kernel {
+    fn format(self) -> RowFormat {
+        match self {
+            Kernel::Q8_0Avx512 | Kernel::Q8_0Avx2 => RowFormat::Q8_0,
+            Kernel::Q6KAvx512 => RowFormat::Q6K,
+        }
+    }
+}
+
+/// `out[t * rows.len() + i] = dot(row rows.start + i, x[t])` for rows decoded by `k`.
+///
+/// # Safety
+/// The CPU must support the features of `k` (AVX-512 F/BW/VL/DQ for the Avx512 kernels,
+/// AVX2/FMA/F16C for all). Shapes are checked here.
+pub(crate) unsafe fn matmul(
+    k: Kernel,
+    data: &[u8],
+    row_len: usize,
+    x: &[f32],
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    let fmt = k.format();
+    let rb = fmt.row_bytes(row_len).expect("whole blocks");
+    let nb = row_len / fmt.block_len();
+    let nr = rows.len();
+    assert!(data.len() >= rows.end * rb && x.len() >= n_tok * row_len && out.len() >= n_tok * nr);
+    for (i, r) in rows.enumerate() {
+        for t in 0..n_tok {
+            // SAFETY: row r < rows.end lies inside data and token t inside x (checked
+            // above); the caller guarantees the CPU features of `k`.
+            out[t * nr + i] = unsafe {
+                let w = data.as_ptr().add(r * rb);
+                let xt = x.as_ptr().add(t * row_len);
+                match k {
+                    Kernel::Q8_0Avx512 => dot_q8_0_avx512(w, xt, nb),
+                    Kernel::Q6KAvx512 => dot_q6k_avx512(w, xt, nb),
+                    Kernel::Q8_0Avx2 => dot_q8_0_avx2(w, xt, nb),
+                }
+            };
+        }
+    }
+}
