@@ -515,3 +515,22 @@ fn golden_prompt_matches_both_engines() {
         assert_eq!(tok.decode(&want), prompt);
     }
 }
+
+/// Large merge tables are resolved in parallel; a bad merge must still be reported by its
+/// rank, the lowest one first.
+#[test]
+fn bad_merge_in_large_table_reports_lowest_rank() {
+    let Some(dir) = data_dir() else { return };
+    let file = GgufFile::open(dir.join("vocab/ggml-vocab-gpt-2.gguf"), LoadMode::Mmap).unwrap();
+    let mut md = file.metadata().clone();
+    let mut merges = md.get_str_array("tokenizer.ggml.merges").unwrap().to_vec();
+    assert!(merges.len() > 40_000);
+    merges[45_000] = "nosuch token".into();
+    merges[20_123] = "zzzq xxxq".into();
+    md.insert("tokenizer.ggml.merges", merges);
+    let err = Tokenizer::from_metadata(&md).unwrap_err().to_string();
+    assert!(
+        err.contains("tokenizer.ggml.merges") && err.contains("#20123"),
+        "{err}"
+    );
+}
