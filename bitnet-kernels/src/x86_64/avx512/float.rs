@@ -246,9 +246,44 @@ unsafe fn q8_scales2(p: *const u8) -> __m128 {
     ))
 }
 
-/// Q8_0 x Q8_0 dots of `R` weight rows with one activation row of `nb` blocks. Two blocks
-/// per 512-bit register; the int8 products use `vpdpbusd` with the sign trick: |w| as the
-/// unsigned operand, x with w's sign as the signed one (exact while x != -128).
+/// The 32 quants of Q8_0 blocks `p` and `p + 34` as one 512-bit register.
+///
+/// # Safety
+/// Both blocks must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_pair(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees both blocks are readable.
+    unsafe {
+        _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm256_loadu_si256(p.add(2).cast())),
+            _mm256_loadu_si256(p.add(Q8_0_BLOCK_BYTES + 2).cast()),
+        )
+    }
+}
+
+/// The f16 scales of four consecutive Q8_0 blocks at `p` as an xmm of f32.
+///
+/// # Safety
+/// The four blocks' scale fields must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_scales4(p: *const u8) -> __m128 {
+    let mut bits = 0u64;
+    for j in 0..4 {
+        // SAFETY: the caller guarantees the four scale fields are readable.
+        let h = unsafe { p.add(j * Q8_0_BLOCK_BYTES).cast::<u16>().read_unaligned() };
+        bits |= u64::from(h) << (16 * j);
+    }
+    _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
+}
+
+/// Q8_0 x Q8_0 dots of `R` weight rows with one activation row of `nb` blocks, two blocks
+/// per 512-bit register. The int8 products use `vpdpbusd` with an offset instead of signs:
+/// `(w + 128)` is the unsigned operand (`w ^ 0x80`, one op per row) and the `128 * Σx` it
+/// adds is cancelled by starting the accumulation at `-128 * Σx`, computed once per block
+/// pair for all rows. Exact for every byte value of w and x. Scales are converted four
+/// blocks at a time.
 ///
 /// # Safety
 /// Each `w[r]` and `x` must point at `nb` readable Q8_0 blocks.
@@ -256,55 +291,55 @@ unsafe fn q8_scales2(p: *const u8) -> __m128 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize) -> [f32; R] {
     const BB: usize = Q8_0_BLOCK_BYTES;
-    let mut acc = [_mm512_setzero_ps(); R];
-    // Lane j of the two-block register belongs to block j / 8 (of 16 i32 lanes).
-    let spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    let mut acc_a = [_mm512_setzero_ps(); R];
+    let mut acc_b = [_mm512_setzero_ps(); R];
     let zero = _mm512_setzero_si512();
+    let c80 = _mm512_set1_epi8(-128);
+    // Lanes 0..8 take scale j, lanes 8..16 scale j + 1.
+    let idx_a = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    let idx_b = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
     let mut b = 0;
-    while b + 2 <= nb {
-        // SAFETY: blocks b and b + 1 are below nb for x and every row.
+    while b + 4 <= nb {
+        // SAFETY: blocks b..b + 4 are below nb for x and every row.
         unsafe {
             let xp = x.add(b * BB);
-            let xq = _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_loadu_si256(xp.add(2).cast())),
-                _mm256_loadu_si256(xp.add(BB + 2).cast()),
-            );
-            let dx = q8_scales2(xp);
+            let (xa, xb) = (q8_pair(xp), q8_pair(xp.add(2 * BB)));
+            let na = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xa));
+            let nb_ = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xb));
+            let dx = q8_scales4(xp);
             for r in 0..R {
                 let wp = w[r].add(b * BB);
-                let wq = _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(wp.add(2).cast())),
-                    _mm256_loadu_si256(wp.add(BB + 2).cast()),
+                let ia = _mm512_dpbusd_epi32(na, _mm512_xor_si512(q8_pair(wp), c80), xa);
+                let ib =
+                    _mm512_dpbusd_epi32(nb_, _mm512_xor_si512(q8_pair(wp.add(2 * BB)), c80), xb);
+                let d = _mm512_castps128_ps512(_mm_mul_ps(q8_scales4(wp), dx));
+                let (da, db) = (
+                    _mm512_permutexvar_ps(idx_a, d),
+                    _mm512_permutexvar_ps(idx_b, d),
                 );
-                let neg = _mm512_movepi8_mask(wq);
-                let xs = _mm512_mask_sub_epi8(xq, neg, zero, xq);
-                let isum = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(wq), xs);
-                let d = _mm_mul_ps(q8_scales2(wp), dx);
-                let d = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(d));
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[r]);
+                acc_a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), da, acc_a[r]);
+                acc_b[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), db, acc_b[r]);
             }
         }
-        b += 2;
+        b += 4;
     }
     let mut out = [0.0; R];
     for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(acc[r]);
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc_a[r], acc_b[r]));
     }
-    if b < nb {
-        // One block left: 256 bits wide, AVX2's sign instruction, VNNI's dot.
+    // Up to three blocks left: one at a time, 256 bits wide, same offset trick.
+    let (zero, c80) = (_mm256_setzero_si256(), _mm256_set1_epi8(-128));
+    while b < nb {
         // SAFETY: block b is below nb for x and every row.
         unsafe {
             let xp = x.add(b * BB);
             let xq = _mm256_loadu_si256(xp.add(2).cast());
+            let neg = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, c80, xq));
             let dx = _mm_cvtss_f32(q8_scales2(xp));
             for r in 0..R {
                 let wp = w[r].add(b * BB);
-                let wq = _mm256_loadu_si256(wp.add(2).cast());
-                let isum = _mm256_dpbusd_epi32(
-                    _mm256_setzero_si256(),
-                    _mm256_abs_epi8(wq),
-                    _mm256_sign_epi8(xq, wq),
-                );
+                let wu = _mm256_xor_si256(_mm256_loadu_si256(wp.add(2).cast()), c80);
+                let isum = _mm256_dpbusd_epi32(neg, wu, xq);
                 let i = _mm_add_epi32(
                     _mm256_castsi256_si128(isum),
                     _mm256_extracti128_si256::<1>(isum),
@@ -315,6 +350,7 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
                 out[r] += (dw * dx) * _mm_cvtsi128_si32(i) as f32;
             }
         }
+        b += 1;
     }
     out
 }
