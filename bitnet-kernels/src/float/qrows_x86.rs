@@ -1,8 +1,10 @@
-//! Block-quantized weight rows (Q8_0, Q6_K) times f32 activations on x86: the row is decoded
-//! in registers and never written out, for heads and embeddings kept in those formats.
+//! Block-quantized rows (Q8_0, Q6_K) times f32 vectors on x86: weight rows of heads and
+//! embeddings kept in those formats, and the rows of an 8-bit KV cache. Each row is decoded
+//! in registers and never written out.
 //!
 //! Lives beside the formats it decodes; `x86_64/{avx2,avx512}/float.rs` dispatch here from
-//! their `matmul_f32`. Q4_0 (rare in heads) keeps the shared dequantize-a-chunk path.
+//! their `matmul_f32` and `attn_*_q8_0`. Q4_0 (rare in heads) keeps the shared
+//! dequantize-a-chunk path.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -129,7 +131,13 @@ unsafe fn dot_q8_0_avx2(w: *const u8, x: *const f32, nb: usize) -> f32 {
             acc = _mm256_fmadd_ps(t, _mm256_set1_ps(f16_at(p)), acc);
         }
     }
-    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    hsum256(acc)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum256(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
@@ -183,6 +191,173 @@ pub(crate) unsafe fn matmul(
                     Kernel::Q8_0Avx2 => dot_q8_0_avx2(w, xt, nb),
                 }
             };
+        }
+    }
+}
+
+/// The f16 scale of the Q8_0 block at `p` and its 32 quants as two f32 vectors.
+///
+/// # Safety
+/// A whole Q8_0 block (34 bytes) at `p` must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn q8_block_f32_avx512(p: *const u8) -> (f32, __m512, __m512) {
+    // SAFETY: the caller guarantees the 34 bytes of the block are readable.
+    unsafe {
+        let d = f16_at(p);
+        let lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2).cast()));
+        let hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18).cast()));
+        (d, _mm512_cvtepi32_ps(lo), _mm512_cvtepi32_ps(hi))
+    }
+}
+
+/// `scalar::float::attn_scores_q8_0`, 512 bits wide.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+pub(crate) unsafe fn attn_scores_q8_0_avx512(
+    q: &[f32],
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let nb = q.len() / 32;
+    let rb = nb * Q8_0_BLOCK_BYTES;
+    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + rb));
+    for (p, o) in out.iter_mut().enumerate().take(n_pos) {
+        let mut acc = _mm512_setzero_ps();
+        for b in 0..nb {
+            // SAFETY: block b of position p < n_pos lies inside k (checked above); q holds
+            // 32 nb floats.
+            unsafe {
+                let (d, lo, hi) = q8_block_f32_avx512(k.as_ptr().add(p * kv_stride + b * 34));
+                let qp = q.as_ptr().add(32 * b);
+                let t = _mm512_mul_ps(_mm512_loadu_ps(qp), lo);
+                let t = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(16)), hi, t);
+                acc = _mm512_fmadd_ps(t, _mm512_set1_ps(d), acc);
+            }
+        }
+        *o = scale * _mm512_reduce_add_ps(acc);
+    }
+}
+
+/// `scalar::float::attn_weighted_sum_q8_0`, 512 bits wide.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+pub(crate) unsafe fn attn_weighted_sum_q8_0_avx512(
+    w: &[f32],
+    v: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    let nb = out.len() / 32;
+    let rb = nb * Q8_0_BLOCK_BYTES;
+    assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
+    for b in 0..nb {
+        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        for (p, &wp) in w.iter().enumerate().take(n_pos) {
+            // SAFETY: block b of position p < n_pos lies inside v (checked above).
+            let (d, lo, hi) =
+                unsafe { q8_block_f32_avx512(v.as_ptr().add(p * kv_stride + b * 34)) };
+            let c = _mm512_set1_ps(wp * d);
+            a0 = _mm512_fmadd_ps(c, lo, a0);
+            a1 = _mm512_fmadd_ps(c, hi, a1);
+        }
+        // SAFETY: out holds 32 nb floats.
+        unsafe {
+            _mm512_storeu_ps(out.as_mut_ptr().add(32 * b), a0);
+            _mm512_storeu_ps(out.as_mut_ptr().add(32 * b + 16), a1);
+        }
+    }
+}
+
+/// The f16 scale of the Q8_0 block at `p` and its 32 quants as four f32 vectors.
+///
+/// # Safety
+/// A whole Q8_0 block (34 bytes) at `p` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_block_f32_avx2(p: *const u8) -> (f32, [__m256; 4]) {
+    // SAFETY: the caller guarantees the 34 bytes of the block are readable.
+    unsafe {
+        let d = f16_at(p);
+        let v = [0, 1, 2, 3].map(|j| {
+            let q = _mm_loadl_epi64(p.add(2 + 8 * j).cast());
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))
+        });
+        (d, v)
+    }
+}
+
+/// `scalar::float::attn_scores_q8_0`, 256 bits wide.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attn_scores_q8_0_avx2(
+    q: &[f32],
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let nb = q.len() / 32;
+    let rb = nb * Q8_0_BLOCK_BYTES;
+    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + rb));
+    for (p, o) in out.iter_mut().enumerate().take(n_pos) {
+        let mut acc = _mm256_setzero_ps();
+        for b in 0..nb {
+            // SAFETY: block b of position p < n_pos lies inside k (checked above); q holds
+            // 32 nb floats.
+            unsafe {
+                let (d, v) = q8_block_f32_avx2(k.as_ptr().add(p * kv_stride + b * 34));
+                let qp = q.as_ptr().add(32 * b);
+                let mut t = _mm256_mul_ps(_mm256_loadu_ps(qp), v[0]);
+                for (j, &vj) in v.iter().enumerate().skip(1) {
+                    t = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(8 * j)), vj, t);
+                }
+                acc = _mm256_fmadd_ps(t, _mm256_set1_ps(d), acc);
+            }
+        }
+        *o = scale * hsum256(acc);
+    }
+}
+
+/// `scalar::float::attn_weighted_sum_q8_0`, 256 bits wide.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn attn_weighted_sum_q8_0_avx2(
+    w: &[f32],
+    v: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    let nb = out.len() / 32;
+    let rb = nb * Q8_0_BLOCK_BYTES;
+    assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
+    for b in 0..nb {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (p, &wp) in w.iter().enumerate().take(n_pos) {
+            // SAFETY: block b of position p < n_pos lies inside v (checked above).
+            let (d, q) = unsafe { q8_block_f32_avx2(v.as_ptr().add(p * kv_stride + b * 34)) };
+            let c = _mm256_set1_ps(wp * d);
+            for (a, &qj) in acc.iter_mut().zip(&q) {
+                *a = _mm256_fmadd_ps(c, qj, *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            // SAFETY: out holds 32 nb floats.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(32 * b + 8 * j), *a) };
         }
     }
 }

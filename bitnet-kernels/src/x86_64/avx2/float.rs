@@ -772,25 +772,7 @@ macro_rules! attn_entry {
 attn_entry!(attn_scores_f16, attn_weighted_sum_f16, u16, F16);
 attn_entry!(attn_scores_f32, attn_weighted_sum_f32, f32, F32);
 
-/// The f16 scale of the Q8_0 block at `p` and its 32 quants as four f32 vectors.
-///
-/// # Safety
-/// A whole Q8_0 block (34 bytes) at `p` must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_block_f32(p: *const u8) -> (f32, [__m256; 4]) {
-    // SAFETY: the caller guarantees the 34 bytes of the block are readable.
-    unsafe {
-        let d = q8_scale(p);
-        let v = [0, 1, 2, 3].map(|j| {
-            let q = _mm_loadl_epi64(p.add(2 + 8 * j).cast());
-            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))
-        });
-        (d, v)
-    }
-}
-
-/// Same contract as the scalar kernel of this name.
+/// Same contract as the scalar kernel of this name (kernel in `float/qrows_x86.rs`).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -803,29 +785,11 @@ pub unsafe fn attn_scores_q8_0(
     scale: f32,
     out: &mut [f32],
 ) {
-    let nb = q.len() / 32;
-    let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + rb));
-    for (p, o) in out.iter_mut().enumerate().take(n_pos) {
-        let mut acc = _mm256_setzero_ps();
-        for b in 0..nb {
-            // SAFETY: block b of position p < n_pos lies inside k (checked above); q holds
-            // 32 nb floats.
-            unsafe {
-                let (d, v) = q8_block_f32(k.as_ptr().add(p * kv_stride + b * 34));
-                let qp = q.as_ptr().add(32 * b);
-                let mut t = _mm256_mul_ps(_mm256_loadu_ps(qp), v[0]);
-                for (j, &vj) in v.iter().enumerate().skip(1) {
-                    t = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(8 * j)), vj, t);
-                }
-                acc = _mm256_fmadd_ps(t, _mm256_set1_ps(d), acc);
-            }
-        }
-        *o = scale * hsum(acc);
-    }
+    // SAFETY: this function runs with every feature the kernel needs.
+    unsafe { qrows::attn_scores_q8_0_avx2(q, k, kv_stride, n_pos, scale, out) }
 }
 
-/// Same contract as the scalar kernel of this name.
+/// Same contract as the scalar kernel of this name (kernel in `float/qrows_x86.rs`).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -837,22 +801,6 @@ pub unsafe fn attn_weighted_sum_q8_0(
     n_pos: usize,
     out: &mut [f32],
 ) {
-    let nb = out.len() / 32;
-    let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
-    for b in 0..nb {
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (p, &wp) in w.iter().enumerate().take(n_pos) {
-            // SAFETY: block b of position p < n_pos lies inside v (checked above).
-            let (d, q) = unsafe { q8_block_f32(v.as_ptr().add(p * kv_stride + b * 34)) };
-            let c = _mm256_set1_ps(wp * d);
-            for (a, &qj) in acc.iter_mut().zip(&q) {
-                *a = _mm256_fmadd_ps(c, qj, *a);
-            }
-        }
-        for (j, a) in acc.iter().enumerate() {
-            // SAFETY: out holds 32 nb floats.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(32 * b + 8 * j), *a) };
-        }
-    }
+    // SAFETY: this function runs with every feature the kernel needs.
+    unsafe { qrows::attn_weighted_sum_q8_0_avx2(w, v, kv_stride, n_pos, out) }
 }

@@ -776,23 +776,8 @@ pub unsafe fn attn_weighted_sum_f32(
     unsafe { attn_weighted_sum::<F32>(w, v.as_ptr().cast(), 4, kv_stride, n_pos, out) }
 }
 
-/// The f16 scale of the Q8_0 block at `p` and its 32 quants as two f32 vectors.
-///
-/// # Safety
-/// A whole Q8_0 block (34 bytes) at `p` must be readable.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn q8_block_f32(p: *const u8) -> (f32, __m512, __m512) {
-    // SAFETY: the caller guarantees the 34 bytes of the block are readable.
-    unsafe {
-        let d = _mm_cvtss_f32(q8_scales2(p));
-        let lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2).cast()));
-        let hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18).cast()));
-        (d, _mm512_cvtepi32_ps(lo), _mm512_cvtepi32_ps(hi))
-    }
-}
-
-/// Same contract as the scalar kernel of this name.
+/// Same contract as the scalar kernel of this name (the kernel lives in
+/// `float/qrows_x86.rs`, beside the other Q8_0-row decoders).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C.
@@ -805,27 +790,11 @@ pub unsafe fn attn_scores_q8_0(
     scale: f32,
     out: &mut [f32],
 ) {
-    let nb = q.len() / 32;
-    let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + rb));
-    for (p, o) in out.iter_mut().enumerate().take(n_pos) {
-        let mut acc = _mm512_setzero_ps();
-        for b in 0..nb {
-            // SAFETY: block b of position p < n_pos lies inside k (checked above); q holds
-            // 32 nb floats.
-            unsafe {
-                let (d, lo, hi) = q8_block_f32(k.as_ptr().add(p * kv_stride + b * 34));
-                let qp = q.as_ptr().add(32 * b);
-                let t = _mm512_mul_ps(_mm512_loadu_ps(qp), lo);
-                let t = _mm512_fmadd_ps(_mm512_loadu_ps(qp.add(16)), hi, t);
-                acc = _mm512_fmadd_ps(t, _mm512_set1_ps(d), acc);
-            }
-        }
-        *o = scale * _mm512_reduce_add_ps(acc);
-    }
+    // SAFETY: this function runs with every feature the kernel needs.
+    unsafe { qrows::attn_scores_q8_0_avx512(q, k, kv_stride, n_pos, scale, out) }
 }
 
-/// Same contract as the scalar kernel of this name.
+/// Same contract as the scalar kernel of this name (kernel in `float/qrows_x86.rs`).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C.
@@ -837,22 +806,6 @@ pub unsafe fn attn_weighted_sum_q8_0(
     n_pos: usize,
     out: &mut [f32],
 ) {
-    let nb = out.len() / 32;
-    let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
-    for b in 0..nb {
-        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-        for (p, &wp) in w.iter().enumerate().take(n_pos) {
-            // SAFETY: block b of position p < n_pos lies inside v (checked above).
-            let (d, lo, hi) = unsafe { q8_block_f32(v.as_ptr().add(p * kv_stride + b * 34)) };
-            let c = _mm512_set1_ps(wp * d);
-            a0 = _mm512_fmadd_ps(c, lo, a0);
-            a1 = _mm512_fmadd_ps(c, hi, a1);
-        }
-        // SAFETY: out holds 32 nb floats.
-        unsafe {
-            _mm512_storeu_ps(out.as_mut_ptr().add(32 * b), a0);
-            _mm512_storeu_ps(out.as_mut_ptr().add(32 * b + 16), a1);
-        }
-    }
+    // SAFETY: this function runs with every feature the kernel needs.
+    unsafe { qrows::attn_weighted_sum_q8_0_avx512(w, v, kv_stride, n_pos, out) }
 }
