@@ -407,3 +407,24 @@ fn generate_streams_greedy_tokens_and_honours_stops() {
     }
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn mlock_loads_the_same_model_or_reports_why_not() {
+    let path = model_path(&preset("tiny"), "mlock");
+    let toks = prompt(6, 512);
+    let plain = prefill_all(&Model::load(&path, &opts(2)).unwrap(), &toks);
+    for mode in [LoadMode::Mmap, LoadMode::Read] {
+        let o = LoadOptions {
+            mlock: true,
+            mode,
+            ..opts(2)
+        };
+        match Model::load(&path, &o) {
+            Ok(m) => assert_eq!(prefill_all(&m, &toks), plain, "{mode:?}"),
+            // Locking may be refused by the memlock limit; that must be a typed error.
+            Err(CoreError::Io { what, .. }) => assert!(what.starts_with("mlock"), "{what}"),
+            Err(e) => panic!("{mode:?}: unexpected error {e}"),
+        }
+    }
+    std::fs::remove_file(&path).ok();
+}

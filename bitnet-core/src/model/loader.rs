@@ -15,7 +15,7 @@ use bitnet_gguf::{GgufFile, TensorInfo, TensorType};
 use bitnet_kernels::float::{self, QK8_0, RowFormat};
 use bitnet_kernels::{AlignedVec, BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
-use super::linear::{Linear, LinearKind};
+use super::linear::{Linear, LinearKind, padded};
 use super::{Blob, FloatRows, HeadMode, Layer, LoadMode, LoadOptions, LoadStats, Model, Store};
 use crate::config::{self, ActBits, ModelConfig, Proj};
 use crate::error::CoreError;
@@ -149,6 +149,20 @@ fn load_linear(
             }
         },
     };
+    let pc = match &kind {
+        LinearKind::Ternary(m) => Some(m.padded_cols()),
+        LinearKind::Binary(m) => Some(m.padded_cols()),
+        LinearKind::Float { .. } => None,
+    };
+    if pc.is_some_and(|pc| pc != padded(cols)) {
+        return Err(bad(
+            &name,
+            format!(
+                "kernel layout pads {cols} columns to {pc:?}, the engine expects {}",
+                padded(cols)
+            ),
+        ));
+    }
     if cfg.act_bits == ActBits::Binary && matches!(kind, LinearKind::Ternary(_)) {
         return Err(CoreError::Unsupported(format!(
             "1-bit activations with ternary weights (\"{name}\" is {})",

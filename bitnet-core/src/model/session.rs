@@ -140,6 +140,16 @@ impl<'m> Session<'m> {
         self.pool.n_threads()
     }
 
+    /// Bytes held by the KV cache.
+    pub fn kv_bytes(&self) -> u64 {
+        self.kv.bytes()
+    }
+
+    /// Prompt tokens evaluated per batch.
+    pub fn prefill_chunk(&self) -> usize {
+        self.chunk
+    }
+
     /// Forgets everything after the first `n` tokens (no-op if `n >= n_past`).
     pub fn truncate(&mut self, n: usize) {
         self.kv.truncate(n);
