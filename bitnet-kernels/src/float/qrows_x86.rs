@@ -47,8 +47,7 @@ unsafe fn dot_q8_0_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
 }
 
 /// Dot of one Q6_K row of `nb` super-blocks with `x`, 512 bits wide: per half-block the 6-bit
-/// codes of the four 32-element quarters are rebuilt with 256-bit byte logic (low nibbles
-/// from `ql`, 2-bit fields from `qh`, as in `formats::q6k_position`), widened to f32 and
+/// codes of the four 32-element quarters come from [`q6k_quarters`], are widened to f32 and
 /// scaled per 16 elements by `d * scales[e / 16]`.
 ///
 /// # Safety
@@ -56,9 +55,6 @@ unsafe fn dot_q8_0_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
 unsafe fn dot_q6k_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m2 = _mm256_set1_epi8(0x30);
-    let off = _mm256_set1_epi8(32);
     let mut acc0 = _mm512_setzero_ps();
     let mut acc1 = _mm512_setzero_ps();
     for b in 0..nb {
@@ -67,32 +63,10 @@ unsafe fn dot_q6k_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
             let blk = w.add(b * Q6K_BLOCK_BYTES);
             let d = f16_at(blk.add(208));
             for n in 0..2 {
-                let ql = blk.add(64 * n);
-                let qh = _mm256_loadu_si256(blk.add(128 + 32 * n).cast());
-                let la = _mm256_loadu_si256(ql.cast());
-                let lb = _mm256_loadu_si256(ql.add(32).cast());
-                let q = [
-                    _mm256_or_si256(
-                        _mm256_and_si256(la, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(lb, m4),
-                        _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(la), m4),
-                        _mm256_and_si256(qh, m2),
-                    ),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(lb), m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
-                    ),
-                ];
+                let q = q6k_quarters(blk, n);
                 let sc = blk.add(192 + 8 * n);
                 let xh = x.add(QK_K * b + 128 * n);
                 for (g, &qg) in q.iter().enumerate() {
-                    let qg = _mm256_sub_epi8(qg, off);
                     let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(qg)));
                     let hi =
                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(qg)));
@@ -108,6 +82,84 @@ unsafe fn dot_q6k_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
         }
     }
     _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+}
+
+/// The 6-bit codes (minus 32) of the four 32-element quarters of Q6_K half-block `n` of the
+/// block at `blk`, rebuilt with byte logic: low nibbles from `ql`, 2-bit fields from `qh`.
+///
+/// # Safety
+/// The block (210 bytes) must be readable; AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_quarters(blk: *const u8, n: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m2 = _mm256_set1_epi8(0x30);
+    // SAFETY: ql (64 bytes at 64 n) and qh (32 bytes at 128 + 32 n) lie inside the block.
+    let (la, lb, qh) = unsafe {
+        (
+            _mm256_loadu_si256(blk.add(64 * n).cast()),
+            _mm256_loadu_si256(blk.add(64 * n + 32).cast()),
+            _mm256_loadu_si256(blk.add(128 + 32 * n).cast()),
+        )
+    };
+    let q = [
+        _mm256_or_si256(
+            _mm256_and_si256(la, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(lb, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(la), m4),
+            _mm256_and_si256(qh, m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(lb), m4),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+        ),
+    ];
+    q.map(|v| _mm256_sub_epi8(v, _mm256_set1_epi8(32)))
+}
+
+/// Dot of one Q6_K row of `nb` super-blocks with `x`, 256 bits wide (as the AVX-512 one).
+///
+/// # Safety
+/// AVX2, FMA, F16C; `w` and `x` readable for `nb` super-blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6k_avx2(w: *const u8, x: *const f32, nb: usize) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for b in 0..nb {
+        // SAFETY: super-block b is below nb for w and x.
+        unsafe {
+            let blk = w.add(b * Q6K_BLOCK_BYTES);
+            let d = f16_at(blk.add(208));
+            for n in 0..2 {
+                let q = q6k_quarters(blk, n);
+                let sc = blk.add(192 + 8 * n);
+                let xh = x.add(QK_K * b + 128 * n);
+                for (g, &qg) in q.iter().enumerate() {
+                    let halves = [
+                        _mm256_castsi256_si128(qg),
+                        _mm256_extracti128_si256::<1>(qg),
+                    ];
+                    for (h, &q16) in halves.iter().enumerate() {
+                        // 16 elements share scale 2g + h.
+                        let s = _mm256_set1_ps(d * f32::from(sc.add(2 * g + h).read() as i8));
+                        let xs = xh.add(32 * g + 16 * h);
+                        let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q16));
+                        let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q16)));
+                        let t = _mm256_mul_ps(_mm256_loadu_ps(xs), lo);
+                        let t = _mm256_fmadd_ps(_mm256_loadu_ps(xs.add(8)), hi, t);
+                        acc[h] = _mm256_fmadd_ps(t, s, acc[h]);
+                    }
+                }
+            }
+        }
+    }
+    hsum256(_mm256_add_ps(acc[0], acc[1]))
 }
 
 /// Dot of one Q8_0 row of `nb` blocks with `x`, 256 bits wide.
@@ -148,13 +200,14 @@ pub(crate) enum Kernel {
     Q8_0Avx512,
     Q6KAvx512,
     Q8_0Avx2,
+    Q6KAvx2,
 }
 
 impl Kernel {
     fn format(self) -> RowFormat {
         match self {
             Kernel::Q8_0Avx512 | Kernel::Q8_0Avx2 => RowFormat::Q8_0,
-            Kernel::Q6KAvx512 => RowFormat::Q6K,
+            Kernel::Q6KAvx512 | Kernel::Q6KAvx2 => RowFormat::Q6K,
         }
     }
 }
@@ -189,6 +242,7 @@ pub(crate) unsafe fn matmul(
                     Kernel::Q8_0Avx512 => dot_q8_0_avx512(w, xt, nb),
                     Kernel::Q6KAvx512 => dot_q6k_avx512(w, xt, nb),
                     Kernel::Q8_0Avx2 => dot_q8_0_avx2(w, xt, nb),
+                    Kernel::Q6KAvx2 => dot_q6k_avx2(w, xt, nb),
                 }
             };
         }

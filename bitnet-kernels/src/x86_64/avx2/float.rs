@@ -254,6 +254,10 @@ pub unsafe fn matmul_f32(
         RowFormat::Q8_0 => unsafe {
             qrows::matmul(Kernel::Q8_0Avx2, data, row_len, x, n_tok, rows, out)
         },
+        // SAFETY: as above.
+        RowFormat::Q6K => unsafe {
+            qrows::matmul(Kernel::Q6KAvx2, data, row_len, x, n_tok, rows, out)
+        },
         _ => {
             // SAFETY: the closure runs only inside this call, where AVX2/FMA are enabled.
             let dot = |a: &[f32], b: &[f32]| unsafe { dot_f32(a, b) };
