@@ -223,3 +223,43 @@ fn dequantize_row_rejects_a_short_row() {
     let mut out = [0.0f32; 32];
     dequantize_row(RowFormat::Q8_0, &[0u8; 33], &mut out);
 }
+
+/// Shapes are checked by the safe API before any kernel touches memory, on every ISA.
+#[test]
+fn bad_shapes_panic_before_any_kernel_runs() {
+    use std::panic::catch_unwind;
+    for isa in isas() {
+        let rb = RowFormat::F16.row_bytes(64).unwrap();
+        let data = vec![0u8; 3 * rb];
+        let x = vec![0.0f32; 64];
+        // Row range past the data.
+        let r = catch_unwind(|| {
+            let mut out = vec![0.0f32; 4];
+            matvec_f32(isa, RowFormat::F16, &data, 64, &x, 0..4, &mut out);
+        });
+        assert!(r.is_err(), "{isa}: rows past the data");
+        // Row length not a whole number of Q8_0 blocks.
+        let r = catch_unwind(|| {
+            let mut out = vec![0.0f32; 1];
+            matvec_q8_0_q8_0(isa, &data, 40, &data[..34], 0..1, &mut out);
+        });
+        assert!(r.is_err(), "{isa}: partial block");
+        // A KV cache too short for n_pos positions.
+        let r = catch_unwind(|| {
+            let mut out = vec![0.0f32; 3];
+            attn_scores_f16(isa, &x, &[0u16; 100], 64, 3, 1.0, &mut out);
+        });
+        assert!(r.is_err(), "{isa}: short cache");
+        let r = catch_unwind(|| {
+            let mut out = vec![0.0f32; 64];
+            attn_weighted_sum_q8_0(isa, &[1.0; 2], &[0u8; 100], 68, 2, &mut out);
+        });
+        assert!(r.is_err(), "{isa}: short q8 cache");
+        // RoPE past the table.
+        let r = catch_unwind(|| {
+            let t = RopeTable::new(8, 10000.0, 4);
+            t.apply_neox(isa, &mut [0.0; 16], 8, 2, 4);
+        });
+        assert!(r.is_err(), "{isa}: position past the rope table");
+    }
+}
