@@ -497,3 +497,23 @@ fn attention_over_a_q8_0_cache() {
         }
     }
 }
+
+#[test]
+fn nan_propagates_like_the_reference() {
+    for isa in isas() {
+        for n in [5usize, 16, 37] {
+            let mut x: Vec<f32> = (0..n).map(|i| i as f32 * 0.1).collect();
+            x[n / 2] = f32::NAN;
+            let mut y = x.clone();
+            softmax_inplace(isa, &mut y);
+            assert!(
+                y.iter().all(|v| v.is_nan()),
+                "{isa}: softmax with a NaN is all NaN"
+            );
+            let mut y = x.clone();
+            silu(isa, &mut y);
+            assert!(y[n / 2].is_nan(), "{isa}: silu(NaN)");
+            assert!(y.iter().enumerate().all(|(i, v)| i == n / 2 || !v.is_nan()));
+        }
+    }
+}

@@ -393,8 +393,8 @@ pub unsafe fn matmul_q8_0_q8_0(
 #[target_feature(enable = "avx2,fma,f16c")]
 fn exp256(x0: __m256) -> __m256 {
     let x = _mm256_min_ps(
-        _mm256_max_ps(x0, _mm256_set1_ps(-87.3)),
         _mm256_set1_ps(88.3),
+        _mm256_max_ps(_mm256_set1_ps(-87.3), x0),
     );
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
@@ -415,8 +415,9 @@ fn exp256(x0: __m256) -> __m256 {
         _mm256_set1_epi32(127),
     ));
     let e = _mm256_mul_ps(y, _mm256_castsi256_ps(pow2));
-    // Outside the clamp: 0 below (as -inf gives), infinity above.
-    let e = _mm256_and_ps(e, _mm256_cmp_ps::<_CMP_GE_OQ>(x0, _mm256_set1_ps(-87.33)));
+    // Outside the clamp: 0 below (as -inf gives), infinity above; NaN stays NaN (min/max
+    // return their second operand on NaN, and the compares are unordered-true).
+    let e = _mm256_and_ps(e, _mm256_cmp_ps::<_CMP_NLT_UQ>(x0, _mm256_set1_ps(-87.33)));
     _mm256_blendv_ps(
         e,
         _mm256_set1_ps(f32::INFINITY),
@@ -510,7 +511,7 @@ pub unsafe fn softmax_inplace(x: &mut [f32]) {
     // -inf inputs (masked positions, tail padding) give exactly 0, as in the reference.
     map8(x, f32::NEG_INFINITY, |v| {
         let e = exp256(_mm256_sub_ps(v, vmax));
-        let e = _mm256_and_ps(e, _mm256_cmp_ps::<_CMP_NEQ_OQ>(v, ninf));
+        let e = _mm256_and_ps(e, _mm256_cmp_ps::<_CMP_NEQ_UQ>(v, ninf));
         sum = _mm256_add_ps(sum, e);
         e
     });

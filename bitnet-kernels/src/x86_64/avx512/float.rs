@@ -400,9 +400,11 @@ pub unsafe fn matmul_q8_0_q8_0(
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 fn exp512(x: __m512) -> __m512 {
+    // Operand order matters: max/min return their second operand when one is NaN, so a NaN
+    // input stays NaN (as f32::exp gives).
     let x = _mm512_min_ps(
-        _mm512_max_ps(x, _mm512_set1_ps(-104.0)),
         _mm512_set1_ps(89.0),
+        _mm512_max_ps(_mm512_set1_ps(-104.0), x),
     );
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
