@@ -428,3 +428,24 @@ fn mlock_loads_the_same_model_or_reports_why_not() {
     }
     std::fs::remove_file(&path).ok();
 }
+
+/// An 8-bit KV cache against the f16 one (the only difference is the cache rounding).
+const KV_Q8_REL_L2_TOL: f32 = 0.05;
+
+#[test]
+fn q8_kv_cache_matches_f16_closely_and_prefill_equals_decode() {
+    use bitnet_core::model::KvType;
+    let spec = preset("tiny-bitnet");
+    let q8 = LoadOptions {
+        kv_type: KvType::Q8,
+        ..opts(2)
+    };
+    check_prefill_matches_decode(&spec, "kv-q8", &q8);
+    let path = model_path(&spec, "kv-q8-vs-f16");
+    let toks = prompt(20, 512);
+    let a = prefill_all(&Model::load(&path, &q8).unwrap(), &toks);
+    let b = prefill_all(&Model::load(&path, &opts(2)).unwrap(), &toks);
+    let e = rel_l2(&a, &b);
+    assert!(e <= KV_Q8_REL_L2_TOL && e > 0.0, "q8 vs f16 KV: rel-L2 {e}");
+    std::fs::remove_file(&path).ok();
+}

@@ -14,16 +14,17 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use bitnet_kernels::float::{self, RowFormat};
+use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, QK8_0, RowFormat};
 use bitnet_kernels::{Isa, quantize_act, quantize_act_binary};
 
 use super::linear::{LinInput, Linear, Needs, bit_words, padded};
-use super::par::{self, AttnShape, Bufs, PrepBufs, Strides};
+use super::par::{self, AttnShape, Bufs, KvView, PrepBufs, Strides};
 use super::profile::{OpKind, Profile, SubTimer};
 use super::session::{HEAD_BATCH, Session};
 use super::{FloatRows, HeadMode, Store};
 use crate::config::{ActBits, FfnAct, RopeStyle};
 use crate::error::CoreError;
+use crate::kv_cache::KvType;
 use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
 
 /// Row granule of a thread's share of the head (keeps shares cache-line sized).
@@ -197,7 +198,13 @@ impl Session<'_> {
         profile.stop(OpKind::Embed, t);
 
         // The cache is position-major: `[pos][kv head][head_dim]`.
-        let (kv_stride, kv_head_step) = (kv.kv_dim(), hd);
+        let (kv_stride, kv_head_step) = match kv.kv_type() {
+            KvType::F16 => (kv.kv_dim(), hd),
+            KvType::Q8 => (
+                kv.kv_dim() / QK8_0 * Q8_0_BLOCK_BYTES,
+                hd / QK8_0 * Q8_0_BLOCK_BYTES,
+            ),
+        };
         let attn = AttnShape {
             n_head,
             group: cfg.gqa_group(),
@@ -285,8 +292,16 @@ impl Session<'_> {
                 pool,
                 isa,
                 &attn,
-                kv.k_layer(l),
-                kv.v_layer(l),
+                match kv.kv_type() {
+                    KvType::F16 => KvView::F16 {
+                        k: kv.k_layer(l),
+                        v: kv.v_layer(l),
+                    },
+                    KvType::Q8 => KvView::Q8 {
+                        k: kv.k_layer_q8(l)?,
+                        v: kv.v_layer_q8(l)?,
+                    },
+                },
                 &bufs.q[..n * qd],
                 &mut bufs.att[..n * qd],
                 scores,

@@ -484,6 +484,7 @@ impl Model {
             pin: opts.pin,
             n_ctx,
             prefill_chunk: opts.prefill_chunk,
+            kv_type: opts.kv_type,
             stats,
         })
     }

@@ -23,6 +23,7 @@ use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::ModelConfig;
+pub use crate::kv_cache::KvType;
 use crate::tokenizer::Tokenizer;
 
 pub use generate::{GenStats, StopReason, generate};
@@ -78,6 +79,8 @@ pub struct LoadOptions {
     pub n_ctx: usize,
     /// Prompt tokens evaluated per batch (sizes the activation buffers).
     pub prefill_chunk: usize,
+    /// Element type of the KV cache of sessions (f16, or Q8_0 at about half the memory).
+    pub kv_type: KvType,
 }
 
 impl Default for LoadOptions {
@@ -91,6 +94,7 @@ impl Default for LoadOptions {
             head: HeadMode::Native,
             n_ctx: 0,
             prefill_chunk: 256,
+            kv_type: KvType::F16,
         }
     }
 }
@@ -197,6 +201,7 @@ pub struct Model {
     pub(crate) pin: bool,
     pub(crate) n_ctx: usize,
     pub(crate) prefill_chunk: usize,
+    pub(crate) kv_type: KvType,
     pub(crate) stats: LoadStats,
 }
 

@@ -232,15 +232,24 @@ where
     });
 }
 
+/// One layer of the KV cache as the attention kernels read it.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum KvView<'a> {
+    /// f16 bits; strides in elements.
+    F16 { k: &'a [u16], v: &'a [u16] },
+    /// Q8_0 head rows; strides in bytes.
+    Q8 { k: &'a [u8], v: &'a [u8] },
+}
+
 /// Shape of one attention call.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct AttnShape {
     pub(crate) n_head: usize,
     pub(crate) group: usize,
     pub(crate) head_dim: usize,
-    /// Elements between two positions of one KV head in the cache.
+    /// Elements (f16) or bytes (Q8_0) between two positions of one KV head in the cache.
     pub(crate) kv_stride: usize,
-    /// Elements between the position-0 entries of two KV heads.
+    /// Elements (f16) or bytes (Q8_0) between the position-0 entries of two KV heads.
     pub(crate) kv_head_step: usize,
     pub(crate) scale: f32,
     /// Scratch floats per thread (at least the context size).
@@ -280,8 +289,7 @@ pub(crate) fn attention(
     pool: &ThreadPool,
     isa: Isa,
     sh: &AttnShape,
-    k_cache: &[u16],
-    v_cache: &[u16],
+    kv: KvView<'_>,
     q: &[f32],
     att: &mut [f32],
     scratch: &mut [f32],
@@ -296,9 +304,19 @@ pub(crate) fn attention(
         let base = (h / sh.group) * sh.kv_head_step;
         let qh = &q[t * qd + h * hd..][..hd];
         let sc = &mut sc[..n_pos];
-        float::attn_scores_f16(isa, qh, &k_cache[base..], sh.kv_stride, n_pos, sh.scale, sc);
-        float::softmax_inplace(isa, sc);
-        float::attn_weighted_sum_f16(isa, sc, &v_cache[base..], sh.kv_stride, n_pos, out);
+        let stride = sh.kv_stride;
+        match kv {
+            KvView::F16 { k, v } => {
+                float::attn_scores_f16(isa, qh, &k[base..], stride, n_pos, sh.scale, sc);
+                float::softmax_inplace(isa, sc);
+                float::attn_weighted_sum_f16(isa, sc, &v[base..], stride, n_pos, out);
+            }
+            KvView::Q8 { k, v } => {
+                float::attn_scores_q8_0(isa, qh, &k[base..], stride, n_pos, sh.scale, sc);
+                float::softmax_inplace(isa, sc);
+                float::attn_weighted_sum_q8_0(isa, sc, &v[base..], stride, n_pos, out);
+            }
+        }
     };
     let n_pairs = n_tok * sh.n_head;
     if pool.n_threads() == 1 {

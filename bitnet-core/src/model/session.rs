@@ -70,7 +70,22 @@ impl<'m> Session<'m> {
             PinPolicy::None
         };
         let pool = ThreadPool::new(model.threads, pin)?;
-        let mut kv = KvCache::new(cfg.n_layer, n_ctx, cfg.n_head_kv, cfg.head_dim, KvType::F16)?;
+        if model.kv_type == KvType::Q8 && !cfg.head_dim.is_multiple_of(QK8_0) {
+            return Err(CoreError::InvalidOption {
+                option: "kv_type",
+                reason: format!(
+                    "a Q8_0 KV cache needs the head dimension a multiple of {QK8_0}, got {}",
+                    cfg.head_dim
+                ),
+            });
+        }
+        let mut kv = KvCache::new(
+            cfg.n_layer,
+            n_ctx,
+            cfg.n_head_kv,
+            cfg.head_dim,
+            model.kv_type,
+        )?;
         kv.set_isa(model.isa);
         let rope = RopeTable::new(cfg.rope_dim, cfg.rope_theta, n_ctx);
 
