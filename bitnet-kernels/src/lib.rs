@@ -18,6 +18,7 @@ pub mod error;
 pub mod float;
 pub mod formats;
 pub mod isa;
+pub mod probe;
 pub mod scalar;
 pub mod ternary;
 #[cfg(target_arch = "x86_64")]

@@ -584,3 +584,10 @@ pub fn ternary_int_dots_multi(
         }
     }
 }
+
+impl TernaryMatrix {
+    /// The repacked weight bytes (for bandwidth probes and diagnostics).
+    pub fn packed_bytes(&self) -> &[u8] {
+        &self.data
+    }
+}

@@ -50,6 +50,7 @@ forward! {
     fn absmax(self, x: &[f32]) -> f32;
     fn quantize_i8(self, x: &[f32], scale: f32, q: &mut [i8]) -> i32;
     fn sign_bits(self, x: &[f32], bits: &mut [u64]);
+    fn sum_bytes(self, data: &[u8]) -> u64;
     fn ternary_raw_dots(self, w: &TernaryMatrix, q: &[i8], rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
     fn ternary_raw_dots_multi(self, w: &TernaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
     fn binary_raw_dots_multi(self, w: &BinaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, words: Range<usize>, out: &mut [i32]);

@@ -108,3 +108,30 @@ pub unsafe fn sign_bits(x: &[f32], bits: &mut [u64]) {
         }
     }
 }
+
+/// Sum of all bytes (the plain-read bandwidth probe): 4 x 32-byte loads per step, `vpsadbw`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn sum_bytes(data: &[u8]) -> u64 {
+    let zero = _mm256_setzero_si256();
+    let mut acc = [zero; 4];
+    let chunks = data.chunks_exact(128);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 128 bytes.
+            let v = unsafe { _mm256_loadu_si256(c.as_ptr().add(32 * k).cast()) };
+            *a = _mm256_add_epi64(*a, _mm256_sad_epu8(v, zero));
+        }
+    }
+    let s = _mm256_add_epi64(
+        _mm256_add_epi64(acc[0], acc[1]),
+        _mm256_add_epi64(acc[2], acc[3]),
+    );
+    let mut lanes = [0u64; 4];
+    // SAFETY: `lanes` holds 4 u64.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), s) };
+    lanes.iter().sum::<u64>() + tail.iter().map(|&b| b as u64).sum::<u64>()
+}

@@ -45,6 +45,11 @@ impl Avx2 {
         unsafe { act::quantize_i8(x, scale, q) }
     }
 
+    pub fn sum_bytes(self, data: &[u8]) -> u64 {
+        // SAFETY: `self` proves the target features.
+        unsafe { act::sum_bytes(data) }
+    }
+
     pub fn sign_bits(self, x: &[f32], bits: &mut [u64]) {
         assert!(bits.len() >= x.len().div_ceil(64));
         // SAFETY: `self` proves the target features; lengths checked above.

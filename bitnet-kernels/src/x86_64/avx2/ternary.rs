@@ -11,8 +11,9 @@ use std::ops::Range;
 use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
+const PREFETCH_BYTES: usize = 4096;
 const TILE_TOKENS: usize = 4;
-const CHUNK_BLOCKS: usize = 8;
+const CHUNK_BLOCKS: usize = 16;
 
 /// The four code vectors of one 32-byte half.
 #[target_feature(enable = "avx2")]
@@ -68,6 +69,12 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
         unsafe {
             let qb = q.add(b * BLOCK);
             let wb = w.add(b * BLOCK_STRIDE);
+            // Software prefetch for streaming decode, as in the AVX-512 kernel.
+            let pf = wb.wrapping_add(PREFETCH_BYTES);
+            _mm_prefetch::<_MM_HINT_T1>(pf.cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(128).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
             for (r, a) in acc.iter_mut().enumerate() {
                 for h in 0..2 {
                     let x = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES + 32 * h).cast());
@@ -167,9 +174,13 @@ pub unsafe fn raw_dots_multi(
     out.fill(0);
     let pc = w.padded_cols();
     let n = rows.len();
+    // Even column chunks of at most CHUNK_BLOCKS blocks (fewer partial reductions).
+    let chunk = blocks
+        .len()
+        .div_ceil(blocks.len().div_ceil(CHUNK_BLOCKS).max(1));
     let mut kb = blocks.start;
     while kb < blocks.end {
-        let nblk = CHUNK_BLOCKS.min(blocks.end - kb);
+        let nblk = chunk.min(blocks.end - kb);
         let mut t0 = 0;
         while t0 < n_tok {
             let tt = TILE_TOKENS.min(n_tok - t0);

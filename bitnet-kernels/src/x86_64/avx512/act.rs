@@ -91,3 +91,27 @@ pub unsafe fn sign_bits(x: &[f32], bits: &mut [u64]) {
         }
     }
 }
+
+/// Sum of all bytes (the plain-read bandwidth probe): 4 x 64-byte loads per step, `vpsadbw`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub unsafe fn sum_bytes(data: &[u8]) -> u64 {
+    let zero = _mm512_setzero_si512();
+    let mut acc = [zero; 4];
+    let chunks = data.chunks_exact(256);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: `c` holds 256 bytes.
+            let v = unsafe { _mm512_loadu_si512(c.as_ptr().add(64 * k).cast()) };
+            *a = _mm512_add_epi64(*a, _mm512_sad_epu8(v, zero));
+        }
+    }
+    let s = _mm512_add_epi64(
+        _mm512_add_epi64(acc[0], acc[1]),
+        _mm512_add_epi64(acc[2], acc[3]),
+    );
+    _mm512_reduce_add_epi64(s) as u64 + tail.iter().map(|&b| b as u64).sum::<u64>()
+}

@@ -14,10 +14,14 @@ use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 /// Bytes from one block of a row to the next block of the same row.
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
+/// How far ahead of the current block decode prefetches weights.
+/// Measured on Sapphire Rapids, 1 GiB cold set, ratio to a plain read: no prefetch 0.63,
+/// 1 KiB 0.75, 2 KiB 0.84, 4 KiB 0.88-0.91 (T0 or T1 hint; NTA 0.72), 8 KiB 0.86.
+pub(crate) const PREFETCH_BYTES: usize = 4096;
 /// Token rows per prefill tile.
 const TILE_TOKENS: usize = 8;
 /// 256-blocks per prefill column chunk.
-const CHUNK_BLOCKS: usize = 8;
+const CHUNK_BLOCKS: usize = 16;
 
 /// Raw dots of the 4 rows of one group over `nblk` blocks.
 ///
@@ -38,6 +42,14 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
             let a2 = _mm512_loadu_si512(qb.add(128).cast());
             let a3 = _mm512_loadu_si512(qb.add(192).cast());
             let wb = w.add(b * BLOCK_STRIDE);
+            // Decode streams weights from DRAM once: ask for them well ahead so the loads
+            // overlap the arithmetic (the hardware prefetcher alone reaches ~0.6 of a plain
+            // read here; into L2, the lines are used once). Prefetching past the matrix end is harmless.
+            let pf = wb.wrapping_add(PREFETCH_BYTES);
+            _mm_prefetch::<_MM_HINT_T1>(pf.cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(128).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
             for r in 0..ROW_GROUP {
                 let x = _mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast());
                 let c0 = _mm512_and_si512(x, m3);
@@ -95,92 +107,156 @@ pub unsafe fn raw_dots(
     }
 }
 
-/// Adds to `out[t * ostride]` (t < T) the raw dots of one row over `nblk` blocks with `T`
-/// activation rows `qstride` apart.
-///
-/// # Safety
-/// AVX-512 F/BW/VNNI; `w`, `q` readable for `nblk` blocks (and `T` rows of `q`); `out`
-/// writable at the `T` positions.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-#[inline]
-unsafe fn tile<const T: usize>(
-    w: *const u8,
-    q: *const i8,
-    qstride: usize,
-    nblk: usize,
-    out: *mut i32,
-    ostride: usize,
-) {
-    let m3 = _mm512_set1_epi8(3);
-    let mut acc = [_mm512_setzero_si512(); T];
-    for b in 0..nblk {
-        // SAFETY: block `b` of the row and of each of the T activation rows is readable.
-        unsafe {
-            let x = _mm512_loadu_si512(w.add(b * BLOCK_STRIDE).cast());
-            let c = [
-                _mm512_and_si512(x, m3),
-                _mm512_and_si512(_mm512_srli_epi16::<2>(x), m3),
-                _mm512_and_si512(_mm512_srli_epi16::<4>(x), m3),
-                _mm512_and_si512(_mm512_srli_epi16::<6>(x), m3),
-            ];
-            let qb = q.add(b * BLOCK);
-            for (l, &cl) in c.iter().enumerate() {
-                for (t, a) in acc.iter_mut().enumerate() {
-                    let act = _mm512_loadu_si512(qb.add(t * qstride + l * 64).cast());
-                    *a = _mm512_dpbusd_epi32(*a, cl, act);
-                }
-            }
-        }
-    }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: the caller guarantees `out` is writable at these T positions.
-        unsafe { *out.add(t * ostride) += _mm512_reduce_add_epi32(*a) };
-    }
-}
-
-/// See [`crate::scalar::ternary::raw_dots_multi`].
-///
-/// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub unsafe fn raw_dots_multi(
-    w: &TernaryMatrix,
-    q: &[i8],
-    n_tok: usize,
-    rows: Range<usize>,
-    blocks: Range<usize>,
-    out: &mut [i32],
-) {
-    out.fill(0);
-    let pc = w.padded_cols();
-    let n = rows.len();
-    let mut kb = blocks.start;
-    while kb < blocks.end {
-        let nblk = CHUNK_BLOCKS.min(blocks.end - kb);
-        let mut t0 = 0;
-        while t0 < n_tok {
-            let tt = TILE_TOKENS.min(n_tok - t0);
-            for (i, r) in rows.clone().enumerate() {
-                // SAFETY: row `r`, blocks kb..kb+nblk exist; tokens t0..t0+tt have padded rows
-                // in `q`; out[(t0 + t) * n + i] is in bounds for t < tt.
+/// Prefill kernels, generated twice: with the shift + and unpack (AVX-512 BW) and with a
+/// `vpmultishiftqb` + and unpack (AVX-512 VBMI), which takes the shifts off port 0 where
+/// `vpdpbusd` runs.
+macro_rules! prefill_kernels {
+    ($tile:ident, $multi:ident, $features:literal, $unpack:ident) => {
+        /// Adds to `out[t * ostride]` (t < T) the raw dots of one row over `nblk` blocks with
+        /// `T` activation rows `qstride` apart.
+        ///
+        /// # Safety
+        /// The target features; `w`, `q` readable for `nblk` blocks (and `T` rows of `q`);
+        /// `out` writable at the `T` positions.
+        #[target_feature(enable = $features)]
+        #[inline]
+        unsafe fn $tile<const T: usize>(
+            w: *const u8,
+            q: *const i8,
+            qstride: usize,
+            nblk: usize,
+            out: *mut i32,
+            ostride: usize,
+        ) {
+            let u = Unpacker::new();
+            let mut acc = [_mm512_setzero_si512(); T];
+            for b in 0..nblk {
+                // SAFETY: block `b` of the row and of each of the T activation rows is
+                // readable.
                 unsafe {
-                    let wp = w.data.as_ptr().add(w.offset(r, kb));
-                    let qp = q.as_ptr().add(t0 * pc + kb * BLOCK);
-                    let op = out.as_mut_ptr().add(t0 * n + i);
-                    match tt {
-                        8 => tile::<8>(wp, qp, pc, nblk, op, n),
-                        7 => tile::<7>(wp, qp, pc, nblk, op, n),
-                        6 => tile::<6>(wp, qp, pc, nblk, op, n),
-                        5 => tile::<5>(wp, qp, pc, nblk, op, n),
-                        4 => tile::<4>(wp, qp, pc, nblk, op, n),
-                        3 => tile::<3>(wp, qp, pc, nblk, op, n),
-                        2 => tile::<2>(wp, qp, pc, nblk, op, n),
-                        _ => tile::<1>(wp, qp, pc, nblk, op, n),
+                    let c = u.$unpack(_mm512_loadu_si512(w.add(b * BLOCK_STRIDE).cast()));
+                    let qb = q.add(b * BLOCK);
+                    for (l, &cl) in c.iter().enumerate() {
+                        for (t, a) in acc.iter_mut().enumerate() {
+                            let act = _mm512_loadu_si512(qb.add(t * qstride + l * 64).cast());
+                            *a = _mm512_dpbusd_epi32(*a, cl, act);
+                        }
                     }
                 }
             }
-            t0 += tt;
+            for (t, a) in acc.iter().enumerate() {
+                // SAFETY: the caller guarantees `out` is writable at these T positions.
+                unsafe { *out.add(t * ostride) += _mm512_reduce_add_epi32(*a) };
+            }
         }
-        kb += nblk;
+
+        /// See [`crate::scalar::ternary::raw_dots_multi`].
+        ///
+        /// # Safety
+        /// The target features; shapes as checked by `x86_64::check_ternary`.
+        #[target_feature(enable = $features)]
+        pub unsafe fn $multi(
+            w: &TernaryMatrix,
+            q: &[i8],
+            n_tok: usize,
+            rows: Range<usize>,
+            blocks: Range<usize>,
+            out: &mut [i32],
+        ) {
+            out.fill(0);
+            let pc = w.padded_cols();
+            let n = rows.len();
+            // Even column chunks of at most CHUNK_BLOCKS blocks (fewer partial reductions).
+            let chunk = blocks
+                .len()
+                .div_ceil(blocks.len().div_ceil(CHUNK_BLOCKS).max(1));
+            let mut kb = blocks.start;
+            while kb < blocks.end {
+                let nblk = chunk.min(blocks.end - kb);
+                let mut t0 = 0;
+                while t0 < n_tok {
+                    let tt = TILE_TOKENS.min(n_tok - t0);
+                    for (i, r) in rows.clone().enumerate() {
+                        // SAFETY: row `r`, blocks kb..kb+nblk exist; tokens t0..t0+tt have
+                        // padded rows in `q`; out[(t0 + t) * n + i] is in bounds for t < tt.
+                        unsafe {
+                            let wp = w.data.as_ptr().add(w.offset(r, kb));
+                            let qp = q.as_ptr().add(t0 * pc + kb * BLOCK);
+                            let op = out.as_mut_ptr().add(t0 * n + i);
+                            match tt {
+                                8 => $tile::<8>(wp, qp, pc, nblk, op, n),
+                                7 => $tile::<7>(wp, qp, pc, nblk, op, n),
+                                6 => $tile::<6>(wp, qp, pc, nblk, op, n),
+                                5 => $tile::<5>(wp, qp, pc, nblk, op, n),
+                                4 => $tile::<4>(wp, qp, pc, nblk, op, n),
+                                3 => $tile::<3>(wp, qp, pc, nblk, op, n),
+                                2 => $tile::<2>(wp, qp, pc, nblk, op, n),
+                                _ => $tile::<1>(wp, qp, pc, nblk, op, n),
+                            }
+                        }
+                    }
+                    t0 += tt;
+                }
+                kb += nblk;
+            }
+        }
+    };
+}
+
+/// Constants of the two unpack flavours.
+#[derive(Copy, Clone)]
+struct Unpacker {
+    m3: __m512i,
+    /// `vpmultishiftqb` controls: byte `j` of each qword selects bits `8j + 2l ..`.
+    ctrl: [__m512i; 4],
+}
+
+impl Unpacker {
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn new() -> Self {
+        let ctrl = |l: u64| {
+            let mut c = 0u64;
+            for j in 0..8 {
+                c |= (8 * j + 2 * l) << (8 * j);
+            }
+            _mm512_set1_epi64(c as i64)
+        };
+        Unpacker {
+            m3: _mm512_set1_epi8(3),
+            ctrl: [ctrl(0), ctrl(1), ctrl(2), ctrl(3)],
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    fn shift(&self, x: __m512i) -> [__m512i; 4] {
+        let m3 = self.m3;
+        [
+            _mm512_and_si512(x, m3),
+            _mm512_and_si512(_mm512_srli_epi16::<2>(x), m3),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(x), m3),
+            _mm512_and_si512(_mm512_srli_epi16::<6>(x), m3),
+        ]
+    }
+
+    #[target_feature(enable = "avx512f,avx512vbmi")]
+    #[inline]
+    fn multishift(&self, x: __m512i) -> [__m512i; 4] {
+        let m3 = self.m3;
+        [
+            _mm512_and_si512(x, m3),
+            _mm512_and_si512(_mm512_multishift_epi64_epi8(self.ctrl[1], x), m3),
+            _mm512_and_si512(_mm512_multishift_epi64_epi8(self.ctrl[2], x), m3),
+            _mm512_and_si512(_mm512_multishift_epi64_epi8(self.ctrl[3], x), m3),
+        ]
     }
 }
+
+prefill_kernels!(tile, raw_dots_multi, "avx512f,avx512bw,avx512vnni", shift);
+prefill_kernels!(
+    tile_vbmi,
+    raw_dots_multi_vbmi,
+    "avx512f,avx512bw,avx512vnni,avx512vbmi",
+    multishift
+);

@@ -1,0 +1,319 @@
+//! Prints the ternary kernel figures as a table (the quick, non-criterion way to fill the
+//! README): hot decode GMAC/s, cold decode GB/s against a plain SIMD read of the same bytes,
+//! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves).
+//!
+//! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...
+//!  [--only hot|cold|prefill] [--cold-gib N] [--cpu-time] [--shapes N]`
+//!
+//! `--cpu-time` times each thread's on-CPU time instead of wall time (for a loaded machine).
+
+use std::hint::black_box;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use bitnet_kernels::probe::sum_bytes;
+use bitnet_kernels::{ActScale, Isa, TernaryMatrix, quantize_act, ternary_matmul, ternary_matvec};
+
+/// BitNet b1.58 2B-4T matrix shapes (rows x cols) and the tied output head.
+const SHAPES: [(&str, usize, usize); 5] = [
+    ("attn q/o 2560x2560", 2560, 2560),
+    ("attn k/v 640x2560", 640, 2560),
+    ("ffn up/gate 6912x2560", 6912, 2560),
+    ("ffn down 2560x6912", 2560, 6912),
+    ("head 128256x2560", 128256, 2560),
+];
+
+/// One transformer layer of 2B-4T: q, k, v, o, gate, up, down.
+const LAYER: [(usize, usize); 7] = [
+    (2560, 2560),
+    (640, 2560),
+    (640, 2560),
+    (2560, 2560),
+    (6912, 2560),
+    (6912, 2560),
+    (2560, 6912),
+];
+
+struct Opts {
+    quick: bool,
+    isas: Vec<Isa>,
+    only: Option<String>,
+    cold_gib: f64,
+    shapes: usize,
+}
+
+fn parse() -> Opts {
+    let mut o = Opts {
+        quick: false,
+        isas: Vec::new(),
+        only: None,
+        cold_gib: 1.0,
+        shapes: SHAPES.len(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--isa" => o
+                .isas
+                .push(Isa::parse(&args.next().unwrap_or_default()).expect("--isa")),
+            "--only" => o.only = args.next(),
+            "--cold-gib" => {
+                o.cold_gib = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--cold-gib N")
+            }
+            "--shapes" => {
+                o.shapes = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--shapes N")
+            }
+            "--cpu-time" => CPU_TIME.store(true, std::sync::atomic::Ordering::Relaxed),
+            "--bench" => {}
+            other => eprintln!("ignoring argument {other:?}"),
+        }
+    }
+    if o.isas.is_empty() {
+        o.isas = Isa::available().into_iter().rev().collect();
+    }
+    o
+}
+
+#[derive(Debug)]
+struct Rng(u64);
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn matrix(rows: usize, cols: usize, seed: u64) -> TernaryMatrix {
+    let mut rng = Rng(seed | 1);
+    let trits: Vec<i8> = (0..rows * cols)
+        .map(|_| (rng.next_u64() % 3) as i8 - 1)
+        .collect();
+    TernaryMatrix::from_trits(&trits, rows, cols, 0.5).expect("matrix")
+}
+
+fn acts(n_tok: usize, cols: usize, pc: usize, seed: u64) -> (Vec<i8>, Vec<ActScale>) {
+    let mut rng = Rng(seed | 1);
+    let mut q = vec![0i8; n_tok * pc];
+    let mut a = Vec::new();
+    for t in 0..n_tok {
+        let x: Vec<f32> = (0..cols)
+            .map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        a.push(quantize_act(Isa::Scalar, &x, &mut q[t * pc..(t + 1) * pc]));
+    }
+    (q, a)
+}
+
+/// Row halves of `0..rows` for `threads` workers, split on row-group (4) boundaries.
+fn split(rows: usize, threads: usize) -> Vec<Range<usize>> {
+    let mid = if threads == 1 {
+        rows
+    } else {
+        ((rows / 2).div_ceil(4) * 4).min(rows)
+    };
+    [0..mid, mid..rows].into_iter().take(threads).collect()
+}
+
+/// Nanoseconds this thread has spent on a CPU, for `--cpu-time` runs on a shared, loaded
+/// machine where wall time mostly measures the other tenants.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+static CPU_TIME: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs `iters` calls of `f(p)`; returns wall or on-CPU time of this thread.
+fn run_part(p: usize, iters: usize, f: &(dyn Fn(usize) + Sync)) -> Duration {
+    let cpu = CPU_TIME.load(std::sync::atomic::Ordering::Relaxed);
+    let (t0, c0) = (Instant::now(), thread_cpu_ns());
+    for _ in 0..iters {
+        f(p);
+    }
+    if cpu {
+        Duration::from_nanos(thread_cpu_ns() - c0)
+    } else {
+        t0.elapsed()
+    }
+}
+
+/// Runs `f(part)` `iters` times on each of `threads` threads; returns the slowest thread's time.
+fn timed(threads: usize, iters: usize, f: &(dyn Fn(usize) + Sync)) -> Duration {
+    if threads == 1 {
+        return run_part(0, iters, f);
+    }
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|p| s.spawn(move || run_part(p, iters, f)))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("worker"))
+            .max()
+            .unwrap_or_default()
+    })
+}
+
+/// Best-of-3 seconds per iteration, with iterations sized to about `target` per run.
+fn measure(threads: usize, target: Duration, f: &(dyn Fn(usize) + Sync)) -> f64 {
+    let once = timed(threads, 1, f).max(Duration::from_micros(1));
+    let iters = ((target.as_secs_f64() / once.as_secs_f64()) as usize).clamp(1, 100_000);
+    (0..3)
+        .map(|_| timed(threads, iters, f).as_secs_f64() / iters as f64)
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let o = parse();
+    let target = Duration::from_millis(if o.quick { 60 } else { 300 });
+    let want = |s: &str| o.only.as_deref().is_none_or(|x| x == s);
+    println!(
+        "# bitnet-kernels ternary figures ({} build)",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+
+    if want("hot") {
+        println!("\n## hot decode (matvec, weights cached where they fit), GMAC/s");
+        println!("| shape | isa | 1 thread | 2 threads |");
+        println!("|---|---|---|---|");
+        for &(name, rows, cols) in &SHAPES[..o.shapes] {
+            if o.quick && rows > 10_000 {
+                continue;
+            }
+            let w = matrix(rows, cols, 7);
+            let (q, a) = acts(1, cols, w.padded_cols(), 3);
+            for &isa in &o.isas {
+                if isa == Isa::Scalar && rows > 10_000 {
+                    continue;
+                }
+                let mut cells = Vec::new();
+                for threads in [1, 2] {
+                    let parts = split(rows, threads);
+                    let f = |p: usize| {
+                        let r = parts[p].clone();
+                        let mut out = vec![0f32; r.len()];
+                        ternary_matvec(isa, &w, &q, a[0], r, &mut out);
+                        black_box(&out);
+                    };
+                    let s = measure(threads, target, &f);
+                    cells.push(format!("{:.1}", (rows * cols) as f64 / s / 1e9));
+                }
+                println!("| {name} | {isa} | {} | {} |", cells[0], cells[1]);
+            }
+        }
+    }
+
+    if want("cold") {
+        let layer = LAYER.map(|(r, c)| matrix(r, c, (r * 31 + c) as u64));
+        let layer_bytes: usize = layer.iter().map(|m| m.packed_bytes().len()).sum();
+        let n_layers = ((o.cold_gib * (1u64 << 30) as f64) / layer_bytes as f64).ceil() as usize;
+        let all: Vec<TernaryMatrix> = (0..n_layers).flat_map(|_| layer.iter().cloned()).collect();
+        let total: usize = all.iter().map(|m| m.packed_bytes().len()).sum();
+        let (q, a) = acts(1, 6912, 6912, 5);
+        println!(
+            "\n## cold decode: {} layers of 2B-4T ({} matrices, {:.2} GiB of repacked weights), GB/s",
+            n_layers,
+            all.len(),
+            total as f64 / (1u64 << 30) as f64
+        );
+        println!("| isa | threads | kernel GB/s | plain read GB/s | ratio | GMAC/s |");
+        println!("|---|---|---|---|---|---|");
+        let macs: usize = all.iter().map(|m| m.rows() * m.cols()).sum();
+        for &isa in &o.isas {
+            if isa == Isa::Scalar && o.quick {
+                continue;
+            }
+            for threads in [1, 2] {
+                let kernel = |p: usize| {
+                    let mut out = vec![0f32; 6912];
+                    for m in &all {
+                        let r = split(m.rows(), threads)[p].clone();
+                        let n = r.len();
+                        ternary_matvec(isa, m, &q[..m.padded_cols()], a[0], r, &mut out[..n]);
+                    }
+                    black_box(&out);
+                };
+                let probe = |p: usize| {
+                    let mut s = 0u64;
+                    for m in &all {
+                        let b = m.packed_bytes();
+                        let half = (b.len() / 2) / 64 * 64;
+                        let part = if threads == 1 {
+                            b
+                        } else if p == 0 {
+                            &b[..half]
+                        } else {
+                            &b[half..]
+                        };
+                        s = s.wrapping_add(sum_bytes(isa, part));
+                    }
+                    black_box(s);
+                };
+                // Interleave kernel and probe passes so both see the same machine state.
+                let mut tk = f64::INFINITY;
+                let mut tp = f64::INFINITY;
+                for _ in 0..if o.quick { 2 } else { 4 } {
+                    tk = tk.min(timed(threads, 1, &kernel).as_secs_f64());
+                    tp = tp.min(timed(threads, 1, &probe).as_secs_f64());
+                }
+                let (gk, gp) = (total as f64 / tk / 1e9, total as f64 / tp / 1e9);
+                println!(
+                    "| {isa} | {threads} | {gk:.1} | {gp:.1} | {:.2} | {:.1} |",
+                    gk / gp,
+                    macs as f64 / tk / 1e9
+                );
+            }
+        }
+    }
+
+    if want("prefill") {
+        println!("\n## prefill (matmul), GMAC/s");
+        println!("| shape | tokens | isa | 1 thread | 2 threads |");
+        println!("|---|---|---|---|---|");
+        for &(name, rows, cols) in &SHAPES[..o.shapes.min(4)] {
+            let w = matrix(rows, cols, 11);
+            for n_tok in [128usize, 512] {
+                if o.quick && n_tok == 512 {
+                    continue;
+                }
+                let (q, a) = acts(n_tok, cols, w.padded_cols(), 13);
+                for &isa in &o.isas {
+                    if isa == Isa::Scalar && (o.quick || n_tok > 128) {
+                        continue;
+                    }
+                    let mut cells = Vec::new();
+                    for threads in [1, 2] {
+                        let parts = split(rows, threads);
+                        let f = |p: usize| {
+                            let r = parts[p].clone();
+                            let mut out = vec![0f32; n_tok * r.len()];
+                            ternary_matmul(isa, &w, &q, &a, r, &mut out);
+                            black_box(&out);
+                        };
+                        let s = measure(threads, target, &f);
+                        cells.push(format!("{:.1}", (n_tok * rows * cols) as f64 / s / 1e9));
+                    }
+                    println!("| {name} | {n_tok} | {isa} | {} | {} |", cells[0], cells[1]);
+                }
+            }
+        }
+    }
+}
