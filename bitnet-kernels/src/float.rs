@@ -124,12 +124,11 @@ fn check_matmul(
         data_len >= need,
         "{what}: rows {rows:?} of {rb} bytes need {need} bytes, data has {data_len}"
     );
-    assert_eq!(x_len, n_tok * row_len, "{what}: x must be n_tok x row_len");
-    assert_eq!(
-        out_len,
-        n_tok * rows.len(),
-        "{what}: out must be n_tok x rows"
-    );
+    // Checked products: a wrapped size must not pass for a matching one.
+    let x_need = n_tok.checked_mul(row_len);
+    assert_eq!(Some(x_len), x_need, "{what}: x must be n_tok x row_len");
+    let out_need = n_tok.checked_mul(rows.len());
+    assert_eq!(Some(out_len), out_need, "{what}: out must be n_tok x rows");
 }
 
 /// `out[i] = dot(row rows.start + i of data, x)`: the output head / float mat-vec.
@@ -208,8 +207,8 @@ pub fn matmul_q8_0_q8_0(
         .row_bytes(row_len)
         .unwrap_or_else(|| panic!("matmul_q8_0_q8_0: rows of {row_len} are not whole Q8_0 blocks"));
     assert_eq!(
-        xq.len(),
-        n_tok * rb,
+        Some(xq.len()),
+        n_tok.checked_mul(rb),
         "matmul_q8_0_q8_0: xq must be n_tok Q8_0 rows"
     );
     let (wl, ol) = (w.len(), out.len());
@@ -218,7 +217,7 @@ pub fn matmul_q8_0_q8_0(
         fmt,
         wl,
         row_len,
-        n_tok * row_len,
+        n_tok * row_len, // cannot wrap: n_tok * rb did not, and rb >= row_len
         n_tok,
         &rows,
         ol,
