@@ -14,15 +14,6 @@ pub mod binary;
 pub mod float;
 pub mod ternary;
 
-/// Whether AVX-512 VBMI (`vpmultishiftqb`) is present: an optional extra inside the set,
-/// detected once. `BITNET_NO_VBMI=1` turns it off (to compare the two unpack flavours).
-fn has_vbmi() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::is_x86_feature_detected!("avx512vbmi") && std::env::var_os("BITNET_NO_VBMI").is_none()
-    })
-}
-
 /// Proof that AVX-512 F/BW/VL/DQ/VNNI (and everything [`Avx2`] needs) were detected.
 #[derive(Copy, Clone, Debug)]
 pub struct Avx512 {
@@ -91,13 +82,8 @@ impl Avx512 {
         out: &mut [i32],
     ) {
         crate::x86_64::check_ternary(w, q, n_tok, &rows, &blocks, out);
-        if has_vbmi() {
-            // SAFETY: `self` proves the AVX-512 set, VBMI was detected; shapes checked above.
-            unsafe { ternary::raw_dots_multi_vbmi(w, q, n_tok, rows, blocks, out) }
-        } else {
-            // SAFETY: `self` proves the target features; shapes checked above.
-            unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
-        }
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
     }
 
     pub fn binary_raw_dots_multi(
