@@ -10,6 +10,8 @@
 //! message. Scalar kernels (`crate::scalar::float`) are the specification; the SIMD kernels
 //! match exact operations bit for bit and reductions within the budgets named below.
 
+#[cfg(target_arch = "x86_64")]
+mod attn_group_x86;
 pub mod formats;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod qrows_x86;
@@ -413,6 +415,109 @@ pub fn attn_weighted_sum_f32(
         n_pos,
     );
     dispatch!(isa, attn_weighted_sum_f32(w, v, kv_stride, n_pos, out))
+}
+
+/// Grouped-query attention scores over an f16 cache: the `n_q` query heads in `q`
+/// (`[n_q][d]`) share one KV head, and `out[h * n_pos + p] = scale * dot(q_h, k_p)`. Each K
+/// row is loaded once for the whole group (group sizes 2, 4 and 8; others run head by
+/// head). Within the dot budget of [`attn_scores_f16`], not bit-identical to it.
+///
+/// # Panics
+/// If `n_q` is 0 or does not divide `q.len()`, `out.len() != n_q * n_pos`, or the cache is
+/// too short (as [`attn_scores_f16`]).
+#[allow(clippy::too_many_arguments)]
+pub fn attn_scores_f16_group(
+    isa: Isa,
+    q: &[f32],
+    n_q: usize,
+    k: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    assert!(
+        n_q > 0 && q.len().is_multiple_of(n_q),
+        "attn_scores_f16_group: q is not n_q heads"
+    );
+    let d = q.len() / n_q;
+    assert_eq!(
+        Some(out.len()),
+        n_q.checked_mul(n_pos),
+        "attn_scores_f16_group: out must be n_q x n_pos"
+    );
+    check_attn("attn_scores_f16_group", d, k.len(), kv_stride, n_pos);
+    let isa = runnable(isa);
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: runnable() returned a SIMD set only after detecting its features (Avx512
+        // includes everything the AVX-512 group kernels enable, Avx2 what the AVX2 ones do);
+        // the shapes were checked above.
+        let done = unsafe {
+            attn_group_x86::scores_group(
+                isa == Isa::Avx512,
+                q,
+                n_q,
+                k,
+                kv_stride,
+                n_pos,
+                scale,
+                out,
+            )
+        };
+        if done {
+            return;
+        }
+    }
+    for (qh, oh) in q
+        .chunks_exact(d.max(1))
+        .zip(out.chunks_exact_mut(n_pos.max(1)))
+    {
+        attn_scores_f16(isa, qh, k, kv_stride, n_pos, scale, &mut oh[..n_pos]);
+    }
+}
+
+/// Grouped-query weighted sums over an f16 cache: `w` is `[n_q][n_pos]`, `out` is
+/// `[n_q][d]`, `out_h = Σ_p w[h][p] v_p`; each V row is loaded once for the whole group.
+///
+/// # Panics
+/// If `n_q` is 0 or does not divide `out.len()`, `w.len() != n_q * n_pos`, or the cache is
+/// too short (as [`attn_weighted_sum_f16`]).
+pub fn attn_weighted_sum_f16_group(
+    isa: Isa,
+    w: &[f32],
+    n_q: usize,
+    v: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    assert!(
+        n_q > 0 && out.len().is_multiple_of(n_q),
+        "attn_weighted_sum_f16_group: out is not n_q heads"
+    );
+    let d = out.len() / n_q;
+    assert_eq!(
+        Some(w.len()),
+        n_q.checked_mul(n_pos),
+        "attn_weighted_sum_f16_group: w must be n_q x n_pos"
+    );
+    check_attn("attn_weighted_sum_f16_group", d, v.len(), kv_stride, n_pos);
+    let isa = runnable(isa);
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        // SAFETY: as in attn_scores_f16_group.
+        let done = unsafe {
+            attn_group_x86::wsum_group(isa == Isa::Avx512, w, n_q, v, kv_stride, n_pos, out)
+        };
+        if done {
+            return;
+        }
+    }
+    for h in 0..n_q {
+        let wh = &w[h * n_pos..(h + 1) * n_pos];
+        attn_weighted_sum_f16(isa, wh, v, kv_stride, n_pos, &mut out[h * d..(h + 1) * d]);
+    }
 }
 
 fn check_attn_q8(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos: usize) {

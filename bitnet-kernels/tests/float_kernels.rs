@@ -517,3 +517,52 @@ fn nan_propagates_like_the_reference() {
         }
     }
 }
+
+#[test]
+fn grouped_attention_matches_the_f64_reference() {
+    let mut r = rng(12);
+    for n_q in 1..=8usize {
+        for (d, kv_stride) in [(64usize, 64usize), (128, 160), (80, 80), (17, 20), (5, 5)] {
+            for n_pos in [0usize, 1, 2, 3, 7, 33] {
+                let q = normal_vec(&mut r, n_q * d, 1.0);
+                let len = if n_pos == 0 {
+                    0
+                } else {
+                    (n_pos - 1) * kv_stride + d
+                };
+                let kh: Vec<u16> = normal_vec(&mut r, len, 2.0)
+                    .iter()
+                    .map(|&v| f32_to_f16(v))
+                    .collect();
+                let vh: Vec<u16> = normal_vec(&mut r, len, 2.0)
+                    .iter()
+                    .map(|&v| f32_to_f16(v))
+                    .collect();
+                let kx: Vec<f32> = kh.iter().map(|&h| f16_to_f32(h)).collect();
+                let vx: Vec<f32> = vh.iter().map(|&h| f16_to_f32(h)).collect();
+                let w = normal_vec(&mut r, n_q * n_pos, 0.3);
+                for isa in isas() {
+                    let mut s = vec![f32::NAN; n_q * n_pos];
+                    attn_scores_f16_group(isa, &q, n_q, &kh, kv_stride, n_pos, 0.25, &mut s);
+                    let mut o = vec![f32::NAN; n_q * d];
+                    attn_weighted_sum_f16_group(isa, &w, n_q, &vh, kv_stride, n_pos, &mut o);
+                    for h in 0..n_q {
+                        for p in 0..n_pos {
+                            let kp = kx[p * kv_stride..][..d].iter().copied();
+                            let (want, cond) = dot64(kp, &q[h * d..][..d]);
+                            let what = format!("{isa} group {n_q} d={d} h={h} p={p}");
+                            let tol = 0.25 * dot_budget(d, cond);
+                            assert_close(s[h * n_pos + p], 0.25 * want, 0.0, tol, &what);
+                        }
+                        for i in 0..d {
+                            let col: Vec<f32> = (0..n_pos).map(|p| vx[p * kv_stride + i]).collect();
+                            let (want, cond) = dot64(w[h * n_pos..][..n_pos].iter().copied(), &col);
+                            let what = format!("{isa} group {n_q} wsum d={d} h={h} i={i}");
+                            assert_close(o[h * d + i], want, 0.0, dot_budget(n_pos, cond), &what);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! Grouped-query attention over an f16 KV cache on x86: the `n_q` query heads that share one
+//! KV head are scored (and their values summed) in one pass, so each K and V row is loaded
+//! and converted once per group instead of once per head.
+//!
+//! The per-head kernels in `x86_64/{avx2,avx512}/float.rs` stay the reference shape; these
+//! sum in another order and are held to the same dot budget. Group sizes 2, 4 and 8 have
+//! register-resident kernels; other sizes run the per-head kernels head by head.
+
+// acc[j][h] pairs position j with head h; index loops say that more plainly than zips.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+/// Lanes `0..n` of a 16-lane mask.
+#[inline(always)]
+fn mask16(n: usize) -> __mmask16 {
+    ((1u32 << n.min(16)) - 1) as __mmask16
+}
+
+/// Scores of `G` heads (`q` is `[G][d]`) against positions `p0..p0 + P`; returns `[P][G]`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ + F16C; positions `p0..p0 + P` (`d` elements at stride `kv_stride`) lie
+/// inside `k`, and `q` holds `G * d` floats.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn scores_tile_avx512<const G: usize, const P: usize>(
+    q: *const f32,
+    d: usize,
+    k: *const u16,
+    kv_stride: usize,
+    p0: usize,
+) -> [[f32; G]; P] {
+    let mut acc = [[_mm512_setzero_ps(); G]; P];
+    let mut c = 0;
+    while c < d {
+        let m = mask16(d - c);
+        // SAFETY: lanes c.. below d of each position and each head (caller's contract);
+        // masked-out lanes are not read.
+        unsafe {
+            let kv: [__m512; P] = std::array::from_fn(|j| {
+                let row = k.add((p0 + j) * kv_stride + c);
+                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row.cast()))
+            });
+            for h in 0..G {
+                let qv = _mm512_maskz_loadu_ps(m, q.add(h * d + c));
+                for j in 0..P {
+                    acc[j][h] = _mm512_fmadd_ps(qv, kv[j], acc[j][h]);
+                }
+            }
+        }
+        c += 16;
+    }
+    acc.map(|a| a.map(|v| _mm512_reduce_add_ps(v)))
+}
+
+/// # Safety
+/// As [`scores_tile_avx512`] for every position below `n_pos`; `out` holds `G * n_pos`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn scores_group_avx512<const G: usize>(
+    q: &[f32],
+    k: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let d = q.len() / G;
+    let mut p = 0;
+    while p < n_pos {
+        // SAFETY: positions below n_pos lie inside k (checked by the safe API).
+        unsafe {
+            if p + 2 <= n_pos {
+                let s = scores_tile_avx512::<G, 2>(q.as_ptr(), d, k.as_ptr(), kv_stride, p);
+                for (j, sj) in s.iter().enumerate() {
+                    for (h, &v) in sj.iter().enumerate() {
+                        out[h * n_pos + p + j] = scale * v;
+                    }
+                }
+                p += 2;
+            } else {
+                let s = scores_tile_avx512::<G, 1>(q.as_ptr(), d, k.as_ptr(), kv_stride, p);
+                for (h, &v) in s[0].iter().enumerate() {
+                    out[h * n_pos + p] = scale * v;
+                }
+                p += 1;
+            }
+        }
+    }
+}
+
+/// `out[h] = Σ_p w[h][p] v_p` for `G` heads, 32 output lanes per pass.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ + F16C; shapes as the safe API checks them (`w` is `[G][n_pos]`,
+/// `out` is `[G][d]`, every position's `d` values inside `v`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn wsum_group_avx512<const G: usize>(
+    w: &[f32],
+    v: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    let d = out.len() / G;
+    let mut c = 0;
+    while c < d {
+        let m = [mask16(d - c), mask16(d.saturating_sub(c + 16))];
+        let mut acc = [[_mm512_setzero_ps(); 2]; G];
+        for p in 0..n_pos {
+            // SAFETY: the masked-in lanes lie below d of position p, inside v; the address of
+            // an all-masked second half is formed with wrapping arithmetic.
+            let vv: [__m512; 2] = std::array::from_fn(|j| unsafe {
+                let row = v.as_ptr().wrapping_add(p * kv_stride + c + 16 * j);
+                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[j], row.cast()))
+            });
+            for (h, a) in acc.iter_mut().enumerate() {
+                let wv = _mm512_set1_ps(w[h * n_pos + p]);
+                a[0] = _mm512_fmadd_ps(wv, vv[0], a[0]);
+                a[1] = _mm512_fmadd_ps(wv, vv[1], a[1]);
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            for j in 0..2 {
+                let dst = out.as_mut_ptr().wrapping_add(h * d + c + 16 * j);
+                // SAFETY: the mask covers only lanes below d of head h's output row.
+                unsafe { _mm512_mask_storeu_ps(dst, m[j], a[j]) };
+            }
+        }
+        c += 32;
+    }
+}
+
+/// Scores of `G` heads against positions `p0..p0 + P`, 256 bits wide (tail lanes scalar).
+///
+/// # Safety
+/// AVX2 + FMA + F16C; as [`scores_tile_avx512`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_tile_avx2<const G: usize, const P: usize>(
+    q: *const f32,
+    d: usize,
+    k: *const u16,
+    kv_stride: usize,
+    p0: usize,
+) -> [[f32; G]; P] {
+    let mut acc = [[_mm256_setzero_ps(); G]; P];
+    let mut c = 0;
+    while c + 8 <= d {
+        // SAFETY: lanes c..c + 8 <= d of each position and head (caller's contract).
+        unsafe {
+            let kv: [__m256; P] = std::array::from_fn(|j| {
+                let row = k.add((p0 + j) * kv_stride + c);
+                _mm256_cvtph_ps(_mm_loadu_si128(row.cast()))
+            });
+            for h in 0..G {
+                let qv = _mm256_loadu_ps(q.add(h * d + c));
+                for j in 0..P {
+                    acc[j][h] = _mm256_fmadd_ps(qv, kv[j], acc[j][h]);
+                }
+            }
+        }
+        c += 8;
+    }
+    let hsum = |v: __m256| {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    };
+    let mut out = acc.map(|a| a.map(hsum));
+    for (j, oj) in out.iter_mut().enumerate() {
+        for (h, o) in oj.iter_mut().enumerate() {
+            for i in c..d {
+                // SAFETY: element i < d of position p0 + j and head h (caller's contract).
+                let (kh, qi) = unsafe { (*k.add((p0 + j) * kv_stride + i), *q.add(h * d + i)) };
+                *o += qi * crate::scalar::float::f16_to_f32(kh);
+            }
+        }
+    }
+    out
+}
+
+/// # Safety
+/// As [`scores_tile_avx2`] for every position below `n_pos`; `out` holds `G * n_pos`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_group_avx2<const G: usize>(
+    q: &[f32],
+    k: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let d = q.len() / G;
+    for p in 0..n_pos {
+        // SAFETY: position p < n_pos lies inside k (checked by the safe API).
+        let s = unsafe { scores_tile_avx2::<G, 1>(q.as_ptr(), d, k.as_ptr(), kv_stride, p) };
+        for (h, &v) in s[0].iter().enumerate() {
+            out[h * n_pos + p] = scale * v;
+        }
+    }
+}
+
+/// `out[h] = Σ_p w[h][p] v_p` for `G` heads, 16 output lanes per pass (tail lanes scalar).
+///
+/// # Safety
+/// AVX2 + FMA + F16C; shapes as [`wsum_group_avx512`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn wsum_group_avx2<const G: usize>(
+    w: &[f32],
+    v: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    let d = out.len() / G;
+    let full = d - d % 8;
+    let mut c = 0;
+    while c < full {
+        let two = c + 16 <= full;
+        let mut acc = [[_mm256_setzero_ps(); 2]; G];
+        for p in 0..n_pos {
+            // SAFETY: lanes c..c + 8 (and c + 8..c + 16 when `two`) lie below full <= d of
+            // position p, inside v.
+            let (v0, v1) = unsafe {
+                let row = v.as_ptr().add(p * kv_stride + c);
+                let v0 = _mm256_cvtph_ps(_mm_loadu_si128(row.cast()));
+                let v1 = if two {
+                    _mm256_cvtph_ps(_mm_loadu_si128(row.add(8).cast()))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                (v0, v1)
+            };
+            for (h, a) in acc.iter_mut().enumerate() {
+                let wv = _mm256_set1_ps(w[h * n_pos + p]);
+                a[0] = _mm256_fmadd_ps(wv, v0, a[0]);
+                a[1] = _mm256_fmadd_ps(wv, v1, a[1]);
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            // SAFETY: lanes c..c + 8 (c + 16 when `two`) lie below d of head h's output row.
+            unsafe {
+                _mm256_storeu_ps(out.as_mut_ptr().add(h * d + c), a[0]);
+                if two {
+                    _mm256_storeu_ps(out.as_mut_ptr().add(h * d + c + 8), a[1]);
+                }
+            }
+        }
+        c += if two { 16 } else { 8 };
+    }
+    for h in 0..G {
+        for i in full..d {
+            out[h * d + i] = (0..n_pos)
+                .map(|p| w[h * n_pos + p] * crate::scalar::float::f16_to_f32(v[p * kv_stride + i]))
+                .sum();
+        }
+    }
+}
+
+/// Grouped scores: `q` is `[n_q][d]`, `out` `[n_q][n_pos]`. Returns `false` (and does
+/// nothing) for group sizes without a kernel here.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/DQ + F16C when `avx512`, AVX2 + FMA + F16C
+/// otherwise; shapes checked by the safe API.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn scores_group(
+    avx512: bool,
+    q: &[f32],
+    n_q: usize,
+    k: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> bool {
+    macro_rules! go {
+        ($g:literal) => {
+            // SAFETY: the caller guarantees the CPU features and the shapes.
+            unsafe {
+                if avx512 {
+                    scores_group_avx512::<$g>(q, k, kv_stride, n_pos, scale, out)
+                } else {
+                    scores_group_avx2::<$g>(q, k, kv_stride, n_pos, scale, out)
+                }
+            }
+        };
+    }
+    match n_q {
+        2 => go!(2),
+        4 => go!(4),
+        8 => go!(8),
+        _ => return false,
+    }
+    true
+}
+
+/// Grouped weighted sums: `w` is `[n_q][n_pos]`, `out` `[n_q][d]`. Returns `false` (and does
+/// nothing) for group sizes without a kernel here.
+///
+/// # Safety
+/// As [`scores_group`].
+pub(crate) unsafe fn wsum_group(
+    avx512: bool,
+    w: &[f32],
+    n_q: usize,
+    v: &[u16],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) -> bool {
+    macro_rules! go {
+        ($g:literal) => {
+            // SAFETY: the caller guarantees the CPU features and the shapes.
+            unsafe {
+                if avx512 {
+                    wsum_group_avx512::<$g>(w, v, kv_stride, n_pos, out)
+                } else {
+                    wsum_group_avx2::<$g>(w, v, kv_stride, n_pos, out)
+                }
+            }
+        };
+    }
+    match n_q {
+        2 => go!(2),
+        4 => go!(4),
+        8 => go!(8),
+        _ => return false,
+    }
+    true
+}
