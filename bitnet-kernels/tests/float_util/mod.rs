@@ -14,7 +14,10 @@ pub fn rng(seed: u64) -> StdRng {
 /// job), only the sets up to the forced one.
 pub fn isas() -> Vec<Isa> {
     let forced = Isa::from_env().expect("BITNET_KERNEL names a kernel set this CPU runs");
-    Isa::available().into_iter().filter(|&i| i <= forced).collect()
+    Isa::available()
+        .into_iter()
+        .filter(|&i| i <= forced)
+        .collect()
 }
 
 /// Lengths with every kind of tail: 1..=70, then assorted odd and block-multiple sizes.
