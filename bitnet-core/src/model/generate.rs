@@ -71,6 +71,12 @@ fn rate(n: usize, secs: f64) -> f64 {
 /// tokens, calling `on_text` with each piece of text as it becomes final. `on_text` returns
 /// false to stop (a closed pipe). The sampler sees the prompt and the generated tokens as
 /// history (for repetition penalties).
+///
+/// Each sampled token is evaluated before the next one is sampled, so when generation ends
+/// the last sampled token (and an end-of-generation token) is not in the KV cache yet: a
+/// caller continuing the conversation passes it in the next prompt (`session.n_past()` says
+/// how far the cache got). With an empty `prompt_tokens` generation continues from the
+/// logits of the session's last `eval`.
 pub fn generate(
     session: &mut Session<'_>,
     tokenizer: &Tokenizer,
