@@ -360,8 +360,11 @@ fn caller_runs_parts_that_no_worker_claimed() {
         let caller = thread::current().id();
         let on_caller = AtomicUsize::new(0);
         let runs: Vec<AtomicUsize> = (0..2).map(|_| AtomicUsize::new(0)).collect();
-        let regions = 200;
-        for _ in 0..regions {
+        // Which thread wins a part is up to the scheduler, so run regions until the caller
+        // has taken one (bounded), rather than betting on a fixed count.
+        let mut regions = 0;
+        while regions < 200 || (on_caller.load(Ordering::Relaxed) == 0 && regions < 20_000) {
+            regions += 1;
             pool.run(&|tid, _| {
                 runs[tid].fetch_add(1, Ordering::Relaxed);
                 if tid == 1 && thread::current().id() == caller {
@@ -376,7 +379,10 @@ fn caller_runs_parts_that_no_worker_claimed() {
         // Later regions still reach the workers (they were not lost by the steals).
         let worker_ran = AtomicUsize::new(0);
         let slow = ThreadPool::with_spin(2, PinPolicy::None, Duration::ZERO).unwrap();
-        for _ in 0..50 {
+        for _ in 0..500 {
+            if worker_ran.load(Ordering::Relaxed) > 0 {
+                break;
+            }
             slow.run(&|tid, _| {
                 if tid == 0 {
                     thread::sleep(Duration::from_millis(2));
