@@ -62,8 +62,8 @@ fn decode_allocates_nothing() {
         // The kernels keep a per-OS-thread scratch that grows to its high-water mark the
         // first time a thread runs a product of a given size; the pool hands parts to
         // whichever thread is free, so a thread may meet its first decode-sized product only
-        // now: at most two allocations per thread (the buffer, and std's registration of the
-        // thread-local's destructor), then none.
+        // now (in any round): at most two allocations per thread in all (the buffer, and
+        // std's registration of the thread-local's destructor), never one per token.
         let mut rounds = Vec::new();
         let mut sum = 0.0f32;
         for round in 0..3u32 {
@@ -77,7 +77,7 @@ fn decode_allocates_nothing() {
         }
         assert!(sum.is_finite());
         assert!(
-            rounds.iter().sum::<usize>() <= 2 * threads && *rounds.last().unwrap() == 0,
+            rounds.iter().sum::<usize>() <= 2 * threads,
             "{threads} threads: decode allocations per round of 12 tokens: {rounds:?}"
         );
         // A prefill chunk after warm-up allocates nothing either (bar the same first touch).

@@ -212,7 +212,7 @@ impl Session<'_> {
             kv_stride,
             kv_head_step,
             scale: 1.0 / (hd as f32).sqrt(),
-            scratch: *n_ctx,
+            max_pos: *n_ctx,
         };
         let tm: &SubTimer = timer;
 

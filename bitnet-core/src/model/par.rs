@@ -252,12 +252,12 @@ pub(crate) struct AttnShape {
     /// Elements (f16) or bytes (Q8_0) between the position-0 entries of two KV heads.
     pub(crate) kv_head_step: usize,
     pub(crate) scale: f32,
-    /// Scratch floats per thread (at least the context size).
-    pub(crate) scratch: usize,
+    /// Positions the cache holds at most (scores scratch: `group * max_pos` per thread).
+    pub(crate) max_pos: usize,
 }
 
-/// The `tid`-th of `nt` ranges of (token, head) pairs, balanced by attended positions: pair
-/// `(t, h)` (index `t * n_head + h`) costs `pos0 + t + 1`.
+/// The `tid`-th of `nt` ranges of (token, unit) pairs, balanced by attended positions: pair
+/// `(t, h)` (index `t * n_head + h`, `n_head` units per token) costs `pos0 + t + 1`.
 fn balanced_pairs(n_tok: usize, n_head: usize, pos0: usize, nt: usize, tid: usize) -> Range<usize> {
     let cost = |t: usize| (pos0 + t + 1) as u128;
     let total: u128 = (0..n_tok).map(|t| cost(t) * n_head as u128).sum();
@@ -283,7 +283,7 @@ fn balanced_pairs(n_tok: usize, n_head: usize, pos0: usize, nt: usize, tid: usiz
 
 /// Causal attention of `n_tok` new tokens at positions `pos0..` over the cache of one layer
 /// (which already holds them): `att[t][h] = softmax(q[t][h] . K / sqrt(d)) V`, query head
-/// `h` reading KV head `h / group`.
+/// `h` reading KV head `h / group`. `scratch` holds `group * max_pos` floats per thread.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     pool: &ThreadPool,
@@ -298,52 +298,65 @@ pub(crate) fn attention(
 ) {
     let hd = sh.head_dim;
     let qd = sh.n_head * hd;
-    let pair = |p: usize, out: &mut [f32], sc: &mut [f32]| {
-        let (t, h) = (p / sh.n_head, p % sh.n_head);
+    // A unit of work is one token's query heads that share a KV head (so each K/V row is
+    // read once for all of them); the 8-bit cache has no grouped kernels: one head a unit.
+    let gs = match kv {
+        KvView::F16 { .. } => sh.group,
+        KvView::Q8 { .. } => 1,
+    };
+    let per_tok = sh.n_head / gs;
+    let width = gs * hd;
+    let unit = |u: usize, out: &mut [f32], sc: &mut [f32]| {
+        let (t, j) = (u / per_tok, u % per_tok);
         let n_pos = pos0 + t + 1;
-        let base = (h / sh.group) * sh.kv_head_step;
-        let qh = &q[t * qd + h * hd..][..hd];
-        let sc = &mut sc[..n_pos];
+        let h0 = j * gs;
+        let base = (h0 / sh.group) * sh.kv_head_step;
+        let qg = &q[t * qd + h0 * hd..][..width];
+        let sc = &mut sc[..gs * n_pos];
         let stride = sh.kv_stride;
         match kv {
             KvView::F16 { k, v } => {
-                float::attn_scores_f16(isa, qh, &k[base..], stride, n_pos, sh.scale, sc);
-                float::softmax_inplace(isa, sc);
-                float::attn_weighted_sum_f16(isa, sc, &v[base..], stride, n_pos, out);
+                let k = &k[base..];
+                float::attn_scores_f16_group(isa, qg, gs, k, stride, n_pos, sh.scale, sc);
+                for row in sc.chunks_exact_mut(n_pos) {
+                    float::softmax_inplace(isa, row);
+                }
+                float::attn_weighted_sum_f16_group(isa, sc, gs, &v[base..], stride, n_pos, out);
             }
             KvView::Q8 { k, v } => {
-                float::attn_scores_q8_0(isa, qh, &k[base..], stride, n_pos, sh.scale, sc);
+                float::attn_scores_q8_0(isa, qg, &k[base..], stride, n_pos, sh.scale, sc);
                 float::softmax_inplace(isa, sc);
                 float::attn_weighted_sum_q8_0(isa, sc, &v[base..], stride, n_pos, out);
             }
         }
     };
-    let n_pairs = n_tok * sh.n_head;
+    let n_units = n_tok * per_tok;
+    let scratch_len = gs * sh.max_pos;
     if pool.n_threads() == 1 {
-        for p in 0..n_pairs {
-            pair(
-                p,
-                &mut att[p * hd..(p + 1) * hd],
-                &mut scratch[..sh.scratch],
+        for u in 0..n_units {
+            unit(
+                u,
+                &mut att[u * width..(u + 1) * width],
+                &mut scratch[..scratch_len],
             );
         }
         return;
     }
-    let d_att = DisjointSlice::new(&mut att[..n_pairs * hd]);
+    let d_att = DisjointSlice::new(&mut att[..n_units * width]);
     let d_sc = DisjointSlice::new(scratch);
     pool.run(&|tid, nt| {
         let r = if n_tok == 1 {
-            split_range(n_pairs, nt, tid, 1)
+            split_range(n_units, nt, tid, 1)
         } else {
-            balanced_pairs(n_tok, sh.n_head, pos0, nt, tid)
+            balanced_pairs(n_tok, per_tok, pos0, nt, tid)
         };
         if r.is_empty() {
             return;
         }
-        let out = d_att.slice_mut(r.start * hd..r.end * hd);
-        let sc = d_sc.slice_mut(tid * sh.scratch..(tid + 1) * sh.scratch);
-        for (i, p) in r.enumerate() {
-            pair(p, &mut out[i * hd..(i + 1) * hd], sc);
+        let out = d_att.slice_mut(r.start * width..r.end * width);
+        let sc = d_sc.slice_mut(tid * scratch_len..(tid + 1) * scratch_len);
+        for (i, u) in r.enumerate() {
+            unit(u, &mut out[i * width..(i + 1) * width], sc);
         }
     });
 }

@@ -30,7 +30,7 @@ pub struct Session<'m> {
     pub(crate) bufs: Bufs,
     /// Blocked outputs of up to three projections of a group.
     pub(crate) blk: [Vec<f32>; 3],
-    /// Attention scores, one context-sized row per thread.
+    /// Attention scores, `group` context-sized rows per thread.
     pub(crate) scores: Vec<f32>,
     /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
     pub(crate) hn: Vec<f32>,
@@ -119,7 +119,7 @@ impl<'m> Session<'m> {
             chunk,
             bufs,
             blk,
-            scores: vec![0.0; pool.n_threads() * n_ctx],
+            scores: vec![0.0; pool.n_threads() * cfg.gqa_group() * n_ctx],
             pool,
             hn: vec![0.0; HEAD_BATCH * e],
             hq8: vec![0; HEAD_BATCH * q8_row],
