@@ -81,7 +81,8 @@ fn decode_all(model: &Model, toks: &[u32]) -> Vec<f32> {
 fn check_prefill_matches_decode(spec: &SynthSpec, tag: &str, o: &LoadOptions) {
     let path = model_path(spec, tag);
     let model = Model::load(&path, o).unwrap();
-    let toks = prompt(19, model.n_vocab());
+    // Longer than one head batch (32) so all-logits prefill crosses a batch boundary.
+    let toks = prompt(40, model.n_vocab());
     let a = prefill_all(&model, &toks);
     let b = decode_all(&model, &toks);
     assert_eq!(a.len(), toks.len() * model.n_vocab());

@@ -15,7 +15,7 @@ use crate::kv_cache::{KvCache, KvType};
 use crate::threadpool::{PinPolicy, ThreadPool};
 
 /// Tokens per head call when every position's logits are wanted.
-pub(crate) const HEAD_BATCH: usize = 8;
+pub(crate) const HEAD_BATCH: usize = 32;
 
 /// A session over a [`Model`]; see the module docs.
 #[derive(Debug)]
