@@ -194,3 +194,31 @@ fn bad_binary_sources_are_typed_errors() {
         Err(KernelError::BadShape { .. })
     ));
 }
+
+#[test]
+fn misaligned_activation_buffers() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let (rows, cols) = (6, 700);
+    let signs = rand_signs(&mut rng, rows * cols);
+    let w = BinaryMatrix::from_signs(&signs, rows, cols, 1.0).unwrap();
+    let pc = w.padded_cols();
+    let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    for offset in [1usize, 5, 33] {
+        let mut buf = vec![0i8; offset + pc];
+        let a = quantize_act(Isa::Scalar, &x, &mut buf[offset..]);
+        let q = &buf[offset..];
+        let mut want = vec![0f32; rows];
+        binary_matvec(Isa::Scalar, &w, q, a, 0..rows, &mut want);
+        for r in 0..rows {
+            let dot: i32 = (0..cols)
+                .map(|c| signs[r * cols + c] as i32 * q[c] as i32)
+                .sum();
+            assert_eq!(want[r], dot as f32 * (1.0 / a.scale));
+        }
+        for isa in Isa::available() {
+            let mut got = vec![0f32; rows];
+            binary_matvec(isa, &w, q, a, 0..rows, &mut got);
+            assert_eq!(got, want, "{isa} offset {offset}");
+        }
+    }
+}

@@ -318,3 +318,40 @@ fn bad_sources_are_typed_errors() {
         Err(KernelError::BadWeight { .. })
     ));
 }
+
+#[test]
+fn misaligned_activation_buffers() {
+    // The engine may hand activations at any byte offset: every kernel uses unaligned loads.
+    let mut rng = StdRng::seed_from_u64(6);
+    let (rows, cols, n_tok) = (12, 520, 3);
+    let trits = rand_trits(&mut rng, rows * cols);
+    let w = TernaryMatrix::from_trits(&trits, rows, cols, 1.0).unwrap();
+    let pc = w.padded_cols();
+    for offset in [1usize, 3, 17, 63] {
+        let mut buf = vec![0i8; offset + n_tok * pc];
+        for t in 0..n_tok {
+            let row = rand_acts(&mut rng, cols, pc);
+            buf[offset + t * pc..offset + (t + 1) * pc].copy_from_slice(&row);
+        }
+        let q = &buf[offset..];
+        for isa in Isa::available() {
+            let mut got = vec![0; rows];
+            ternary_int_dots(isa, &w, q, 0..rows, &mut got);
+            let mut multi = vec![0; n_tok * rows];
+            ternary_int_dots_multi(isa, &w, q, n_tok, 0..rows, &mut multi);
+            for r in 0..rows {
+                assert_eq!(
+                    got[r],
+                    exact_dot(&trits, cols, r, q),
+                    "{isa} offset {offset}"
+                );
+                for t in 0..n_tok {
+                    assert_eq!(
+                        multi[t * rows + r],
+                        exact_dot(&trits, cols, r, &q[t * pc..])
+                    );
+                }
+            }
+        }
+    }
+}
