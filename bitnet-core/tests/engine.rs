@@ -276,9 +276,21 @@ fn profile_counts_ops_when_enabled() {
     s.eval(&prompt(4, 512), false).unwrap();
     assert!(s.profile().rows().is_empty(), "off by default");
     s.set_profiling(true);
+    let t = std::time::Instant::now();
     s.eval(&prompt(4, 512), false).unwrap();
     s.eval(&[5], false).unwrap();
+    let wall = t.elapsed().as_secs_f64();
     let rows = s.profile().rows().to_vec();
+    // Rows are disjoint slices of the evals' wall time (pool waits are split out).
+    let total = s.profile().total_seconds();
+    assert!(
+        total <= wall * 1.001 + 1e-4,
+        "rows {total}s exceed wall {wall}s"
+    );
+    assert!(
+        total >= 0.3 * wall,
+        "rows {total}s cover too little of {wall}s"
+    );
     let get = |n: &str| rows.iter().find(|r| r.name == n).map(|r| r.calls);
     // 2 layers x (qkv + o + gate/up + down) = 8 ternary product groups per eval.
     assert_eq!(get("matmul_ternary"), Some(16));

@@ -12,7 +12,7 @@
 //! Products are `intdot * w_scale / act_scale` per output row (see `linear.rs`).
 
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, QK8_0, RowFormat};
 use bitnet_kernels::{Isa, quantize_act, quantize_act_binary};
@@ -85,12 +85,36 @@ fn lin_input(bufs: &Bufs, n: usize, cols: usize) -> LinInput<'_> {
     }
 }
 
-/// Charges a per-token stage: its sub-steps if they were timed, else its wall time.
-fn charge(profile: &mut Profile, tm: &SubTimer, kind: OpKind, t: Option<Instant>) {
+/// Charges a parallel region's wall time to `kind`, less the time the calling thread waited
+/// for the other threads, which goes to [`OpKind::PoolWait`] (so the rows add up).
+fn stop_region(profile: &mut Profile, pool: &ThreadPool, kind: OpKind, t: Option<Instant>) {
+    let Some(t) = t else { return };
+    let total = t.elapsed();
+    let w = pool.take_wait_stats();
+    let wait = w
+        .threads
+        .first()
+        .map_or(Duration::ZERO, |s| s.wait)
+        .min(total);
+    profile.add(kind, (total - wait).as_secs_f64(), 1);
+    if w.regions > 0 {
+        profile.add(OpKind::PoolWait, wait.as_secs_f64(), w.regions);
+    }
+}
+
+/// Charges a per-token stage: its sub-steps if they were timed (it ran on the calling
+/// thread alone), else it was a parallel region.
+fn charge(
+    profile: &mut Profile,
+    pool: &ThreadPool,
+    tm: &SubTimer,
+    kind: OpKind,
+    t: Option<Instant>,
+) {
     if tm.is_on() {
         tm.drain_into(profile);
     } else {
-        profile.stop(kind, t);
+        stop_region(profile, pool, kind, t);
     }
 }
 
@@ -242,7 +266,7 @@ impl Session<'_> {
                         );
                     }
                 });
-                charge(profile, tm, OpKind::Norm, t);
+                charge(profile, pool, tm, OpKind::Norm, t);
             }
 
             // 2. q, k, v.
@@ -280,7 +304,7 @@ impl Session<'_> {
                         });
                     }
                 });
-                charge(profile, tm, OpKind::Rope, t);
+                charge(profile, pool, tm, OpKind::Rope, t);
                 let t = profile.start();
                 kv.write_rows(l, pos0, &bufs.k[..n * kvd], &bufs.v[..n * kvd])?;
                 profile.stop(OpKind::KvWrite, t);
@@ -308,7 +332,7 @@ impl Session<'_> {
                 n,
                 pos0,
             );
-            profile.stop(OpKind::Attention, t);
+            stop_region(profile, pool, OpKind::Attention, t);
 
             // 5. attn_sub_norm, quantize.
             let o = [&layer.o];
@@ -330,7 +354,7 @@ impl Session<'_> {
                     );
                 }
             });
-            charge(profile, tm, OpKind::Norm, t);
+            charge(profile, pool, tm, OpKind::Norm, t);
 
             // 6. attn_output.
             self::matmuls(pool, isa, store, binary, profile, &o, bufs, n, qd, blk);
@@ -358,7 +382,7 @@ impl Session<'_> {
                         );
                     }
                 });
-                charge(profile, tm, OpKind::Norm, t);
+                charge(profile, pool, tm, OpKind::Norm, t);
             }
 
             // 8. gate, up.
@@ -388,7 +412,7 @@ impl Session<'_> {
                         prep(isa, tm, eps, norm, f, needs, &mut tb.p, i, nff);
                     }
                 });
-                charge(profile, tm, OpKind::Elementwise, t);
+                charge(profile, pool, tm, OpKind::Elementwise, t);
             }
 
             // 10. ffn_down (added to the residual by the next step 1).
@@ -426,7 +450,7 @@ impl Session<'_> {
                 profile.stop(OpKind::Norm, t);
                 let t = profile.start();
                 head_rows(pool, isa, store, &m.head, m.head_mode, hn, hq8, 1, logits);
-                profile.stop(OpKind::Head, t);
+                stop_region(profile, pool, OpKind::Head, t);
             }
             Some(offset) => {
                 for start in (0..n).step_by(HEAD_BATCH) {
@@ -457,7 +481,7 @@ impl Session<'_> {
                         let row = offset + start + j;
                         b.copy_row(j, &mut all_logits[row * vocab..(row + 1) * vocab]);
                     }
-                    profile.stop(OpKind::Head, t);
+                    stop_region(profile, pool, OpKind::Head, t);
                 }
                 let last = offset + n - 1;
                 logits.copy_from_slice(&all_logits[last * vocab..(last + 1) * vocab]);
@@ -494,5 +518,5 @@ fn matmuls(
         &inp,
         &mut outs[..lins.len()],
     );
-    profile.stop(lins[0].op_kind(), t);
+    stop_region(profile, pool, lins[0].op_kind(), t);
 }

@@ -185,15 +185,10 @@ impl<'m> Session<'m> {
         self.pool.set_profiling(on);
     }
 
-    /// The timings accumulated since profiling was turned on, with the time the calling
-    /// thread waited for the other pool threads folded in as `pool_wait` (that time is also
-    /// part of the op rows: it is a breakdown, not an extra cost).
-    pub fn profile(&mut self) -> &Profile {
-        let w = self.pool.take_wait_stats();
-        if let Some(t0) = w.threads.first() {
-            self.profile
-                .add(OpKind::PoolWait, t0.wait.as_secs_f64(), w.regions);
-        }
+    /// The timings accumulated since profiling was turned on. Each parallel region is
+    /// charged to its op less the time the calling thread waited for the other threads, which
+    /// is the `pool_wait` row: the rows add up to the wall time of the evals (plus sampling).
+    pub fn profile(&self) -> &Profile {
         &self.profile
     }
 
