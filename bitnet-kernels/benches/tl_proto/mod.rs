@@ -64,6 +64,14 @@ impl TlMatrix {
         TlMatrix { rows, words, data }
     }
 
+    fn clone_layout(&self) -> Self {
+        TlMatrix {
+            rows: self.rows,
+            words: self.words,
+            data: self.data.clone(),
+        }
+    }
+
     pub fn bytes(&self) -> usize {
         self.data.len() * 2
     }
@@ -118,9 +126,10 @@ pub unsafe fn matvec(w: &TlMatrix, tables: &[i16], out: &mut [i32]) {
             for kk in k..end {
                 // SAFETY: word `kk` of group `g` and tables 3kk..3kk+3 exist.
                 unsafe {
-                    let x = _mm512_load_si512(
-                        w.data.as_ptr().add((g * w.words + kk) * GROUP_ROWS).cast(),
-                    );
+                    let wp = w.data.as_ptr().add((g * w.words + kk) * GROUP_ROWS);
+                    // Same 4 KiB streaming prefetch as the MAD decode kernel.
+                    _mm_prefetch::<_MM_HINT_T1>(wp.cast::<i8>().wrapping_add(4096));
+                    let x = _mm512_load_si512(wp.cast());
                     let t = tables.as_ptr().add(3 * kk * 32);
                     let l0 = _mm512_permutexvar_epi16(x, _mm512_loadu_si512(t.cast()));
                     let l1 = _mm512_permutexvar_epi16(
@@ -206,5 +215,39 @@ pub fn bench(c: &mut Criterion) {
             mad.packed_bytes().len()
         );
     }
+    // Cold: >= 1 GiB of 6912x2560 matrices in each layout, cycled (decode streams weights).
+    let (rows, cols) = (6912usize, 2560usize);
+    let t = super::trits(rows * cols, 43);
+    let tl = TlMatrix::new(&t, rows, cols);
+    let mad = TernaryMatrix::from_trits(&t, rows, cols, 1.0).expect("matrix");
+    let copies = (1usize << 30).div_ceil(tl.bytes());
+    let tls: Vec<TlMatrix> = (0..copies).map(|_| tl.clone_layout()).collect();
+    let mads: Vec<TernaryMatrix> = (0..copies).map(|_| mad.clone()).collect();
+    let x = super::floats(cols, 10);
+    let mut q = vec![0i8; mad.padded_cols().max(tl.padded_cols())];
+    bitnet_kernels::quantize_act(Isa::Scalar, &x, &mut q);
+    let mut tables = vec![0i16; tl.padded_cols() / 3 * 32];
+    let mut out = vec![0i32; rows];
+    g.throughput(Throughput::Elements((copies * rows * cols) as u64));
+    g.bench_function(BenchmarkId::new("tl_vpermw", "cold_1GiB"), |b| {
+        b.iter(|| {
+            for m in &tls {
+                // SAFETY: as above.
+                unsafe {
+                    build_tables(&q, &mut tables);
+                    matvec(m, &tables, &mut out);
+                }
+            }
+            black_box(&out);
+        })
+    });
+    g.bench_function(BenchmarkId::new("mad_vpdpbusd", "cold_1GiB"), |b| {
+        b.iter(|| {
+            for m in &mads {
+                ternary_int_dots(Isa::Avx512, m, &q, 0..rows, &mut out);
+            }
+            black_box(&out);
+        })
+    });
     g.finish();
 }
