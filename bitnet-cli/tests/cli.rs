@@ -409,6 +409,12 @@ fn bench_reports_pp_and_tg_rows_in_every_format() {
         assert!(row["peak_rss_bytes"].as_u64().unwrap() > 0);
         assert!(row["n_params"].as_u64().unwrap() > 1_000_000);
         assert!(["pp", "tg"].contains(&row["test"].as_str().unwrap()));
+        if row["test"] == "tg" {
+            // A tied-head model streams every projection and the head: close to the file size.
+            let per_tok = row["bytes_per_token"].as_f64().unwrap();
+            let file = row["model_bytes"].as_f64().unwrap();
+            assert!(per_tok > 0.5 * file && per_tok < 1.2 * file, "{per_tok} vs file {file}");
+        }
     }
     assert_eq!(rows.iter().filter(|r| r["threads"] == 2).count(), 2);
     let saved: Value = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();

@@ -215,6 +215,20 @@ impl Model {
         self.tokenizer.as_ref()
     }
 
+    /// Weight bytes one decode step streams from memory: every layer projection in its
+    /// loaded layout plus the whole output head (a tied embedding counts once, as the head;
+    /// the embedding lookup itself reads one row). Divide the read bandwidth by this for the
+    /// decode bound.
+    pub fn decode_bytes_per_token(&self) -> u64 {
+        let projections: u64 = self
+            .layers
+            .iter()
+            .flat_map(|l| l.linears())
+            .map(|lin| lin.memory_bytes() as u64)
+            .sum();
+        projections + (self.head.rows * self.head.row_bytes) as u64
+    }
+
     pub fn load_stats(&self) -> &LoadStats {
         &self.stats
     }

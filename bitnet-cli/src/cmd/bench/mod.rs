@@ -204,7 +204,7 @@ fn bench_model(
     );
     let model_bytes = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let n_params = model.config().n_params();
-    let bytes_per_token = decode_bytes_per_token(model);
+    let bytes_per_token = model.decode_bytes_per_token();
     let mut session = Session::new(model, opts.n_ctx).context("creating a session")?;
     let n_vocab = model.n_vocab() as u32;
     let make_row = |test, n_tokens: usize, samples: Vec<f64>| {
@@ -295,14 +295,6 @@ fn bench_model(
         rows.push(make_row(TestKind::Tg, n, samples));
     }
     Ok(())
-}
-
-/// Weight bytes a decode step streams: every layer matrix and the head. The load stats count
-/// what the model holds (repacked matrices, owned copies) and what stays mapped (embedding and
-/// head); with a tied head the embedding *is* the head, so the sum is the traffic.
-fn decode_bytes_per_token(model: &Model) -> u64 {
-    let s = model.load_stats();
-    s.weight_bytes + s.mapped_bytes
 }
 
 /// Deterministic token ids spread over the vocabulary (like llama-bench's random tokens).
