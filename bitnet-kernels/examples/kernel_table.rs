@@ -3,7 +3,7 @@
 //! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves).
 //!
 //! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...
-//!  [--only hot|cold|prefill] [--cold-gib N] [--cpu-time] [--shapes N]`
+//!  [--only hot|cold|prefill|repack] [--cold-gib N] [--cpu-time] [--shapes N]`
 //!
 //! `--cpu-time` times each thread's on-CPU time instead of wall time (for a loaded machine).
 
@@ -12,7 +12,10 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use bitnet_kernels::probe::sum_bytes;
-use bitnet_kernels::{ActScale, Isa, TernaryMatrix, quantize_act, ternary_matmul, ternary_matvec};
+use bitnet_kernels::{
+    ActScale, Isa, TernaryMatrix, TernarySource, pack_i2s, pack_tq1_0, pack_tq2_0, quantize_act,
+    ternary_matmul, ternary_matvec,
+};
 
 /// BitNet b1.58 2B-4T matrix shapes (rows x cols) and the tied output head.
 const SHAPES: [(&str, usize, usize); 5] = [
@@ -189,6 +192,28 @@ fn main() {
             "release"
         }
     );
+
+    if want("repack") {
+        println!("\n## load-time repack of a 6912x2560 matrix, M weights/s");
+        let (rows, cols) = (6912, 2560);
+        let mut rng = Rng(77);
+        let trits: Vec<i8> = (0..rows * cols).map(|_| (rng.next_u64() % 3) as i8 - 1).collect();
+        let i2s = pack_i2s(&trits, 0.5).expect("i2s");
+        let tq2 = pack_tq2_0(&trits, 0.5).expect("tq2");
+        let tq1 = pack_tq1_0(&trits, 0.5).expect("tq1");
+        for (name, src) in [
+            ("trits", TernarySource::Trits { values: &trits, scale: 0.5 }),
+            ("I2_S", TernarySource::I2S(&i2s)),
+            ("TQ2_0", TernarySource::Tq2_0(&tq2)),
+            ("TQ1_0", TernarySource::Tq1_0(&tq1)),
+        ] {
+            let t0 = Instant::now();
+            let m = TernaryMatrix::from_source(src, rows, cols).expect("repack");
+            let s = t0.elapsed().as_secs_f64();
+            black_box(&m);
+            println!("| {name} | {:.0} |", (rows * cols) as f64 / s / 1e6);
+        }
+    }
 
     if want("hot") {
         println!("\n## hot decode (matvec, weights cached where they fit), GMAC/s");

@@ -129,17 +129,18 @@ pub fn pack_tq2_0(trits: &[i8], d: f32) -> Result<Vec<u8>, KernelError> {
 
 /// Decodes one TQ2_0 block into 256 trits; returns `d`.
 pub fn unpack_tq2_0_block(blk: &[u8], trits: &mut [i8]) -> Result<f32, KernelError> {
-    for (k, t) in trits[..TQ_BLOCK].iter_mut().enumerate() {
-        let (h, l, m) = (k / 128, (k % 128) / 32, k % 32);
-        let code = (blk[32 * h + m] >> (2 * l)) & 3;
-        if code == 3 {
-            return Err(KernelError::BadWeight {
-                index: k,
-                value: 2,
-                expected: "a TQ2_0 code 0, 1 or 2",
-            });
+    for (k, t) in trits[..TQ_BLOCK].chunks_exact_mut(32).enumerate() {
+        let (h, l) = (k / 4, k % 4);
+        for (v, &byte) in t.iter_mut().zip(&blk[32 * h..32 * h + 32]) {
+            *v = ((byte >> (2 * l)) & 3) as i8 - 1;
         }
-        *t = code as i8 - 1;
+    }
+    if let Some(index) = trits[..TQ_BLOCK].iter().position(|&t| t == 2) {
+        return Err(KernelError::BadWeight {
+            index,
+            value: 2,
+            expected: "a TQ2_0 code 0, 1 or 2",
+        });
     }
     Ok(f16::from_le_bytes([blk[64], blk[65]]).to_f32())
 }

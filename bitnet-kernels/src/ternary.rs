@@ -122,10 +122,18 @@ impl TernaryMatrix {
         for (b, chunk) in trits.chunks(BLOCK).enumerate() {
             let off = self.offset(r, b);
             let bytes = &mut self.data[off..off + BLOCK_BYTES];
-            bytes.fill(0);
-            for i in 0..BLOCK {
-                let code = chunk.get(i).map_or(1, |&t| (t + 1) as u8);
-                bytes[i % 64] |= code << (2 * (i / 64));
+            if let Ok(full) = <&[i8; BLOCK]>::try_from(chunk) {
+                // Whole block: one pass, no bounds checks in the inner loop.
+                for (i, o) in bytes.iter_mut().enumerate() {
+                    let c = |l: usize| (full[64 * l + i] + 1) as u8;
+                    *o = c(0) | c(1) << 2 | c(2) << 4 | c(3) << 6;
+                }
+            } else {
+                bytes.fill(0);
+                for i in 0..BLOCK {
+                    let code = chunk.get(i).map_or(1, |&t| (t + 1) as u8);
+                    bytes[i % 64] |= code << (2 * (i / 64));
+                }
             }
         }
     }
@@ -208,22 +216,19 @@ impl TernaryMatrix {
                 let mut filled = 0;
                 let mut r = 0;
                 for (bi, chunk) in bytes[..n / 4].chunks_exact(32).enumerate() {
-                    let mut packed = [0u8; 36];
-                    packed[..32].copy_from_slice(chunk);
-                    formats::unpack_i2s(&packed, formats::I2S_BLOCK, &mut blk).map_err(
-                        |e| match e {
-                            KernelError::BadWeight {
-                                index,
-                                value,
-                                expected,
-                            } => KernelError::BadWeight {
-                                index: bi * formats::I2S_BLOCK + index,
-                                value,
-                                expected,
-                            },
-                            e => e,
-                        },
-                    )?;
+                    // Value j of the block: byte j % 32, bits 6 - 2 (j / 32).
+                    for (g, vals) in blk.chunks_exact_mut(32).enumerate() {
+                        for (v, &byte) in vals.iter_mut().zip(chunk) {
+                            *v = ((byte >> (6 - 2 * g)) & 3) as i8 - 1;
+                        }
+                    }
+                    if let Some(k) = blk.iter().position(|&t| t == 2) {
+                        return Err(KernelError::BadWeight {
+                            index: bi * formats::I2S_BLOCK + k,
+                            value: 2,
+                            expected: "an I2_S code 0, 1 or 2",
+                        });
+                    }
                     for &t in &blk {
                         all[filled] = t;
                         filled += 1;
