@@ -18,6 +18,24 @@
 //! if every block holding a non-zero weight has the same `d` (the normal case), the matrix gets
 //! that per-tensor scale and the fast path; otherwise it keeps the per-block scales and the
 //! products accumulate block by block in f32 (correct, slower).
+//!
+//! ## Kernel family: multiply-add, not table lookup (measured)
+//! Both families were prototyped on the target (Sapphire Rapids, AVX-512 VNNI, one thread,
+//! 2B-4T shapes). Multiply-add (this layout, `vpdpbusd`) against a T-MAC / TL2-style table
+//! lookup (`benches/tl_proto`: three trits per 5-bit index, three indices per u16 = 1.78
+//! bits/weight, per-triple i16 tables looked up 32 rows at a time by `vpermw`, exact):
+//!
+//! | GMAC/s, 1 thread | 2560x2560 | 6912x2560 | 2560x6912 | cold, 1 GiB of 6912x2560 |
+//! |---|---|---|---|---|
+//! | multiply-add | 115-133 | 91-105 | 90-114 | 47.0 |
+//! | table lookup | 105-113 | 64-77 | 56-75 | 28.6 |
+//!
+//! (criterion wall time, ranges over runs on the shared machine). A `vpermw` lookup covers 96
+//! weights per instruction against 256 for `vpdpbusd`, and the tables (55 KiB for 2560
+//! columns) fall out of L1; the 11% byte saving does not pay for that even when streaming
+//! from DRAM. The lookup was therefore
+//! not taken into the crate; AVX2 (no `vpermw`, byte-plane `pshufb` tables would be needed)
+//! keeps multiply-add (`maddubs`) as well.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -363,13 +381,20 @@ impl TernaryMatrix {
 
     /// Counts of weights equal to -1, 0 and +1 (padding excluded).
     pub fn value_histogram(&self) -> [u64; 3] {
-        let mut h = [0u64; 3];
-        for r in 0..self.rows {
-            for c in 0..self.cols {
-                h[self.code(r, c) as usize] += 1;
+        // Count codes over whole bytes, then remove the padding, which is all code 1 (zero).
+        let mut per_byte = [0u64; 256];
+        for &b in self.data.iter() {
+            per_byte[b as usize] += 1;
+        }
+        let mut h = [0u64; 4];
+        for (b, &n) in per_byte.iter().enumerate() {
+            for l in 0..4 {
+                h[(b >> (2 * l)) & 3] += n;
             }
         }
-        h
+        let stored = (self.data.len() * 4) as u64;
+        let padding = stored - (self.rows * self.cols) as u64;
+        [h[0], h[1] - padding, h[2]]
     }
 }
 

@@ -217,6 +217,11 @@ fn file_layouts_round_trip() {
         dequant_all(&w),
         trits.iter().map(|&t| t as f32 * 2.0).collect::<Vec<_>>()
     );
+    // Histogram excludes the padding columns (200 -> 256) and rows.
+    let h = w.value_histogram();
+    for (k, v) in [-1i8, 0, 1].iter().enumerate() {
+        assert_eq!(h[k], trits.iter().filter(|&&t| t == *v).count() as u64);
+    }
 }
 
 #[test]
