@@ -413,7 +413,10 @@ fn bench_reports_pp_and_tg_rows_in_every_format() {
             // A tied-head model streams every projection and the head: close to the file size.
             let per_tok = row["bytes_per_token"].as_f64().unwrap();
             let file = row["model_bytes"].as_f64().unwrap();
-            assert!(per_tok > 0.5 * file && per_tok < 1.2 * file, "{per_tok} vs file {file}");
+            assert!(
+                per_tok > 0.5 * file && per_tok < 1.2 * file,
+                "{per_tok} vs file {file}"
+            );
         }
     }
     assert_eq!(rows.iter().filter(|r| r["threads"] == 2).count(), 2);
