@@ -3,7 +3,8 @@
 //! Each 64-byte row block is read as two 32-byte halves; half `h` gives four code vectors
 //! (`(x >> 2l) & 3`) lined up with the activation runs `64 l + 32 h ..`. `maddubs` (unsigned
 //! codes x signed int8, pair sums <= 512 so no saturation) feeds i16 sums of the four code
-//! vectors (<= 2048), widened once per half with `madd` against ones.
+//! vectors (<= 2048), kept in i16 over both halves of a block (decode) or two blocks
+//! (prefill) and then widened with `madd` against ones.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -27,21 +28,20 @@ fn codes(x: __m256i, m3: __m256i) -> [__m256i; 4] {
     ]
 }
 
-/// i32 lanes of `sum_l codes[l] . act[l]` for one half (act runs 64 bytes apart).
+/// i16 lanes of `sum_l codes[l] . act[l]` for one half (each lane <= 2048 in magnitude).
 ///
 /// # Safety
 /// AVX2; `a` readable at offsets 0, 64, 128, 192 (32 bytes each).
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn half_dot(c: &[__m256i; 4], a: *const i8, ones: __m256i) -> __m256i {
+unsafe fn half_dot16(c: &[__m256i; 4], a: *const i8) -> __m256i {
     // SAFETY: the caller guarantees the four 32-byte runs are readable.
     unsafe {
         let p0 = _mm256_maddubs_epi16(c[0], _mm256_loadu_si256(a.cast()));
         let p1 = _mm256_maddubs_epi16(c[1], _mm256_loadu_si256(a.add(64).cast()));
         let p2 = _mm256_maddubs_epi16(c[2], _mm256_loadu_si256(a.add(128).cast()));
         let p3 = _mm256_maddubs_epi16(c[3], _mm256_loadu_si256(a.add(192).cast()));
-        let s = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
-        _mm256_madd_epi16(s, ones)
+        _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3))
     }
 }
 
@@ -76,10 +76,14 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
             _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(128).cast());
             _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
             for (r, a) in acc.iter_mut().enumerate() {
-                for h in 0..2 {
-                    let x = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES + 32 * h).cast());
-                    *a = _mm256_add_epi32(*a, half_dot(&codes(x, m3), qb.add(32 * h), ones));
-                }
+                let x0 = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES).cast());
+                let x1 = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES + 32).cast());
+                // Both halves summed in i16 (2 * 2048), widened once.
+                let s = _mm256_add_epi16(
+                    half_dot16(&codes(x0, m3), qb),
+                    half_dot16(&codes(x1, m3), qb.add(32)),
+                );
+                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(s, ones));
             }
         }
     }
@@ -137,20 +141,30 @@ unsafe fn tile<const T: usize>(
     let m3 = _mm256_set1_epi8(3);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_si256(); T];
-    for b in 0..nblk {
-        for h in 0..2 {
-            // SAFETY: block `b` of the row and of each activation row is readable.
-            unsafe {
-                let c = codes(
-                    _mm256_loadu_si256(w.add(b * BLOCK_STRIDE + 32 * h).cast()),
-                    m3,
-                );
-                let qb = q.add(b * BLOCK + 32 * h);
-                for (t, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_add_epi32(*a, half_dot(&c, qb.add(t * qstride), ones));
+    // i16 partial sums over up to 4 half-blocks (4 * 2048 < 32768), widened once.
+    let mut b = 0;
+    while b < nblk {
+        let nb = 2.min(nblk - b);
+        let mut acc16 = [_mm256_setzero_si256(); T];
+        for bb in b..b + nb {
+            for h in 0..2 {
+                // SAFETY: block `bb` of the row and of each activation row is readable.
+                unsafe {
+                    let c = codes(
+                        _mm256_loadu_si256(w.add(bb * BLOCK_STRIDE + 32 * h).cast()),
+                        m3,
+                    );
+                    let qb = q.add(bb * BLOCK + 32 * h);
+                    for (t, a) in acc16.iter_mut().enumerate() {
+                        *a = _mm256_add_epi16(*a, half_dot16(&c, qb.add(t * qstride)));
+                    }
                 }
             }
         }
+        for (a, a16) in acc.iter_mut().zip(&acc16) {
+            *a = _mm256_add_epi32(*a, _mm256_madd_epi16(*a16, ones));
+        }
+        b += nb;
     }
     for (t, a) in acc.iter().enumerate() {
         // SAFETY: the caller guarantees `out` is writable at these T positions.
