@@ -3,7 +3,9 @@
 //! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves).
 //!
 //! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...
-//!  [--only hot|cold|prefill|repack] [--cold-gib N] [--cpu-time] [--shapes N]`
+//!  [--only hot|cold|prefill|repack] [--cold-gib N] [--cpu-time] [--shapes N] [--batch N]`
+//!
+//! `--batch N` runs the cold decode as batched decode: N token rows per matmul.
 //!
 //! `--cpu-time` times each thread's on-CPU time instead of wall time (for a loaded machine).
 
@@ -43,6 +45,7 @@ struct Opts {
     only: Option<String>,
     cold_gib: f64,
     shapes: usize,
+    batch: usize,
 }
 
 fn parse() -> Opts {
@@ -52,6 +55,7 @@ fn parse() -> Opts {
         only: None,
         cold_gib: 1.0,
         shapes: SHAPES.len(),
+        batch: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -67,6 +71,7 @@ fn parse() -> Opts {
                     .and_then(|v| v.parse().ok())
                     .expect("--cold-gib N")
             }
+            "--batch" => o.batch = args.next().and_then(|v| v.parse().ok()).expect("--batch N"),
             "--shapes" => {
                 o.shapes = args
                     .next()
@@ -252,9 +257,10 @@ fn main() {
         let n_layers = ((o.cold_gib * (1u64 << 30) as f64) / layer_bytes as f64).ceil() as usize;
         let all: Vec<TernaryMatrix> = (0..n_layers).flat_map(|_| layer.iter().cloned()).collect();
         let total: usize = all.iter().map(|m| m.packed_bytes().len()).sum();
-        let (q, a) = acts(1, 6912, 6912, 5);
+        let nb = o.batch;
+        let (q, a) = acts(nb, 6912, 6912, 5);
         println!(
-            "\n## cold decode: {} layers of 2B-4T ({} matrices, {:.2} GiB of repacked weights), GB/s",
+            "\n## cold decode ({nb} token rows): {} layers of 2B-4T ({} matrices, {:.2} GiB of repacked weights), GB/s",
             n_layers,
             all.len(),
             total as f64 / (1u64 << 30) as f64
@@ -268,11 +274,19 @@ fn main() {
             }
             for threads in [1, 2] {
                 let kernel = |p: usize| {
-                    let mut out = vec![0f32; 6912];
+                    let mut out = vec![0f32; 6912 * nb];
                     for m in &all {
                         let r = split(m.rows(), threads)[p].clone();
                         let n = r.len();
-                        ternary_matvec(isa, m, &q[..m.padded_cols()], a[0], r, &mut out[..n]);
+                        let pc = m.padded_cols();
+                        if nb == 1 {
+                            ternary_matvec(isa, m, &q[..pc], a[0], r, &mut out[..n]);
+                        } else {
+                            // Batched rows are `padded_cols` apart: repack per shape.
+                            let qq: Vec<i8> =
+                                (0..nb).flat_map(|t| q[t * 6912..t * 6912 + pc].to_vec()).collect();
+                            ternary_matmul(isa, m, &qq, &a, r, &mut out[..n * nb]);
+                        }
                     }
                     black_box(&out);
                 };
@@ -303,7 +317,7 @@ fn main() {
                 println!(
                     "| {isa} | {threads} | {gk:.1} | {gp:.1} | {:.2} | {:.1} |",
                     gk / gp,
-                    macs as f64 / tk / 1e9
+                    (macs * nb) as f64 / tk / 1e9
                 );
             }
         }

@@ -190,6 +190,10 @@ macro_rules! prefill_kernels {
             blocks: Range<usize>,
             out: &mut [i32],
         ) {
+            if n_tok <= BATCH_TOKENS {
+                // SAFETY: same preconditions; the batch kernel needs a subset of the features.
+                return unsafe { raw_dots_batch(w, q, n_tok, rows, blocks, out) };
+            }
             out.fill(0);
             let pc = w.padded_cols();
             let n = rows.len();
@@ -259,3 +263,97 @@ impl Unpacker {
 }
 
 prefill_kernels!(tile, raw_dots_multi, "avx512f,avx512bw,avx512vnni", shift);
+
+/// Token rows up to which matrix x matrix runs the batched-decode kernel below (weights
+/// streamed once, group by group with prefetch) instead of the prefill tiles.
+const BATCH_TOKENS: usize = 4;
+
+/// Raw dots of the 4 rows of one group with `T` activation rows (`qstride` apart).
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `w` at the group's first block to use, `q` at the matching column of
+/// the first activation row; `nblk` blocks readable for the group and each of the T rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group4_batch<const T: usize>(
+    w: *const u8,
+    q: *const i8,
+    qstride: usize,
+    nblk: usize,
+) -> [[i32; 4]; T] {
+    let u = Unpacker::new();
+    let mut acc = [[_mm512_setzero_si512(); T]; ROW_GROUP];
+    for b in 0..nblk {
+        // SAFETY: block `b` lies inside the caller's readable blocks.
+        unsafe {
+            let wb = w.add(b * BLOCK_STRIDE);
+            let pf = wb.wrapping_add(PREFETCH_BYTES);
+            _mm_prefetch::<_MM_HINT_T1>(pf.cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(128).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
+            let qb = q.add(b * BLOCK);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let c = u.shift(_mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast()));
+                for (l, &cl) in c.iter().enumerate() {
+                    for (t, a) in acc.iter_mut().enumerate() {
+                        let act = _mm512_loadu_si512(qb.add(t * qstride + l * 64).cast());
+                        *a = _mm512_dpbusd_epi32(*a, cl, act);
+                    }
+                }
+            }
+        }
+    }
+    let mut out = [[0i32; 4]; T];
+    for (r, acc) in acc.iter().enumerate() {
+        for (t, a) in acc.iter().enumerate() {
+            out[t][r] = _mm512_reduce_add_epi32(*a);
+        }
+    }
+    out
+}
+
+/// Batched decode: `n_tok <= BATCH_TOKENS` activation rows against 4-row groups.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`; `n_tok <= 4`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn raw_dots_batch(
+    w: &TernaryMatrix,
+    q: &[i8],
+    n_tok: usize,
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    out.fill(0);
+    if rows.is_empty() || blocks.is_empty() {
+        return;
+    }
+    let pc = w.padded_cols();
+    let n = rows.len();
+    for g in rows.start / ROW_GROUP..rows.end.div_ceil(ROW_GROUP) {
+        // SAFETY: group `g` exists and blocks lie inside the row; `q` holds n_tok padded rows.
+        let d: [[i32; 4]; BATCH_TOKENS] = unsafe {
+            let wp = w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start));
+            let qp = q.as_ptr().add(blocks.start * BLOCK);
+            let nb = blocks.len();
+            let mut d = [[0; 4]; BATCH_TOKENS];
+            match n_tok {
+                4 => d = group4_batch::<4>(wp, qp, pc, nb),
+                3 => d[..3].copy_from_slice(&group4_batch::<3>(wp, qp, pc, nb)),
+                2 => d[..2].copy_from_slice(&group4_batch::<2>(wp, qp, pc, nb)),
+                _ => d[..1].copy_from_slice(&group4_batch::<1>(wp, qp, pc, nb)),
+            }
+            d
+        };
+        for (t, d) in d.iter().enumerate().take(n_tok) {
+            for (rr, &v) in d.iter().enumerate() {
+                let r = g * ROW_GROUP + rr;
+                if rows.contains(&r) {
+                    out[t * n + r - rows.start] = v;
+                }
+            }
+        }
+    }
+}
