@@ -146,6 +146,9 @@ unsafe fn tile<const T: usize>(
     while b < nblk {
         let nb = 2.min(nblk - b);
         let mut acc16 = [_mm256_setzero_si256(); T];
+        // Few-token matmuls (batched decode) stream cold weights: prefetch this row ahead.
+        _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 16) * BLOCK_STRIDE).cast());
+        _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 17) * BLOCK_STRIDE).cast());
         for bb in b..b + nb {
             for h in 0..2 {
                 // SAFETY: block `bb` of the row and of each activation row is readable.
