@@ -22,7 +22,7 @@ use crate::error::KernelError;
 use crate::formats::{Q1_GROUP, Q1_GROUP_BYTES};
 use crate::isa::Isa;
 use crate::scalar;
-use crate::ternary::{BLOCK, MAX_ELEMENTS, with_scratch};
+use crate::ternary::{BLOCK, MAX_COLS, MAX_ELEMENTS, with_scratch};
 
 /// Words per scale group (128 columns).
 const GROUP_WORDS: usize = Q1_GROUP / 64;
@@ -43,7 +43,7 @@ pub struct BinaryMatrix {
 impl BinaryMatrix {
     fn empty(rows: usize, cols: usize, format: &'static str) -> Result<Self, KernelError> {
         rows.checked_mul(cols)
-            .filter(|&n| n > 0 && n <= MAX_ELEMENTS)
+            .filter(|&n| n > 0 && n <= MAX_ELEMENTS && cols <= MAX_COLS)
             .ok_or(KernelError::BadShape {
                 format,
                 rows,

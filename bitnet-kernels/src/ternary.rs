@@ -53,8 +53,10 @@ pub const BLOCK: usize = 256;
 pub const BLOCK_BYTES: usize = 64;
 /// Rows stored interleaved block by block.
 pub const ROW_GROUP: usize = 4;
-/// Largest `rows * cols` accepted (keeps every index and i32 accumulator in range).
+/// Largest `rows * cols` accepted (keeps every index in range).
 pub const MAX_ELEMENTS: usize = 1 << 40;
+/// Largest `cols` accepted: keeps every i32 dot (at most `2 * 128 * cols` per code sum) exact.
+pub const MAX_COLS: usize = 1 << 22;
 
 /// Where a ternary matrix comes from. Matrices are row-major, `rows x cols` (ggml `ne[1] x
 /// ne[0]`).
@@ -178,7 +180,7 @@ impl TernaryMatrix {
         };
         let n = rows
             .checked_mul(cols)
-            .filter(|&n| n > 0 && n <= MAX_ELEMENTS)
+            .filter(|&n| n > 0 && n <= MAX_ELEMENTS && cols <= MAX_COLS)
             .ok_or_else(|| bad_shape(name, rows, cols, "empty or too large"))?;
         let mut m = TernaryMatrix::empty(rows, cols);
         let mut row = vec![0i8; cols];

@@ -315,6 +315,11 @@ fn bad_sources_are_typed_errors() {
         }
     ));
     assert!(TernaryMatrix::from_trits(&[], 0, 0, 1.0).is_err());
+    // Too wide for exact i32 dots: refused before any allocation.
+    assert!(matches!(
+        TernaryMatrix::from_source(TernarySource::Tq2_0(&[]), 1, 1 << 23),
+        Err(KernelError::BadShape { .. })
+    ));
     // I2_S code 3 is not a trit.
     let mut b = pack_i2s(&[0; 128], 1.0).unwrap();
     b[5] = 0xFF;
