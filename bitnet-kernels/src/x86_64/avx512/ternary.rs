@@ -1,18 +1,20 @@
 //! AVX-512 VNNI ternary kernels over the repacked layout of [`crate::ternary`].
 //!
 //! One 64-byte load of a row's block holds four code vectors, each lined up with a contiguous
-//! run of 64 activations and multiplied by `vpdpbusd` (unsigned codes x signed int8).
-//! - Decode (`raw_dots`) runs a row group of 4 rows at once, sharing the four activation loads
-//!   of each block, and takes code vector `l` as `x & (3 << 2l)` (no shift: shifts and
-//!   `vpdpbusd` both need port 0 on Intel cores) into its own accumulator, rescaled exactly at
-//!   the end. Weights are prefetched 4 KiB ahead for the streaming (cold) case.
-//! - Prefill (`raw_dots_multi`) unpacks each weight block once (`(x >> 2l) & 3`) and reuses the
-//!   codes for a tile of up to 8 token rows held in registers; columns are cut in chunks of at
-//!   most 4096 so the tile's activations stay in L1 while the row range's weights come from L2.
-//!   A software prefetch in this loop cost 30% (199 -> 141 GMAC/s) and is left out.
+//! run of 64 activations and multiplied by `vpdpbusd` (unsigned codes x signed int8). Both
+//! kernels walk 4-row groups (one sequential weight stream) and prefetch weights 4 KiB ahead.
+//! - Decode (`raw_dots`, one token) shares the four activation loads of a block among the 4
+//!   rows and takes code vector `l` as `x & (3 << 2l)` (no shift: shifts and `vpdpbusd` both
+//!   need port 0 on Intel cores) into its own accumulator, rescaled exactly at the end
+//!   (121 -> 150 GMAC/s hot).
+//! - Matrix x matrix (`raw_dots_multi`: prefill and batched decode) unpacks a group's block
+//!   once (`(x >> 2l) & 3`) per 4 token rows; the group's weights stay in L1 across the token
+//!   sub-tiles and the activations of a token block (<= 512 KiB) stay in L2 across groups.
+//!   It replaced a row x 8-token register tile with K chunks, which was slower everywhere
+//!   (2560x6912, 128 tokens: 140 -> 224 GMAC/s; 4-token batched decode from DRAM: 59 -> 122),
+//!   and prefetching inside that tile had cost 30%.
 //!
-//! The kernel bodies are macros over the target features so another flavour can be stamped
-//! out; a `vpmultishiftqb` (VBMI) unpack measured no faster (it also runs on port 0) and was
+//! A `vpmultishiftqb` (VBMI) unpack measured no faster (it also runs on port 0) and was
 //! dropped.
 
 use std::arch::x86_64::*;
@@ -26,10 +28,6 @@ const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// Measured on Sapphire Rapids, 1 GiB cold set, ratio to a plain read: no prefetch 0.63,
 /// 1 KiB 0.75, 2 KiB 0.84, 4 KiB 0.88-0.91 (T0 or T1 hint; NTA 0.72), 8 KiB 0.86.
 pub(crate) const PREFETCH_BYTES: usize = 4096;
-/// Token rows per prefill tile.
-const TILE_TOKENS: usize = 8;
-/// 256-blocks per prefill column chunk.
-const CHUNK_BLOCKS: usize = 16;
 
 /// Decode kernels: 4-row groups sharing the activation loads.
 macro_rules! decode_kernels {
@@ -135,105 +133,6 @@ macro_rules! decode_kernels {
 
 decode_kernels!(group4, raw_dots, "avx512f,avx512bw,avx512vnni");
 
-/// Prefill kernels: one row's block unpacked once, used for a tile of `T` token rows.
-macro_rules! prefill_kernels {
-    ($tile:ident, $multi:ident, $features:literal, $unpack:ident) => {
-        /// Adds to `out[t * ostride]` (t < T) the raw dots of one row over `nblk` blocks with
-        /// `T` activation rows `qstride` apart.
-        ///
-        /// # Safety
-        /// The target features; `w`, `q` readable for `nblk` blocks (and `T` rows of `q`);
-        /// `out` writable at the `T` positions.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn $tile<const T: usize>(
-            w: *const u8,
-            q: *const i8,
-            qstride: usize,
-            nblk: usize,
-            out: *mut i32,
-            ostride: usize,
-        ) {
-            let u = Unpacker::new();
-            let mut acc = [_mm512_setzero_si512(); T];
-            for b in 0..nblk {
-                // SAFETY: block `b` of the row and of each of the T activation rows is
-                // readable.
-                unsafe {
-                    // Batched decode (few tokens) streams cold weights too.
-                    let c = u.$unpack(_mm512_loadu_si512(w.add(b * BLOCK_STRIDE).cast()));
-                    let qb = q.add(b * BLOCK);
-                    for (l, &cl) in c.iter().enumerate() {
-                        for (t, a) in acc.iter_mut().enumerate() {
-                            let act = _mm512_loadu_si512(qb.add(t * qstride + l * 64).cast());
-                            *a = _mm512_dpbusd_epi32(*a, cl, act);
-                        }
-                    }
-                }
-            }
-            for (t, a) in acc.iter().enumerate() {
-                // SAFETY: the caller guarantees `out` is writable at these T positions.
-                unsafe { *out.add(t * ostride) += _mm512_reduce_add_epi32(*a) };
-            }
-        }
-
-        /// See [`crate::scalar::ternary::raw_dots_multi`].
-        ///
-        /// # Safety
-        /// The target features; shapes as checked by `x86_64::check_ternary`.
-        #[target_feature(enable = $features)]
-        pub unsafe fn $multi(
-            w: &TernaryMatrix,
-            q: &[i8],
-            n_tok: usize,
-            rows: Range<usize>,
-            blocks: Range<usize>,
-            out: &mut [i32],
-        ) {
-            if n_tok <= BATCH_TOKENS {
-                // SAFETY: same preconditions; the batch kernel needs a subset of the features.
-                return unsafe { raw_dots_batch(w, q, n_tok, rows, blocks, out) };
-            }
-            out.fill(0);
-            let pc = w.padded_cols();
-            let n = rows.len();
-            // Even column chunks of at most CHUNK_BLOCKS blocks (fewer partial reductions).
-            let chunk = blocks
-                .len()
-                .div_ceil(blocks.len().div_ceil(CHUNK_BLOCKS).max(1));
-            let mut kb = blocks.start;
-            while kb < blocks.end {
-                let nblk = chunk.min(blocks.end - kb);
-                let mut t0 = 0;
-                while t0 < n_tok {
-                    let tt = TILE_TOKENS.min(n_tok - t0);
-                    for (i, r) in rows.clone().enumerate() {
-                        // SAFETY: row `r`, blocks kb..kb+nblk exist; tokens t0..t0+tt have
-                        // padded rows in `q`; out[(t0 + t) * n + i] is in bounds for t < tt.
-                        unsafe {
-                            let wp = w.data.as_ptr().add(w.offset(r, kb));
-                            let qp = q.as_ptr().add(t0 * pc + kb * BLOCK);
-                            let op = out.as_mut_ptr().add(t0 * n + i);
-                            match tt {
-                                8 => $tile::<8>(wp, qp, pc, nblk, op, n),
-                                7 => $tile::<7>(wp, qp, pc, nblk, op, n),
-                                6 => $tile::<6>(wp, qp, pc, nblk, op, n),
-                                5 => $tile::<5>(wp, qp, pc, nblk, op, n),
-                                4 => $tile::<4>(wp, qp, pc, nblk, op, n),
-                                3 => $tile::<3>(wp, qp, pc, nblk, op, n),
-                                2 => $tile::<2>(wp, qp, pc, nblk, op, n),
-                                _ => $tile::<1>(wp, qp, pc, nblk, op, n),
-                            }
-                        }
-                    }
-                    t0 += tt;
-                }
-                kb += nblk;
-            }
-        }
-    };
-}
-
 /// The unpack step (`(x >> 2l) & 3`) and its constants.
 #[derive(Copy, Clone)]
 struct Unpacker {
@@ -262,11 +161,8 @@ impl Unpacker {
     }
 }
 
-prefill_kernels!(tile, raw_dots_multi, "avx512f,avx512bw,avx512vnni", shift);
-
-/// Token rows up to which matrix x matrix runs the batched-decode kernel below (weights
-/// streamed once, group by group with prefetch) instead of the prefill tiles.
-const BATCH_TOKENS: usize = 4;
+/// Activation bytes per token block of the batched kernel.
+pub(crate) const ACT_BLOCK_BYTES: usize = 512 << 10;
 
 /// Raw dots of the 4 rows of one group with `T` activation rows (`qstride` apart).
 ///
@@ -313,12 +209,13 @@ unsafe fn group4_batch<const T: usize>(
     out
 }
 
-/// Batched decode: `n_tok <= BATCH_TOKENS` activation rows against 4-row groups.
+/// See [`crate::scalar::ternary::raw_dots_multi`]: 4-row groups against 4 token rows at a
+/// time, token blocks of at most [`ACT_BLOCK_BYTES`] of activations.
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`; `n_tok <= 4`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn raw_dots_batch(
+pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,
     q: &[i8],
     n_tok: usize,
@@ -332,26 +229,35 @@ unsafe fn raw_dots_batch(
     }
     let pc = w.padded_cols();
     let n = rows.len();
-    for g in rows.start / ROW_GROUP..rows.end.div_ceil(ROW_GROUP) {
-        // SAFETY: group `g` exists and blocks lie inside the row; `q` holds n_tok padded rows.
-        let d: [[i32; 4]; BATCH_TOKENS] = unsafe {
-            let wp = w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start));
-            let qp = q.as_ptr().add(blocks.start * BLOCK);
-            let nb = blocks.len();
-            let mut d = [[0; 4]; BATCH_TOKENS];
-            match n_tok {
-                4 => d = group4_batch::<4>(wp, qp, pc, nb),
-                3 => d[..3].copy_from_slice(&group4_batch::<3>(wp, qp, pc, nb)),
-                2 => d[..2].copy_from_slice(&group4_batch::<2>(wp, qp, pc, nb)),
-                _ => d[..1].copy_from_slice(&group4_batch::<1>(wp, qp, pc, nb)),
-            }
-            d
-        };
-        for (t, d) in d.iter().enumerate().take(n_tok) {
-            for (rr, &v) in d.iter().enumerate() {
-                let r = g * ROW_GROUP + rr;
-                if rows.contains(&r) {
-                    out[t * n + r - rows.start] = v;
+    // Token blocks whose activations fit comfortably in L2 (they are re-read for every group).
+    let tb = (ACT_BLOCK_BYTES / pc).max(4) / 4 * 4;
+    for tb0 in (0..n_tok).step_by(tb) {
+        for g in rows.start / ROW_GROUP..rows.end.div_ceil(ROW_GROUP) {
+            // Token sub-tiles of up to 4: the group's weights stay in L1 after the first one.
+            for t0 in (tb0..n_tok.min(tb0 + tb)).step_by(4) {
+                let tt = 4.min(n_tok - t0);
+                // SAFETY: group `g` exists and blocks lie inside the row; `q` holds n_tok padded
+                // rows, of which rows t0..t0+tt are used.
+                let d: [[i32; 4]; 4] = unsafe {
+                    let wp = w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start));
+                    let qp = q.as_ptr().add(t0 * pc + blocks.start * BLOCK);
+                    let nb = blocks.len();
+                    let mut d = [[0; 4]; 4];
+                    match tt {
+                        4 => d = group4_batch::<4>(wp, qp, pc, nb),
+                        3 => d[..3].copy_from_slice(&group4_batch::<3>(wp, qp, pc, nb)),
+                        2 => d[..2].copy_from_slice(&group4_batch::<2>(wp, qp, pc, nb)),
+                        _ => d[..1].copy_from_slice(&group4_batch::<1>(wp, qp, pc, nb)),
+                    }
+                    d
+                };
+                for (t, d) in d.iter().enumerate().take(tt) {
+                    for (rr, &v) in d.iter().enumerate() {
+                        let r = g * ROW_GROUP + rr;
+                        if rows.contains(&r) {
+                            out[(t0 + t) * n + r - rows.start] = v;
+                        }
+                    }
                 }
             }
         }
