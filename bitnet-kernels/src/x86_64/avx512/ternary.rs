@@ -29,139 +29,116 @@ const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// 1 KiB 0.75, 2 KiB 0.84, 4 KiB 0.88-0.91 (T0 or T1 hint; NTA 0.72), 8 KiB 0.86.
 pub(crate) const PREFETCH_BYTES: usize = 4096;
 
-/// Decode kernels: 4-row groups sharing the activation loads.
-macro_rules! decode_kernels {
-    ($group:ident, $dots:ident, $features:literal) => {
-        /// Raw dots of the 4 rows of one group over `nblk` blocks.
-        ///
-        /// # Safety
-        /// The target features; `w` points at the group's first block to use, `q` at the matching
-        /// activation column; `nblk` blocks are readable from both.
-        #[target_feature(enable = $features)]
-        #[inline]
-        unsafe fn $group(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
-            // Masking without shifting: code vector `l` is taken as `x & (3 << 2l)` = `4^l c`
-            // (at most 128, still a valid unsigned byte), accumulated separately per `l` and
-            // scaled back by an exact arithmetic shift at the end. This keeps the unpack off
-            // port 0 (where both `vpdpbusd` and the shifts run): 121 -> 150 GMAC/s hot.
-            let m = [
-                _mm512_set1_epi8(0x03),
-                _mm512_set1_epi8(0x0C),
-                _mm512_set1_epi8(0x30),
-                _mm512_set1_epi8(0xC0u8 as i8),
-            ];
-            let mut acc = [_mm512_setzero_si512(); 16];
-            for b in 0..nblk {
-                // SAFETY: block `b` lies inside the caller's `nblk` readable blocks.
-                unsafe {
-                    let qb = q.add(b * BLOCK);
-                    let a0 = _mm512_loadu_si512(qb.cast());
-                    let a1 = _mm512_loadu_si512(qb.add(64).cast());
-                    let a2 = _mm512_loadu_si512(qb.add(128).cast());
-                    let a3 = _mm512_loadu_si512(qb.add(192).cast());
-                    let wb = w.add(b * BLOCK_STRIDE);
-                    // Decode streams weights from DRAM once: ask for them well ahead so the loads
-                    // overlap the arithmetic (the hardware prefetcher alone reaches ~0.6 of a plain
-                    // read here; into L2, the lines are used once). Prefetching past the matrix end is harmless.
-                    let pf = wb.wrapping_add(PREFETCH_BYTES);
-                    _mm_prefetch::<_MM_HINT_T1>(pf.cast());
-                    _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64).cast());
-                    _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(128).cast());
-                    _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
-                    for r in 0..ROW_GROUP {
-                        let x = _mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast());
-                        let a = [a0, a1, a2, a3];
-                        for l in 0..4 {
-                            let c = _mm512_and_si512(x, m[l]);
-                            acc[4 * r + l] = _mm512_dpbusd_epi32(acc[4 * r + l], c, a[l]);
-                        }
-                    }
-                }
-            }
-            let mut out = [0i32; 4];
-            for (r, o) in out.iter_mut().enumerate() {
-                let s = _mm512_add_epi32(
-                    _mm512_add_epi32(acc[4 * r], _mm512_srai_epi32::<2>(acc[4 * r + 1])),
-                    _mm512_add_epi32(
-                        _mm512_srai_epi32::<4>(acc[4 * r + 2]),
-                        _mm512_srai_epi32::<6>(acc[4 * r + 3]),
-                    ),
-                );
-                *o = _mm512_reduce_add_epi32(s);
-            }
-            out
-        }
-
-        /// See [`crate::scalar::ternary::raw_dots`].
-        ///
-        /// # Safety
-        /// The target features; shapes as checked by `x86_64::check_ternary`.
-        #[target_feature(enable = $features)]
-        pub unsafe fn $dots(
-            w: &TernaryMatrix,
-            q: &[i8],
-            rows: Range<usize>,
-            blocks: Range<usize>,
-            out: &mut [i32],
-        ) {
-            if rows.is_empty() || blocks.is_empty() {
-                out.fill(0);
-                return;
-            }
-            let g0 = rows.start / ROW_GROUP;
-            let g1 = rows.end.div_ceil(ROW_GROUP);
-            for g in g0..g1 {
-                // SAFETY: group `g` exists (rows.end <= padded rows) and blocks lie inside the row;
-                // `q` holds padded_cols values.
-                let d = unsafe {
-                    $group(
-                        w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start)),
-                        q.as_ptr().add(blocks.start * BLOCK),
-                        blocks.len(),
-                    )
-                };
-                for (rr, &v) in d.iter().enumerate() {
-                    let r = g * ROW_GROUP + rr;
-                    if rows.contains(&r) {
-                        out[r - rows.start] = v;
-                    }
+/// Raw dots of the 4 rows of one group over `nblk` blocks.
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; `w` points at the group's first block to use, `q` at the matching
+/// activation column; `nblk` blocks are readable from both.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
+    // Masking without shifting: code vector `l` is taken as `x & (3 << 2l)` = `4^l c`
+    // (at most 128, still a valid unsigned byte), accumulated separately per `l` and
+    // scaled back by an exact arithmetic shift at the end. This keeps the unpack off
+    // port 0 (where both `vpdpbusd` and the shifts run): 121 -> 150 GMAC/s hot.
+    let m = [
+        _mm512_set1_epi8(0x03),
+        _mm512_set1_epi8(0x0C),
+        _mm512_set1_epi8(0x30),
+        _mm512_set1_epi8(0xC0u8 as i8),
+    ];
+    let mut acc = [_mm512_setzero_si512(); 16];
+    for b in 0..nblk {
+        // SAFETY: block `b` lies inside the caller's `nblk` readable blocks.
+        unsafe {
+            let qb = q.add(b * BLOCK);
+            let a0 = _mm512_loadu_si512(qb.cast());
+            let a1 = _mm512_loadu_si512(qb.add(64).cast());
+            let a2 = _mm512_loadu_si512(qb.add(128).cast());
+            let a3 = _mm512_loadu_si512(qb.add(192).cast());
+            let wb = w.add(b * BLOCK_STRIDE);
+            // Decode streams weights from DRAM once: ask for them well ahead so the loads
+            // overlap the arithmetic (the hardware prefetcher alone reaches ~0.6 of a plain
+            // read here; into L2, the lines are used once). Prefetching past the matrix end is harmless.
+            let pf = wb.wrapping_add(PREFETCH_BYTES);
+            _mm_prefetch::<_MM_HINT_T1>(pf.cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(128).cast());
+            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
+            for r in 0..ROW_GROUP {
+                let x = _mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast());
+                let a = [a0, a1, a2, a3];
+                for l in 0..4 {
+                    let c = _mm512_and_si512(x, m[l]);
+                    acc[4 * r + l] = _mm512_dpbusd_epi32(acc[4 * r + l], c, a[l]);
                 }
             }
         }
-    };
+    }
+    let mut out = [0i32; 4];
+    for (r, o) in out.iter_mut().enumerate() {
+        let s = _mm512_add_epi32(
+            _mm512_add_epi32(acc[4 * r], _mm512_srai_epi32::<2>(acc[4 * r + 1])),
+            _mm512_add_epi32(
+                _mm512_srai_epi32::<4>(acc[4 * r + 2]),
+                _mm512_srai_epi32::<6>(acc[4 * r + 3]),
+            ),
+        );
+        *o = _mm512_reduce_add_epi32(s);
+    }
+    out
 }
 
-decode_kernels!(group4, raw_dots, "avx512f,avx512bw,avx512vnni");
-
-/// The unpack step (`(x >> 2l) & 3`) and its constants.
-#[derive(Copy, Clone)]
-struct Unpacker {
-    m3: __m512i,
-}
-
-impl Unpacker {
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn new() -> Self {
-        Unpacker {
-            m3: _mm512_set1_epi8(3),
+/// See [`crate::scalar::ternary::raw_dots`].
+///
+/// # Safety
+/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub unsafe fn raw_dots(
+    w: &TernaryMatrix,
+    q: &[i8],
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    if rows.is_empty() || blocks.is_empty() {
+        out.fill(0);
+        return;
+    }
+    let g0 = rows.start / ROW_GROUP;
+    let g1 = rows.end.div_ceil(ROW_GROUP);
+    for g in g0..g1 {
+        // SAFETY: group `g` exists (rows.end <= padded rows) and blocks lie inside the row;
+        // `q` holds padded_cols values.
+        let d = unsafe {
+            group4(
+                w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start)),
+                q.as_ptr().add(blocks.start * BLOCK),
+                blocks.len(),
+            )
+        };
+        for (rr, &v) in d.iter().enumerate() {
+            let r = g * ROW_GROUP + rr;
+            if rows.contains(&r) {
+                out[r - rows.start] = v;
+            }
         }
     }
-
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    fn shift(&self, x: __m512i) -> [__m512i; 4] {
-        let m3 = self.m3;
-        [
-            _mm512_and_si512(x, m3),
-            _mm512_and_si512(_mm512_srli_epi16::<2>(x), m3),
-            _mm512_and_si512(_mm512_srli_epi16::<4>(x), m3),
-            _mm512_and_si512(_mm512_srli_epi16::<6>(x), m3),
-        ]
-    }
 }
 
-/// Activation bytes per token block of the batched kernel.
+/// The four code vectors `(x >> 2l) & 3` of one 64-byte block row.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn unpack(x: __m512i, m3: __m512i) -> [__m512i; 4] {
+    [
+        _mm512_and_si512(x, m3),
+        _mm512_and_si512(_mm512_srli_epi16::<2>(x), m3),
+        _mm512_and_si512(_mm512_srli_epi16::<4>(x), m3),
+        _mm512_and_si512(_mm512_srli_epi16::<6>(x), m3),
+    ]
+}
+
+/// Activation bytes per token block of `raw_dots_multi` (re-read from L2 for every group).
 pub(crate) const ACT_BLOCK_BYTES: usize = 512 << 10;
 
 /// Raw dots of the 4 rows of one group with `T` activation rows (`qstride` apart).
@@ -177,7 +154,7 @@ unsafe fn group4_batch<const T: usize>(
     qstride: usize,
     nblk: usize,
 ) -> [[i32; 4]; T] {
-    let u = Unpacker::new();
+    let m3 = _mm512_set1_epi8(3);
     let mut acc = [[_mm512_setzero_si512(); T]; ROW_GROUP];
     for b in 0..nblk {
         // SAFETY: block `b` lies inside the caller's readable blocks.
@@ -190,7 +167,7 @@ unsafe fn group4_batch<const T: usize>(
             _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
             let qb = q.add(b * BLOCK);
             for (r, acc) in acc.iter_mut().enumerate() {
-                let c = u.shift(_mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast()));
+                let c = unpack(_mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast()), m3);
                 for (l, &cl) in c.iter().enumerate() {
                     for (t, a) in acc.iter_mut().enumerate() {
                         let act = _mm512_loadu_si512(qb.add(t * qstride + l * 64).cast());
