@@ -197,17 +197,39 @@ fn main() {
             "release"
         }
     );
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "timing: {}; load average at start: {}",
+        if CPU_TIME.load(std::sync::atomic::Ordering::Relaxed) {
+            "on-CPU time"
+        } else {
+            "wall time"
+        },
+        load()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
 
     if want("repack") {
         println!("\n## load-time repack of a 6912x2560 matrix, M weights/s");
         let (rows, cols) = (6912, 2560);
         let mut rng = Rng(77);
-        let trits: Vec<i8> = (0..rows * cols).map(|_| (rng.next_u64() % 3) as i8 - 1).collect();
+        let trits: Vec<i8> = (0..rows * cols)
+            .map(|_| (rng.next_u64() % 3) as i8 - 1)
+            .collect();
         let i2s = pack_i2s(&trits, 0.5).expect("i2s");
         let tq2 = pack_tq2_0(&trits, 0.5).expect("tq2");
         let tq1 = pack_tq1_0(&trits, 0.5).expect("tq1");
         for (name, src) in [
-            ("trits", TernarySource::Trits { values: &trits, scale: 0.5 }),
+            (
+                "trits",
+                TernarySource::Trits {
+                    values: &trits,
+                    scale: 0.5,
+                },
+            ),
             ("I2_S", TernarySource::I2S(&i2s)),
             ("TQ2_0", TernarySource::Tq2_0(&tq2)),
             ("TQ1_0", TernarySource::Tq1_0(&tq1)),
@@ -283,8 +305,9 @@ fn main() {
                             ternary_matvec(isa, m, &q[..pc], a[0], r, &mut out[..n]);
                         } else {
                             // Batched rows are `padded_cols` apart: repack per shape.
-                            let qq: Vec<i8> =
-                                (0..nb).flat_map(|t| q[t * 6912..t * 6912 + pc].to_vec()).collect();
+                            let qq: Vec<i8> = (0..nb)
+                                .flat_map(|t| q[t * 6912..t * 6912 + pc].to_vec())
+                                .collect();
                             ternary_matmul(isa, m, &qq, &a, r, &mut out[..n * nb]);
                         }
                     }
@@ -355,4 +378,12 @@ fn main() {
             }
         }
     }
+    println!(
+        "\nload average at end: {}",
+        load()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
 }
