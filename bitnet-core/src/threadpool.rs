@@ -27,6 +27,11 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+mod affinity;
+
+use affinity::SavedAffinity;
+pub use affinity::{core_order, physical_core_count};
+
 /// Upper bound on the thread count accepted by [`ThreadPool::new`].
 pub const MAX_THREADS: usize = 1024;
 
@@ -58,8 +63,10 @@ pub enum PinPolicy {
     #[default]
     None,
     /// Pin thread `i` to the `i`-th core of [`core_order`] (distinct physical cores first).
-    /// Thread 0 is the thread that calls [`ThreadPool::new`]. Pinning failures are not errors:
-    /// see [`ThreadPool::pinned_cores`].
+    /// Thread 0 is the thread that calls [`ThreadPool::new`]; its previous affinity is put
+    /// back when the pool is dropped on that thread (else a later pool created there would
+    /// see one CPU and pin every thread to it). Pinning failures are not errors: see
+    /// [`ThreadPool::pinned_cores`].
     Cores,
 }
 
@@ -370,6 +377,8 @@ pub struct ThreadPool {
     workers: Vec<JoinHandle<()>>,
     state: Mutex<RunState>,
     profiling: AtomicBool,
+    /// The caller's affinity before [`PinPolicy::Cores`] pinned it, restored on drop.
+    caller_affinity: Option<SavedAffinity>,
 }
 
 impl fmt::Debug for ThreadPool {
@@ -426,10 +435,12 @@ impl ThreadPool {
                 .map(|_| AtomicUsize::new(NOT_PINNED))
                 .collect(),
         });
-        if let Some(core) = core_for(0)
-            && core_affinity::set_for_current(core)
-        {
-            shared.pinned[0].store(core.id, Ordering::Relaxed);
+        let mut caller_affinity = None;
+        if let Some(core) = core_for(0) {
+            caller_affinity = SavedAffinity::of_current_thread();
+            if core_affinity::set_for_current(core) {
+                shared.pinned[0].store(core.id, Ordering::Relaxed);
+            }
         }
         let start = Arc::new(Barrier::new(n_threads));
         let mut pool = ThreadPool {
@@ -444,6 +455,7 @@ impl ThreadPool {
                 wait_ns: vec![0; n_threads],
             }),
             profiling: AtomicBool::new(false),
+            caller_affinity,
         };
         for tid in 1..n_threads {
             let (shared, start, core) = (Arc::clone(&shared), Arc::clone(&start), core_for(tid));
@@ -612,6 +624,9 @@ impl Drop for ThreadPool {
         for handle in self.workers.drain(..) {
             let _ = handle.join();
         }
+        if let Some(saved) = &self.caller_affinity {
+            saved.restore();
+        }
     }
 }
 
@@ -627,51 +642,6 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     } else {
         "non-string panic payload".to_string()
     }
-}
-
-/// The CPUs this process may run on, ordered so that the first entries lie on distinct
-/// physical cores (one hyper-thread of each core, then the siblings). Falls back to the OS
-/// order when the topology cannot be read; empty when affinity is unsupported.
-pub fn core_order() -> Vec<core_affinity::CoreId> {
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    let mut keys = Vec::with_capacity(ids.len());
-    for id in &ids {
-        match physical_core_key(id.id) {
-            Some(key) => keys.push(key),
-            None => return ids,
-        }
-    }
-    let mut seen = std::collections::HashSet::new();
-    let (mut first, mut rest) = (Vec::new(), Vec::new());
-    for (id, key) in ids.into_iter().zip(keys) {
-        if seen.insert(key) {
-            first.push(id);
-        } else {
-            rest.push(id);
-        }
-    }
-    first.extend(rest);
-    first
-}
-
-/// Number of distinct physical cores available to this process (at least 1).
-pub fn physical_core_count() -> usize {
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    let keys: Option<std::collections::HashSet<_>> =
-        ids.iter().map(|id| physical_core_key(id.id)).collect();
-    match keys {
-        Some(keys) if !keys.is_empty() => keys.len(),
-        _ => ids.len().max(1),
-    }
-}
-
-/// `(package, core)` of a logical CPU, from Linux sysfs.
-fn physical_core_key(cpu: usize) -> Option<(u32, u32)> {
-    let read = |file: &str| -> Option<u32> {
-        let path = format!("/sys/devices/system/cpu/cpu{cpu}/topology/{file}");
-        std::fs::read_to_string(path).ok()?.trim().parse().ok()
-    };
-    Some((read("physical_package_id").unwrap_or(0), read("core_id")?))
 }
 
 /// Part `part` of `0..len` split into `n_parts` balanced contiguous ranges whose boundaries

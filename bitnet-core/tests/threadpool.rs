@@ -247,6 +247,35 @@ fn pinned_pool_computes_the_same_and_reports_cores() {
 }
 
 #[test]
+fn dropping_a_pinned_pool_gives_the_caller_its_cpus_back() {
+    // A pinned pool pins its creating thread; once dropped, that thread must see all its
+    // CPUs again, so that a second pool created there pins its threads to distinct cores
+    // (not all to the first pool's core, which would run them one at a time).
+    with_timeout(Duration::from_secs(30), || {
+        let before: Vec<usize> = bitnet_core::threadpool::core_order()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        for round in 0..2 {
+            let pool = ThreadPool::new(2, PinPolicy::Cores).unwrap();
+            let pinned = pool.pinned_cores();
+            if before.len() >= 2 && pinned.iter().all(Option::is_some) {
+                assert_ne!(
+                    pinned[0], pinned[1],
+                    "round {round}: both threads on one CPU"
+                );
+            }
+            drop(pool);
+            let after: Vec<usize> = bitnet_core::threadpool::core_order()
+                .iter()
+                .map(|c| c.id)
+                .collect();
+            assert_eq!(after, before, "round {round}: caller's CPUs not restored");
+        }
+    });
+}
+
+#[test]
 fn core_order_puts_distinct_physical_cores_first() {
     let order = bitnet_core::threadpool::core_order();
     let n_phys = bitnet_core::threadpool::physical_core_count();
