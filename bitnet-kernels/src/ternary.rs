@@ -33,9 +33,12 @@
 //! (criterion wall time, ranges over runs on the shared machine). A `vpermw` lookup covers 96
 //! weights per instruction against 256 for `vpdpbusd`, and the tables (55 KiB for 2560
 //! columns) fall out of L1; the 11% byte saving does not pay for that even when streaming
-//! from DRAM. The lookup was therefore
-//! not taken into the crate; AVX2 (no `vpermw`, byte-plane `pshufb` tables would be needed)
-//! keeps multiply-add (`maddubs`) as well.
+//! from DRAM. The lookup was therefore not taken into the crate.
+//!
+//! AVX2 (no `vpermw`): a TL1-style prototype (`benches/tl_proto/avx2.rs`: two trits per 4-bit
+//! index, i16 tables split into low/high byte planes for `pshufb`, 2 bits/weight, exact) ran
+//! at 53-56 GMAC/s against 68-69 for `maddubs` multiply-add on the same shapes, so AVX2 keeps
+//! multiply-add too.
 
 use std::cell::RefCell;
 use std::ops::Range;

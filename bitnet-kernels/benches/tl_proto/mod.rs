@@ -1,5 +1,5 @@
-//! Table-lookup (T-MAC / bitnet.cpp TL2 style) prototype of the ternary matvec, AVX-512 only,
-//! kept in the benches to compare against the multiply-add kernels of the crate.
+//! Table-lookup (T-MAC / bitnet.cpp TL2 style) prototype of the ternary matvec (AVX-512 here,
+//! AVX2 in `avx2.rs`), kept in the benches to compare against the crate's multiply-add kernels.
 //!
 //! Layout: three trits form one base-3 index `c0 + 3 c1 + 9 c2` (27 values, 5 bits); three
 //! indices share one u16 (9 weights in 16 bits = 1.78 bits/weight, 11% fewer bytes than the
@@ -9,6 +9,8 @@
 //! looks up 32 rows at once, so a u16 word needs two shifts, three `vpermw`, three adds: no
 //! multiply at all. Partial sums stay exact: i16 accumulators are widened to i32 every 24 words
 //! (24 * 3 * 384 < 32768).
+
+mod avx2;
 
 use std::arch::x86_64::*;
 use std::hint::black_box;
@@ -167,6 +169,7 @@ pub unsafe fn matvec(w: &TlMatrix, tables: &[i16], out: &mut [i32]) {
 /// Compares the prototype (tables built inside every call, as decode would) with the crate's
 /// AVX-512 multiply-add matvec on the same shapes, checking exact agreement first.
 pub fn bench(c: &mut Criterion) {
+    bench_avx2(c);
     if !Isa::Avx512.is_available() {
         return;
     }
@@ -249,5 +252,53 @@ pub fn bench(c: &mut Criterion) {
             black_box(&out);
         })
     });
+    g.finish();
+}
+
+/// The AVX2 comparison: `pshufb` table lookup against the crate's AVX2 multiply-add kernel.
+fn bench_avx2(c: &mut Criterion) {
+    if !Isa::Avx2.is_available() {
+        return;
+    }
+    let mut g = c.benchmark_group("tl_proto_avx2");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for &(rows, cols) in &[(2560usize, 2560usize), (6912, 2560), (2560, 6912)] {
+        let t = super::trits(rows * cols, 44);
+        let tl = avx2::Tl1Matrix::new(&t, rows, cols);
+        let mad = TernaryMatrix::from_trits(&t, rows, cols, 1.0).expect("matrix");
+        let x = super::floats(cols, 11);
+        let mut q = vec![0i8; mad.padded_cols().max(tl.padded_cols())];
+        bitnet_kernels::quantize_act(Isa::Scalar, &x, &mut q);
+        let mut tables = vec![0u8; tl.padded_cols() / 2 * 32];
+        let mut got = vec![0i32; rows];
+        let mut want = vec![0i32; rows];
+        // SAFETY: AVX2 checked above; table and output sizes match the matrix.
+        unsafe {
+            avx2::build_tables(&q, &mut tables);
+            avx2::matvec(&tl, &tables, &mut got);
+        }
+        ternary_int_dots(Isa::Avx2, &mad, &q, 0..rows, &mut want);
+        assert_eq!(got, want, "AVX2 TL prototype disagrees with the MAD kernel");
+        let name = format!("{rows}x{cols}");
+        g.throughput(Throughput::Elements((rows * cols) as u64));
+        g.bench_function(BenchmarkId::new("tl_pshufb", &name), |b| {
+            b.iter(|| {
+                // SAFETY: as above.
+                unsafe {
+                    avx2::build_tables(&q, &mut tables);
+                    avx2::matvec(&tl, &tables, &mut got);
+                }
+                black_box(&got);
+            })
+        });
+        g.bench_function(BenchmarkId::new("mad_maddubs", &name), |b| {
+            b.iter(|| {
+                ternary_int_dots(Isa::Avx2, &mad, &q, 0..rows, &mut want);
+                black_box(&want);
+            })
+        });
+    }
     g.finish();
 }
