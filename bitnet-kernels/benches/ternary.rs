@@ -120,6 +120,19 @@ fn run(threads: usize, iters: u64, f: &(dyn Fn(usize) + Sync)) -> Duration {
     })
 }
 
+/// Whether the command-line filter (if any) can select benchmarks of `group`: lets
+/// `cargo bench -- hot` skip building the 1 GiB cold sets.
+pub fn wanted(group: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| f.contains(group) || group.contains(f.split('/').next().unwrap_or("")))
+}
+
 fn isas() -> Vec<Isa> {
     Isa::available().into_iter().rev().collect()
 }
@@ -136,6 +149,9 @@ fn config<'a>(
 }
 
 fn hot(c: &mut Criterion) {
+    if !wanted("hot") {
+        return;
+    }
     let mut g = config(c, "hot");
     for &(name, rows, cols) in &SHAPES {
         let w = matrix(rows, cols, 7);
@@ -162,6 +178,9 @@ fn hot(c: &mut Criterion) {
 }
 
 fn cold(c: &mut Criterion) {
+    if !wanted("cold") {
+        return;
+    }
     let gib: f64 = std::env::var("BITNET_BENCH_COLD_GIB")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -216,6 +235,9 @@ fn cold(c: &mut Criterion) {
 }
 
 fn prefill(c: &mut Criterion) {
+    if !wanted("prefill") {
+        return;
+    }
     let mut g = config(c, "prefill");
     for &(name, rows, cols) in &SHAPES[..4] {
         let w = matrix(rows, cols, 11);
@@ -245,6 +267,9 @@ fn prefill(c: &mut Criterion) {
 }
 
 fn binary(c: &mut Criterion) {
+    if !wanted("binary") {
+        return;
+    }
     let mut g = config(c, "binary");
     let (rows, cols) = (2560, 2560);
     let mut rng = Rng(99);

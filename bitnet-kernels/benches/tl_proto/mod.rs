@@ -169,6 +169,9 @@ pub unsafe fn matvec(w: &TlMatrix, tables: &[i16], out: &mut [i32]) {
 /// Compares the prototype (tables built inside every call, as decode would) with the crate's
 /// AVX-512 multiply-add matvec on the same shapes, checking exact agreement first.
 pub fn bench(c: &mut Criterion) {
+    if !super::wanted("tl_proto") {
+        return;
+    }
     bench_avx2(c);
     if !Isa::Avx512.is_available() {
         return;
