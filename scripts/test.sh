@@ -9,4 +9,4 @@ if [ ! -d ../shared/data ]; then
   exit 1
 fi
 cargo test --workspace -j2
-BITNET_KERNEL=scalar cargo test --workspace -j2 -- --skip bench_
+BITNET_KERNEL=scalar cargo test --workspace -j2
