@@ -28,9 +28,11 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 mod affinity;
+mod chunks;
 
 use affinity::SavedAffinity;
 pub use affinity::{core_order, physical_core_count};
+pub use chunks::ChunkQueue;
 
 /// Upper bound on the thread count accepted by [`ThreadPool::new`].
 pub const MAX_THREADS: usize = 1024;

@@ -192,6 +192,52 @@ fn one_and_two_threads_and_load_modes_are_bit_identical() {
 }
 
 #[test]
+fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
+    // Wide enough that every product is cut into several chunks per thread (chunks are at
+    // least 64 KiB of weights): ffn 2048 x 512 I2_S is 256 KiB (4 chunks), the F16 head
+    // 4096 x 512 is 4 MiB (dozens of chunks); threads claim chunks in whatever order the
+    // scheduler lets them, and the result must not depend on it.
+    let spec = SynthSpec {
+        weight_type: TensorType::I2_S,
+        n_embd: 512,
+        n_ff: 2048,
+        n_head: 8,
+        n_head_kv: 2,
+        n_layer: 1,
+        n_vocab: 4096,
+        ..preset("tiny")
+    };
+    let path = model_path(&spec, "chunks");
+    let toks = prompt(12, 4096);
+    let run = |threads: usize, head: HeadMode| {
+        let o = LoadOptions {
+            head,
+            ..opts(threads)
+        };
+        let model = Model::load(&path, &o).unwrap();
+        (prefill_all(&model, &toks), decode_all(&model, &toks[..4]))
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for head in [HeadMode::Native, HeadMode::Q8] {
+        let (p1, d1) = run(1, head);
+        for threads in [2, 3] {
+            let (p, d) = run(threads, head);
+            assert_eq!(
+                bits(&p1),
+                bits(&p),
+                "prefill: 1 vs {threads} threads, {head:?}"
+            );
+            assert_eq!(
+                bits(&d1),
+                bits(&d),
+                "decode: 1 vs {threads} threads, {head:?}"
+            );
+        }
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
 fn scalar_and_best_kernels_agree() {
     let path = model_path(&preset("tiny"), "isa");
     let toks = prompt(12, 512);

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use bitnet_core::threadpool::{
-    DisjointError, DisjointSlice, PinPolicy, PoolError, ThreadPool, split_range,
+    ChunkQueue, DisjointError, DisjointSlice, PinPolicy, PoolError, ThreadPool, split_range,
 };
 
 /// Runs `f` on a helper thread and fails (instead of hanging the suite) if it takes longer
@@ -424,5 +424,43 @@ fn caller_runs_parts_that_no_worker_claimed() {
             worker_ran.load(Ordering::Relaxed) > 0,
             "workers never got a part"
         );
+    });
+}
+
+#[test]
+fn chunk_queue_hands_out_every_chunk_once_across_threads() {
+    with_timeout(Duration::from_secs(30), || {
+        let pool = ThreadPool::new(3, PinPolicy::None).unwrap();
+        for (units, unit_len, n_chunks, align) in [(100, 3, 7, 4), (5, 2, 16, 1), (64, 1, 1, 16)] {
+            let mut out = vec![usize::MAX; units * unit_len + 5];
+            let claims = AtomicUsize::new(0);
+            {
+                let q = ChunkQueue::new(&mut out, units, unit_len, n_chunks, align).unwrap();
+                pool.run(&|_, _| {
+                    while let Some((r, dst)) = q.claim() {
+                        assert_eq!(r.start % align, 0, "chunk start aligned");
+                        assert_eq!(dst.len(), r.len() * unit_len);
+                        for (i, d) in dst.iter_mut().enumerate() {
+                            assert_eq!(*d, usize::MAX, "element written twice");
+                            *d = r.start * unit_len + i;
+                        }
+                        claims.fetch_add(1, Ordering::Relaxed);
+                    }
+                    assert!(q.claim().is_none(), "drained queue stays drained");
+                });
+            }
+            let want_claims = (0..n_chunks)
+                .filter(|&c| !split_range(units, n_chunks, c, align).is_empty())
+                .count();
+            assert_eq!(claims.load(Ordering::Relaxed), want_claims);
+            let (body, tail) = out.split_at(units * unit_len);
+            assert!(body.iter().enumerate().all(|(i, &v)| v == i));
+            assert!(
+                tail.iter().all(|&v| v == usize::MAX),
+                "nothing past units * unit_len"
+            );
+        }
+        let mut short = vec![0u8; 9];
+        assert!(ChunkQueue::new(&mut short, 5, 2, 2, 1).is_none());
     });
 }

@@ -25,10 +25,12 @@ use super::{FloatRows, HeadMode, Store};
 use crate::config::{ActBits, FfnAct, RopeStyle};
 use crate::error::CoreError;
 use crate::kv_cache::KvType;
-use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
+use crate::threadpool::{ChunkQueue, ThreadPool};
 
-/// Row granule of a thread's share of the head (keeps shares cache-line sized).
+/// Row granule of a chunk of the head (keeps chunks cache-line sized).
 const HEAD_ALIGN: usize = 16;
+/// Head chunks per thread at most (about 4 MiB each for a 2B-4T Q8_0 head on 2 threads).
+const HEAD_CHUNKS_PER_THREAD: usize = 48;
 
 /// Normalizes (or copies) `src` into local token `i`'s row of `p` (rows of `cols`) and
 /// quantizes it in the representations `needs` asks for.
@@ -142,18 +144,32 @@ pub(crate) fn head_rows(
             float::matmul_f32(isa, head.fmt, data, cols, &hn[..n * cols], n, r, dst)
         }
     };
-    if pool.n_threads() == 1 {
+    let nt = pool.n_threads();
+    if nt == 1 {
         job(0..head.rows, &mut out[..n * head.rows]);
         return;
     }
-    let d = DisjointSlice::new(&mut out[..n * head.rows]);
-    pool.run(&|tid, nt| {
-        let r = split_range(head.rows, nt, tid, HEAD_ALIGN);
-        if !r.is_empty() {
-            let dst = d.slice_mut(n * r.start..n * r.end);
+    let chunks = head_chunks(head, mode, nt);
+    let q = ChunkQueue::new(&mut out[..], head.rows, n, chunks, HEAD_ALIGN)
+        .expect("head output buffer holds n * vocab");
+    pool.run(&|_, _| {
+        while let Some((r, dst)) = q.claim() {
             job(r, dst);
         }
     });
+}
+
+/// Chunks of [`HEAD_ALIGN`]-row groups the head is cut into on `nt` threads (the head is
+/// one long product: many small chunks, a few MiB each).
+pub(crate) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize {
+    let fmt = match mode {
+        HeadMode::Q8 => RowFormat::Q8_0,
+        HeadMode::Native => head.fmt,
+    };
+    let bytes = fmt
+        .row_bytes(head.cols)
+        .map_or(0, |rb| rb.saturating_mul(head.rows));
+    par::n_chunks(head.rows, HEAD_ALIGN, bytes, nt, HEAD_CHUNKS_PER_THREAD)
 }
 
 impl Session<'_> {
@@ -475,7 +491,7 @@ impl Session<'_> {
                         n_tok: nb,
                         rows: vocab,
                         align: HEAD_ALIGN,
-                        parts: pool.n_threads(),
+                        parts: head_chunks(&m.head, m.head_mode, pool.n_threads()),
                     };
                     for j in 0..nb {
                         let row = offset + start + j;

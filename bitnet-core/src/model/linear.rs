@@ -124,6 +124,17 @@ impl Linear {
         }
     }
 
+    /// Bytes of weights a product over all rows streams (what a thread's chunk is sized by).
+    pub(crate) fn stream_bytes(&self) -> usize {
+        match &self.kind {
+            LinearKind::Ternary(m) => m.memory_bytes(),
+            LinearKind::Binary(m) => m.memory_bytes(),
+            LinearKind::Float { fmt, .. } => fmt
+                .row_bytes(self.cols)
+                .map_or(0, |rb| rb.saturating_mul(self.rows)),
+        }
+    }
+
     /// Rows `rows` of the product for every token: `out[t * rows.len() + i]`.
     pub(crate) fn compute(
         &self,

@@ -1,12 +1,12 @@
-//! The parallel building blocks of the forward pass. Every product splits its output rows
-//! across the pool ([`matmul_group`]); attention splits (token, head) pairs with the work
+//! The parallel building blocks of the forward pass. Every product cuts its output rows
+//! into chunks the pool's threads take as they go ([`matmul_group`]); attention splits (token, head) pairs with the work
 //! balanced by the number of positions each pair attends to ([`attention`]); per-token work
 //! (norms, quantization, rope, residual adds) splits the tokens of a batch ([`per_token`]).
 //! No reduction is ever split across threads, so results do not depend on the thread count.
 //!
-//! A thread's share of a product for `n` tokens is written as one contiguous block
-//! `[n][rows of the share]` (the layout the kernels produce); [`Blocked`] reads a token's
-//! row back out of those blocks.
+//! A chunk of a product's rows for `n` tokens is written as one contiguous block
+//! `[n][rows of the chunk]` (the layout the kernels produce); [`Blocked`] reads a token's
+//! row back out of those blocks. Chunks are claimed dynamically (see [`n_chunks`]).
 
 use std::ops::Range;
 
@@ -15,9 +15,9 @@ use bitnet_kernels::{ActScale, Isa};
 
 use super::Store;
 use super::linear::{LinInput, Linear};
-use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
+use crate::threadpool::{ChunkQueue, DisjointSlice, ThreadPool, split_range};
 
-/// Output `[n][rows]` of a product split into per-thread blocks.
+/// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Blocked<'a> {
     pub(crate) data: &'a [f32],
@@ -56,9 +56,44 @@ impl Blocked<'_> {
     }
 }
 
-/// The products of one group of projections sharing an input (q/k/v, gate/up, ...): thread
-/// `tid` computes its share of every projection's rows. `outs[i]` receives projection `i`'s
-/// blocked output (at least `n_tok * rows` long).
+/// Chunks per thread a product is cut into at most (see [`n_chunks`]).
+pub(crate) const CHUNKS_PER_THREAD: usize = 4;
+/// Smallest chunk worth a claim, in weight bytes (about 5 µs of streaming).
+const MIN_CHUNK_BYTES: usize = 64 << 10;
+
+/// Chunks a product of `rows` rows (groups of `align`) streaming `bytes` of weights is cut
+/// into on `nt` threads, at most `per_thread` each: one on a single thread, else enough
+/// that threads take chunks as they finish (a slow or descheduled thread holds back one
+/// chunk, not half the rows), but no chunk under [`MIN_CHUNK_BYTES`].
+pub(crate) fn n_chunks(
+    rows: usize,
+    align: usize,
+    bytes: usize,
+    nt: usize,
+    per_thread: usize,
+) -> usize {
+    if nt <= 1 {
+        return 1;
+    }
+    let blocks = rows.div_ceil(align.max(1)).max(1);
+    (per_thread * nt)
+        .min((bytes / MIN_CHUNK_BYTES).max(nt))
+        .min(blocks)
+}
+
+fn lin_chunks(lin: &Linear, nt: usize) -> usize {
+    n_chunks(
+        lin.rows,
+        lin.align(),
+        lin.stream_bytes(),
+        nt,
+        CHUNKS_PER_THREAD,
+    )
+}
+
+/// The products of one group of projections sharing an input (q/k/v, gate/up, ...), each
+/// cut into chunks of rows ([`n_chunks`]) that the pool's threads claim as they go.
+/// `outs[i]` receives projection `i`'s blocked output (at least `n_tok * rows` long).
 pub(crate) fn matmul_group(
     pool: &ThreadPool,
     isa: Isa,
@@ -69,21 +104,24 @@ pub(crate) fn matmul_group(
     outs: &mut [&mut [f32]],
 ) {
     let n = inp.n_tok;
-    let slices: [Option<DisjointSlice<'_, f32>>; 3] = {
-        let mut it = outs.iter_mut();
-        std::array::from_fn(|_| it.next().map(|o| DisjointSlice::new(&mut o[..])))
+    let nt = pool.n_threads();
+    let queues: [Option<ChunkQueue<'_, f32>>; 3] = {
+        let mut it = lins.iter().zip(outs.iter_mut());
+        std::array::from_fn(|_| {
+            it.next().map(|(lin, o)| {
+                ChunkQueue::new(&mut o[..], lin.rows, n, lin_chunks(lin, nt), lin.align())
+                    .expect("projection output buffer holds n_tok * rows")
+            })
+        })
     };
-    let job = |tid: usize, nt: usize| {
-        for (lin, out) in lins.iter().zip(slices.iter().flatten()) {
-            let r = split_range(lin.rows, nt, tid, lin.align());
-            if r.is_empty() {
-                continue;
+    let job = |_tid: usize, _nt: usize| {
+        for (lin, q) in lins.iter().zip(queues.iter().flatten()) {
+            while let Some((r, dst)) = q.claim() {
+                lin.compute(isa, store, binary_acts, inp, r, dst);
             }
-            let dst = out.slice_mut(n * r.start..n * r.end);
-            lin.compute(isa, store, binary_acts, inp, r, dst);
         }
     };
-    if pool.n_threads() == 1 {
+    if nt == 1 {
         job(0, 1);
     } else {
         pool.run(&job);
@@ -102,7 +140,7 @@ pub(crate) fn blocked<'a>(
         n_tok,
         rows: lin.rows,
         align: lin.align(),
-        parts: pool.n_threads(),
+        parts: lin_chunks(lin, pool.n_threads()),
     }
 }
 
