@@ -1,8 +1,13 @@
 //! The memory-bandwidth probe (`bitnet bench --membw`): the read bandwidth of a plain sum over
 //! a buffer far larger than the last-level cache, on `threads` threads, measured in the same
-//! run as the model so the decode bound is this machine's, not an assumed figure.
+//! run as the model so the decode bound is this machine's, not an assumed figure. The sum is
+//! the kernels' own widest-load read (`bitnet_kernels::probe::sum_bytes`), the same yardstick
+//! the kernel benchmarks compare the decode kernels against.
 
 use std::time::Instant;
+
+use bitnet_kernels::Isa;
+use bitnet_kernels::probe::sum_bytes;
 
 /// Bytes each probe pass reads; 1 GiB is well past any LLC we target (260 MiB here).
 pub const DEFAULT_PROBE_BYTES: usize = 1 << 30;
@@ -14,32 +19,14 @@ pub struct Bandwidth {
     pub bytes: usize,
 }
 
-/// Sums a slice of u64 with eight independent lanes, which the compiler turns into wide
-/// vector adds; the result is returned so the reads cannot be optimised away.
-fn sum_words(words: &[u64]) -> u64 {
-    let mut acc = [0u64; 8];
-    let chunks = words.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, w) in acc.iter_mut().zip(c) {
-            *a = a.wrapping_add(*w);
-        }
-    }
-    tail.iter()
-        .fold(acc.iter().fold(0u64, |s, a| s.wrapping_add(*a)), |s, w| {
-            s.wrapping_add(*w)
-        })
-}
-
 /// Best of `passes` timed passes over a `bytes`-sized buffer split across `threads` threads.
 pub fn measure(bytes: usize, threads: usize, passes: usize) -> Bandwidth {
     let threads = threads.max(1);
-    let n_words = (bytes / 8).max(threads * 8);
+    let isa = Isa::from_env().unwrap_or(Isa::Scalar);
+    let n_bytes = bytes.max(threads * 64);
     // Non-zero contents so the pages are really backed, not the shared zero page.
-    let buf: Vec<u64> = (0..n_words as u64)
-        .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-        .collect();
-    let chunk = n_words.div_ceil(threads);
+    let buf: Vec<u8> = (0..n_bytes).map(|i| (i as u8) | 1).collect();
+    let chunk = n_bytes.div_ceil(threads);
     let mut best = f64::INFINITY;
     let mut sink = 0u64;
     for _ in 0..passes.max(1) {
@@ -47,7 +34,7 @@ pub fn measure(bytes: usize, threads: usize, passes: usize) -> Bandwidth {
         let total = std::thread::scope(|s| {
             let handles: Vec<_> = buf
                 .chunks(chunk)
-                .map(|part| s.spawn(move || sum_words(part)))
+                .map(|part| s.spawn(move || sum_bytes(isa, part)))
                 .collect();
             handles
                 .into_iter()
@@ -58,25 +45,15 @@ pub fn measure(bytes: usize, threads: usize, passes: usize) -> Bandwidth {
     }
     std::hint::black_box(sink);
     Bandwidth {
-        gbs: (n_words * 8) as f64 / best / 1e9,
+        gbs: n_bytes as f64 / best / 1e9,
         threads,
-        bytes: n_words * 8,
+        bytes: n_bytes,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sum_words_matches_a_plain_fold() {
-        let v: Vec<u64> = (0..1003u64).map(|i| i * 7919).collect();
-        assert_eq!(
-            sum_words(&v),
-            v.iter().fold(0u64, |s, x| s.wrapping_add(*x))
-        );
-        assert_eq!(sum_words(&[]), 0);
-    }
 
     #[test]
     fn probe_reports_a_positive_bandwidth_for_the_bytes_read() {
