@@ -20,25 +20,25 @@
 //! products accumulate block by block in f32 (correct, slower).
 //!
 //! ## Kernel family: multiply-add, not table lookup (measured)
-//! Both families were prototyped on the target (Sapphire Rapids, AVX-512 VNNI, one thread,
-//! 2B-4T shapes). Multiply-add (this layout, `vpdpbusd`) against a T-MAC / TL2-style table
-//! lookup (`benches/tl_proto`: three trits per 5-bit index, three indices per u16 = 1.78
-//! bits/weight, per-triple i16 tables looked up 32 rows at a time by `vpermw`, exact):
+//! Both families were prototyped on the target (Sapphire Rapids, one thread, 2B-4T shapes,
+//! decode including the per-call table build). Multiply-add on this layout against T-MAC /
+//! bitnet.cpp-style table lookup (`benches/tl_proto`; AVX-512: three trits per 5-bit index,
+//! three indices per u16, per-triple i16 tables looked up 32 rows at a time by `vpermw`;
+//! exact integer results in both):
 //!
-//! | GMAC/s, 1 thread | 2560x2560 | 6912x2560 | 2560x6912 | cold, 1 GiB of 6912x2560 |
+//! | GMAC/s, 1 thread (criterion, quiet machine) | 2560x2560 | 6912x2560 | 2560x6912 | cold, 1 GiB of 6912x2560 |
 //! |---|---|---|---|---|
-//! | multiply-add | 115-133 | 91-105 | 90-114 | 47.0 |
-//! | table lookup | 105-113 | 64-77 | 56-75 | 28.6 |
+//! | AVX-512 multiply-add (`vpdpbusd`) | 151 | 114 | 114 | 50.9 |
+//! | AVX-512 table lookup (`vpermw`, 1.78 bits/weight) | 81 | 73 | 73 | 37.8 |
+//! | AVX2 multiply-add (`maddubs`) | 69 | 66 | 70 | |
+//! | AVX2 table lookup (`pshufb`, TL1-style, 2 bits/weight) | 61 | 57 | 58 | |
 //!
-//! (criterion wall time, ranges over runs on the shared machine). A `vpermw` lookup covers 96
-//! weights per instruction against 256 for `vpdpbusd`, and the tables (55 KiB for 2560
-//! columns) fall out of L1; the 11% byte saving does not pay for that even when streaming
-//! from DRAM. The lookup was therefore not taken into the crate.
-//!
-//! AVX2 (no `vpermw`): a TL1-style prototype (`benches/tl_proto/avx2.rs`: two trits per 4-bit
-//! index, i16 tables split into low/high byte planes for `pshufb`, 2 bits/weight, exact) ran
-//! at 53-56 GMAC/s against 68-69 for `maddubs` multiply-add on the same shapes, so AVX2 keeps
-//! multiply-add too.
+//! A `vpermw` lookup covers 96 weights per instruction against 256 for `vpdpbusd`, and the
+//! tables (55 KiB for 2560 columns) fall out of L1; the 11% byte saving does not pay for that
+//! even when streaming from DRAM. The AVX2 prototype (`benches/tl_proto/avx2.rs`: two trits
+//! per 4-bit index, i16 tables split into low/high byte planes for `pshufb`, exact) loses
+//! too. Both instruction sets therefore keep multiply-add; the prototypes stay in the benches
+//! (`cargo bench -p bitnet-kernels --bench ternary -- tl_proto`).
 
 use std::cell::RefCell;
 use std::ops::Range;
