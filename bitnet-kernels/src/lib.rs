@@ -26,7 +26,7 @@ pub mod x86_64;
 
 pub use act::{ActScale, quantize_act, quantize_act_binary};
 pub use aligned::AlignedVec;
-pub use binary::{BinaryMatrix, binary_binary_matvec, binary_matmul, binary_matvec};
+pub use binary::{BinaryActs, BinaryMatrix, binary_binary_matvec, binary_matmul, binary_matvec};
 pub use error::KernelError;
 pub use formats::{pack_i2s, pack_q1, pack_tq1_0, pack_tq2_0};
 pub use isa::Isa;
