@@ -14,7 +14,7 @@
 
 use std::ops::Range;
 
-use half::f16;
+use crate::float::f16_to_f32;
 
 use crate::act::{ActScale, binary_words};
 use crate::aligned::AlignedVec;
@@ -130,11 +130,11 @@ impl BinaryMatrix {
         let pgroups = m.words / GROUP_WORDS;
         let mut scales = vec![0f32; rows * pgroups];
         let mut uniform = true;
-        let first = f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
+        let first = f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]));
         for r in 0..rows {
             for g in 0..groups {
                 let blk = &bytes[(r * groups + g) * Q1_GROUP_BYTES..][..Q1_GROUP_BYTES];
-                let s = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                let s = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
                 if !s.is_finite() {
                     return Err(KernelError::NonFinite {
                         what: "Q1 group scale",

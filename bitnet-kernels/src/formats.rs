@@ -19,7 +19,7 @@
 //!   weights -> 18 bytes: an f16 scale then 16 bytes of bits, bit `i` of byte `k` = weight
 //!   `8k + i`, 1 = +1, 0 = -1.
 
-use half::f16;
+use crate::float::{f16_to_f32, f32_to_f16};
 
 use crate::error::KernelError;
 
@@ -113,7 +113,7 @@ pub fn pack_tq2_0(trits: &[i8], d: f32) -> Result<Vec<u8>, KernelError> {
     tq_len_check("TQ2_0", trits.len())?;
     check_trits(trits)?;
     check_finite("TQ2_0 d", d)?;
-    let dh = f16::from_f32(d).to_le_bytes();
+    let dh = f32_to_f16(d).to_le_bytes();
     let mut out = Vec::with_capacity(trits.len() / TQ_BLOCK * TQ2_0_BYTES);
     for vals in trits.chunks_exact(TQ_BLOCK) {
         let mut qs = [0u8; 64];
@@ -142,7 +142,7 @@ pub fn unpack_tq2_0_block(blk: &[u8], trits: &mut [i8]) -> Result<f32, KernelErr
             expected: "a TQ2_0 code 0, 1 or 2",
         });
     }
-    Ok(f16::from_le_bytes([blk[64], blk[65]]).to_f32())
+    Ok(f16_to_f32(u16::from_le_bytes([blk[64], blk[65]])))
 }
 
 fn tq_len_check(format: &'static str, n: usize) -> Result<(), KernelError> {
@@ -180,7 +180,7 @@ pub fn pack_tq1_0(trits: &[i8], d: f32) -> Result<Vec<u8>, KernelError> {
     tq_len_check("TQ1_0", trits.len())?;
     check_trits(trits)?;
     check_finite("TQ1_0 d", d)?;
-    let dh = f16::from_f32(d).to_le_bytes();
+    let dh = f32_to_f16(d).to_le_bytes();
     let mut out = Vec::with_capacity(trits.len() / TQ_BLOCK * TQ1_0_BYTES);
     for vals in trits.chunks_exact(TQ_BLOCK) {
         let c = |k: usize| (vals[k] + 1) as u8;
@@ -224,7 +224,7 @@ pub fn unpack_tq1_0_block(blk: &[u8], trits: &mut [i8]) -> f32 {
         }
     }
     debug_assert_eq!(k, TQ_BLOCK);
-    f16::from_le_bytes([blk[52], blk[53]]).to_f32()
+    f16_to_f32(u16::from_le_bytes([blk[52], blk[53]]))
 }
 
 /// Encodes signs (row-major `rows x cols`, `cols` a multiple of 128; values +-1) as Q1 groups,
@@ -246,7 +246,7 @@ pub fn pack_q1(signs: &[i8], cols: usize, scale: f32) -> Result<Vec<u8>, KernelE
         });
     }
     check_finite("Q1 scale", scale)?;
-    let sh = f16::from_f32(scale).to_le_bytes();
+    let sh = f32_to_f16(scale).to_le_bytes();
     let mut out = Vec::with_capacity(signs.len() / Q1_GROUP * Q1_GROUP_BYTES);
     for g in signs.chunks_exact(Q1_GROUP) {
         out.extend_from_slice(&sh);
