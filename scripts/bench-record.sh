@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -j2 -p bitnet-cli
-bin=./target/release/bitnet
+bin="${CARGO_TARGET_DIR:-target}/release/bitnet"
 model=models/2b4t-i2_s.gguf
 mkdir -p models bench
 [ -f "$model" ] || "$bin" gen-model --preset 2b-4t --seed 1 -o "$model"

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -j2 -p bitnet-cli
 mkdir -p models
-bin=./target/release/bitnet
+bin="${CARGO_TARGET_DIR:-target}/release/bitnet"
 $bin gen-model --preset tiny --weight-type i2_s --seed 1 -o models/tiny-i2_s.gguf
 $bin inspect models/tiny-i2_s.gguf --weights
 $bin generate -m models/tiny-i2_s.gguf -p "Once upon a time" -n 32 --seed 1

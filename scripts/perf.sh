@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf" >&2; exit 1; }
 RUSTFLAGS="${RUSTFLAGS:-} -C force-frame-pointers=yes" \
   cargo build --profile profiling -j2 -p bitnet-cli
-bin=target/profiling/bitnet
+bin="${CARGO_TARGET_DIR:-target}/profiling/bitnet"
 
 model="${1:-}"
 [ $# -gt 0 ] && shift

@@ -423,16 +423,16 @@ fn bench_reports_pp_and_tg_rows_in_every_format() {
     let saved: Value = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
     assert_eq!(saved["rows"], r["rows"]);
 
-    let md = run_ok(
-        bitnet()
-            .args(["bench", "-m"])
-            .arg(tiny_model())
-            .args(["-p", "8", "-n", "2", "-r", "1", "--warmup", "0", "--membw"]),
-    );
+    let md = run_ok(bitnet().args(["bench", "-m"]).arg(tiny_model()).args([
+        "-p", "8", "-n", "2", "-t", "1,2", "-r", "1", "--warmup", "0", "--membw",
+    ]));
     let text = String::from_utf8(md.stdout).unwrap();
     assert!(text.lines().next().unwrap().starts_with("| model"));
     assert!(
-        text.contains("pp8") && text.contains("tg2") && text.contains("measured read bandwidth")
+        text.contains("pp8")
+            && text.contains("tg2")
+            && text.contains("with 1 thread(s)")
+            && text.contains("with 2 thread(s)")
     );
     assert!(
         String::from_utf8_lossy(&md.stderr).contains("[bench]"),

@@ -122,17 +122,26 @@ pub fn run(args: Args) -> Result<()> {
         parse_isa(Some(k))?;
     }
 
-    let max_threads = threads_list.iter().copied().max().unwrap_or(0);
+    // One probe per thread count: a 1-thread decode is bounded by what one core can read.
     let want_bw = !args.no_membw && (args.membw || args.n_gen.iter().any(|&n| n > 0));
-    let bandwidth = want_bw.then(|| {
-        progress("measuring read bandwidth");
-        let t = if max_threads == 0 {
-            default_threads()
-        } else {
-            max_threads
-        };
-        membw::measure(membw::DEFAULT_PROBE_BYTES, t, 3)
-    });
+    let mut probe_threads: Vec<usize> = threads_list
+        .iter()
+        .map(|&t| if t == 0 { default_threads() } else { t })
+        .collect();
+    probe_threads.sort_unstable();
+    probe_threads.dedup();
+    let bandwidths: Vec<membw::Bandwidth> = if want_bw {
+        probe_threads
+            .iter()
+            .map(|&t| {
+                progress(&format!("measuring read bandwidth with {t} thread(s)"));
+                membw::measure(membw::DEFAULT_PROBE_BYTES, t, 3)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let bandwidth = bandwidths.last().copied();
 
     let mut rows = Vec::new();
     for path in &args.models {
@@ -159,7 +168,7 @@ pub fn run(args: Args) -> Result<()> {
                 reset_peak_rss();
                 progress(&format!("loading {}", path.display()));
                 let model = load_model(path, &opts)?;
-                bench_model(&args, path, &model, &opts, bandwidth, &mut rows)?;
+                bench_model(&args, path, &model, &opts, &bandwidths, &mut rows)?;
             }
         }
     }
@@ -174,6 +183,13 @@ pub fn run(args: Args) -> Result<()> {
             logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             membw_gbs: bandwidth.map(|b| b.gbs),
             membw_threads: bandwidth.map(|b| b.threads),
+            membw_by_threads: bandwidths
+                .iter()
+                .map(|b| report::ThreadBandwidth {
+                    threads: b.threads,
+                    gbs: b.gbs,
+                })
+                .collect(),
         },
         rows,
     };
@@ -195,7 +211,7 @@ fn bench_model(
     path: &std::path::Path,
     model: &Model,
     opts: &LoadOptions,
-    bandwidth: Option<membw::Bandwidth>,
+    bandwidths: &[membw::Bandwidth],
     rows: &mut Vec<BenchRow>,
 ) -> Result<()> {
     let name = path.file_name().map_or_else(
@@ -207,6 +223,10 @@ fn bench_model(
     let bytes_per_token = model.decode_bytes_per_token();
     let mut session = Session::new(model, opts.n_ctx).context("creating a session")?;
     let n_vocab = model.n_vocab() as u32;
+    let bandwidth = bandwidths
+        .iter()
+        .find(|b| b.threads == model.threads())
+        .copied();
     let make_row = |test, n_tokens: usize, samples: Vec<f64>| {
         let (mean_tps, stddev_tps) = mean_stddev(&samples);
         let bound_tps = match (test, bandwidth) {

@@ -81,9 +81,18 @@ pub fn mean_stddev(samples: &[f64]) -> (f64, f64) {
 pub struct MachineInfo {
     pub cpu: String,
     pub logical_cpus: usize,
-    /// Read bandwidth measured by the probe in this run, if it ran.
+    /// Read bandwidth measured by the probe in this run at the most threads, if it ran.
     pub membw_gbs: Option<f64>,
     pub membw_threads: Option<usize>,
+    /// The probe at every thread count of the run (each tg row's bound uses its own).
+    #[serde(default)]
+    pub membw_by_threads: Vec<ThreadBandwidth>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ThreadBandwidth {
+    pub threads: usize,
+    pub gbs: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -171,11 +180,17 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
     for row in &rows {
         writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
     }
-    if let Some(bw) = report.machine.membw_gbs {
+    if !report.machine.membw_by_threads.is_empty() {
+        let list: Vec<String> = report
+            .machine
+            .membw_by_threads
+            .iter()
+            .map(|b| format!("{:.1} GB/s with {} thread(s)", b.gbs, b.threads))
+            .collect();
         writeln!(
             out,
-            "\nmeasured read bandwidth: {bw:.1} GB/s ({} threads); bound = bandwidth / weight bytes per token",
-            report.machine.membw_threads.unwrap_or(0)
+            "\nmeasured read bandwidth: {}; bound = bandwidth at the row's thread count / weight bytes per token",
+            list.join(", ")
         )?;
     }
     Ok(())
@@ -255,6 +270,10 @@ pub(crate) mod tests {
                 logical_cpus: 2,
                 membw_gbs: Some(40.0),
                 membw_threads: Some(2),
+                membw_by_threads: vec![ThreadBandwidth {
+                    threads: 2,
+                    gbs: 40.0,
+                }],
             },
             rows,
         }
@@ -290,7 +309,7 @@ pub(crate) mod tests {
         // every table line has the same number of cells
         let cells = |l: &str| l.matches('|').count();
         assert!(lines[..4].iter().all(|l| cells(l) == cells(lines[0])));
-        assert!(text.contains("measured read bandwidth: 40.0 GB/s"));
+        assert!(text.contains("measured read bandwidth: 40.0 GB/s with 2 thread(s)"));
     }
 
     #[test]
