@@ -6,8 +6,8 @@
 # Needs Linux `perf` (Debian/Ubuntu: `apt-get install linux-perf`, or `linux-tools-$(uname -r)`),
 # and permission to profile (`sysctl kernel.perf_event_paranoid=1` or run as root).
 # Builds with the `profiling` cargo profile (release + line tables) and frame pointers so
-# call graphs are cheap and accurate. Without a model argument it generates a 2-layer model of
-# the BitNet b1.58 2B-4T widths (the per-token mix of kernels is the same as the full model).
+# call graphs are cheap and accurate. Without a model argument it profiles the generated
+# BitNet b1.58 2B-4T-shaped model (made once, 1.1 GiB, shared with scripts/bench-record.sh).
 # On virtual machines without hardware counters it falls back to the cpu-clock software event.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +20,9 @@ bin="${CARGO_TARGET_DIR:-target}/profiling/bitnet"
 model="${1:-}"
 [ $# -gt 0 ] && shift
 if [ -z "$model" ]; then
-  model=models/perf-2b4t-2layers.gguf
+  model=models/2b4t-i2_s.gguf
   mkdir -p models
-  [ -f "$model" ] || "$bin" gen-model --preset 2b-4t --layers 2 --seed 7 -o "$model"
+  [ -f "$model" ] || "$bin" gen-model --preset 2b-4t --seed 1 -o "$model"
 fi
 
 event=cycles
@@ -32,6 +32,6 @@ perf stat -e cycles true >/dev/null 2>&1 || event=cpu-clock
 out=target/perf.data
 perf record -e "$event" -F 2000 -g -o "$out" -- \
   "$bin" generate -m "$model" -p "The quick brown fox" -n 64 --greedy --no-echo "$@" >/dev/null
-perf report -i "$out" --stdio --no-children --sort symbol --percent-limit 0.5 2>/dev/null \
+perf report -i "$out" --stdio --no-children -g none --sort symbol --percent-limit 0.5 2>/dev/null \
   | grep -v '^#' | grep -v '^$' | head -40
 echo "full report: perf report -i $out"
