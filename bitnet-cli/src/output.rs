@@ -72,6 +72,20 @@ impl Progress {
     }
 }
 
+/// The error and its causes joined with `: `, skipping a cause whose text the message
+/// already carries (library errors often print their source too).
+pub fn error_chain(err: &anyhow::Error) -> String {
+    let mut msg = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+    }
+    msg
+}
+
 /// Human-readable byte count (binary units), e.g. `1.50 GiB`.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -113,6 +127,17 @@ mod tests {
         assert_eq!(human_bytes(3 << 30), "3.00 GiB");
         assert_eq!(human_count(2_410_000_000), "2.41B");
         assert_eq!(human_count(999), "999");
+    }
+
+    #[test]
+    fn error_chain_skips_causes_already_in_the_message() {
+        let io = io::Error::new(io::ErrorKind::NotFound, "no such file");
+        let err = anyhow::Error::from(io)
+            .context("m.gguf: no such file")
+            .context("loading m.gguf");
+        assert_eq!(error_chain(&err), "loading m.gguf: m.gguf: no such file");
+        let err = anyhow::anyhow!("bad value").context("parsing --top-p");
+        assert_eq!(error_chain(&err), "parsing --top-p: bad value");
     }
 
     #[test]
