@@ -2,6 +2,10 @@
 //! the forward pass over bitnet-kernels, the KV cache, the thread pool, the tokenizer and
 //! sampling. The CLI (`bitnet-cli`) is a thin layer over this crate.
 
+// `unsafe` is allowed only where a module opts in with a reason: the thread pool (sharing a
+// job across workers, CPU affinity) and the loader (`mlock`). Everything else is safe Rust.
+#![deny(unsafe_code)]
+
 pub mod config;
 pub mod error;
 pub mod kv_cache;

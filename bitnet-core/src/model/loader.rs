@@ -5,6 +5,9 @@
 //!
 //! `--mlock` is the one `unsafe` here (`mlock(2)` / `mlockall(2)` take raw addresses).
 
+// `mlock(2)` / `mlockall(2)`: see the module doc.
+#![allow(unsafe_code)]
+
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Mutex;
