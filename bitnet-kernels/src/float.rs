@@ -347,7 +347,9 @@ pub fn attn_scores_f16(
     dispatch!(isa, attn_scores_f16(q, k, kv_stride, n_pos, scale, out))
 }
 
-/// `out = Σ_{p < n_pos} w[p] * v[p * kv_stride..][..out.len()]` over an f16 cache.
+/// `out += Σ_{p < n_pos} w[p] * v[p * kv_stride..][..out.len()]` over an f16 cache: it
+/// accumulates onto `out` (zero it first for a plain sum), so attention over a paged cache
+/// walks the blocks one call each and gets the bits one call over all positions would give.
 ///
 /// # Panics
 /// If `w.len() != n_pos`, `kv_stride < out.len()` or `v` is too short.
@@ -478,7 +480,7 @@ pub fn attn_scores_f16_group(
 }
 
 /// Grouped-query weighted sums over an f16 cache: `w` is `[n_q][n_pos]`, `out` is
-/// `[n_q][d]`, `out_h = Σ_p w[h][p] v_p`; each V row is loaded once for the whole group.
+/// `[n_q][d]`, `out_h += Σ_p w[h][p] v_p` (accumulates, as [`attn_weighted_sum_f16`]); each V row is loaded once for the whole group.
 ///
 /// # Panics
 /// If `n_q` is 0 or does not divide `out.len()`, `w.len() != n_q * n_pos`, or the cache is

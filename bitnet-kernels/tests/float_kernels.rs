@@ -436,7 +436,7 @@ fn attention_over_f16_and_f32_caches() {
                         "{what}: f16 == f32 cache"
                     );
                 }
-                let (mut o16, mut o32) = (vec![f32::NAN; d], vec![f32::NAN; d]);
+                let (mut o16, mut o32) = (vec![0.0; d], vec![0.0; d]);
                 attn_weighted_sum_f16(isa, &w, &kh, kv_stride, n_pos, &mut o16);
                 attn_weighted_sum_f32(isa, &w, &kx, kv_stride, n_pos, &mut o32);
                 for i in 0..d {
@@ -485,7 +485,7 @@ fn attention_over_a_q8_0_cache() {
                     let what = format!("{isa} q8 scores d={d} p={p}");
                     assert_close(s[p], 0.5 * want, 0.0, 0.5 * dot_budget(d, cond), &what);
                 }
-                let mut o = vec![f32::NAN; d];
+                let mut o = vec![0.0; d];
                 attn_weighted_sum_q8_0(isa, &w, cache, stride, n_pos, &mut o);
                 for i in 0..d {
                     let col: Vec<f32> = (0..n_pos).map(|p| exact[p * d + i]).collect();
@@ -544,7 +544,7 @@ fn grouped_attention_matches_the_f64_reference() {
                 for isa in isas() {
                     let mut s = vec![f32::NAN; n_q * n_pos];
                     attn_scores_f16_group(isa, &q, n_q, &kh, kv_stride, n_pos, 0.25, &mut s);
-                    let mut o = vec![f32::NAN; n_q * d];
+                    let mut o = vec![0.0; n_q * d];
                     attn_weighted_sum_f16_group(isa, &w, n_q, &vh, kv_stride, n_pos, &mut o);
                     for h in 0..n_q {
                         for p in 0..n_pos {
@@ -559,6 +559,90 @@ fn grouped_attention_matches_the_f64_reference() {
                             let (want, cond) = dot64(w[h * n_pos..][..n_pos].iter().copied(), &col);
                             let what = format!("{isa} group {n_q} wsum d={d} h={h} i={i}");
                             assert_close(o[h * d + i], want, 0.0, dot_budget(n_pos, cond), &what);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The weighted sums accumulate onto `out`, so a paged cache walked block by block gives
+/// the bits of one call over every position (the engine relies on this: a sequence's
+/// attention does not depend on how its positions are split into blocks).
+#[test]
+fn weighted_sums_accumulate_block_by_block_bit_exactly() {
+    let mut r = rng(13);
+    for (d, kv_stride) in [(64usize, 64usize), (128, 160), (80, 80), (17, 20)] {
+        let n_pos = 37usize;
+        let len = (n_pos - 1) * kv_stride + d;
+        let vx = normal_vec(&mut r, len, 2.0);
+        let vh: Vec<u16> = vx.iter().map(|&v| f32_to_f16(v)).collect();
+        let q8 = if d % 32 == 0 {
+            let rb = RowFormat::Q8_0.row_bytes(d).unwrap();
+            let mut c = vec![0u8; n_pos * rb];
+            for p in 0..n_pos {
+                quantize_row_q8_0(&vx[p * kv_stride..][..d], &mut c[p * rb..][..rb]);
+            }
+            Some((c, rb))
+        } else {
+            None
+        };
+        for n_q in [1usize, 2, 3, 4, 8] {
+            let w = normal_vec(&mut r, n_q * n_pos, 0.3);
+            for isa in isas() {
+                for split in [1usize, 5, 16, 32] {
+                    let start = normal_vec(&mut r, n_q * d, 1.0);
+                    // One call over everything, onto `start`.
+                    let mut whole = start.clone();
+                    attn_weighted_sum_f16_group(isa, &w, n_q, &vh, kv_stride, n_pos, &mut whole);
+                    // The same positions in blocks of `split`, each onto the running sum.
+                    let mut blocked = start.clone();
+                    for b0 in (0..n_pos).step_by(split) {
+                        let n = split.min(n_pos - b0);
+                        let wb: Vec<f32> = (0..n_q)
+                            .flat_map(|h| w[h * n_pos + b0..][..n].iter().copied())
+                            .collect();
+                        let vb = &vh[b0 * kv_stride..];
+                        attn_weighted_sum_f16_group(isa, &wb, n_q, vb, kv_stride, n, &mut blocked);
+                    }
+                    let what = format!("{isa} f16 group {n_q} d={d} split={split}");
+                    assert_eq!(bits(&whole), bits(&blocked), "{what}");
+                    // Accumulating onto `start` is `start` plus the plain sum (within budget).
+                    let mut plain = vec![0.0; n_q * d];
+                    attn_weighted_sum_f16_group(isa, &w, n_q, &vh, kv_stride, n_pos, &mut plain);
+                    for i in 0..n_q * d {
+                        let want = f64::from(start[i]) + f64::from(plain[i]);
+                        let tol = 1e-5 * (1.0 + want.abs());
+                        assert_close(whole[i], want, 0.0, tol, &what);
+                    }
+                    if n_q == 1 {
+                        let mut one = start[..d].to_vec();
+                        let mut parts = start[..d].to_vec();
+                        attn_weighted_sum_f32(isa, &w, &vx, kv_stride, n_pos, &mut one);
+                        for b0 in (0..n_pos).step_by(split) {
+                            let n = split.min(n_pos - b0);
+                            let vb = &vx[b0 * kv_stride..];
+                            attn_weighted_sum_f32(
+                                isa,
+                                &w[b0..b0 + n],
+                                vb,
+                                kv_stride,
+                                n,
+                                &mut parts,
+                            );
+                        }
+                        assert_eq!(bits(&one), bits(&parts), "{isa} f32 d={d} split={split}");
+                        if let Some((c, rb)) = &q8 {
+                            let mut one = start[..d].to_vec();
+                            let mut parts = start[..d].to_vec();
+                            attn_weighted_sum_q8_0(isa, &w, c, *rb, n_pos, &mut one);
+                            for b0 in (0..n_pos).step_by(split) {
+                                let n = split.min(n_pos - b0);
+                                let cb = &c[b0 * rb..];
+                                attn_weighted_sum_q8_0(isa, &w[b0..b0 + n], cb, *rb, n, &mut parts);
+                            }
+                            assert_eq!(bits(&one), bits(&parts), "{isa} q8 d={d} split={split}");
                         }
                     }
                 }

@@ -352,6 +352,8 @@ pub(crate) fn attention(
         let qg = &q[t * qd + h0 * hd..][..width];
         let sc = &mut sc[..gs * n_pos];
         let stride = sh.kv_stride;
+        // The weighted-sum kernels accumulate.
+        out.fill(0.0);
         match kv {
             KvView::F16 { k, v } => {
                 let k = &k[base..];

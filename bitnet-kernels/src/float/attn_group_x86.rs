@@ -89,7 +89,7 @@ unsafe fn scores_group_avx512<const G: usize>(
     }
 }
 
-/// `out[h] = Σ_p w[h][p] v_p` for `G` heads, 32 output lanes per pass.
+/// `out[h] += Σ_p w[h][p] v_p` for `G` heads, 32 output lanes per pass.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/DQ + F16C; shapes as the safe API checks them (`w` is `[G][n_pos]`,
@@ -106,7 +106,15 @@ unsafe fn wsum_group_avx512<const G: usize>(
     let mut c = 0;
     while c < d {
         let m = [mask16(d - c), mask16(d.saturating_sub(c + 16))];
-        let mut acc = [[_mm512_setzero_ps(); 2]; G];
+        // Accumulate onto `out` (a cache walked block by block sums as one pass would).
+        let acc_init: [[__m512; 2]; G] = std::array::from_fn(|h| {
+            std::array::from_fn(|j| {
+                let src = out.as_ptr().wrapping_add(h * d + c + 16 * j);
+                // SAFETY: the mask covers only lanes below d of head h's output row.
+                unsafe { _mm512_maskz_loadu_ps(m[j], src) }
+            })
+        });
+        let mut acc = acc_init;
         for p in 0..n_pos {
             // SAFETY: the masked-in lanes lie below d of position p, inside v; the address of
             // an all-masked second half is formed with wrapping arithmetic.
@@ -201,7 +209,7 @@ unsafe fn scores_group_avx2<const G: usize>(
     }
 }
 
-/// `out[h] = Σ_p w[h][p] v_p` for `G` heads, 16 output lanes per pass (tail lanes scalar).
+/// `out[h] += Σ_p w[h][p] v_p` for `G` heads, 16 output lanes per pass (tail lanes scalar).
 ///
 /// # Safety
 /// AVX2 + FMA + F16C; shapes as [`wsum_group_avx512`].
@@ -218,7 +226,17 @@ unsafe fn wsum_group_avx2<const G: usize>(
     let mut c = 0;
     while c < full {
         let two = c + 16 <= full;
+        // Accumulate onto `out` (a cache walked block by block sums as one pass would).
         let mut acc = [[_mm256_setzero_ps(); 2]; G];
+        for (h, a) in acc.iter_mut().enumerate() {
+            // SAFETY: lanes c..c + 8 (c + 16 when `two`) lie below d of head h's output row.
+            unsafe {
+                a[0] = _mm256_loadu_ps(out.as_ptr().add(h * d + c));
+                if two {
+                    a[1] = _mm256_loadu_ps(out.as_ptr().add(h * d + c + 8));
+                }
+            }
+        }
         for p in 0..n_pos {
             // SAFETY: lanes c..c + 8 (and c + 8..c + 16 when `two`) lie below full <= d of
             // position p, inside v.
@@ -251,9 +269,11 @@ unsafe fn wsum_group_avx2<const G: usize>(
     }
     for h in 0..G {
         for i in full..d {
-            out[h * d + i] = (0..n_pos)
-                .map(|p| w[h * n_pos + p] * crate::scalar::float::f16_to_f32(v[p * kv_stride + i]))
-                .sum();
+            let mut acc = out[h * d + i];
+            for p in 0..n_pos {
+                acc += w[h * n_pos + p] * crate::scalar::float::f16_to_f32(v[p * kv_stride + i]);
+            }
+            out[h * d + i] = acc;
         }
     }
 }

@@ -314,7 +314,14 @@ pub(crate) unsafe fn attn_weighted_sum_q8_0_avx512(
     let rb = nb * Q8_0_BLOCK_BYTES;
     assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
     for b in 0..nb {
-        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        // Accumulate onto `out` (a cache walked block by block sums as one pass would).
+        // SAFETY: out holds 32 nb floats.
+        let (mut a0, mut a1) = unsafe {
+            (
+                _mm512_loadu_ps(out.as_ptr().add(32 * b)),
+                _mm512_loadu_ps(out.as_ptr().add(32 * b + 16)),
+            )
+        };
         for (p, &wp) in w.iter().enumerate().take(n_pos) {
             // SAFETY: block b of position p < n_pos lies inside v (checked above).
             let (d, lo, hi) =
@@ -400,7 +407,10 @@ pub(crate) unsafe fn attn_weighted_sum_q8_0_avx2(
     let rb = nb * Q8_0_BLOCK_BYTES;
     assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
     for b in 0..nb {
-        let mut acc = [_mm256_setzero_ps(); 4];
+        // Accumulate onto `out` (a cache walked block by block sums as one pass would).
+        // SAFETY: out holds 32 nb floats.
+        let mut acc =
+            [0, 1, 2, 3].map(|j| unsafe { _mm256_loadu_ps(out.as_ptr().add(32 * b + 8 * j)) });
         for (p, &wp) in w.iter().enumerate().take(n_pos) {
             // SAFETY: block b of position p < n_pos lies inside v (checked above).
             let (d, q) = unsafe { q8_block_f32_avx2(v.as_ptr().add(p * kv_stride + b * 34)) };

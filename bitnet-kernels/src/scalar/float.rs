@@ -417,7 +417,8 @@ pub fn attn_scores_f16(
     }
 }
 
-/// `out = Σ_p w[p] * v[p * kv_stride..][..out.len()]` for an f16 cache.
+/// `out += Σ_p w[p] * v[p * kv_stride..][..out.len()]` for an f16 cache (accumulates, so a
+/// paged cache can be walked block by block).
 pub fn attn_weighted_sum_f16(
     w: &[f32],
     v: &[u16],
@@ -427,7 +428,6 @@ pub fn attn_weighted_sum_f16(
 ) {
     let t = f16_table();
     let d = out.len();
-    out.fill(0.0);
     for (p, &wp) in w.iter().enumerate().take(n_pos) {
         let vp = &v[p * kv_stride..p * kv_stride + d];
         for (o, &h) in out.iter_mut().zip(vp) {
@@ -460,7 +460,6 @@ pub fn attn_weighted_sum_f32(
     out: &mut [f32],
 ) {
     let d = out.len();
-    out.fill(0.0);
     for (p, &wp) in w.iter().enumerate().take(n_pos) {
         for (o, &h) in out.iter_mut().zip(&v[p * kv_stride..p * kv_stride + d]) {
             *o += wp * h;
@@ -493,7 +492,7 @@ pub fn attn_scores_q8_0(
     }
 }
 
-/// `out = Σ_p w[p] * v_p` over a Q8_0 cache (rows as in [`attn_scores_q8_0`], `out.len()`
+/// `out += Σ_p w[p] * v_p` over a Q8_0 cache (rows as in [`attn_scores_q8_0`], `out.len()`
 /// a multiple of 32): `out[j] += (w[p] * d_b) * qs_j`.
 pub fn attn_weighted_sum_q8_0(
     w: &[f32],
@@ -503,7 +502,6 @@ pub fn attn_weighted_sum_q8_0(
     out: &mut [f32],
 ) {
     let rb = out.len() / QK8_0 * Q8_0_BLOCK_BYTES;
-    out.fill(0.0);
     for (p, &wp) in w.iter().enumerate().take(n_pos) {
         let row = &v[p * kv_stride..p * kv_stride + rb];
         for (blk, ob) in row

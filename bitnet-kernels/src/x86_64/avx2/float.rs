@@ -725,7 +725,7 @@ unsafe fn attn_scores<const K: u8>(
     }
 }
 
-/// `out = Σ_p w[p] v_p` over a cache of kind `K`: 32 output lanes at a time in registers
+/// `out += Σ_p w[p] v_p` over a cache of kind `K`: 32 output lanes at a time in registers
 /// while the positions stream past; the last `d % 8` lanes go through padded rows.
 ///
 /// # Safety
@@ -745,7 +745,12 @@ unsafe fn attn_weighted_sum<const K: u8>(
     let mut c = 0;
     while c < full {
         let nv = ((full - c) / 8).min(4);
+        // Accumulate onto `out`: a cache walked block by block sums as one pass would.
         let mut acc = [_mm256_setzero_ps(); 4];
+        for (j, a) in acc.iter_mut().enumerate().take(nv) {
+            // SAFETY: c + 8 j + 8 <= full <= d, inside out.
+            *a = unsafe { _mm256_loadu_ps(out.as_ptr().add(c + 8 * j)) };
+        }
         for (p, &wp) in w.iter().enumerate().take(n_pos) {
             let wv = _mm256_set1_ps(wp);
             // SAFETY: elements c..c + 8 nv <= d of position p lie inside the cache.
@@ -763,7 +768,10 @@ unsafe fn attn_weighted_sum<const K: u8>(
         c += 8 * nv;
     }
     if full < d {
-        let mut acc = _mm256_setzero_ps();
+        let mut o = [0.0f32; 8];
+        o[..d - full].copy_from_slice(&out[full..]);
+        // SAFETY: o holds 8 floats.
+        let mut acc = unsafe { _mm256_loadu_ps(o.as_ptr()) };
         for (p, &wp) in w.iter().enumerate().take(n_pos) {
             // SAFETY: the d - full < 8 tail elements of position p lie inside the cache.
             let v = unsafe {
@@ -772,7 +780,6 @@ unsafe fn attn_weighted_sum<const K: u8>(
             };
             acc = _mm256_fmadd_ps(_mm256_set1_ps(wp), v, acc);
         }
-        let mut o = [0.0f32; 8];
         // SAFETY: o holds 8 floats.
         unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
         out[full..].copy_from_slice(&o[..d - full]);

@@ -669,7 +669,7 @@ unsafe fn attn_scores<const K: u8>(
     }
 }
 
-/// `out = Σ_p w[p] v_p` over a cache of kind `K`: 64 output lanes at a time stay in
+/// `out += Σ_p w[p] v_p` over a cache of kind `K`: 64 output lanes at a time stay in
 /// registers while every position streams past.
 ///
 /// # Safety
@@ -688,7 +688,12 @@ unsafe fn attn_weighted_sum<const K: u8>(
     let mut c = 0;
     while c < d {
         let masks = [0, 1, 2, 3].map(|j| mask16(d.saturating_sub(c + 16 * j)));
-        let mut acc = [_mm512_setzero_ps(); 4];
+        // Accumulate onto `out`: a cache walked block by block sums as one pass would.
+        let mut acc = [0, 1, 2, 3].map(|j| {
+            let src = out.as_ptr().wrapping_add(c + 16 * j);
+            // SAFETY: the mask covers only elements below d (none if this vector is past d).
+            unsafe { _mm512_maskz_loadu_ps(masks[j], src) }
+        });
         for (p, &wp) in w.iter().enumerate().take(n_pos) {
             let wv = _mm512_set1_ps(wp);
             let row = p * kv_stride + c;
