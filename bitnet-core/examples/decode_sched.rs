@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use bitnet_core::model::{HeadMode, LoadOptions, Model, Session};
+use std::sync::Arc;
+
+use bitnet_core::model::{EngineOptions, HeadMode, LoadOptions, Model, Session};
 
 /// `(comm, [on-cpu ns, run-queue wait ns, slices])` of every thread of this process.
 fn schedstats() -> BTreeMap<u64, (String, [u64; 3])> {
@@ -50,14 +52,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => HeadMode::Q8,
     };
     let opts = LoadOptions {
-        threads,
         head,
-        n_ctx: tg + 16,
         ..LoadOptions::default()
     };
-    let model = Model::load(path, &opts)?;
+    let engine = EngineOptions {
+        threads,
+        n_ctx: tg + 16,
+        ..EngineOptions::default()
+    };
+    let model = Arc::new(Model::load(path, &opts)?);
     let n_vocab = model.n_vocab() as u32;
-    let mut s = Session::new(&model, 0)?;
+    let mut s = Session::new(model.clone(), &engine)?;
     for i in 0..4u32 {
         s.eval(&[i + 1], false)?;
     }

@@ -8,7 +8,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use bitnet_core::model::{HeadMode, LoadOptions, Model, Session};
+use std::sync::Arc;
+
+use bitnet_core::model::{EngineOptions, HeadMode, LoadOptions, Model, Session};
 use bitnet_core::synth::{SynthSpec, write_model};
 
 /// User + system CPU seconds of this process so far (all threads), from /proc/self/stat;
@@ -43,12 +45,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         write_model(&spec, Path::new(path), |_, _| {})?;
     }
     let opts = LoadOptions {
-        threads,
         head,
-        n_ctx: pp + tg + 8,
         ..LoadOptions::default()
     };
-    let model = Model::load(path, &opts)?;
+    let engine = EngineOptions {
+        threads,
+        n_ctx: pp + tg + 8,
+        ..EngineOptions::default()
+    };
+    let model = Arc::new(Model::load(path, &opts)?);
     let st = model.load_stats();
     println!(
         "loaded in {:.2}s: {:.0} MiB weights in memory, {:.0} MiB mapped, isa {}, {} threads, head {}",
@@ -61,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let n_vocab = model.n_vocab() as u32;
     let prompt: Vec<u32> = (0..pp as u32).map(|i| (i * 7919 + 1) % n_vocab).collect();
-    let mut s = Session::new(&model, 0)?;
+    let mut s = Session::new(model.clone(), &engine)?;
     // Warm-up (page in the map, touch every buffer).
     s.eval(&prompt[..pp.min(8)], false)?;
     s.reset();

@@ -23,6 +23,17 @@ pub enum CoreError {
     KvCache(#[from] crate::kv_cache::KvCacheError),
     /// The tokenizer could not be built from the file's metadata.
     #[error(transparent)]
+    KvPool(#[from] crate::kv::KvPoolError),
+    #[error(
+        "the KV cache is full: {needed} more positions need blocks, {} of {} blocks are \
+         held by sequences (raise -c, or run fewer sequences at once)",
+        stats.used, stats.n_blocks
+    )]
+    KvFull {
+        needed: usize,
+        stats: crate::kv::PoolStats,
+    },
+    #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// The sampler configuration was refused.
     #[error(transparent)]

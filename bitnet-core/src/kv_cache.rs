@@ -61,36 +61,7 @@ pub enum KvCacheError {
     WrongType { wanted: KvType, actual: KvType },
 }
 
-/// Element storage of the cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum KvType {
-    /// IEEE half precision, 2 bytes per element, stored as `u16` bits.
-    #[default]
-    F16,
-    /// ggml Q8_0: per 32 elements an f16 scale and 32 `i8` (34 bytes).
-    Q8,
-}
-
-impl KvType {
-    /// Bytes of one row of `n` elements (`None` on overflow).
-    pub fn row_bytes(self, n: usize) -> Option<u64> {
-        let n = n as u64;
-        match self {
-            KvType::F16 => n.checked_mul(2),
-            KvType::Q8 => n
-                .div_ceil(QK8_0 as u64)
-                .checked_mul(Q8_0_BLOCK_BYTES as u64),
-        }
-    }
-
-    /// Short lower-case name (`f16`, `q8_0`).
-    pub fn name(self) -> &'static str {
-        match self {
-            KvType::F16 => "f16",
-            KvType::Q8 => "q8_0",
-        }
-    }
-}
+pub use crate::kv::KvType;
 
 #[derive(Debug)]
 enum Store {

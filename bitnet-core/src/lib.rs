@@ -8,15 +8,17 @@
 
 pub mod config;
 pub mod error;
+pub mod kv;
 pub mod kv_cache;
 pub mod model;
 pub mod sampling;
+pub mod scheduler;
 pub mod synth;
 pub mod threadpool;
 pub mod tokenizer;
 
 pub use error::CoreError;
 pub use model::{
-    GenStats, HeadMode, LoadMode, LoadOptions, LoadStats, Model, Profile, Session, StopReason,
-    generate,
+    Engine, EngineOptions, GenStats, HeadMode, LoadMode, LoadOptions, LoadStats, Model, Profile,
+    SeqId, Session, StopReason, generate,
 };

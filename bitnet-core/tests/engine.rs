@@ -2,11 +2,13 @@
 //! thread count, the load mode or the prefill chunking, every weight layout and architecture
 //! variant runs, and bad input gives typed errors.
 
+mod common;
+
 use std::path::PathBuf;
 
 use bitnet_core::CoreError;
 use bitnet_core::config::ActBits;
-use bitnet_core::model::{HeadMode, LoadMode, LoadOptions, Model, Session};
+use bitnet_core::model::{HeadMode, LoadMode};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_gguf::TensorType;
 use bitnet_kernels::Isa;
@@ -33,12 +35,12 @@ fn preset(name: &str) -> SynthSpec {
     SynthSpec::preset(name).expect("preset")
 }
 
-fn opts(threads: usize) -> LoadOptions {
-    LoadOptions {
+fn opts(threads: usize) -> common::setup::Opts {
+    common::setup::Opts {
         threads,
         pin: false,
         n_ctx: 64,
-        ..LoadOptions::default()
+        ..common::setup::Opts::default()
     }
 }
 
@@ -63,14 +65,14 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Every position's logits by one prefill call.
-fn prefill_all(model: &Model, toks: &[u32]) -> Vec<f32> {
-    let mut s = Session::new(model, 0).unwrap();
+fn prefill_all(model: &common::setup::Loaded, toks: &[u32]) -> Vec<f32> {
+    let mut s = model.session(0).unwrap();
     s.eval(toks, true).unwrap().to_vec()
 }
 
 /// Every position's logits by decoding one token at a time.
-fn decode_all(model: &Model, toks: &[u32]) -> Vec<f32> {
-    let mut s = Session::new(model, 0).unwrap();
+fn decode_all(model: &common::setup::Loaded, toks: &[u32]) -> Vec<f32> {
+    let mut s = model.session(0).unwrap();
     let mut out = Vec::new();
     for &t in toks {
         out.extend_from_slice(s.eval(&[t], false).unwrap());
@@ -78,9 +80,9 @@ fn decode_all(model: &Model, toks: &[u32]) -> Vec<f32> {
     out
 }
 
-fn check_prefill_matches_decode(spec: &SynthSpec, tag: &str, o: &LoadOptions) {
+fn check_prefill_matches_decode(spec: &SynthSpec, tag: &str, o: &common::setup::Opts) {
     let path = model_path(spec, tag);
-    let model = Model::load(&path, o).unwrap();
+    let model = common::setup::load(&path, o).unwrap();
     // Longer than one head batch (32) so all-logits prefill crosses a batch boundary.
     let toks = prompt(40, model.n_vocab());
     let a = prefill_all(&model, &toks);
@@ -103,7 +105,7 @@ fn check_prefill_matches_decode(spec: &SynthSpec, tag: &str, o: &LoadOptions) {
 
 #[test]
 fn prefill_equals_decode_across_variants() {
-    let mut cases: Vec<(&str, SynthSpec, LoadOptions)> = vec![
+    let mut cases: Vec<(&str, SynthSpec, common::setup::Opts)> = vec![
         ("tiny", preset("tiny"), opts(2)),
         ("tiny-bitnet", preset("tiny-bitnet"), opts(2)),
         ("tiny-llama", preset("tiny-llama"), opts(1)),
@@ -144,7 +146,7 @@ fn prefill_equals_decode_across_variants() {
     cases.push((
         "head-q8",
         preset("tiny"),
-        LoadOptions {
+        common::setup::Opts {
             head: HeadMode::Q8,
             ..opts(2)
         },
@@ -152,7 +154,7 @@ fn prefill_equals_decode_across_variants() {
     cases.push((
         "chunk5",
         preset("tiny"),
-        LoadOptions {
+        common::setup::Opts {
             prefill_chunk: 5,
             ..opts(2)
         },
@@ -170,14 +172,14 @@ fn one_and_two_threads_and_load_modes_are_bit_identical() {
     };
     let path = model_path(&spec, "threads");
     let toks = prompt(23, 512);
-    let run = |o: LoadOptions| {
-        let model = Model::load(&path, &o).unwrap();
+    let run = |o: common::setup::Opts| {
+        let model = common::setup::load(&path, &o).unwrap();
         (prefill_all(&model, &toks), decode_all(&model, &toks[..6]))
     };
     let (p1, d1) = run(opts(1));
     let (p2, d2) = run(opts(2));
     let (p3, d3) = run(opts(3));
-    let (pr, dr) = run(LoadOptions {
+    let (pr, dr) = run(common::setup::Opts {
         mode: LoadMode::Read,
         ..opts(2)
     });
@@ -210,11 +212,11 @@ fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
     let path = model_path(&spec, "chunks");
     let toks = prompt(12, 4096);
     let run = |threads: usize, head: HeadMode| {
-        let o = LoadOptions {
+        let o = common::setup::Opts {
             head,
             ..opts(threads)
         };
-        let model = Model::load(&path, &o).unwrap();
+        let model = common::setup::load(&path, &o).unwrap();
         (prefill_all(&model, &toks), decode_all(&model, &toks[..4]))
     };
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -241,17 +243,17 @@ fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
 fn scalar_and_best_kernels_agree() {
     let path = model_path(&preset("tiny"), "isa");
     let toks = prompt(12, 512);
-    let model_s = Model::load(
+    let model_s = common::setup::load(
         &path,
-        &LoadOptions {
+        &common::setup::Opts {
             isa: Some(Isa::Scalar),
             ..opts(2)
         },
     )
     .unwrap();
-    let model_b = Model::load(
+    let model_b = common::setup::load(
         &path,
-        &LoadOptions {
+        &common::setup::Opts {
             isa: Some(Isa::best()),
             ..opts(2)
         },
@@ -267,8 +269,8 @@ fn scalar_and_best_kernels_agree() {
 #[test]
 fn bad_tokens_and_context_overflow_are_errors() {
     let path = model_path(&preset("tiny"), "errors");
-    let model = Model::load(&path, &opts(2)).unwrap();
-    let mut s = Session::new(&model, 16).unwrap();
+    let model = common::setup::load(&path, &opts(2)).unwrap();
+    let mut s = model.session(16).unwrap();
     assert!(matches!(
         s.eval(&[1, 512, 3], false),
         Err(CoreError::TokenOutOfRange {
@@ -300,9 +302,9 @@ fn bad_tokens_and_context_overflow_are_errors() {
 #[test]
 fn truncate_and_reset_replay_identically() {
     let path = model_path(&preset("tiny-bitnet"), "truncate");
-    let model = Model::load(&path, &opts(2)).unwrap();
+    let model = common::setup::load(&path, &opts(2)).unwrap();
     let toks = prompt(14, 512);
-    let mut s = Session::new(&model, 32).unwrap();
+    let mut s = model.session(32).unwrap();
     s.eval(&toks[..10], false).unwrap();
     let want = s.eval(&toks[10..], false).unwrap().to_vec();
     s.truncate(10);
@@ -317,8 +319,8 @@ fn truncate_and_reset_replay_identically() {
 #[test]
 fn profile_counts_ops_when_enabled() {
     let path = model_path(&preset("tiny"), "profile");
-    let model = Model::load(&path, &opts(2)).unwrap();
-    let mut s = Session::new(&model, 32).unwrap();
+    let model = common::setup::load(&path, &opts(2)).unwrap();
+    let mut s = model.session(32).unwrap();
     s.eval(&prompt(4, 512), false).unwrap();
     assert!(s.profile().rows().is_empty(), "off by default");
     s.set_profiling(true);
@@ -350,8 +352,9 @@ fn profile_counts_ops_when_enabled() {
 
 #[test]
 fn generate_streams_greedy_tokens_and_honours_stops() {
-    use bitnet_core::model::{StopReason, generate};
-    use bitnet_core::sampling::{Sampler, SamplerConfig, StopMatcher};
+    use bitnet_core::model::{Engine, StopReason, generate};
+    use bitnet_core::sampling::SamplerConfig;
+    use bitnet_core::scheduler::{GenParams, Scheduler, SchedulerOptions};
     use bitnet_core::tokenizer::StreamDecoder;
 
     let vocab = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -366,14 +369,28 @@ fn generate_streams_greedy_tokens_and_honours_stops() {
         ..preset("tiny")
     };
     let path = model_path(&spec, "generate");
-    let model = Model::load(&path, &opts(2)).unwrap();
+    let model = common::setup::load(&path, &opts(2)).unwrap();
     let tok = model.tokenizer().expect("tokenizer from metadata");
     let prompt_ids = tok.encode("Once upon a time", true, false);
     let n_vocab = model.n_vocab();
-    let greedy = || Sampler::new(SamplerConfig::greedy(), n_vocab).unwrap();
+    // generate() runs on a scheduler over a fresh engine, one request.
+    let sched = || {
+        let mut e = model.engine.clone();
+        e.n_ctx = 64;
+        Scheduler::new(
+            Engine::new(model.model.clone(), &e).unwrap(),
+            SchedulerOptions::default(),
+        )
+    };
+    let params = |stop: Vec<String>| GenParams {
+        max_tokens: 10,
+        sampler: SamplerConfig::greedy(),
+        stop,
+        ..GenParams::default()
+    };
 
     // Reference: argmax decoding by hand.
-    let mut s = Session::new(&model, 64).unwrap();
+    let mut s = model.session(64).unwrap();
     let mut logits = s.eval(&prompt_ids, false).unwrap().to_vec();
     let mut want = Vec::new();
     for _ in 0..10 {
@@ -387,21 +404,14 @@ fn generate_streams_greedy_tokens_and_honours_stops() {
         logits = s.eval(&[best], false).unwrap().to_vec();
     }
 
-    let mut s = Session::new(&model, 64).unwrap();
+    let mut s = sched();
     let mut text = String::new();
-    let stats = generate(
-        &mut s,
-        tok,
-        &prompt_ids,
-        10,
-        &mut greedy(),
-        &mut StopMatcher::new(Vec::new()),
-        |t| {
-            text.push_str(t);
-            true
-        },
-    )
-    .unwrap();
+    let stats = generate(&mut s, &prompt_ids, params(Vec::new()), |t| {
+        text.push_str(t);
+        true
+    })
+    .unwrap()
+    .1;
     assert_eq!(stats.tokens, want);
     assert_eq!(stats.gen_tokens, want.len());
     assert_eq!(stats.prompt_tokens, prompt_ids.len());
@@ -425,41 +435,27 @@ fn generate_streams_greedy_tokens_and_honours_stops() {
     if chars.len() >= 4 {
         let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
         let at = whole.find(&stop).unwrap();
-        let mut s = Session::new(&model, 64).unwrap();
+        let mut s = sched();
         let mut got = String::new();
-        let st = generate(
-            &mut s,
-            tok,
-            &prompt_ids,
-            10,
-            &mut greedy(),
-            &mut StopMatcher::new(vec![stop.clone()]),
-            |t| {
-                got.push_str(t);
-                true
-            },
-        )
-        .unwrap();
+        let st = generate(&mut s, &prompt_ids, params(vec![stop.clone()]), |t| {
+            got.push_str(t);
+            true
+        })
+        .unwrap()
+        .1;
         assert_eq!(st.stop_reason, StopReason::StopString, "stop {stop:?}");
         assert_eq!(got, whole[..at]);
     }
 
     // The callback returning false stops at once.
-    let mut s = Session::new(&model, 64).unwrap();
+    let mut s = sched();
     let mut calls = 0;
-    let st = generate(
-        &mut s,
-        tok,
-        &prompt_ids,
-        10,
-        &mut greedy(),
-        &mut StopMatcher::new(Vec::new()),
-        |_| {
-            calls += 1;
-            false
-        },
-    )
-    .unwrap();
+    let st = generate(&mut s, &prompt_ids, params(Vec::new()), |_| {
+        calls += 1;
+        false
+    })
+    .unwrap()
+    .1;
     if !whole.is_empty() {
         assert_eq!(st.stop_reason, StopReason::Callback);
         assert_eq!(calls, 1);
@@ -471,14 +467,14 @@ fn generate_streams_greedy_tokens_and_honours_stops() {
 fn mlock_loads_the_same_model_or_reports_why_not() {
     let path = model_path(&preset("tiny"), "mlock");
     let toks = prompt(6, 512);
-    let plain = prefill_all(&Model::load(&path, &opts(2)).unwrap(), &toks);
+    let plain = prefill_all(&common::setup::load(&path, &opts(2)).unwrap(), &toks);
     for mode in [LoadMode::Mmap, LoadMode::Read] {
-        let o = LoadOptions {
+        let o = common::setup::Opts {
             mlock: true,
             mode,
             ..opts(2)
         };
-        match Model::load(&path, &o) {
+        match common::setup::load(&path, &o) {
             Ok(m) => assert_eq!(prefill_all(&m, &toks), plain, "{mode:?}"),
             // Locking may be refused by the memlock limit; that must be a typed error.
             Err(CoreError::Io { what, .. }) => assert!(what.starts_with("mlock"), "{what}"),
@@ -495,15 +491,15 @@ const KV_Q8_REL_L2_TOL: f32 = 0.05;
 fn q8_kv_cache_matches_f16_closely_and_prefill_equals_decode() {
     use bitnet_core::model::KvType;
     let spec = preset("tiny-bitnet");
-    let q8 = LoadOptions {
+    let q8 = common::setup::Opts {
         kv_type: KvType::Q8,
         ..opts(2)
     };
     check_prefill_matches_decode(&spec, "kv-q8", &q8);
     let path = model_path(&spec, "kv-q8-vs-f16");
     let toks = prompt(20, 512);
-    let a = prefill_all(&Model::load(&path, &q8).unwrap(), &toks);
-    let b = prefill_all(&Model::load(&path, &opts(2)).unwrap(), &toks);
+    let a = prefill_all(&common::setup::load(&path, &q8).unwrap(), &toks);
+    let b = prefill_all(&common::setup::load(&path, &opts(2)).unwrap(), &toks);
     let e = rel_l2(&a, &b);
     assert!(e <= KV_Q8_REL_L2_TOL && e > 0.0, "q8 vs f16 KV: rel-L2 {e}");
     std::fs::remove_file(&path).ok();

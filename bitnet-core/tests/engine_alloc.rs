@@ -5,7 +5,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use bitnet_core::model::{LoadOptions, Model, Session};
+use std::sync::Arc;
+
+use bitnet_core::model::{EngineOptions, LoadOptions, Model, Session};
 use bitnet_core::synth::{SynthSpec, write_model};
 
 struct Counting;
@@ -47,14 +49,14 @@ fn decode_allocates_nothing() {
     let spec = SynthSpec::preset("tiny-bitnet").unwrap();
     write_model(&spec, &path, |_, _| {}).unwrap();
     for threads in [1, 2] {
-        let opts = LoadOptions {
+        let opts = EngineOptions {
             threads,
             pin: false,
             n_ctx: 64,
-            ..LoadOptions::default()
+            ..EngineOptions::default()
         };
-        let model = Model::load(&path, &opts).unwrap();
-        let mut s = Session::new(&model, 0).unwrap();
+        let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
+        let mut s = Session::new(model, &opts).unwrap();
         // Warm-up: prefill, then a couple of decode steps (per-thread kernel scratch).
         s.eval(&[1, 2, 3, 4, 5], false).unwrap();
         s.eval(&[6], false).unwrap();

@@ -4,7 +4,6 @@
 
 mod common;
 
-use bitnet_core::model::{LoadOptions, Model, Session};
 use bitnet_kernels::Isa;
 use common::metrics::{Agreement, compare};
 
@@ -30,23 +29,23 @@ fn run(gguf: &str, json: &str, logits: &str) {
     let tokens = common::golden_tokens(&j);
     let theirs = common::read_f32s(&l);
     for isa in Isa::available() {
-        let opts = LoadOptions {
+        let opts = common::setup::Opts {
             isa: Some(isa),
             threads: 2,
             pin: false,
             n_ctx: 64,
-            ..LoadOptions::default()
+            ..common::setup::Opts::default()
         };
-        let model = Model::load(&g, &opts).unwrap();
+        let model = common::setup::load(&g, &opts).unwrap();
         let n_vocab = model.n_vocab();
-        let mut s = Session::new(&model, 64).unwrap();
+        let mut s = model.session(64).unwrap();
         let ours = s.eval(&tokens, true).unwrap().to_vec();
         check(
             &format!("{gguf} {} prefill", isa.name()),
             compare(&ours, &theirs, n_vocab),
         );
         if isa == Isa::best() {
-            let mut s = Session::new(&model, 64).unwrap();
+            let mut s = model.session(64).unwrap();
             let mut dec = Vec::with_capacity(ours.len());
             for &t in &tokens {
                 dec.extend_from_slice(s.eval(&[t], false).unwrap());

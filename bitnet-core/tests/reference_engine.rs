@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 
 use bitnet_core::config::{ActBits, Arch, ModelConfig};
-use bitnet_core::model::{LoadMode, LoadOptions, Model, Session};
+use bitnet_core::model::LoadMode;
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_gguf::{GgufFile, LoadMode as FileMode, TensorType};
 use bitnet_kernels::Isa;
@@ -50,24 +50,24 @@ fn generate(spec: &SynthSpec) -> PathBuf {
     path
 }
 
-fn opts(threads: usize, isa: Option<Isa>, mode: LoadMode) -> LoadOptions {
-    LoadOptions {
+fn opts(threads: usize, isa: Option<Isa>, mode: LoadMode) -> common::setup::Opts {
+    common::setup::Opts {
         threads,
         isa,
         mode,
         pin: false,
         n_ctx: 64,
-        ..LoadOptions::default()
+        ..common::setup::Opts::default()
     }
 }
 
-fn prefill(model: &Model, tokens: &[u32]) -> Vec<f32> {
-    let mut s = Session::new(model, 64).unwrap();
+fn prefill(model: &common::setup::Loaded, tokens: &[u32]) -> Vec<f32> {
+    let mut s = model.session(64).unwrap();
     s.eval(tokens, true).unwrap().to_vec()
 }
 
-fn decode(model: &Model, tokens: &[u32]) -> Vec<f32> {
-    let mut s = Session::new(model, 64).unwrap();
+fn decode(model: &common::setup::Loaded, tokens: &[u32]) -> Vec<f32> {
+    let mut s = model.session(64).unwrap();
     let mut out = Vec::new();
     for &t in tokens {
         out.extend_from_slice(s.eval(&[t], false).unwrap());
@@ -99,7 +99,7 @@ fn assert_close_to_reference(what: &str, a: Agreement) {
 fn check_model(what: &str, spec: &SynthSpec) {
     let path = generate(spec);
     let (want, want_kv16, cfg) = reference(&path);
-    let model = Model::load(&path, &opts(1, None, LoadMode::Mmap)).unwrap();
+    let model = common::setup::load(&path, &opts(1, None, LoadMode::Mmap)).unwrap();
     assert_eq!(model.config(), &cfg);
     let pre = prefill(&model, &PROMPT);
     assert_close_to_reference(
@@ -123,7 +123,7 @@ fn check_model(what: &str, spec: &SynthSpec) {
         "{what} decode vs prefill: {a}"
     );
     // the last-token logits of a prefill without all_logits are the last row
-    let mut s = Session::new(&model, 64).unwrap();
+    let mut s = model.session(64).unwrap();
     let last = s.eval(&PROMPT, false).unwrap();
     assert_eq!(last, &pre[(PROMPT.len() - 1) * cfg.n_vocab..]);
     std::fs::remove_file(&path).unwrap();
@@ -206,7 +206,7 @@ fn float_projections() {
 #[test]
 fn threads_and_load_modes_are_bit_identical() {
     let path = generate(&tiny("tiny", TensorType::I2_S));
-    let base = Model::load(&path, &opts(1, None, LoadMode::Mmap)).unwrap();
+    let base = common::setup::load(&path, &opts(1, None, LoadMode::Mmap)).unwrap();
     let want_pre = prefill(&base, &PROMPT);
     let want_dec = decode(&base, &PROMPT[..6]);
     for (threads, mode) in [
@@ -214,8 +214,8 @@ fn threads_and_load_modes_are_bit_identical() {
         (1, LoadMode::Read),
         (2, LoadMode::Read),
     ] {
-        let m = Model::load(&path, &opts(threads, None, mode)).unwrap();
-        assert_eq!(m.threads(), threads);
+        let m = common::setup::load(&path, &opts(threads, None, mode)).unwrap();
+        assert_eq!(m.session(0).unwrap().threads(), threads);
         let pre = prefill(&m, &PROMPT);
         assert!(
             pre.iter()
@@ -246,12 +246,13 @@ fn kernel_sets_agree() {
     ];
     for spec in &specs {
         let path = generate(spec);
-        let scalar = Model::load(&path, &opts(1, Some(Isa::Scalar), LoadMode::Mmap)).unwrap();
+        let scalar =
+            common::setup::load(&path, &opts(1, Some(Isa::Scalar), LoadMode::Mmap)).unwrap();
         assert_eq!(scalar.isa(), Isa::Scalar);
         let want = prefill(&scalar, &PROMPT);
         let n_vocab = scalar.n_vocab();
         for isa in Isa::available() {
-            let m = Model::load(&path, &opts(2, Some(isa), LoadMode::Mmap)).unwrap();
+            let m = common::setup::load(&path, &opts(2, Some(isa), LoadMode::Mmap)).unwrap();
             assert_eq!(m.isa(), isa);
             let got = prefill(&m, &PROMPT);
             let a = compare(&got, &want, n_vocab);
@@ -273,12 +274,12 @@ fn kernel_sets_agree() {
 #[test]
 fn chunked_prefill_and_rollback_match_one_batch() {
     let path = generate(&tiny("tiny-bitnet", TensorType::TQ2_0));
-    let whole = Model::load(&path, &opts(2, None, LoadMode::Mmap)).unwrap();
+    let whole = common::setup::load(&path, &opts(2, None, LoadMode::Mmap)).unwrap();
     let n_vocab = whole.n_vocab();
     let want = prefill(&whole, &PROMPT);
-    let chunked = Model::load(
+    let chunked = common::setup::load(
         &path,
-        &LoadOptions {
+        &common::setup::Opts {
             prefill_chunk: 5,
             ..opts(2, None, LoadMode::Mmap)
         },
@@ -290,7 +291,7 @@ fn chunked_prefill_and_rollback_match_one_batch() {
     assert!(a.rel_l2 <= DECODE_MAX_REL_L2 && a.top1 == a.rows, "{a}");
 
     // Roll back to 6 tokens and evaluate the rest again: the same rows come out.
-    let mut s = Session::new(&whole, 64).unwrap();
+    let mut s = whole.session(64).unwrap();
     s.eval(&PROMPT, true).unwrap();
     s.truncate(6);
     assert_eq!(s.n_past(), 6);

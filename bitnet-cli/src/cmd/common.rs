@@ -1,10 +1,13 @@
 //! Options every model-running subcommand shares (`-t`, `--kernel`, `--no-mmap`, `--mlock`,
-//! `--head`, `-c`), and turning them into [`LoadOptions`].
+//! `--head`, `-c`), and turning them into [`LoadOptions`] (how the model is loaded) and
+//! [`EngineOptions`] (how it runs).
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use bitnet_core::model::{HeadMode, LoadMode, LoadOptions, Model};
+use std::sync::Arc;
+
+use bitnet_core::model::{EngineOptions, HeadMode, LoadMode, LoadOptions, Model};
 use bitnet_kernels::Isa;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -32,7 +35,8 @@ pub struct ModelArgs {
     /// Output head format at run time.
     #[arg(long, value_enum, default_value_t = HeadArg::Native)]
     pub head: HeadArg,
-    /// Context size in tokens (default: the model's training context, at most 4096).
+    /// KV cache size in tokens, shared by all sequences when several run at once
+    /// (default: the model's training context, at most 4096).
     #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
     /// Do not pin threads to cores.
@@ -56,18 +60,25 @@ impl ModelArgs {
             },
             mlock: self.mlock,
             isa: parse_isa(self.kernel.as_deref())?,
-            threads: self.threads.unwrap_or(0),
-            pin: !self.no_pin,
             head: match self.head {
                 HeadArg::Native => HeadMode::Native,
                 HeadArg::Q8 => HeadMode::Q8,
             },
-            n_ctx: self.ctx.unwrap_or(0),
-            ..LoadOptions::default()
         })
+    }
+
+    pub fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            threads: self.threads.unwrap_or(0),
+            pin: !self.no_pin,
+            n_ctx: self.ctx.unwrap_or(0),
+            ..EngineOptions::default()
+        }
     }
 }
 
-pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Model> {
-    Model::load(path, opts).with_context(|| format!("loading {}", path.display()))
+pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
+    Model::load(path, opts)
+        .map(Arc::new)
+        .with_context(|| format!("loading {}", path.display()))
 }

@@ -6,8 +6,9 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::model::{Session, generate};
-use bitnet_core::sampling::{Sampler, SamplerConfig, StopMatcher};
+use bitnet_core::model::{Engine, generate};
+use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::scheduler::{GenParams, Scheduler, SchedulerOptions};
 
 use super::bench::{peak_rss, profile_table};
 use super::common::{ModelArgs, load_model};
@@ -84,6 +85,7 @@ impl SamplingArgs {
 
 pub fn run(args: Args) -> Result<()> {
     let opts = args.model_args.load_options()?;
+    let engine_opts = args.model_args.engine_options();
     let model = load_model(&args.model, &opts)?;
     let tokenizer = model
         .tokenizer()
@@ -92,18 +94,23 @@ pub fn run(args: Args) -> Result<()> {
     if prompt_tokens.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
-    let mut session = Session::new(&model, opts.n_ctx).context("creating a session")?;
-    if prompt_tokens.len() >= session.n_ctx() {
+    let mut engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    if prompt_tokens.len() >= engine.max_seq_len() {
         bail!(
             "the prompt has {} tokens but the context holds {}: shorten it or raise -c",
             prompt_tokens.len(),
-            session.n_ctx()
+            engine.max_seq_len()
         );
     }
-    session.set_profiling(args.profile);
-    let mut sampler =
-        Sampler::new(args.sampling.config(), model.n_vocab()).context("sampler settings")?;
-    let mut stop = StopMatcher::new(args.stop.clone());
+    engine.set_profiling(args.profile);
+    let threads = engine.threads();
+    let mut sched = Scheduler::new(engine, SchedulerOptions::default());
+    let params = GenParams {
+        max_tokens: args.n_predict,
+        sampler: args.sampling.config(),
+        stop: args.stop.clone(),
+        ..GenParams::default()
+    };
 
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -112,21 +119,15 @@ pub fn run(args: Args) -> Result<()> {
         out.flush()?;
     }
     let mut pipe_error: Option<io::Error> = None;
-    let stats = generate(
-        &mut session,
-        tokenizer,
-        &prompt_tokens,
-        args.n_predict,
-        &mut sampler,
-        &mut stop,
-        |text| match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    let (_, stats) = generate(&mut sched, &prompt_tokens, params, |text| {
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             Ok(()) => true,
             Err(e) => {
                 pipe_error = Some(e);
                 false
             }
-        },
-    )
+        }
+    })
     .context("generating")?;
     if let Some(e) = pipe_error {
         return Err(e.into());
@@ -144,14 +145,14 @@ pub fn run(args: Args) -> Result<()> {
         stats.gen_tps(),
         stats.stop_reason.name(),
         human_bytes(peak_rss()),
-        model.threads(),
+        threads,
         model.isa().name(),
         model.head_mode().name(),
     );
     if args.profile {
         let mut err = io::stderr().lock();
         writeln!(err, "profile (prompt and generation):")?;
-        profile_table::write_profile(&mut err, session.profile(), stats.gen_tokens + 1)?;
+        profile_table::write_profile(&mut err, sched.engine().profile(), stats.gen_tokens + 1)?;
     }
     Ok(())
 }

@@ -29,7 +29,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut opts = args.model_args.load_options()?;
+    let opts = args.model_args.load_options()?;
+    let mut engine_opts = args.model_args.engine_options();
     let model = load_model(&args.model, &opts)?;
     let tokens = match &args.prompt {
         Some(text) => {
@@ -43,19 +44,29 @@ pub fn run(args: Args) -> Result<()> {
     if tokens.is_empty() {
         bail!("no tokens to evaluate");
     }
-    if opts.n_ctx == 0 {
-        opts.n_ctx = tokens.len();
+    if engine_opts.n_ctx == 0 {
+        engine_opts.n_ctx = tokens.len();
     }
-    let mut session =
-        Session::new(&model, opts.n_ctx.max(tokens.len())).context("creating a session")?;
-    let logits = session
-        .eval(&tokens, true)
-        .context("evaluating the tokens")?;
+    engine_opts.n_ctx = engine_opts.n_ctx.max(tokens.len());
+    let mut session = Session::new(model.clone(), &engine_opts).context("creating a session")?;
     let file = File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
     let mut w = BufWriter::new(file);
-    for x in logits {
-        w.write_all(&x.to_le_bytes())?;
+    // Rows go to the file as they come: no [tokens][vocab] buffer.
+    let mut write_err: Option<std::io::Error> = None;
+    session
+        .eval_each(&tokens, |_, row| {
+            for x in row {
+                if write_err.is_none()
+                    && let Err(e) = w.write_all(&x.to_le_bytes())
+                {
+                    write_err = Some(e);
+                }
+            }
+        })
+        .context("evaluating the tokens")?;
+    if let Some(e) = write_err {
+        return Err(e).with_context(|| format!("writing {}", args.output.display()));
     }
     w.flush()
         .with_context(|| format!("writing {}", args.output.display()))?;

@@ -14,17 +14,16 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, QK8_0, RowFormat};
+use bitnet_kernels::float::{self, RowFormat};
 use bitnet_kernels::{Isa, quantize_act, quantize_act_binary};
 
+use super::engine::{Engine, HEAD_BATCH};
 use super::linear::{LinInput, Linear, Needs, bit_words, padded};
 use super::par::{self, AttnShape, Bufs, KvView, PrepBufs, Strides};
 use super::profile::{OpKind, Profile, SubTimer};
-use super::session::{HEAD_BATCH, Session};
 use super::{FloatRows, HeadMode, Store};
 use crate::config::{ActBits, FfnAct, RopeStyle};
 use crate::error::CoreError;
-use crate::kv_cache::KvType;
 use crate::threadpool::{ChunkQueue, ThreadPool};
 
 /// Row granule of a chunk of the head (keeps chunks cache-line sized).
@@ -172,39 +171,38 @@ pub(crate) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize 
     par::n_chunks(head.rows, HEAD_ALIGN, bytes, nt, HEAD_CHUNKS_PER_THREAD)
 }
 
-impl Session<'_> {
-    /// Runs `tokens` (at most one chunk) through the model at positions `n_past..`, appends
-    /// them to the KV cache and writes the logits: of the last token into `self.logits`, and
-    /// with `all = Some(offset)` of every token into `all_logits[offset + t]`.
-    pub(crate) fn forward_chunk(
+impl Engine {
+    /// Runs the batch laid out in `self.batch` through the model: writes every token's K/V
+    /// rows into its KV slot, attends over each token's own sequence, and hands the logits
+    /// rows the batch asks for to `on_logits(item, token in item, row)`.
+    pub(crate) fn forward_batch(
         &mut self,
-        tokens: &[u32],
-        all: Option<usize>,
+        on_logits: &mut dyn FnMut(usize, usize, &[f32]),
     ) -> Result<(), CoreError> {
-        let Session {
+        let Engine {
             model,
             isa,
             pool,
             kv,
             rope,
-            n_ctx,
             bufs,
+            batch,
             blk,
             scores,
             hn,
             hq8,
             logits,
-            all_logits,
             head_blk,
             profile,
             timer,
             ..
         } = self;
-        let (m, isa, pool) = (*model, *isa, &*pool);
+        let (m, isa, pool) = (&**model, *isa, &*pool);
         let cfg = &m.config;
         let store = &m.store;
+        let tokens = &batch.tokens[..];
         let n = tokens.len();
-        let pos0 = kv.len();
+        let positions = &batch.pos[..];
         let binary = cfg.act_bits == ActBits::Binary;
         let eps = cfg.rms_eps;
         let (e, qd, kvd, nff, hd) = (
@@ -237,22 +235,16 @@ impl Session<'_> {
         }
         profile.stop(OpKind::Embed, t);
 
-        // The cache is position-major: `[pos][kv head][head_dim]`.
-        let (kv_stride, kv_head_step) = match kv.kv_type() {
-            KvType::F16 => (kv.kv_dim(), hd),
-            KvType::Q8 => (
-                kv.kv_dim() / QK8_0 * Q8_0_BLOCK_BYTES,
-                hd / QK8_0 * Q8_0_BLOCK_BYTES,
-            ),
-        };
+        // A block is position-major: `[pos][kv head][head_dim]` in the format's bytes.
         let attn = AttnShape {
             n_head,
             group: cfg.gqa_group(),
             head_dim: hd,
-            kv_stride,
-            kv_head_step,
+            kv_stride: kv.row_bytes(),
+            kv_head_step: kv.head_bytes(),
             scale: 1.0 / (hd as f32).sqrt(),
-            max_pos: *n_ctx,
+            max_pos: kv.capacity_tokens(),
+            block_tokens: kv.block_tokens(),
         };
         let tm: &SubTimer = timer;
 
@@ -308,21 +300,33 @@ impl Session<'_> {
                         bq.copy_row(tok, q);
                         bk.copy_row(tok, k);
                         bv.copy_row(tok, v);
+                        let pos = positions[tok];
                         tm.time(OpKind::Rope, || match cfg.rope {
                             RopeStyle::Neox => {
-                                rope.apply_neox(isa, q, hd, n_head, pos0 + tok);
-                                rope.apply_neox(isa, k, hd, n_kv, pos0 + tok);
+                                rope.apply_neox(isa, q, hd, n_head, pos);
+                                rope.apply_neox(isa, k, hd, n_kv, pos);
                             }
                             RopeStyle::Normal => {
-                                rope.apply_normal(isa, q, hd, n_head, pos0 + tok);
-                                rope.apply_normal(isa, k, hd, n_kv, pos0 + tok);
+                                rope.apply_normal(isa, q, hd, n_head, pos);
+                                rope.apply_normal(isa, k, hd, n_kv, pos);
                             }
                         });
                     }
                 });
                 charge(profile, pool, tm, OpKind::Rope, t);
                 let t = profile.start();
-                kv.write_rows(l, pos0, &bufs.k[..n * kvd], &bufs.v[..n * kvd])?;
+                // Runs of consecutive slots of one block are encoded in one call.
+                let mut i = 0;
+                while i < n {
+                    let (b, s0) = (batch.block[i], batch.slot[i]);
+                    let mut j = i + 1;
+                    while j < n && batch.block[j] == b && batch.slot[j] == s0 + (j - i) as u32 {
+                        j += 1;
+                    }
+                    let (k, v) = (&bufs.k[i * kvd..j * kvd], &bufs.v[i * kvd..j * kvd]);
+                    kv.write_rows(l, b, s0 as usize, k, v);
+                    i = j;
+                }
                 profile.stop(OpKind::KvWrite, t);
             }
 
@@ -332,21 +336,11 @@ impl Session<'_> {
                 pool,
                 isa,
                 &attn,
-                match kv.kv_type() {
-                    KvType::F16 => KvView::F16 {
-                        k: kv.k_layer(l),
-                        v: kv.v_layer(l),
-                    },
-                    KvType::Q8 => KvView::Q8 {
-                        k: kv.k_layer_q8(l)?,
-                        v: kv.v_layer_q8(l)?,
-                    },
-                },
+                &KvView { pool: kv, layer: l },
+                batch,
                 &bufs.q[..n * qd],
                 &mut bufs.att[..n * qd],
                 scores,
-                n,
-                pos0,
             );
             stop_region(profile, pool, OpKind::Attention, t);
 
@@ -434,73 +428,63 @@ impl Session<'_> {
             // 10. ffn_down (added to the residual by the next step 1).
             self::matmuls(pool, isa, store, binary, profile, &d, bufs, n, nff, blk);
         }
-        kv.set_len(pos0 + n)?;
 
-        // Final residual add, output norm, head.
+        // Final residual add, output norm, head: only for the rows that want logits.
+        let rows = &batch.rows[..];
         let t = profile.start();
         if let Some(last) = m.layers.last() {
             let bd = par::blocked(pool, &last.down, &blk[0], n);
-            // Only the positions whose logits are wanted need the final residual.
-            let first = if all.is_some() { 0 } else { n - 1 };
-            for tok in first..n {
+            for &(_, _, tok) in rows {
+                let tok = tok as usize;
                 bd.add_row(isa, tok, &mut bufs.x[tok * e..(tok + 1) * e]);
             }
         }
         profile.stop(OpKind::Elementwise, t);
         let q8 = m.head_mode == HeadMode::Q8;
         let q8_rb = RowFormat::Q8_0.row_bytes(e).unwrap_or(0);
-        let final_rows = |rows: Range<usize>, hn: &mut [f32], hq8: &mut [u8]| {
-            for (j, tok) in rows.enumerate() {
+        let vocab = cfg.n_vocab;
+        for group in rows.chunks(HEAD_BATCH) {
+            let nb = group.len();
+            let t = profile.start();
+            for (j, &(_, _, tok)) in group.iter().enumerate() {
+                let tok = tok as usize;
                 let h = &mut hn[j * e..(j + 1) * e];
                 float::rmsnorm(isa, &bufs.x[tok * e..(tok + 1) * e], &m.output_norm, eps, h);
                 if q8 {
                     float::quantize_row_q8_0(h, &mut hq8[j * q8_rb..(j + 1) * q8_rb]);
                 }
             }
-        };
-        let vocab = cfg.n_vocab;
-        match all {
-            None => {
-                let t = profile.start();
-                final_rows(n - 1..n, hn, hq8);
-                profile.stop(OpKind::Norm, t);
-                let t = profile.start();
+            profile.stop(OpKind::Norm, t);
+            let t = profile.start();
+            if nb == 1 {
+                // One row: the blocked layout is the plain one.
                 head_rows(pool, isa, store, &m.head, m.head_mode, hn, hq8, 1, logits);
                 stop_region(profile, pool, OpKind::Head, t);
+                on_logits(group[0].0 as usize, group[0].1 as usize, logits);
+                continue;
             }
-            Some(offset) => {
-                for start in (0..n).step_by(HEAD_BATCH) {
-                    let nb = (n - start).min(HEAD_BATCH);
-                    let t = profile.start();
-                    final_rows(start..start + nb, hn, hq8);
-                    profile.stop(OpKind::Norm, t);
-                    let t = profile.start();
-                    head_rows(
-                        pool,
-                        isa,
-                        store,
-                        &m.head,
-                        m.head_mode,
-                        hn,
-                        hq8,
-                        nb,
-                        head_blk,
-                    );
-                    let b = par::Blocked {
-                        data: &head_blk[..nb * vocab],
-                        n_tok: nb,
-                        rows: vocab,
-                        align: HEAD_ALIGN,
-                        parts: head_chunks(&m.head, m.head_mode, pool.n_threads()),
-                    };
-                    for j in 0..nb {
-                        let row = offset + start + j;
-                        b.copy_row(j, &mut all_logits[row * vocab..(row + 1) * vocab]);
-                    }
-                    stop_region(profile, pool, OpKind::Head, t);
-                }
-                let last = offset + n - 1;
-                logits.copy_from_slice(&all_logits[last * vocab..(last + 1) * vocab]);
+            head_rows(
+                pool,
+                isa,
+                store,
+                &m.head,
+                m.head_mode,
+                hn,
+                hq8,
+                nb,
+                head_blk,
+            );
+            stop_region(profile, pool, OpKind::Head, t);
+            let b = par::Blocked {
+                data: &head_blk[..nb * vocab],
+                n_tok: nb,
+                rows: vocab,
+                align: HEAD_ALIGN,
+                parts: head_chunks(&m.head, m.head_mode, pool.n_threads()),
+            };
+            for (j, &(item, idx, _)) in group.iter().enumerate() {
+                b.copy_row(j, logits);
+                on_logits(item as usize, idx as usize, logits);
             }
         }
         Ok(())

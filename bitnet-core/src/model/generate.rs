@@ -1,13 +1,9 @@
-//! The generation loop behind `bitnet generate` / `chat`: prefill the prompt, then sample,
-//! stream and evaluate one token at a time. Text reaches the caller only as whole UTF-8
-//! characters ([`StreamDecoder`]) and never includes a stop string ([`StopMatcher`]).
+//! The generation loop behind `bitnet generate`: a thin loop over the [`Scheduler`] with one
+//! request. Text reaches the caller only as whole UTF-8 characters and never includes a
+//! stop string.
 
-use std::time::Instant;
-
-use super::session::Session;
 use crate::error::CoreError;
-use crate::sampling::{Sampler, StopMatcher};
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::scheduler::{Event, GenParams, Scheduler};
 
 /// Why generation ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -16,12 +12,14 @@ pub enum StopReason {
     Eog,
     /// A stop string appeared in the text.
     StopString,
-    /// `max_new` tokens were generated.
+    /// `max_tokens` tokens were generated.
     MaxTokens,
     /// The context is full.
     ContextFull,
     /// The text callback asked to stop (e.g. the output pipe was closed).
     Callback,
+    /// The request was cancelled.
+    Cancelled,
 }
 
 impl StopReason {
@@ -32,19 +30,23 @@ impl StopReason {
             StopReason::MaxTokens => "max tokens",
             StopReason::ContextFull => "context full",
             StopReason::Callback => "stopped by caller",
+            StopReason::Cancelled => "cancelled",
         }
     }
 }
 
-/// Counts and timings of one [`generate`] call.
+/// Counts and timings of one generation request.
 #[derive(Clone, Debug)]
 pub struct GenStats {
+    /// Prompt tokens of the request (cached ones included).
     pub prompt_tokens: usize,
-    /// Wall time of the prompt evaluation.
+    /// Prompt tokens whose KV came from the prefix cache (not evaluated).
+    pub cached_tokens: usize,
+    /// Wall time from admission to the first sampled token.
     pub prompt_secs: f64,
     /// Tokens sampled (an end-of-generation token is not counted).
     pub gen_tokens: usize,
-    /// Wall time from the first sample to the end (sampling, streaming and decode steps).
+    /// Wall time from the first sample to the end.
     pub gen_secs: f64,
     pub stop_reason: StopReason,
     /// The generated token ids.
@@ -52,14 +54,15 @@ pub struct GenStats {
 }
 
 impl GenStats {
-    /// Prompt tokens per second.
+    /// Prompt tokens evaluated per second.
     pub fn prompt_tps(&self) -> f64 {
-        rate(self.prompt_tokens, self.prompt_secs)
+        rate(self.prompt_tokens - self.cached_tokens, self.prompt_secs)
     }
 
-    /// Generated tokens per second.
+    /// Generated tokens per second (the first one came with the prompt, so the rate
+    /// counts the tokens decoded after it).
     pub fn gen_tps(&self) -> f64 {
-        rate(self.gen_tokens, self.gen_secs)
+        rate(self.gen_tokens.saturating_sub(1), self.gen_secs)
     }
 }
 
@@ -67,92 +70,40 @@ fn rate(n: usize, secs: f64) -> f64 {
     if secs > 0.0 { n as f64 / secs } else { 0.0 }
 }
 
-/// Evaluates `prompt_tokens` after the session's context, then generates up to `max_new`
-/// tokens, calling `on_text` with each piece of text as it becomes final. `on_text` returns
-/// false to stop (a closed pipe). The sampler sees the prompt and the generated tokens as
-/// history (for repetition penalties).
-///
-/// Each sampled token is evaluated before the next one is sampled, so when generation ends
-/// the last sampled token (and an end-of-generation token) is not in the KV cache yet: a
-/// caller continuing the conversation passes it in the next prompt (`session.n_past()` says
-/// how far the cache got). With an empty `prompt_tokens` generation continues from the
-/// logits of the session's last `eval`.
+/// Generates from `prompt` on the scheduler (which should have nothing else to do),
+/// calling `on_text` with each piece of text as it becomes final; `on_text` returns false
+/// to stop (a closed pipe). As in every request, the last sampled token is not evaluated
+/// into the KV cache: a sequence kept with `params.keep` holds the prompt and all
+/// generated tokens but the last.
 pub fn generate(
-    session: &mut Session<'_>,
-    tokenizer: &Tokenizer,
-    prompt_tokens: &[u32],
-    max_new: usize,
-    sampler: &mut Sampler,
-    stop: &mut StopMatcher,
+    sched: &mut Scheduler,
+    prompt: &[u32],
+    params: GenParams,
     mut on_text: impl FnMut(&str) -> bool,
-) -> Result<GenStats, CoreError> {
-    let t0 = Instant::now();
-    if !prompt_tokens.is_empty() {
-        session.eval(prompt_tokens, false)?;
-    } else if session.n_past() == 0 {
-        return Err(CoreError::EmptyInput);
-    }
-    let prompt_secs = t0.elapsed().as_secs_f64();
-
-    let t1 = Instant::now();
-    let mut history: Vec<u32> = Vec::with_capacity(prompt_tokens.len() + max_new);
-    history.extend_from_slice(prompt_tokens);
-    let mut out = Vec::with_capacity(max_new);
-    let mut decoder = StreamDecoder::new(tokenizer);
-    let mut reason = StopReason::MaxTokens;
-    let mut emit = |text: &str, stop: &mut StopMatcher| -> Option<StopReason> {
-        if text.is_empty() {
-            return None;
-        }
-        let feed = stop.feed(text);
-        if !feed.emit.is_empty() && !on_text(feed.emit) {
-            return Some(StopReason::Callback);
-        }
-        feed.stopped.then_some(StopReason::StopString)
-    };
-    let mut ended = false;
-    for i in 0..max_new {
-        let ts = Instant::now();
-        let tok = sampler.sample(session.last_logits(), &history);
-        session.add_sampling_time(ts.elapsed().as_secs_f64());
-        if tokenizer.is_eog(tok) {
-            reason = StopReason::Eog;
-            break;
-        }
-        out.push(tok);
-        history.push(tok);
-        let text = decoder.push(tok);
-        if let Some(r) = emit(&text, stop) {
-            reason = r;
-            ended = true;
-            break;
-        }
-        if i + 1 == max_new {
-            break;
-        }
-        if session.n_past() >= session.n_ctx() {
-            reason = StopReason::ContextFull;
-            break;
-        }
-        session.eval(&[tok], false)?;
-    }
-    if !ended {
-        let rest = decoder.finish();
-        if let Some(r) = emit(&rest, stop) {
-            reason = r;
-        } else {
-            let held = stop.finish().to_owned();
-            if !held.is_empty() && !on_text(&held) {
-                reason = StopReason::Callback;
+) -> Result<(crate::model::SeqId, GenStats), CoreError> {
+    let id = sched.submit(prompt, params)?;
+    let mut done: Option<GenStats> = None;
+    let mut failed: Option<CoreError> = None;
+    let mut stopped = false;
+    while done.is_none() && failed.is_none() {
+        sched.step(&mut |ev| match ev {
+            Event::Text { seq, text } if seq == id && !stopped && !on_text(text) => {
+                stopped = true;
             }
+            Event::Done { seq, stats } if seq == id => done = Some(stats),
+            Event::Error { seq, error } if seq == id => failed = Some(error),
+            _ => {}
+        })?;
+        if stopped && done.is_none() {
+            sched.cancel(id);
         }
     }
-    Ok(GenStats {
-        prompt_tokens: prompt_tokens.len(),
-        prompt_secs,
-        gen_tokens: out.len(),
-        gen_secs: t1.elapsed().as_secs_f64(),
-        stop_reason: reason,
-        tokens: out,
-    })
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let mut stats = done.expect("loop ends with a result");
+    if stopped {
+        stats.stop_reason = StopReason::Callback;
+    }
+    Ok((id, stats))
 }

@@ -282,17 +282,8 @@ impl Model {
             Some(i) => i.require()?,
             None => Isa::from_env()?,
         };
-        let threads = if opts.threads == 0 {
-            physical_core_count().max(1)
-        } else {
-            opts.threads
-        };
-        if opts.prefill_chunk == 0 {
-            return Err(CoreError::InvalidOption {
-                option: "prefill_chunk",
-                reason: "must be at least 1".into(),
-            });
-        }
+        // Repacking uses every core; the engine's thread count is its own option.
+        let threads = physical_core_count().max(1);
         let mode = match opts.mode {
             LoadMode::Mmap => bitnet_gguf::LoadMode::Mmap,
             LoadMode::Read => bitnet_gguf::LoadMode::Read,
@@ -311,10 +302,6 @@ impl Model {
                 reason: format!("q8 needs n_embd a multiple of {QK8_0}, got {}", cfg.n_embd),
             });
         }
-        let n_ctx = match opts.n_ctx {
-            0 => cfg.n_ctx_train.min(4096),
-            n => n,
-        };
 
         let e = cfg.n_embd;
         let mut linears = load_linears(&file, &cfg, threads)?.into_iter();
@@ -483,11 +470,6 @@ impl Model {
             output_norm,
             layers,
             isa,
-            threads,
-            pin: opts.pin,
-            n_ctx,
-            prefill_chunk: opts.prefill_chunk,
-            kv_type: opts.kv_type,
             stats,
         })
     }

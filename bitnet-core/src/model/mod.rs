@@ -1,13 +1,16 @@
 //! The optimized engine: a loaded model ([`Model`]: config, tokenizer, weights repacked for the
-//! kernels) and an inference session over it ([`Session`]: every activation buffer and the
-//! f16 KV cache allocated once, prefill through the matrix-matrix kernels, decode through the
-//! matrix-vector ones, every product split by output rows across the thread pool).
+//! kernels; immutable and shared), the [`Engine`] that runs batches of tokens from many
+//! sequences over it (thread pool, activation buffers, paged KV pool, all allocated once),
+//! and the [`Session`] convenience of one sequence on its own engine.
 //!
 //! Files: `loader.rs` reads a GGUF into a [`Model`]; `linear.rs` is one projection in
-//! whichever layout it was loaded as; `session.rs` owns the buffers and runs `eval`;
-//! `forward.rs` is the per-layer math; `par.rs` the parallel building blocks; `generate.rs`
-//! the streaming generation loop; `profile.rs` and `stop.rs` its helpers.
+//! whichever layout it was loaded as; `engine.rs` owns the buffers, the KV pool and the
+//! sequences and lays a batch out; `forward.rs` is the per-layer math over a batch;
+//! `par.rs` the parallel building blocks (products, paged attention); `session.rs` one
+//! sequence; `generate.rs` the streaming generation loop over the scheduler;
+//! `profile.rs` the per-op timer.
 
+mod engine;
 mod forward;
 mod generate;
 mod linear;
@@ -23,9 +26,12 @@ use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::ModelConfig;
-pub use crate::kv_cache::KvType;
+pub use crate::kv::KvType;
 use crate::tokenizer::Tokenizer;
 
+pub use engine::{
+    BatchItem, DEFAULT_BLOCK_TOKENS, Engine, EngineOptions, KvStats, Logits, SeqId, default_threads,
+};
 pub use generate::{GenStats, StopReason, generate};
 pub use profile::{OpKind, Profile, ProfileRow};
 pub use session::Session;
@@ -69,18 +75,9 @@ pub struct LoadOptions {
     /// Lock the model's memory (`mlock`) so it is never paged out.
     pub mlock: bool,
     /// Kernel set; `None` = [`Isa::from_env`] (`BITNET_KERNEL` or the best available).
+    /// The weights are repacked for it, so it belongs to the model.
     pub isa: Option<Isa>,
-    /// Threads for the forward pass (the caller included); 0 = physical cores.
-    pub threads: usize,
-    /// Pin pool threads to cores.
-    pub pin: bool,
     pub head: HeadMode,
-    /// Default context size of sessions; 0 = min(training context, 4096).
-    pub n_ctx: usize,
-    /// Prompt tokens evaluated per batch (sizes the activation buffers).
-    pub prefill_chunk: usize,
-    /// Element type of the KV cache of sessions (f16, or Q8_0 at about half the memory).
-    pub kv_type: KvType,
 }
 
 impl Default for LoadOptions {
@@ -89,12 +86,7 @@ impl Default for LoadOptions {
             mode: LoadMode::Mmap,
             mlock: false,
             isa: None,
-            threads: 0,
-            pin: true,
             head: HeadMode::Native,
-            n_ctx: 0,
-            prefill_chunk: 256,
-            kv_type: KvType::F16,
         }
     }
 }
@@ -108,6 +100,7 @@ pub struct LoadStats {
     /// Bytes of the file still mapped and read at run time (embedding, head); 0 without mmap.
     pub mapped_bytes: u64,
     pub isa: Isa,
+    /// Threads the load (repacking) ran on.
     pub threads: usize,
     pub head_mode: HeadMode,
 }
@@ -185,7 +178,8 @@ impl Layer {
     }
 }
 
-/// A loaded model: immutable, shared by its sessions.
+/// A loaded model: immutable after load and shared (`Arc`) by the engine and whoever
+/// else reads it; run-time settings live in [`EngineOptions`].
 #[derive(Debug)]
 pub struct Model {
     pub(crate) config: ModelConfig,
@@ -197,11 +191,6 @@ pub struct Model {
     pub(crate) output_norm: Vec<f32>,
     pub(crate) layers: Vec<Layer>,
     pub(crate) isa: Isa,
-    pub(crate) threads: usize,
-    pub(crate) pin: bool,
-    pub(crate) n_ctx: usize,
-    pub(crate) prefill_chunk: usize,
-    pub(crate) kv_type: KvType,
     pub(crate) stats: LoadStats,
 }
 
@@ -237,13 +226,9 @@ impl Model {
         self.isa
     }
 
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
-    /// The default context size of sessions.
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
+    /// The default context size of an engine: the training context, at most 4096.
+    pub fn default_n_ctx(&self) -> usize {
+        self.config.n_ctx_train.clamp(1, 4096)
     }
 
     pub fn n_vocab(&self) -> usize {

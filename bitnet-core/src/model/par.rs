@@ -14,7 +14,9 @@ use bitnet_kernels::float;
 use bitnet_kernels::{ActScale, Isa};
 
 use super::Store;
+use super::engine::BatchScratch;
 use super::linear::{LinInput, Linear};
+use crate::kv::KvPool;
 use crate::threadpool::{ChunkQueue, DisjointSlice, ThreadPool, split_range};
 
 /// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
@@ -270,13 +272,11 @@ where
     });
 }
 
-/// One layer of the KV cache as the attention kernels read it.
+/// One layer of the paged KV pool as attention reads it.
 #[derive(Copy, Clone, Debug)]
-pub(crate) enum KvView<'a> {
-    /// f16 bits; strides in elements.
-    F16 { k: &'a [u16], v: &'a [u16] },
-    /// Q8_0 head rows; strides in bytes.
-    Q8 { k: &'a [u8], v: &'a [u8] },
+pub(crate) struct KvView<'a> {
+    pub(crate) pool: &'a KvPool,
+    pub(crate) layer: usize,
 }
 
 /// Shape of one attention call.
@@ -285,19 +285,26 @@ pub(crate) struct AttnShape {
     pub(crate) n_head: usize,
     pub(crate) group: usize,
     pub(crate) head_dim: usize,
-    /// Elements (f16) or bytes (Q8_0) between two positions of one KV head in the cache.
+    /// Bytes between two positions of one KV head in a block.
     pub(crate) kv_stride: usize,
-    /// Elements (f16) or bytes (Q8_0) between the position-0 entries of two KV heads.
+    /// Bytes between the entries of two KV heads of one position.
     pub(crate) kv_head_step: usize,
     pub(crate) scale: f32,
-    /// Positions the cache holds at most (scores scratch: `group * max_pos` per thread).
+    /// Positions a sequence holds at most (scores scratch: `group * max_pos` per thread).
     pub(crate) max_pos: usize,
+    pub(crate) block_tokens: usize,
 }
 
 /// The `tid`-th of `nt` ranges of (token, unit) pairs, balanced by attended positions: pair
-/// `(t, h)` (index `t * n_head + h`, `n_head` units per token) costs `pos0 + t + 1`.
-fn balanced_pairs(n_tok: usize, n_head: usize, pos0: usize, nt: usize, tid: usize) -> Range<usize> {
-    let cost = |t: usize| (pos0 + t + 1) as u128;
+/// `(t, h)` (index `t * n_head + h`, `n_head` units per token) costs `cost(t)`.
+fn balanced_pairs(
+    n_tok: usize,
+    n_head: usize,
+    cost: impl Fn(usize) -> usize,
+    nt: usize,
+    tid: usize,
+) -> Range<usize> {
+    let cost = |t: usize| cost(t) as u128;
     let total: u128 = (0..n_tok).map(|t| cost(t) * n_head as u128).sum();
     let bound = |k: usize| -> usize {
         if k == 0 {
@@ -319,59 +326,87 @@ fn balanced_pairs(n_tok: usize, n_head: usize, pos0: usize, nt: usize, tid: usiz
     bound(tid)..bound(tid + 1)
 }
 
-/// Causal attention of `n_tok` new tokens at positions `pos0..` over the cache of one layer
-/// (which already holds them): `att[t][h] = softmax(q[t][h] . K / sqrt(d)) V`, query head
-/// `h` reading KV head `h / group`. `scratch` holds `group * max_pos` floats per thread.
+/// Causal attention of the batch's tokens, each over its own sequence's blocks in one
+/// layer of the pool (which already holds the batch's rows): token `t` at position `pos`
+/// attends to positions `0..=pos` of its sequence, `att[t][h] = softmax(q[t][h] . K /
+/// sqrt(d)) V`, query head `h` reading KV head `h / group`. Scores are computed block by
+/// block into one row per head, softmaxed once, then the values of each block accumulate
+/// into the output. `scratch` holds `group * (max_pos + 2 * block_tokens)` floats per
+/// thread.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     pool: &ThreadPool,
     isa: Isa,
     sh: &AttnShape,
-    kv: KvView<'_>,
+    kv: &KvView<'_>,
+    batch: &BatchScratch,
     q: &[f32],
     att: &mut [f32],
     scratch: &mut [f32],
-    n_tok: usize,
-    pos0: usize,
 ) {
+    let n_tok = batch.tokens.len();
     let hd = sh.head_dim;
     let qd = sh.n_head * hd;
-    // A unit of work is one token's query heads that share a KV head (so each K/V row is
-    // read once for all of them); the 8-bit cache has no grouped kernels: one head a unit.
-    let gs = match kv {
-        KvView::F16 { .. } => sh.group,
-        KvView::Q8 { .. } => 1,
-    };
+    let fmt = kv.pool.format();
+    let bt = sh.block_tokens;
+    // A unit of work is one token's query heads that share a KV head, so each K/V row is
+    // read once for all of them.
+    let gs = sh.group;
     let per_tok = sh.n_head / gs;
     let width = gs * hd;
     let unit = |u: usize, out: &mut [f32], sc: &mut [f32]| {
         let (t, j) = (u / per_tok, u % per_tok);
-        let n_pos = pos0 + t + 1;
+        let n_pos = batch.pos[t] + 1;
+        let (tstart, tlen) = batch.table[t];
+        let blocks = &batch.tables[tstart as usize..][..tlen as usize];
         let h0 = j * gs;
-        let base = (h0 / sh.group) * sh.kv_head_step;
+        let head_off = (h0 / sh.group) * sh.kv_head_step;
         let qg = &q[t * qd + h0 * hd..][..width];
+        let (sc, tmp) = sc.split_at_mut(gs * sh.max_pos);
         let sc = &mut sc[..gs * n_pos];
-        let stride = sh.kv_stride;
-        // The weighted-sum kernels accumulate.
+        let tmp = &mut tmp[..gs * bt];
+        // Scores, block by block, scattered into one row of n_pos per head.
+        for (bi, &b) in blocks.iter().enumerate() {
+            let p0 = bi * bt;
+            if p0 >= n_pos {
+                break;
+            }
+            let n = bt.min(n_pos - p0);
+            let k = &kv.pool.k_block(kv.layer, b)[head_off..];
+            (fmt.scores)(
+                isa,
+                qg,
+                gs,
+                k,
+                sh.kv_stride,
+                n,
+                sh.scale,
+                &mut tmp[..gs * n],
+            );
+            for h in 0..gs {
+                sc[h * n_pos + p0..][..n].copy_from_slice(&tmp[h * n..][..n]);
+            }
+        }
+        for row in sc.chunks_exact_mut(n_pos) {
+            float::softmax_inplace(isa, row);
+        }
+        // The weighted values, accumulated block by block (the kernels add onto `out`).
         out.fill(0.0);
-        match kv {
-            KvView::F16 { k, v } => {
-                let k = &k[base..];
-                float::attn_scores_f16_group(isa, qg, gs, k, stride, n_pos, sh.scale, sc);
-                for row in sc.chunks_exact_mut(n_pos) {
-                    float::softmax_inplace(isa, row);
-                }
-                float::attn_weighted_sum_f16_group(isa, sc, gs, &v[base..], stride, n_pos, out);
+        for (bi, &b) in blocks.iter().enumerate() {
+            let p0 = bi * bt;
+            if p0 >= n_pos {
+                break;
             }
-            KvView::Q8 { k, v } => {
-                float::attn_scores_q8_0(isa, qg, &k[base..], stride, n_pos, sh.scale, sc);
-                float::softmax_inplace(isa, sc);
-                float::attn_weighted_sum_q8_0(isa, sc, &v[base..], stride, n_pos, out);
+            let n = bt.min(n_pos - p0);
+            for h in 0..gs {
+                tmp[h * n..][..n].copy_from_slice(&sc[h * n_pos + p0..][..n]);
             }
+            let v = &kv.pool.v_block(kv.layer, b)[head_off..];
+            (fmt.wsum)(isa, &tmp[..gs * n], gs, v, sh.kv_stride, n, out);
         }
     };
     let n_units = n_tok * per_tok;
-    let scratch_len = gs * sh.max_pos;
+    let scratch_len = gs * (sh.max_pos + 2 * bt);
     if pool.n_threads() == 1 {
         for u in 0..n_units {
             unit(
@@ -385,11 +420,7 @@ pub(crate) fn attention(
     let d_att = DisjointSlice::new(&mut att[..n_units * width]);
     let d_sc = DisjointSlice::new(scratch);
     pool.run(&|tid, nt| {
-        let r = if n_tok == 1 {
-            split_range(n_units, nt, tid, 1)
-        } else {
-            balanced_pairs(n_tok, per_tok, pos0, nt, tid)
-        };
+        let r = balanced_pairs(n_tok, per_tok, |t| batch.pos[t] + 1, nt, tid);
         if r.is_empty() {
             return;
         }
@@ -411,7 +442,7 @@ mod tests {
             for nt in 1..5 {
                 let mut next = 0;
                 for tid in 0..nt {
-                    let r = balanced_pairs(n_tok, n_head, pos0, nt, tid);
+                    let r = balanced_pairs(n_tok, n_head, |t| pos0 + t + 1, nt, tid);
                     assert_eq!(r.start, next);
                     next = r.end;
                 }

@@ -1,255 +1,199 @@
-//! An inference session: the KV cache, every activation buffer, the rope table and the
-//! thread pool, all allocated once in [`Session::new`] (the decode path allocates nothing).
-//! [`Session::eval`] appends tokens: prompts in chunks through the matrix-matrix kernels, a
-//! single token through the matrix-vector ones.
+//! One sequence on its own engine: the simple interface for tools that evaluate one text
+//! (`bitnet logits`, `perplexity`, the tests). [`Session::eval`] appends tokens, in
+//! chunks of the engine's batch size, and hands back the logits of the last one or, row
+//! by row, of every one.
 
-use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, QK8_0, RopeTable};
-use bitnet_kernels::{ActScale, Isa};
+use std::sync::Arc;
 
 use super::Model;
-use super::linear::{bit_words, padded};
-use super::par::Bufs;
-use super::profile::{OpKind, Profile, SubTimer};
+use super::engine::{BatchItem, Engine, EngineOptions, Logits, SeqId};
+use super::profile::Profile;
 use crate::error::CoreError;
-use crate::kv_cache::{KvCache, KvType};
-use crate::threadpool::{PinPolicy, ThreadPool};
 
-/// Tokens per head call when every position's logits are wanted.
-pub(crate) const HEAD_BATCH: usize = 32;
-
-/// A session over a [`Model`]; see the module docs.
+/// A sequence and the engine it runs on; see the module docs.
 #[derive(Debug)]
-pub struct Session<'m> {
-    pub(crate) model: &'m Model,
-    pub(crate) isa: Isa,
-    pub(crate) pool: ThreadPool,
-    pub(crate) kv: KvCache,
-    pub(crate) rope: RopeTable,
-    pub(crate) n_ctx: usize,
-    pub(crate) chunk: usize,
-    pub(crate) bufs: Bufs,
-    /// Blocked outputs of up to three projections of a group.
-    pub(crate) blk: [Vec<f32>; 3],
-    /// Attention scores, `group` context-sized rows per thread.
-    pub(crate) scores: Vec<f32>,
-    /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
-    pub(crate) hn: Vec<f32>,
-    /// The same as Q8_0 rows (`--head q8`).
-    pub(crate) hq8: Vec<u8>,
-    /// Last-position logits.
-    pub(crate) logits: Vec<f32>,
-    /// `[n][vocab]` logits of an `all_logits` call (grown on demand, never in decode).
-    pub(crate) all_logits: Vec<f32>,
-    /// Blocked head output for `HEAD_BATCH` tokens (allocated with `all_logits`).
-    pub(crate) head_blk: Vec<f32>,
-    pub(crate) profile: Profile,
-    pub(crate) timer: SubTimer,
+pub struct Session {
+    engine: Engine,
+    seq: SeqId,
+    /// Logits of the last evaluated position.
+    last: Vec<f32>,
+    /// `[n][vocab]` logits of an `eval(.., true)` call (grown on demand, never in decode).
+    all: Vec<f32>,
 }
 
-impl<'m> Session<'m> {
-    /// A session with room for `n_ctx` tokens (0: the model's default).
-    pub fn new(model: &'m Model, n_ctx: usize) -> Result<Session<'m>, CoreError> {
-        let cfg = &model.config;
-        let n_ctx = if n_ctx == 0 { model.n_ctx } else { n_ctx };
-        if n_ctx == 0 || n_ctx > 1 << 24 {
-            return Err(CoreError::InvalidOption {
-                option: "n_ctx",
-                reason: format!("{n_ctx} is not in 1..=16777216"),
-            });
-        }
-        if cfg.rope_freq_scale != 1.0 {
-            return Err(CoreError::Unsupported(format!(
-                "rope frequency scaling {} (linear rope scaling)",
-                cfg.rope_freq_scale
-            )));
-        }
-        let chunk = model.prefill_chunk.clamp(1, n_ctx);
-        let pin = if model.pin {
-            PinPolicy::Cores
-        } else {
-            PinPolicy::None
-        };
-        let pool = ThreadPool::new(model.threads, pin)?;
-        if model.kv_type == KvType::Q8 && !cfg.head_dim.is_multiple_of(QK8_0) {
-            return Err(CoreError::InvalidOption {
-                option: "kv_type",
-                reason: format!(
-                    "a Q8_0 KV cache needs the head dimension a multiple of {QK8_0}, got {}",
-                    cfg.head_dim
-                ),
-            });
-        }
-        let mut kv = KvCache::new(
-            cfg.n_layer,
-            n_ctx,
-            cfg.n_head_kv,
-            cfg.head_dim,
-            model.kv_type,
-        )?;
-        kv.set_isa(model.isa);
-        let rope = RopeTable::new(cfg.rope_dim, cfg.rope_theta, n_ctx);
-
-        let (e, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
-        let max_in = e.max(qd).max(ff);
-        let bufs = Bufs {
-            x: vec![0.0; chunk * e],
-            xn: vec![0.0; chunk * max_in],
-            xq: vec![0; chunk * padded(max_in)],
-            acts: vec![ActScale { scale: 1.0, sum: 0 }; chunk],
-            bits: vec![0; chunk * bit_words(max_in)],
-            bit_scales: vec![0.0; chunk],
-            q: vec![0.0; chunk * qd],
-            k: vec![0.0; chunk * kvd],
-            v: vec![0.0; chunk * kvd],
-            att: vec![0.0; chunk * qd],
-            ff: vec![0.0; chunk * ff],
-        };
-        let blk = [
-            vec![0.0; chunk * qd.max(ff).max(e)],
-            vec![0.0; chunk * kvd.max(ff)],
-            vec![0.0; chunk * kvd],
-        ];
-        let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
-        let mut s = Session {
-            model,
-            isa: model.isa,
-            kv,
-            rope,
-            n_ctx,
-            chunk,
-            bufs,
-            blk,
-            scores: vec![0.0; pool.n_threads() * cfg.gqa_group() * n_ctx],
-            pool,
-            hn: vec![0.0; HEAD_BATCH * e],
-            hq8: vec![0; HEAD_BATCH * q8_row],
-            logits: vec![0.0; cfg.n_vocab],
-            all_logits: Vec::new(),
-            head_blk: Vec::new(),
-            profile: Profile::new(false),
-            timer: SubTimer::default(),
-        };
-        s.reset();
-        Ok(s)
+impl Session {
+    /// A session over `model` with the engine settings `opts` (`opts.n_ctx` is this one
+    /// sequence's context).
+    pub fn new(model: Arc<Model>, opts: &EngineOptions) -> Result<Session, CoreError> {
+        let mut engine = Engine::new(model, opts)?;
+        let seq = engine.new_sequence();
+        let last = vec![0.0; engine.n_vocab()];
+        Ok(Session {
+            engine,
+            seq,
+            last,
+            all: Vec::new(),
+        })
     }
 
-    pub fn model(&self) -> &'m Model {
-        self.model
+    pub fn model(&self) -> &Arc<Model> {
+        self.engine.model()
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// Tokens in the KV cache.
     pub fn n_past(&self) -> usize {
-        self.kv.len()
+        self.engine.sequence(self.seq).map_or(0, |s| s.len())
+    }
+
+    /// The tokens whose K/V rows the cache holds.
+    pub fn tokens(&self) -> &[u32] {
+        self.engine.sequence(self.seq).map_or(&[], |s| s.tokens())
     }
 
     /// Capacity of the KV cache.
     pub fn n_ctx(&self) -> usize {
-        self.n_ctx
+        self.engine.max_seq_len()
     }
 
     pub fn n_vocab(&self) -> usize {
-        self.model.config.n_vocab
+        self.engine.n_vocab()
     }
 
     pub fn threads(&self) -> usize {
-        self.pool.n_threads()
+        self.engine.threads()
     }
 
     /// Bytes held by the KV cache.
     pub fn kv_bytes(&self) -> u64 {
-        self.kv.bytes()
+        self.engine.kv_bytes()
     }
 
     /// Prompt tokens evaluated per batch.
     pub fn prefill_chunk(&self) -> usize {
-        self.chunk
+        self.engine.max_batch()
     }
 
     /// Forgets everything after the first `n` tokens (no-op if `n >= n_past`).
     pub fn truncate(&mut self, n: usize) {
-        self.kv.truncate(n);
+        // The session's own sequence is always live.
+        let _ = self.engine.truncate(self.seq, n);
     }
 
     /// Empties the context.
     pub fn reset(&mut self) {
-        self.kv.clear();
+        self.truncate(0);
     }
 
-    /// Turns per-op timing on or off (see [`Profile`]); turning it on clears the counters.
+    /// Turns per-op timing on or off (see [`Profile`]).
     pub fn set_profiling(&mut self, on: bool) {
-        if on && !self.profile.is_enabled() {
-            self.profile.clear();
-            let _ = self.pool.take_wait_stats();
-        }
-        self.profile.set_enabled(on);
-        self.pool.set_profiling(on);
+        self.engine.set_profiling(on);
     }
 
-    /// The timings accumulated since profiling was turned on. Each parallel region is
-    /// charged to its op less the time the calling thread waited for the other threads, which
-    /// is the `pool_wait` row: the rows add up to the wall time of the evals (plus sampling).
     pub fn profile(&self) -> &Profile {
-        &self.profile
+        self.engine.profile()
     }
 
     /// Logits of the last evaluated position (valid after an `eval`).
     pub fn last_logits(&self) -> &[f32] {
-        &self.logits
+        &self.last
     }
 
-    /// Charges the sampling time of a token to the profile (for the generation loop).
+    /// Charges the sampling time of a token to the profile.
     pub fn add_sampling_time(&mut self, secs: f64) {
-        if self.profile.is_enabled() {
-            self.profile.add(OpKind::Sampling, secs, 1);
-        }
+        self.engine.add_sampling_time(secs);
     }
 
     /// Evaluates `tokens` after the current context and returns the logits of the last one
     /// (`[vocab]`), or of every one (`[tokens.len()][vocab]`) with `all_logits`.
     pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<&[f32], CoreError> {
-        let n_vocab = self.model.config.n_vocab;
-        if tokens.is_empty() {
-            return Err(CoreError::EmptyInput);
-        }
-        if let Some((index, &token)) = tokens
-            .iter()
-            .enumerate()
-            .find(|&(_, &t)| t as usize >= n_vocab)
-        {
-            return Err(CoreError::TokenOutOfRange {
-                token,
-                index,
-                n_vocab,
-            });
-        }
-        let n_past = self.n_past();
-        if n_past + tokens.len() > self.n_ctx {
-            return Err(CoreError::ContextOverflow {
-                n_past,
-                n_new: tokens.len(),
-                n_ctx: self.n_ctx,
-            });
-        }
+        let vocab = self.engine.n_vocab();
         if all_logits {
-            let need = tokens.len() * n_vocab;
-            if self.all_logits.len() < need {
-                self.all_logits.resize(need, 0.0);
-            }
-            if self.head_blk.len() < HEAD_BATCH * n_vocab {
-                self.head_blk.resize(HEAD_BATCH * n_vocab, 0.0);
+            let need = tokens.len() * vocab;
+            if self.all.len() < need {
+                self.all.resize(need, 0.0);
             }
         }
-        let mut done = 0;
-        while done < tokens.len() {
-            let n = (tokens.len() - done).min(self.chunk);
-            let chunk = &tokens[done..done + n];
-            self.forward_chunk(chunk, if all_logits { Some(done) } else { None })?;
-            done += n;
-        }
+        let Session {
+            engine,
+            seq,
+            last,
+            all,
+        } = self;
+        self::eval_rows(engine, *seq, tokens, all_logits, |i, row| {
+            if all_logits {
+                all[i * vocab..][..vocab].copy_from_slice(row);
+            }
+            last.copy_from_slice(row);
+        })?;
         if all_logits {
-            Ok(&self.all_logits[..tokens.len() * n_vocab])
+            Ok(&self.all[..tokens.len() * vocab])
         } else {
-            Ok(&self.logits)
+            Ok(&self.last)
         }
     }
+
+    /// Evaluates `tokens` after the current context and calls `on_row(i, logits)` for
+    /// every token `i` in order: no `[n][vocab]` buffer is ever made (perplexity).
+    pub fn eval_each(
+        &mut self,
+        tokens: &[u32],
+        mut on_row: impl FnMut(usize, &[f32]),
+    ) -> Result<(), CoreError> {
+        let Session {
+            engine, seq, last, ..
+        } = self;
+        self::eval_rows(engine, *seq, tokens, true, |i, row| {
+            on_row(i, row);
+            last.copy_from_slice(row);
+        })
+    }
+}
+
+/// Evaluates `tokens` on sequence `seq` in chunks of the engine's batch; `on_row(i, row)`
+/// gets every row with `all`, else the last token's only.
+pub(crate) fn eval_rows(
+    engine: &mut Engine,
+    seq: SeqId,
+    tokens: &[u32],
+    all: bool,
+    mut on_row: impl FnMut(usize, &[f32]),
+) -> Result<(), CoreError> {
+    if tokens.is_empty() {
+        return Err(CoreError::EmptyInput);
+    }
+    let n_past = engine.sequence(seq)?.len();
+    if n_past + tokens.len() > engine.max_seq_len() {
+        return Err(CoreError::ContextOverflow {
+            n_past,
+            n_new: tokens.len(),
+            n_ctx: engine.max_seq_len(),
+        });
+    }
+    let chunk = engine.max_batch();
+    let mut done = 0;
+    while done < tokens.len() {
+        let n = (tokens.len() - done).min(chunk);
+        let last_chunk = done + n == tokens.len();
+        let logits = if all {
+            Logits::All
+        } else if last_chunk {
+            Logits::Last
+        } else {
+            Logits::None
+        };
+        let item = BatchItem {
+            seq,
+            tokens: &tokens[done..done + n],
+            logits,
+        };
+        engine.forward(std::slice::from_ref(&item), |_, j, row| {
+            on_row(done + j, row)
+        })?;
+        done += n;
+    }
+    Ok(())
 }

@@ -27,7 +27,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 
 pub use error::TokenizerError;
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, TextStream};
 pub use vocab::{TokenType, TokenizerKind, VocabSpec};
 
 use vocab::Vocab;

@@ -6,10 +6,10 @@
 
 use super::Tokenizer;
 
-/// Turns a stream of token ids into text, one push at a time.
-#[derive(Debug)]
-pub struct StreamDecoder<'a> {
-    tok: &'a Tokenizer,
+/// The state of a token stream's text, without the tokenizer (so a scheduler can keep one
+/// per sequence beside the model that owns the tokenizer): pass the tokenizer to each push.
+#[derive(Debug, Clone, Default)]
+pub struct TextStream {
     /// Bytes of an incomplete character, waiting for the rest.
     pending: Vec<u8>,
     /// The next non-empty piece loses one leading space (SPM, right after BOS).
@@ -18,37 +18,67 @@ pub struct StreamDecoder<'a> {
     special: bool,
 }
 
+/// Turns a stream of token ids into text, one push at a time.
+#[derive(Debug)]
+pub struct StreamDecoder<'a> {
+    tok: &'a Tokenizer,
+    state: TextStream,
+}
+
 impl<'a> StreamDecoder<'a> {
     /// A decoder for `tok`'s tokens. Control tokens render as nothing.
     pub fn new(tok: &'a Tokenizer) -> StreamDecoder<'a> {
         StreamDecoder {
             tok,
-            pending: Vec::new(),
-            strip_space: false,
-            special: false,
+            state: TextStream::default(),
         }
     }
 
     /// Renders control tokens (`<|eot_id|>`) as their text when `special` is set.
     pub fn with_special(mut self, special: bool) -> StreamDecoder<'a> {
-        self.special = special;
+        self.state.special = special;
         self
     }
 
     /// Adds one token; returns the text that became complete (often empty).
     pub fn push(&mut self, id: u32) -> String {
-        if self.tok.add_space_prefix() && Some(id) == self.tok.bos_id() {
+        self.state.push(self.tok, id)
+    }
+
+    /// Flushes the held-back bytes (an unfinished character becomes U+FFFD) and resets.
+    pub fn finish(&mut self) -> String {
+        self.state.finish()
+    }
+
+    /// Whether bytes are being held back.
+    pub fn has_pending(&self) -> bool {
+        self.state.has_pending()
+    }
+}
+
+impl TextStream {
+    /// A stream that renders control tokens as their text when `special` is set.
+    pub fn new(special: bool) -> TextStream {
+        TextStream {
+            special,
+            ..TextStream::default()
+        }
+    }
+
+    /// Adds token `id` of `tok`; returns the text that became complete (often empty).
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> String {
+        if tok.add_space_prefix() && Some(id) == tok.bos_id() {
             // SentencePiece's added space prefix is not part of the text.
             self.strip_space = true;
             if !self.special {
                 return String::new();
             }
         }
-        let mut piece = self.tok.token_to_piece_special(id, self.special);
+        let mut piece = tok.token_to_piece_special(id, self.special);
         if piece.is_empty() {
             return String::new();
         }
-        if self.strip_space && Some(id) != self.tok.bos_id() {
+        if self.strip_space && Some(id) != tok.bos_id() {
             piece = piece.strip_prefix(b" ").unwrap_or(piece);
             self.strip_space = false;
         }

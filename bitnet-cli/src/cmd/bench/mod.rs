@@ -3,6 +3,11 @@
 //! one token at a time), mean and spread over repetitions, for every combination of models,
 //! prompt/generation lengths, threads and kernel sets; plus the decode bound from a read
 //! bandwidth probe run in the same process, and `--compare` for two saved reports.
+//!
+//! Each model is loaded once per kernel set; every thread count gets its own engine over
+//! it. `-b B` decodes B sequences together (one forward pass per step, the weights
+//! streamed once for all of them); `--mixed` adds llama-batched-bench's shape (B prompts
+//! prefilled, then decoded together).
 
 pub mod compare;
 pub mod membw;
@@ -15,7 +20,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::model::{LoadOptions, Model, Session};
+use std::sync::Arc;
+
+use bitnet_core::model::{BatchItem, Engine, EngineOptions, Logits, Model, SeqId};
 
 use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
 use super::common::{ModelArgs, load_model, parse_isa};
@@ -42,7 +49,7 @@ pub struct Args {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
-    /// Sequences decoded together (batched decode); only 1 until batching exists.
+    /// Sequences decoded together in tg (and mixed) tests, comma-separated.
     #[arg(
         short = 'b',
         long = "batch",
@@ -84,6 +91,14 @@ pub struct Args {
     /// Print where decode time goes (per op kind) for each tg test.
     #[arg(long)]
     pub profile: bool,
+    /// Also run llama-batched-bench's shape for every (-p, -n, -b): B sequences of a
+    /// -p token prompt each, prefilled, then -n tokens decoded together; reports prefill,
+    /// decode and total throughput.
+    #[arg(long)]
+    pub mixed: bool,
+    /// Positions per KV cache block (a power of two).
+    #[arg(long, default_value_t = bitnet_core::model::DEFAULT_BLOCK_TOKENS)]
+    pub kv_block: usize,
     /// Compare two JSON reports instead of running: OLD NEW.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"])]
     pub compare: Option<Vec<PathBuf>>,
@@ -102,8 +117,8 @@ pub fn run(args: Args) -> Result<()> {
     if args.models.is_empty() && !args.membw {
         bail!("nothing to do: give -m MODEL (one or more) or --membw");
     }
-    if let Some(b) = args.batch.iter().find(|&&b| b != 1) {
-        bail!("-b {b}: batched decode of several sequences is not implemented yet; use -b 1");
+    if let Some(b) = args.batch.iter().find(|&&b| b == 0 || b > 1024) {
+        bail!("-b {b}: the number of sequences decoded together must be in 1..=1024");
     }
     if args.reps == 0 {
         bail!("-r must be at least 1");
@@ -146,29 +161,23 @@ pub fn run(args: Args) -> Result<()> {
     let mut rows = Vec::new();
     for path in &args.models {
         for kernel in &kernels {
+            let model_args = ModelArgs {
+                threads: None,
+                kernel: kernel.clone(),
+                no_mmap: args.no_mmap,
+                mlock: false,
+                head: args.head,
+                ctx: None,
+                no_pin: false,
+            };
+            let opts = model_args.load_options()?;
+            reset_peak_rss();
+            progress(&format!("loading {}", path.display()));
+            // One load (and repack) per model and kernel set; each thread count gets its
+            // own engine over the shared model.
+            let model = load_model(path, &opts)?;
             for &threads in &threads_list {
-                let model_args = ModelArgs {
-                    threads: Some(threads),
-                    kernel: kernel.clone(),
-                    no_mmap: args.no_mmap,
-                    mlock: false,
-                    head: args.head,
-                    ctx: None,
-                    no_pin: false,
-                };
-                let mut opts = model_args.load_options()?;
-                let longest = args
-                    .n_prompt
-                    .iter()
-                    .chain(&args.n_gen)
-                    .copied()
-                    .max()
-                    .unwrap_or(1);
-                opts.n_ctx = longest.max(1) + 1;
-                reset_peak_rss();
-                progress(&format!("loading {}", path.display()));
-                let model = load_model(path, &opts)?;
-                bench_model(&args, path, &model, &opts, &bandwidths, &mut rows)?;
+                bench_model(&args, path, &model, threads, &bandwidths, &mut rows)?;
             }
         }
     }
@@ -206,11 +215,32 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// KV tokens the tests of `args` need at once.
+fn kv_tokens_needed(args: &Args) -> usize {
+    let max = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    let (pp, tg, b) = (
+        max(&args.n_prompt),
+        max(&args.n_gen),
+        max(&args.batch).max(1),
+    );
+    // A sequence's blocks are its own: round each up to whole blocks of the engine.
+    let bt = args.kv_block.max(1);
+    let blocks = |n: usize| n.div_ceil(bt);
+    let pp_need = blocks(pp + 1) * bt;
+    let tg_need = b * blocks(tg + 1) * bt;
+    let mixed_need = if args.mixed {
+        b * blocks(pp + tg + 1) * bt
+    } else {
+        0
+    };
+    pp_need.max(tg_need).max(mixed_need).max(bt)
+}
+
 fn bench_model(
     args: &Args,
     path: &std::path::Path,
-    model: &Model,
-    opts: &LoadOptions,
+    model: &Arc<Model>,
+    threads: usize,
     bandwidths: &[membw::Bandwidth],
     rows: &mut Vec<BenchRow>,
 ) -> Result<()> {
@@ -221,17 +251,24 @@ fn bench_model(
     let model_bytes = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let n_params = model.config().n_params();
     let bytes_per_token = model.decode_bytes_per_token();
-    let mut session = Session::new(model, opts.n_ctx).context("creating a session")?;
+    let max_b = args.batch.iter().copied().max().unwrap_or(1);
+    let engine_opts = EngineOptions {
+        threads,
+        n_ctx: kv_tokens_needed(args),
+        batch: EngineOptions::default().batch.max(max_b),
+        block_tokens: args.kv_block,
+        ..EngineOptions::default()
+    };
+    let mut engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    let threads = engine.threads();
     let n_vocab = model.n_vocab() as u32;
-    let bandwidth = bandwidths
-        .iter()
-        .find(|b| b.threads == model.threads())
-        .copied();
-    let make_row = |test, n_tokens: usize, samples: Vec<f64>| {
+    let bandwidth = bandwidths.iter().find(|b| b.threads == threads).copied();
+    let make_row = |test, n_tokens: usize, batch: usize, samples: Vec<f64>| {
         let (mean_tps, stddev_tps) = mean_stddev(&samples);
+        // Batched decode streams the weights once per step for all its sequences.
         let bound_tps = match (test, bandwidth) {
             (TestKind::Tg, Some(bw)) if bytes_per_token > 0 => {
-                Some(bw.gbs * 1e9 / bytes_per_token as f64)
+                Some(batch as f64 * bw.gbs * 1e9 / bytes_per_token as f64)
             }
             _ => None,
         };
@@ -240,8 +277,8 @@ fn bench_model(
             model_bytes,
             n_params,
             kernel: model.isa().name().to_owned(),
-            threads: model.threads(),
-            batch: 1,
+            threads,
+            batch,
             mmap: !args.no_mmap,
             test,
             n_tokens,
@@ -252,68 +289,194 @@ fn bench_model(
             bytes_per_token: (test == TestKind::Tg).then_some(bytes_per_token),
             bound_tps,
             bound_share: bound_tps.map(|b| mean_tps / b),
+            per_seq_tps: (test == TestKind::Tg && batch > 1).then_some(mean_tps / batch as f64),
+            pp_share: None,
+            n_prompt: None,
+            prefill_tps: None,
+            decode_tps: None,
         }
     };
     let total = args.warmup + args.reps;
+    let mut best_pp: Option<f64> = None;
     for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
         let tokens = pseudo_tokens(n, n_vocab, 1);
         let mut samples = Vec::with_capacity(args.reps);
         for rep in 0..total {
             progress(&format!(
-                "{name} pp{n} t{} rep {}/{}",
-                model.threads(),
+                "{name} pp{n} t{threads} rep {}/{}",
                 rep + 1,
                 total
             ));
-            session.reset();
             let t = Instant::now();
-            session
-                .eval(&tokens, false)
-                .context("evaluating the prompt")?;
+            let seqs = prefill(&mut engine, std::slice::from_ref(&tokens))?;
             let secs = t.elapsed().as_secs_f64();
+            release(&mut engine, &seqs)?;
             if rep >= args.warmup {
                 samples.push(n as f64 / secs);
             }
         }
-        rows.push(make_row(TestKind::Pp, n, samples));
+        let row = make_row(TestKind::Pp, n, 1, samples);
+        best_pp = Some(best_pp.map_or(row.mean_tps, |b: f64| b.max(row.mean_tps)));
+        rows.push(row);
     }
     for &n in args.n_gen.iter().filter(|&&n| n > 0) {
-        let tokens = pseudo_tokens(n, n_vocab, 2);
-        let mut samples = Vec::with_capacity(args.reps);
-        for rep in 0..total {
-            progress(&format!(
-                "{name} tg{n} t{} rep {}/{}",
-                model.threads(),
-                rep + 1,
-                total
-            ));
-            session.reset();
-            let profiled = args.profile && rep + 1 == total;
-            session.set_profiling(profiled);
-            let t = Instant::now();
-            for tok in &tokens {
-                session
-                    .eval(std::slice::from_ref(tok), false)
-                    .context("decoding")?;
+        for &b in &args.batch {
+            let mut samples = Vec::with_capacity(args.reps);
+            for rep in 0..total {
+                progress(&format!(
+                    "{name} tg{n} b{b} t{threads} rep {}/{}",
+                    rep + 1,
+                    total
+                ));
+                let profiled = args.profile && rep + 1 == total;
+                engine.set_profiling(profiled);
+                let seqs: Vec<SeqId> = (0..b).map(|_| engine.new_sequence()).collect();
+                let t = Instant::now();
+                decode(&mut engine, &seqs, n, n_vocab)?;
+                let secs = t.elapsed().as_secs_f64();
+                release(&mut engine, &seqs)?;
+                if rep >= args.warmup {
+                    samples.push((b * n) as f64 / secs);
+                }
+                if profiled {
+                    clear_progress();
+                    let mut err = io::stderr().lock();
+                    writeln!(
+                        err,
+                        "profile of {name} tg{n} b{b}, {threads} threads (last repetition):"
+                    )?;
+                    profile_table::write_profile(&mut err, engine.profile(), n)?;
+                    engine.set_profiling(false);
+                }
             }
-            let secs = t.elapsed().as_secs_f64();
-            if rep >= args.warmup {
-                samples.push(n as f64 / secs);
+            let mut row = make_row(TestKind::Tg, n, b, samples);
+            if b > 1 {
+                row.pp_share = best_pp.map(|pp| row.mean_tps / pp);
             }
-            if profiled {
-                clear_progress();
-                let mut err = io::stderr().lock();
-                writeln!(
-                    err,
-                    "profile of {name} tg{n}, {} threads (last repetition):",
-                    model.threads()
-                )?;
-                profile_table::write_profile(&mut err, session.profile(), n)?;
-                session.set_profiling(false);
+            rows.push(row);
+        }
+    }
+    if args.mixed {
+        for &pp in args.n_prompt.iter().filter(|&&n| n > 0) {
+            for &tg in args.n_gen.iter().filter(|&&n| n > 0) {
+                for &b in &args.batch {
+                    let mut samples = Vec::with_capacity(args.reps);
+                    let (mut pre, mut dec) = (Vec::new(), Vec::new());
+                    for rep in 0..total {
+                        progress(&format!(
+                            "{name} pp{pp}+tg{tg} b{b} t{threads} rep {}/{}",
+                            rep + 1,
+                            total
+                        ));
+                        // Distinct prompts, so no sequence reuses another's blocks.
+                        let prompts: Vec<Vec<u32>> = (0..b)
+                            .map(|i| pseudo_tokens(pp, n_vocab, 100 + i as u64))
+                            .collect();
+                        let t = Instant::now();
+                        let seqs = prefill(&mut engine, &prompts)?;
+                        let t_pp = t.elapsed().as_secs_f64();
+                        decode(&mut engine, &seqs, tg, n_vocab)?;
+                        let t_all = t.elapsed().as_secs_f64();
+                        release(&mut engine, &seqs)?;
+                        if rep >= args.warmup {
+                            pre.push((b * pp) as f64 / t_pp);
+                            dec.push((b * tg) as f64 / (t_all - t_pp));
+                            samples.push((b * (pp + tg)) as f64 / t_all);
+                        }
+                    }
+                    let mut row = make_row(TestKind::Mixed, tg, b, samples);
+                    row.n_prompt = Some(pp);
+                    row.prefill_tps = Some(mean_stddev(&pre).0);
+                    row.decode_tps = Some(mean_stddev(&dec).0);
+                    rows.push(row);
+                }
             }
         }
-        rows.push(make_row(TestKind::Tg, n, samples));
     }
+    Ok(())
+}
+
+/// Prefills one new sequence per prompt, packing prompt chunks of several sequences into
+/// each forward pass as the scheduler does; the last token of each prompt gets logits.
+fn prefill(engine: &mut Engine, prompts: &[Vec<u32>]) -> Result<Vec<SeqId>> {
+    let seqs: Vec<SeqId> = prompts.iter().map(|_| engine.new_sequence()).collect();
+    let mut fed = vec![0usize; prompts.len()];
+    let budget = engine.max_batch();
+    while fed.iter().zip(prompts).any(|(&f, p)| f < p.len()) {
+        let mut items = Vec::new();
+        let mut used = 0;
+        for (i, p) in prompts.iter().enumerate() {
+            let n = (p.len() - fed[i]).min(budget - used);
+            if n == 0 {
+                continue;
+            }
+            let end = fed[i] + n;
+            items.push(BatchItem {
+                seq: seqs[i],
+                tokens: &p[fed[i]..end],
+                logits: if end == p.len() {
+                    Logits::Last
+                } else {
+                    Logits::None
+                },
+            });
+            used += n;
+            if used == budget {
+                break;
+            }
+        }
+        let taken: Vec<(usize, usize)> = items
+            .iter()
+            .map(|it| {
+                (
+                    seqs.iter().position(|&s| s == it.seq).unwrap_or(0),
+                    it.tokens.len(),
+                )
+            })
+            .collect();
+        let mut sink = 0.0f32;
+        engine
+            .forward(&items, |_, _, row| sink += row[0])
+            .context("evaluating the prompt")?;
+        std::hint::black_box(sink);
+        for (i, n) in taken {
+            fed[i] += n;
+        }
+    }
+    Ok(seqs)
+}
+
+/// Decodes `n` tokens on each of `seqs` together: one forward pass per step with one
+/// token of every sequence, every sequence's logits produced.
+fn decode(engine: &mut Engine, seqs: &[SeqId], n: usize, n_vocab: u32) -> Result<()> {
+    let streams: Vec<Vec<u32>> = (0..seqs.len())
+        .map(|i| pseudo_tokens(n, n_vocab, 2 + i as u64))
+        .collect();
+    let mut sink = 0.0f32;
+    for step in 0..n {
+        let items: Vec<BatchItem<'_>> = seqs
+            .iter()
+            .zip(&streams)
+            .map(|(&seq, s)| BatchItem {
+                seq,
+                tokens: std::slice::from_ref(&s[step]),
+                logits: Logits::Last,
+            })
+            .collect();
+        engine
+            .forward(&items, |_, _, row| sink += row[0])
+            .context("decoding")?;
+    }
+    std::hint::black_box(sink);
+    Ok(())
+}
+
+/// Frees the sequences and the prefix cache, so every repetition starts cold alike.
+fn release(engine: &mut Engine, seqs: &[SeqId]) -> Result<()> {
+    for &s in seqs {
+        engine.free_sequence(s)?;
+    }
+    engine.clear_prefix_cache();
     Ok(())
 }
 

@@ -13,6 +13,9 @@ use crate::output::{human_bytes, human_count};
 pub enum TestKind {
     Pp,
     Tg,
+    /// llama-batched-bench's shape: `batch` sequences, each a prompt of `n_prompt` tokens
+    /// prefilled, then `n_tokens` decoded together; `mean_tps` is the total throughput.
+    Mixed,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -38,6 +41,20 @@ pub struct BenchRow {
     pub bound_tps: Option<f64>,
     /// `mean_tps / bound_tps`.
     pub bound_share: Option<f64>,
+    /// Batched tg rows: tokens/s of each sequence (`mean_tps / batch`).
+    #[serde(default)]
+    pub per_seq_tps: Option<f64>,
+    /// Batched tg rows: `mean_tps` as a share of the same run's pp figure (how close
+    /// batched decode gets to prompt-processing efficiency).
+    #[serde(default)]
+    pub pp_share: Option<f64>,
+    /// Mixed rows: the prompt length, and prefill and decode throughput (all sequences).
+    #[serde(default)]
+    pub n_prompt: Option<usize>,
+    #[serde(default)]
+    pub prefill_tps: Option<f64>,
+    #[serde(default)]
+    pub decode_tps: Option<f64>,
 }
 
 impl BenchRow {
@@ -46,6 +63,7 @@ impl BenchRow {
         match self.test {
             TestKind::Pp => format!("pp{}", self.n_tokens),
             TestKind::Tg => format!("tg{}", self.n_tokens),
+            TestKind::Mixed => format!("pp{}+tg{}", self.n_prompt.unwrap_or(0), self.n_tokens),
         }
     }
 
@@ -123,7 +141,7 @@ pub fn write_report(out: &mut impl Write, report: &BenchReport, format: Format) 
     }
 }
 
-const MD_HEADER: [&str; 11] = [
+const MD_HEADER: [&str; 12] = [
     "model",
     "size",
     "params",
@@ -135,10 +153,11 @@ const MD_HEADER: [&str; 11] = [
     "peak RSS",
     "bound t/s",
     "of bound",
+    "notes",
 ];
 
 fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> {
-    let rows: Vec<[String; 11]> = report
+    let rows: Vec<[String; 12]> = report
         .rows
         .iter()
         .map(|r| {
@@ -155,6 +174,7 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
                 r.bound_tps.map_or("-".into(), |b| format!("{b:.2}")),
                 r.bound_share
                     .map_or("-".into(), |s| format!("{:.0}%", s * 100.0)),
+                row_notes(r),
             ]
         })
         .collect();
@@ -194,6 +214,21 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
         )?;
     }
     Ok(())
+}
+
+/// The batched figures of a row, in words (empty for plain pp/tg rows).
+fn row_notes(r: &BenchRow) -> String {
+    let mut notes = Vec::new();
+    if let Some(p) = r.per_seq_tps {
+        notes.push(format!("{p:.2} t/s per sequence"));
+    }
+    if let Some(s) = r.pp_share {
+        notes.push(format!("{:.0}% of pp", s * 100.0));
+    }
+    if let (Some(p), Some(d)) = (r.prefill_tps, r.decode_tps) {
+        notes.push(format!("prefill {p:.2} t/s, decode {d:.2} t/s"));
+    }
+    notes.join("; ")
 }
 
 fn csv_field(s: &str) -> String {
@@ -257,6 +292,11 @@ pub(crate) mod tests {
             bytes_per_token: (test == TestKind::Tg).then_some(1_000_000_000),
             bound_tps: (test == TestKind::Tg).then_some(40.0),
             bound_share: (test == TestKind::Tg).then_some(mean_tps / 40.0),
+            per_seq_tps: None,
+            pp_share: None,
+            n_prompt: None,
+            prefill_tps: None,
+            decode_tps: None,
         }
     }
 

@@ -1,0 +1,35 @@
+//! A sequence as the engine keeps it: the tokens its KV rows hold, in order, and the
+//! blocks of the pool those rows live in. Nothing else: sampling state, stop strings and
+//! limits belong to whoever drives the sequence (the scheduler).
+
+/// See the module docs.
+#[derive(Clone, Debug, Default)]
+pub struct Sequence {
+    /// The tokens whose K/V rows are stored, position `i` = `tokens[i]`.
+    pub(crate) tokens: Vec<u32>,
+    /// Pool blocks: position `p` lives in `blocks[p / block_tokens]`.
+    pub(crate) blocks: Vec<u32>,
+    /// Prefix-cache node of each full block (the parent of the next block's entry).
+    pub(crate) nodes: Vec<u64>,
+}
+
+impl Sequence {
+    /// The tokens whose K/V rows the cache holds.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The block table.
+    pub fn blocks(&self) -> &[u32] {
+        &self.blocks
+    }
+}

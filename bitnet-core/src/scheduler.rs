@@ -1,0 +1,551 @@
+//! The scheduler: many generation requests on one [`Engine`], decoded together.
+//!
+//! [`Scheduler::submit`] queues a prompt with its own sampler, seed, stop strings and
+//! limits and returns the sequence's id; [`Scheduler::step`] admits waiting requests while
+//! the KV pool has room for them (each reserves the blocks its prompt and `max_tokens`
+//! can fill, so a running request never runs out of cache), builds one batch with a decode
+//! token of every running request plus prefill chunks of new ones under the engine's
+//! per-pass token budget (a long prompt is spread over several steps and never stalls the
+//! others), runs the forward pass, samples, and reports events: text that is whole UTF-8
+//! and free of stop strings, then `Done` with the stop reason and figures.
+//! [`Scheduler::cancel`] takes effect at the next step, also during a long prefill.
+//!
+//! A request may keep its sequence when done (`keep`): a chat continues it with
+//! [`Scheduler::submit_on`], evaluating only the new turn's tokens. Otherwise the
+//! sequence is freed and its blocks stay in the prefix cache for the next request that
+//! starts with the same tokens.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::error::CoreError;
+use crate::model::{BatchItem, Engine, GenStats, Logits, SeqId, StopReason};
+use crate::sampling::{Sampler, SamplerConfig, StopMatcher};
+use crate::tokenizer::TextStream;
+
+/// How one request generates.
+#[derive(Clone, Debug)]
+pub struct GenParams {
+    /// Tokens to generate at most; `usize::MAX` = until the sequence's context is full.
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Stop when one of these appears in the text (it is not reported).
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Keep the sequence and its KV when done, for [`Scheduler::submit_on`].
+    pub keep: bool,
+}
+
+impl Default for GenParams {
+    fn default() -> Self {
+        GenParams {
+            max_tokens: 128,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            keep: false,
+        }
+    }
+}
+
+/// What a step reports.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// Text that became final for sequence `seq`.
+    Text { seq: SeqId, text: &'a str },
+    /// Sequence `seq` is done (its sequence freed unless it was submitted with `keep`).
+    Done { seq: SeqId, stats: GenStats },
+    /// Sequence `seq` failed and was ended.
+    Error { seq: SeqId, error: CoreError },
+}
+
+/// Limits of a [`Scheduler`].
+#[derive(Clone, Debug)]
+pub struct SchedulerOptions {
+    /// Requests decoded together at most (llama.cpp's `--parallel`).
+    pub max_running: usize,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions { max_running: 64 }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Phase {
+    Prefill,
+    Decode,
+}
+
+#[derive(Debug)]
+struct Request {
+    seq: SeqId,
+    /// Tokens to evaluate before generating (the prompt, or a continuation's new tokens).
+    prompt: Vec<u32>,
+    /// How many of them the sequence holds already.
+    fed: usize,
+    /// Sequence length when the request was submitted (a continuation's start).
+    base: usize,
+    /// Prompt tokens found in the prefix cache.
+    cached: usize,
+    /// Positions the request may fill in all (prompt and generation).
+    total: usize,
+    params: GenParams,
+    sampler: Sampler,
+    stop: StopMatcher,
+    text: TextStream,
+    /// What the repetition penalties see: the prompt and the generated tokens.
+    history: Vec<u32>,
+    generated: Vec<u32>,
+    /// The sampled token waiting to be evaluated.
+    next: Option<u32>,
+    phase: Phase,
+    cancelled: bool,
+    t_admit: Option<Instant>,
+    t_first: Option<Instant>,
+    prompt_secs: f64,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Scheduler {
+    engine: Engine,
+    opts: SchedulerOptions,
+    waiting: VecDeque<Request>,
+    running: Vec<Request>,
+    /// Tokens of the batch being built, and the request of each item.
+    tok_buf: Vec<u32>,
+    item_req: Vec<usize>,
+    spans: Vec<(usize, usize, Logits)>,
+    /// Finished requests' indices in `running` (reused each step).
+    finished: Vec<(usize, StopReason)>,
+}
+
+impl Scheduler {
+    pub fn new(engine: Engine, opts: SchedulerOptions) -> Scheduler {
+        let cap = engine.max_batch();
+        Scheduler {
+            engine,
+            opts,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            tok_buf: Vec::with_capacity(cap),
+            item_req: Vec::with_capacity(cap),
+            spans: Vec::with_capacity(cap),
+            finished: Vec::with_capacity(cap),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    /// Requests waiting for room.
+    pub fn n_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests being prefilled or decoded.
+    pub fn n_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether nothing is waiting or running.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Queues a new request for `prompt`; its sequence id names it in events.
+    pub fn submit(&mut self, prompt: &[u32], params: GenParams) -> Result<SeqId, CoreError> {
+        let seq = self.engine.new_sequence();
+        match self.enqueue(seq, prompt, params) {
+            Ok(()) => Ok(seq),
+            Err(e) => {
+                let _ = self.engine.free_sequence(seq);
+                Err(e)
+            }
+        }
+    }
+
+    /// Queues more tokens (a new turn) on a sequence kept by an earlier request; only
+    /// `tokens` are evaluated. An empty `tokens` generates straight from the sequence's
+    /// last token (which is then evaluated again: its logits were not kept).
+    pub fn submit_on(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        params: GenParams,
+    ) -> Result<(), CoreError> {
+        if self.find(seq).is_some() {
+            return Err(CoreError::InvalidOption {
+                option: "sequence",
+                reason: format!("sequence {seq} already has a request"),
+            });
+        }
+        let held = self.engine.sequence(seq)?.tokens().to_vec();
+        if tokens.is_empty() {
+            let Some(&last) = held.last() else {
+                return Err(CoreError::EmptyInput);
+            };
+            self.engine.truncate(seq, held.len() - 1)?;
+            return self.enqueue(seq, &[last], params);
+        }
+        self.enqueue(seq, tokens, params)
+    }
+
+    fn enqueue(&mut self, seq: SeqId, prompt: &[u32], params: GenParams) -> Result<(), CoreError> {
+        if prompt.is_empty() {
+            return Err(CoreError::EmptyInput);
+        }
+        let n_vocab = self.engine.n_vocab();
+        if let Some((index, &token)) = prompt
+            .iter()
+            .enumerate()
+            .find(|&(_, &t)| t as usize >= n_vocab)
+        {
+            return Err(CoreError::TokenOutOfRange {
+                token,
+                index,
+                n_vocab,
+            });
+        }
+        let base = self.engine.sequence(seq)?.len();
+        let max_len = self.engine.max_seq_len();
+        // The last prompt position must leave room for nothing more: generation then
+        // stops at once with "context full", but a prompt past the cache can never run.
+        if base + prompt.len() > max_len {
+            return Err(CoreError::ContextOverflow {
+                n_past: base,
+                n_new: prompt.len(),
+                n_ctx: max_len,
+            });
+        }
+        let total = (base + prompt.len())
+            .saturating_add(params.max_tokens)
+            .min(max_len);
+        let sampler = Sampler::new(params.sampler.clone(), n_vocab)?;
+        let stop = StopMatcher::new(params.stop.clone());
+        let mut history = Vec::with_capacity(total.min(1 << 20));
+        history.extend_from_slice(self.engine.sequence(seq)?.tokens());
+        history.extend_from_slice(prompt);
+        self.waiting.push_back(Request {
+            seq,
+            prompt: prompt.to_vec(),
+            fed: 0,
+            base,
+            cached: 0,
+            total,
+            sampler,
+            stop,
+            text: TextStream::default(),
+            history,
+            generated: Vec::with_capacity(params.max_tokens.min(total)),
+            params,
+            next: None,
+            phase: Phase::Prefill,
+            cancelled: false,
+            t_admit: None,
+            t_first: None,
+            prompt_secs: 0.0,
+        });
+        Ok(())
+    }
+
+    fn find(&self, seq: SeqId) -> Option<&Request> {
+        self.running
+            .iter()
+            .chain(self.waiting.iter())
+            .find(|r| r.seq == seq)
+    }
+
+    /// Stops request `seq` at the next step (a waiting one never starts). Its `Done`
+    /// event says [`StopReason::Cancelled`]; returns false if no such request exists.
+    pub fn cancel(&mut self, seq: SeqId) -> bool {
+        match self
+            .running
+            .iter_mut()
+            .chain(self.waiting.iter_mut())
+            .find(|r| r.seq == seq)
+        {
+            Some(r) => {
+                r.cancelled = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Blocks the running requests may still take.
+    fn outstanding_blocks(&self) -> usize {
+        self.running
+            .iter()
+            .map(|r| self.engine.blocks_needed(r.seq, r.total).unwrap_or(0))
+            .sum()
+    }
+
+    /// Moves waiting requests to running while the pool can hold all they may need.
+    fn admit(&mut self) -> Result<(), CoreError> {
+        while self.running.len() < self.opts.max_running {
+            let Some(front) = self.waiting.front() else {
+                break;
+            };
+            let seq = front.seq;
+            let fresh = front.base == 0;
+            let prompt_len = front.prompt.len();
+            // A new sequence starts from the longest cached prefix of its prompt.
+            let cached = if fresh {
+                let prompt = front.prompt.clone();
+                self.engine.reuse_prefix(seq, &prompt)?
+            } else {
+                0
+            };
+            let need = self.engine.blocks_needed(seq, front.total)?;
+            let room = self
+                .engine
+                .available_blocks()
+                .saturating_sub(self.outstanding_blocks());
+            if need > room {
+                if fresh {
+                    // Give the matched blocks back while waiting; matched again later.
+                    self.engine.truncate(seq, 0)?;
+                }
+                let pool_blocks = self.engine.kv_stats().pool.n_blocks;
+                if self.running.is_empty() && need > pool_blocks {
+                    let r = self.waiting.pop_front().expect("front exists");
+                    return Err(CoreError::ContextOverflow {
+                        n_past: r.base,
+                        n_new: r.total - r.base,
+                        n_ctx: self.engine.max_seq_len(),
+                    });
+                }
+                break;
+            }
+            let mut r = self.waiting.pop_front().expect("front exists");
+            r.fed = cached;
+            r.cached = cached;
+            debug_assert!(cached < prompt_len);
+            r.t_admit = Some(Instant::now());
+            self.running.push(r);
+        }
+        Ok(())
+    }
+
+    /// One scheduling step; see the module docs. Returns the number of tokens evaluated
+    /// (0 when there was nothing to do).
+    pub fn step(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize, CoreError> {
+        // Cancelled requests end before any work is spent on them.
+        for r in self.waiting.iter().filter(|r| r.cancelled) {
+            on_event(Event::Done {
+                seq: r.seq,
+                stats: stats_of(r, StopReason::Cancelled),
+            });
+        }
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.waiting[i].cancelled {
+                let r = self.waiting.remove(i).expect("index in range");
+                self.release(&r);
+            } else {
+                i += 1;
+            }
+        }
+        self.finished.clear();
+        for (i, r) in self.running.iter().enumerate() {
+            if r.cancelled {
+                self.finished.push((i, StopReason::Cancelled));
+            }
+        }
+        self.retire(on_event);
+        self.admit()?;
+        if self.running.is_empty() {
+            return Ok(0);
+        }
+
+        // The batch: one decode token per generating request, then prompt chunks.
+        let budget = self.engine.max_batch();
+        self.tok_buf.clear();
+        self.item_req.clear();
+        self.spans.clear();
+        for (i, r) in self.running.iter().enumerate() {
+            if let (Phase::Decode, Some(t)) = (&r.phase, r.next)
+                && self.tok_buf.len() < budget
+            {
+                self.spans.push((self.tok_buf.len(), 1, Logits::Last));
+                self.tok_buf.push(t);
+                self.item_req.push(i);
+            }
+        }
+        for (i, r) in self.running.iter().enumerate() {
+            let left = budget - self.tok_buf.len();
+            if r.phase != Phase::Prefill || left == 0 {
+                continue;
+            }
+            let n = (r.prompt.len() - r.fed).min(left);
+            let ends = r.fed + n == r.prompt.len();
+            let logits = if ends { Logits::Last } else { Logits::None };
+            self.spans.push((self.tok_buf.len(), n, logits));
+            self.tok_buf.extend_from_slice(&r.prompt[r.fed..r.fed + n]);
+            self.item_req.push(i);
+        }
+        let n_tokens = self.tok_buf.len();
+        let items: Vec<BatchItem<'_>> = self
+            .spans
+            .iter()
+            .zip(&self.item_req)
+            .map(|(&(start, n, logits), &i)| BatchItem {
+                seq: self.running[i].seq,
+                tokens: &self.tok_buf[start..start + n],
+                logits,
+            })
+            .collect();
+        let Scheduler {
+            engine,
+            running,
+            item_req,
+            ..
+        } = self;
+        let t_sample = std::cell::Cell::new(0.0f64);
+        let result = engine.forward(&items, |item, _, logits| {
+            let t = Instant::now();
+            let r = &mut running[item_req[item]];
+            r.next = Some(r.sampler.sample(logits, &r.history));
+            t_sample.set(t_sample.get() + t.elapsed().as_secs_f64());
+        });
+        drop(items);
+        engine.add_sampling_time(t_sample.get());
+        if let Err(e) = result {
+            // Nothing was committed for this batch: end its requests with the error.
+            let mut seen: Vec<usize> = self.item_req.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            for &i in seen.iter().rev() {
+                let r = self.running.remove(i);
+                self.release(&r);
+                on_event(Event::Error {
+                    seq: r.seq,
+                    error: CoreError::Unsupported(format!("forward pass failed: {e}")),
+                });
+            }
+            return Err(e);
+        }
+
+        // Advance every request of the batch.
+        let tok = self.engine.model().clone();
+        let tokenizer = tok.tokenizer();
+        let max_len = self.engine.max_seq_len();
+        for (k, &(_, n, _)) in self.spans.iter().enumerate() {
+            let i = self.item_req[k];
+            let r = &mut self.running[i];
+            if r.phase == Phase::Prefill {
+                r.fed += n;
+                if r.fed < r.prompt.len() {
+                    continue;
+                }
+                r.phase = Phase::Decode;
+                r.prompt_secs = r.t_admit.map_or(0.0, |t| t.elapsed().as_secs_f64());
+                r.t_first = Some(Instant::now());
+            }
+            let Some(t) = r.next else { continue };
+            let eog = tokenizer.is_some_and(|tk| tk.is_eog(t));
+            if eog && !r.params.ignore_eos {
+                r.next = None;
+                self.finished.push((i, StopReason::Eog));
+                continue;
+            }
+            r.generated.push(t);
+            r.history.push(t);
+            if let Some(tk) = tokenizer {
+                let piece = r.text.push(tk, t);
+                if !piece.is_empty() {
+                    let feed = r.stop.feed(&piece);
+                    if !feed.emit.is_empty() {
+                        on_event(Event::Text {
+                            seq: r.seq,
+                            text: feed.emit,
+                        });
+                    }
+                    if feed.stopped {
+                        self.finished.push((i, StopReason::StopString));
+                        continue;
+                    }
+                }
+            }
+            let len = r.base + r.prompt.len() + r.generated.len();
+            if r.generated.len() >= r.params.max_tokens {
+                self.finished.push((i, StopReason::MaxTokens));
+            } else if len >= max_len {
+                self.finished.push((i, StopReason::ContextFull));
+            }
+        }
+        self.retire(on_event);
+        Ok(n_tokens)
+    }
+
+    /// Ends the requests listed in `finished`: flushes their text, reports `Done`, and
+    /// frees (or keeps) their sequences.
+    fn retire(&mut self, on_event: &mut dyn FnMut(Event<'_>)) {
+        if self.finished.is_empty() {
+            return;
+        }
+        self.finished
+            .sort_unstable_by_key(|&(i, _)| std::cmp::Reverse(i));
+        self.finished.dedup_by_key(|&mut (i, _)| i);
+        let finished = std::mem::take(&mut self.finished);
+        for &(i, reason) in &finished {
+            let mut r = self.running.remove(i);
+            let mut reason = reason;
+            if reason != StopReason::StopString {
+                let rest = r.text.finish();
+                let feed = r.stop.feed(&rest);
+                if !feed.emit.is_empty() {
+                    on_event(Event::Text {
+                        seq: r.seq,
+                        text: feed.emit,
+                    });
+                }
+                if feed.stopped {
+                    reason = StopReason::StopString;
+                } else {
+                    let held = r.stop.finish();
+                    if !held.is_empty() {
+                        on_event(Event::Text {
+                            seq: r.seq,
+                            text: held,
+                        });
+                    }
+                }
+            }
+            on_event(Event::Done {
+                seq: r.seq,
+                stats: stats_of(&r, reason),
+            });
+            self.release(&r);
+        }
+        self.finished = finished;
+        self.finished.clear();
+    }
+
+    fn release(&mut self, r: &Request) {
+        if !r.params.keep {
+            let _ = self.engine.free_sequence(r.seq);
+        }
+    }
+}
+
+fn stats_of(r: &Request, reason: StopReason) -> GenStats {
+    GenStats {
+        prompt_tokens: r.prompt.len(),
+        cached_tokens: r.cached,
+        prompt_secs: r.prompt_secs,
+        gen_tokens: r.generated.len(),
+        gen_secs: r.t_first.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+        stop_reason: reason,
+        tokens: r.generated.clone(),
+    }
+}

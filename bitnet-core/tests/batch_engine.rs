@@ -1,0 +1,301 @@
+//! The multi-sequence engine: a sequence evaluated inside a batch of others gives the
+//! logits it gives alone; forks share blocks and copy on write; the prefix cache makes a
+//! repeated prompt evaluate only its new tokens.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bitnet_core::model::{BatchItem, Engine, EngineOptions, LoadOptions, Logits, Model, SeqId};
+use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_kernels::Isa;
+
+fn model(tag: &str, isa: Isa) -> (Arc<Model>, PathBuf) {
+    let path = common::tmp_dir(tag).join("model.gguf");
+    // Grouped-query attention (4 heads on 2 KV heads) so the grouped kernels run.
+    let spec = SynthSpec::preset("tiny-bitnet").expect("preset");
+    write_model(&spec, &path, |_, _| {}).unwrap();
+    let opts = LoadOptions {
+        isa: Some(isa),
+        ..LoadOptions::default()
+    };
+    (Arc::new(Model::load(&path, &opts).unwrap()), path)
+}
+
+fn engine(model: &Arc<Model>, n_ctx: usize, batch: usize, threads: usize) -> Engine {
+    let opts = EngineOptions {
+        threads,
+        pin: false,
+        n_ctx,
+        batch,
+        ..EngineOptions::default()
+    };
+    Engine::new(model.clone(), &opts).unwrap()
+}
+
+fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(7919).wrapping_add(seed * 104_729 + 13)) % n_vocab as u32)
+        .collect()
+}
+
+/// Evaluates `toks` on `seq` one forward pass per chunk of `chunk`, returning the last
+/// token's logits.
+fn eval_alone(e: &mut Engine, seq: SeqId, toks: &[u32], chunk: usize) -> Vec<f32> {
+    let mut out = Vec::new();
+    for c in toks.chunks(chunk) {
+        let item = BatchItem {
+            seq,
+            tokens: c,
+            logits: Logits::Last,
+        };
+        e.forward(&[item], |_, _, row| out = row.to_vec()).unwrap();
+    }
+    out
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+        / scale
+}
+
+/// The float budget of a logits row computed by a different SIMD path (head products of
+/// several rows against one): the engine tests' prefill-vs-decode bound.
+const SIMD_TOL: f32 = 2e-3;
+
+#[test]
+fn a_sequence_in_a_batch_of_eight_matches_it_alone() {
+    for isa in Isa::available() {
+        let (m, path) = model(&format!("batch-{}", isa.name()), isa);
+        let v = m.n_vocab();
+        // Eight sequences of different prompt lengths, so they decode at different
+        // positions (and cross block boundaries at different steps).
+        let lens = [1usize, 5, 16, 17, 31, 40, 3, 64];
+        let prompts: Vec<Vec<u32>> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| tokens(n, i as u32 + 1, v))
+            .collect();
+        let steps = 6;
+        let streams: Vec<Vec<u32>> = (0..8).map(|i| tokens(steps, 50 + i, v)).collect();
+
+        // Alone: each sequence on a fresh engine, prompt then one token at a time.
+        let mut alone: Vec<Vec<Vec<f32>>> = Vec::new();
+        for (p, s) in prompts.iter().zip(&streams) {
+            let mut e = engine(&m, 256, 32, 2);
+            let seq = e.new_sequence();
+            let mut rows = vec![eval_alone(&mut e, seq, p, 32)];
+            for &t in s {
+                rows.push(eval_alone(&mut e, seq, &[t], 1));
+            }
+            alone.push(rows);
+        }
+
+        // Together: one engine; prompts packed into shared forward passes (chunks of
+        // several sequences in one batch), then every step decodes all eight at once.
+        for threads in [1, 2] {
+            let mut e = engine(&m, 1024, 48, threads);
+            let seqs: Vec<SeqId> = (0..8).map(|_| e.new_sequence()).collect();
+            let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 8];
+            let mut fed = [0usize; 8];
+            while (0..8).any(|i| fed[i] < lens[i]) {
+                let mut items = Vec::new();
+                let mut idx = Vec::new();
+                let mut used = 0;
+                for i in 0..8 {
+                    let n = (lens[i] - fed[i]).min(48 - used).min(13);
+                    if n == 0 {
+                        continue;
+                    }
+                    let end = fed[i] + n;
+                    items.push(BatchItem {
+                        seq: seqs[i],
+                        tokens: &prompts[i][fed[i]..end],
+                        logits: if end == lens[i] {
+                            Logits::Last
+                        } else {
+                            Logits::None
+                        },
+                    });
+                    idx.push((i, n));
+                    used += n;
+                }
+                e.forward(&items, |item, _, row| got[idx[item].0].push(row.to_vec()))
+                    .unwrap();
+                for (i, n) in idx {
+                    fed[i] += n;
+                }
+            }
+            #[allow(clippy::needless_range_loop)] // `step` indexes every sequence's stream
+            for step in 0..steps {
+                let items: Vec<BatchItem<'_>> = (0..8)
+                    .map(|i| BatchItem {
+                        seq: seqs[i],
+                        tokens: std::slice::from_ref(&streams[i][step]),
+                        logits: Logits::Last,
+                    })
+                    .collect();
+                e.forward(&items, |item, _, row| got[item].push(row.to_vec()))
+                    .unwrap();
+            }
+            for i in 0..8 {
+                assert_eq!(got[i].len(), steps + 1);
+                for (r, (a, b)) in alone[i].iter().zip(&got[i]).enumerate() {
+                    let what = format!("{isa} t{threads} sequence {i} row {r}");
+                    if isa == Isa::Scalar {
+                        assert_eq!(bits(a), bits(b), "{what}: not bit-identical");
+                    } else {
+                        let d = max_rel_diff(b, a);
+                        assert!(d <= SIMD_TOL, "{what}: differs by {d}");
+                    }
+                }
+            }
+        }
+        std::fs::remove_file(&path).ok();
+    }
+}
+
+#[test]
+fn forks_share_blocks_and_copy_on_write() {
+    let (m, path) = model("fork", Isa::Scalar);
+    let v = m.n_vocab();
+    let mut e = engine(&m, 256, 64, 1);
+    let bt = e.block_tokens();
+    let a = e.new_sequence();
+    let prompt = tokens(2 * bt + bt / 2, 3, v); // two full blocks and half of a third
+    eval_alone(&mut e, a, &prompt, 64);
+    assert_eq!(e.kv_stats().pool.used, 3);
+    let b = e.fork(a).unwrap();
+    assert_eq!(e.kv_stats().pool.used, 3, "a fork shares every block");
+    assert_eq!(
+        e.sequence(b).unwrap().blocks(),
+        e.sequence(a).unwrap().blocks()
+    );
+    // Writing into the shared, half-filled block copies it for the writer only.
+    let la = eval_alone(&mut e, b, &[7], 1);
+    assert_eq!(
+        e.kv_stats().pool.used,
+        4,
+        "the first write copies the partial block"
+    );
+    let (ba, bb) = (
+        e.sequence(a).unwrap().blocks().to_vec(),
+        e.sequence(b).unwrap().blocks().to_vec(),
+    );
+    assert_eq!(ba[..2], bb[..2], "full blocks stay shared");
+    assert_ne!(ba[2], bb[2]);
+    // The original continues as if it had never been forked, and the fork gives the
+    // logits of a sequence that was never forked.
+    let la2 = eval_alone(&mut e, a, &[9], 1);
+    let mut fresh = engine(&m, 256, 64, 1);
+    let s = fresh.new_sequence();
+    eval_alone(&mut fresh, s, &prompt, 64);
+    let s2 = fresh.fork(s).unwrap();
+    assert_eq!(bits(&eval_alone(&mut fresh, s, &[9], 1)), bits(&la2));
+    fresh.free_sequence(s).unwrap();
+    let mut plain = engine(&m, 256, 64, 1);
+    let p = plain.new_sequence();
+    let mut full = prompt.clone();
+    full.push(7);
+    assert_eq!(bits(&eval_alone(&mut plain, p, &full, 64)), bits(&la));
+    fresh.free_sequence(s2).unwrap();
+    // Every block comes back.
+    e.free_sequence(a).unwrap();
+    e.free_sequence(b).unwrap();
+    let st = e.kv_stats();
+    assert_eq!(st.pool.used, 0);
+    assert_eq!(st.pool.free + st.pool.cached, st.pool.n_blocks);
+    assert!(e.sequence(a).is_err(), "a freed sequence's id is refused");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_shared_300_token_prefix_is_not_evaluated_again() {
+    let (m, path) = model("prefix", Isa::Scalar);
+    let v = m.n_vocab();
+    let mut e = engine(&m, 1024, 128, 1);
+    let shared = tokens(300, 11, v);
+    let a = e.new_sequence();
+    eval_alone(&mut e, a, &shared, 128);
+    e.free_sequence(a).unwrap();
+    assert!(e.kv_stats().pool.cached > 0, "finished blocks stay cached");
+
+    let mut second = shared.clone();
+    second.extend(tokens(20, 12, v));
+    let b = e.new_sequence();
+    let reused = e.reuse_prefix(b, &second).unwrap();
+    assert_eq!(reused, 300, "the whole shared prefix comes from the cache");
+    let before = e.evaluated_tokens();
+    let got = eval_alone(&mut e, b, &second[reused..], 128);
+    assert_eq!(
+        e.evaluated_tokens() - before,
+        20,
+        "only the new tokens are evaluated"
+    );
+    // Same logits as evaluating everything from scratch.
+    let mut cold = engine(&m, 1024, 128, 1);
+    let c = cold.new_sequence();
+    assert_eq!(bits(&eval_alone(&mut cold, c, &second, 128)), bits(&got));
+
+    // A prompt that diverges inside a cached block reuses the rows before the divergence.
+    let mut third = shared[..150].to_vec();
+    third.extend(tokens(10, 13, v));
+    let d = e.new_sequence();
+    assert_eq!(e.reuse_prefix(d, &third).unwrap(), 150);
+    let got = eval_alone(&mut e, d, &third[150..], 128);
+    let c2 = cold.new_sequence();
+    assert_eq!(bits(&eval_alone(&mut cold, c2, &third, 128)), bits(&got));
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn batch_errors_change_nothing() {
+    let (m, path) = model("batch-errors", Isa::Scalar);
+    let mut e = engine(&m, 64, 16, 1);
+    let a = e.new_sequence();
+    let t = [1u32, 2, 3];
+    let twice = [
+        BatchItem {
+            seq: a,
+            tokens: &t,
+            logits: Logits::Last,
+        },
+        BatchItem {
+            seq: a,
+            tokens: &t,
+            logits: Logits::Last,
+        },
+    ];
+    assert!(
+        e.forward(&twice, |_, _, _| {}).is_err(),
+        "one sequence twice"
+    );
+    let big = tokens(17, 1, m.n_vocab());
+    let over = [BatchItem {
+        seq: a,
+        tokens: &big,
+        logits: Logits::Last,
+    }];
+    assert!(
+        e.forward(&over, |_, _, _| {}).is_err(),
+        "over the batch size"
+    );
+    assert_eq!(e.sequence(a).unwrap().len(), 0);
+    e.free_sequence(a).unwrap();
+    let stale = [BatchItem {
+        seq: a,
+        tokens: &t,
+        logits: Logits::Last,
+    }];
+    assert!(e.forward(&stale, |_, _, _| {}).is_err(), "a freed sequence");
+    std::fs::remove_file(&path).ok();
+}

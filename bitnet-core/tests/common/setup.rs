@@ -1,0 +1,88 @@
+//! Loading a model and opening sessions the way the tests describe them: one options
+//! struct for what used to be one (how to load, and how the engine runs), so a test case
+//! reads `Opts { head: HeadMode::Q8, ..opts(2) }`.
+
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::Arc;
+
+use bitnet_core::CoreError;
+use bitnet_core::model::{EngineOptions, HeadMode, KvType, LoadMode, LoadOptions, Model, Session};
+use bitnet_kernels::Isa;
+
+/// Load options and engine options of a test case.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    pub mode: LoadMode,
+    pub isa: Option<Isa>,
+    pub head: HeadMode,
+    pub threads: usize,
+    pub pin: bool,
+    pub n_ctx: usize,
+    pub prefill_chunk: usize,
+    pub kv_type: KvType,
+    pub mlock: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        let (l, e) = (LoadOptions::default(), EngineOptions::default());
+        Opts {
+            mode: l.mode,
+            isa: l.isa,
+            head: l.head,
+            threads: e.threads,
+            pin: e.pin,
+            n_ctx: e.n_ctx,
+            prefill_chunk: e.batch,
+            kv_type: e.kv_type,
+            mlock: l.mlock,
+        }
+    }
+}
+
+/// A loaded model and the engine options its sessions get.
+#[derive(Debug)]
+pub struct Loaded {
+    pub model: Arc<Model>,
+    pub engine: EngineOptions,
+}
+
+impl Deref for Loaded {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        &self.model
+    }
+}
+
+impl Loaded {
+    /// A session with room for `n_ctx` tokens (0: the case's context).
+    pub fn session(&self, n_ctx: usize) -> Result<Session, CoreError> {
+        let mut e = self.engine.clone();
+        if n_ctx != 0 {
+            e.n_ctx = n_ctx;
+        }
+        Session::new(self.model.clone(), &e)
+    }
+}
+
+pub fn load(path: impl AsRef<Path>, o: &Opts) -> Result<Loaded, CoreError> {
+    let load = LoadOptions {
+        mode: o.mode,
+        isa: o.isa,
+        head: o.head,
+        mlock: o.mlock,
+    };
+    let engine = EngineOptions {
+        threads: o.threads,
+        pin: o.pin,
+        n_ctx: o.n_ctx,
+        batch: o.prefill_chunk,
+        kv_type: o.kv_type,
+        ..EngineOptions::default()
+    };
+    Ok(Loaded {
+        model: Arc::new(Model::load(path, &load)?),
+        engine,
+    })
+}

@@ -1,0 +1,308 @@
+//! The scheduler: many requests through one engine, each with its own sampler and limits;
+//! admission by KV room, chunked prefill, cancellation, prefix reuse, continuations.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bitnet_core::model::{Engine, EngineOptions, GenStats, LoadOptions, Model, SeqId, StopReason};
+use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
+use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_kernels::Isa;
+
+/// The tiny model on the scalar kernels (bit-exact comparisons between runs).
+fn model(tag: &str) -> (Arc<Model>, PathBuf) {
+    model_on(tag, Isa::Scalar, 2)
+}
+
+fn model_on(tag: &str, isa: Isa, n_layer: usize) -> (Arc<Model>, PathBuf) {
+    let path = common::tmp_dir(tag).join("model.gguf");
+    let spec = SynthSpec {
+        n_layer,
+        ..SynthSpec::preset("tiny").expect("preset")
+    };
+    write_model(&spec, &path, |_, _| {}).unwrap();
+    let opts = LoadOptions {
+        isa: Some(isa),
+        ..LoadOptions::default()
+    };
+    (Arc::new(Model::load(&path, &opts).unwrap()), path)
+}
+
+fn sched(model: &Arc<Model>, n_ctx: usize, batch: usize, max_running: usize) -> Scheduler {
+    sched_t(model, n_ctx, batch, max_running, 2)
+}
+
+fn sched_t(
+    m: &Arc<Model>,
+    n_ctx: usize,
+    batch: usize,
+    max_running: usize,
+    threads: usize,
+) -> Scheduler {
+    let model = m;
+    let opts = EngineOptions {
+        threads,
+        pin: false,
+        n_ctx,
+        batch,
+        ..EngineOptions::default()
+    };
+    Scheduler::new(
+        Engine::new(model.clone(), &opts).unwrap(),
+        SchedulerOptions { max_running },
+    )
+}
+
+fn greedy(max_tokens: usize) -> GenParams {
+    GenParams {
+        max_tokens,
+        sampler: SamplerConfig {
+            temperature: 0.0,
+            ..SamplerConfig::default()
+        },
+        ..GenParams::default()
+    }
+}
+
+fn tokens(n: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 500) as u32 + 3
+        })
+        .collect()
+}
+
+/// Steps until idle; returns each request's stats and text.
+fn run_all(s: &mut Scheduler) -> HashMap<SeqId, (GenStats, String)> {
+    let mut text: HashMap<SeqId, String> = HashMap::new();
+    let mut done = HashMap::new();
+    let mut guard = 0;
+    while !s.is_idle() {
+        s.step(&mut |ev| match ev {
+            Event::Text { seq, text: t } => text.entry(seq).or_default().push_str(t),
+            Event::Done { seq, stats } => {
+                done.insert(seq, stats);
+            }
+            Event::Error { seq, error } => panic!("{seq}: {error}"),
+        })
+        .unwrap();
+        guard += 1;
+        assert!(guard < 100_000, "the scheduler does not finish");
+    }
+    done.into_iter()
+        .map(|(k, st)| {
+            let t = text.remove(&k).unwrap_or_default();
+            (k, (st, t))
+        })
+        .collect()
+}
+
+#[test]
+fn requests_decoded_together_generate_what_they_generate_alone() {
+    let (m, path) = model("sched-together");
+    let prompts: Vec<Vec<u32>> = (0..6).map(|i| tokens(3 + 11 * i, i as u64)).collect();
+    let mut alone = Vec::new();
+    for p in &prompts {
+        let mut s = sched(&m, 512, 64, 8);
+        let id = s.submit(p, greedy(12)).unwrap();
+        alone.push(run_all(&mut s).remove(&id).unwrap());
+    }
+    // All six at once, with a small per-step budget so prefill chunks and decode tokens of
+    // different requests share forward passes.
+    let mut s = sched(&m, 512, 24, 8);
+    let ids: Vec<SeqId> = prompts
+        .iter()
+        .map(|p| s.submit(p, greedy(12)).unwrap())
+        .collect();
+    let mut together = run_all(&mut s);
+    for (i, id) in ids.iter().enumerate() {
+        let (st, text) = together.remove(id).unwrap();
+        assert_eq!(st.tokens, alone[i].0.tokens, "request {i}: other tokens");
+        assert_eq!(text, alone[i].1, "request {i}: other text");
+        assert_eq!(st.stop_reason, StopReason::MaxTokens);
+        assert_eq!(st.gen_tokens, 12);
+    }
+    let st = s.engine().kv_stats();
+    assert_eq!(st.pool.used, 0, "every block back after the requests end");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_thousand_random_requests_with_cancels_return_every_block() {
+    // What is checked is bookkeeping, not numbers: a one-layer model on the best kernels.
+    let (m, path) = model_on("sched-thousand", Isa::best(), 1);
+    let mut s = sched_t(&m, 384, 64, 16, 1);
+    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut live: Vec<SeqId> = Vec::new();
+    let (mut submitted, mut finished, mut cancelled) = (0usize, 0usize, 0usize);
+    while submitted < 1000 || !s.is_idle() {
+        while submitted < 1000 && s.n_waiting() < 8 {
+            let len = 1 + next(40) as usize;
+            let p = tokens(len, submitted as u64);
+            let params = GenParams {
+                max_tokens: 1 + next(12) as usize,
+                sampler: SamplerConfig {
+                    seed: submitted as u64,
+                    ..SamplerConfig::default()
+                },
+                ..GenParams::default()
+            };
+            live.push(s.submit(&p, params).unwrap());
+            submitted += 1;
+        }
+        if !live.is_empty() && next(5) == 0 {
+            let victim = live[next(live.len() as u64) as usize];
+            s.cancel(victim);
+        }
+        s.step(&mut |ev| match ev {
+            Event::Done { seq, stats } => {
+                finished += 1;
+                if stats.stop_reason == StopReason::Cancelled {
+                    cancelled += 1;
+                }
+                live.retain(|&l| l != seq);
+            }
+            Event::Error { seq, error } => panic!("{seq}: {error}"),
+            Event::Text { .. } => {}
+        })
+        .unwrap();
+    }
+    assert_eq!(finished, 1000, "every request reports done exactly once");
+    assert!(cancelled > 0, "the test cancelled some requests");
+    let st = s.engine().kv_stats();
+    assert_eq!(st.sequences, 0);
+    assert_eq!(st.pool.used, 0, "blocks still held: {st:?}");
+    assert_eq!(st.pool.free + st.pool.cached, n_blocks);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_repeated_prefix_comes_from_the_cache() {
+    let (m, path) = model("sched-prefix");
+    let mut s = sched(&m, 1024, 128, 4);
+    let shared = tokens(300, 7);
+    let a = s.submit(&shared, greedy(4)).unwrap();
+    let first = run_all(&mut s).remove(&a).unwrap().0;
+    assert_eq!(first.cached_tokens, 0);
+    let mut p2 = shared.clone();
+    p2.extend(tokens(25, 8));
+    let before = s.engine().evaluated_tokens();
+    let b = s.submit(&p2, greedy(4)).unwrap();
+    let second = run_all(&mut s).remove(&b).unwrap().0;
+    assert_eq!(
+        second.cached_tokens, 300,
+        "the shared system prompt is reused"
+    );
+    // 25 new prompt tokens, then the 3 sampled tokens fed back (the 4th ends it).
+    assert_eq!(s.engine().evaluated_tokens() - before, 25 + 3);
+    // And it generates what it would with a cold cache.
+    let mut cold = sched(&m, 1024, 128, 4);
+    let c = cold.submit(&p2, greedy(4)).unwrap();
+    assert_eq!(
+        run_all(&mut cold).remove(&c).unwrap().0.tokens,
+        second.tokens
+    );
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_kept_sequence_continues_with_only_its_new_tokens() {
+    let (m, path) = model("sched-keep");
+    let mut s = sched(&m, 512, 64, 4);
+    let turn1 = tokens(40, 1);
+    let keep = GenParams {
+        keep: true,
+        ..greedy(5)
+    };
+    let id = s.submit(&turn1, keep.clone()).unwrap();
+    let r1 = run_all(&mut s).remove(&id).unwrap().0;
+    let held = s.engine().sequence(id).unwrap().tokens().to_vec();
+    assert_eq!(
+        held.len(),
+        40 + 4,
+        "prompt and all generated tokens but the last"
+    );
+    // The next turn: the last reply token plus the new message.
+    let mut turn2 = vec![*r1.tokens.last().unwrap()];
+    turn2.extend(tokens(10, 2));
+    let before = s.engine().evaluated_tokens();
+    s.submit_on(id, &turn2, keep).unwrap();
+    let r2 = run_all(&mut s).remove(&id).unwrap().0;
+    assert_eq!(s.engine().evaluated_tokens() - before, 11 + 4);
+    // The same as one request over the whole conversation.
+    let mut whole = turn1.clone();
+    whole.extend(&r1.tokens[..r1.tokens.len() - 1]);
+    whole.extend(&turn2);
+    let mut fresh = sched(&m, 512, 64, 4);
+    let f = fresh.submit(&whole, greedy(5)).unwrap();
+    assert_eq!(run_all(&mut fresh).remove(&f).unwrap().0.tokens, r2.tokens);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn too_long_is_refused_and_too_many_wait() {
+    let (m, path) = model("sched-limits");
+    // 128 tokens of KV in all (8 blocks of 16).
+    let mut s = sched(&m, 128, 32, 8);
+    let err = s.submit(&tokens(129, 1), greedy(4)).unwrap_err();
+    assert!(err.to_string().contains("context"), "{err}");
+    assert!(s.submit(&[], greedy(4)).is_err(), "an empty prompt");
+    assert!(
+        s.submit(&[100_000], greedy(4)).is_err(),
+        "a token past the vocabulary"
+    );
+    // Three requests of 60 tokens each (4 blocks each): two fit at once, one waits.
+    let ids: Vec<SeqId> = (0..3)
+        .map(|i| s.submit(&tokens(40, i), greedy(20)).unwrap())
+        .collect();
+    s.step(&mut |_| {}).unwrap();
+    assert_eq!(s.n_running(), 2);
+    assert_eq!(s.n_waiting(), 1, "the third waits for room");
+    let done = run_all(&mut s);
+    for id in ids {
+        assert_eq!(done[&id].0.gen_tokens, 20, "{id} ran to its limit");
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn cancel_takes_effect_during_a_long_prefill() {
+    let (m, path) = model("sched-cancel");
+    let mut s = sched(&m, 512, 16, 4);
+    let id = s.submit(&tokens(300, 3), greedy(8)).unwrap();
+    s.step(&mut |_| {}).unwrap();
+    assert_eq!(s.engine().evaluated_tokens(), 16, "one chunk per step");
+    assert!(s.cancel(id));
+    let mut reason = None;
+    s.step(&mut |ev| {
+        if let Event::Done { stats, .. } = ev {
+            reason = Some(stats.stop_reason);
+        }
+    })
+    .unwrap();
+    assert_eq!(reason, Some(StopReason::Cancelled));
+    assert_eq!(
+        s.engine().evaluated_tokens(),
+        16,
+        "nothing more was evaluated"
+    );
+    assert!(s.is_idle());
+    assert_eq!(s.engine().kv_stats().pool.used, 0);
+    assert!(!s.cancel(id), "a finished request cannot be cancelled");
+    std::fs::remove_file(&path).ok();
+}
