@@ -1,11 +1,16 @@
 //! Options every model-running subcommand shares (`-t`, `--kernel`, `--no-mmap`, `--mlock`,
-//! `--head`, `-c`), and turning them into [`LoadOptions`].
+//! `--head`, `-c`, `-b`), turning them into [`LoadOptions`], and loading a model with the
+//! checks and messages every command wants.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use bitnet_core::model::{HeadMode, LoadMode, LoadOptions, Model};
+use bitnet_gguf::GgufFile;
 use bitnet_kernels::Isa;
+
+use super::limits::warn_threads;
+use crate::output::note;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum HeadArg {
@@ -33,8 +38,11 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = HeadArg::Native)]
     pub head: HeadArg,
     /// Context size in tokens (default: the model's training context, at most 4096).
-    #[arg(short = 'c', long)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size")]
     pub ctx: Option<usize>,
+    /// Prompt tokens evaluated per batch (default: 256).
+    #[arg(short = 'b', long = "batch-size", value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: Option<u32>,
     /// Do not pin threads to cores.
     #[arg(long)]
     pub no_pin: bool,
@@ -63,11 +71,45 @@ impl ModelArgs {
                 HeadArg::Q8 => HeadMode::Q8,
             },
             n_ctx: self.ctx.unwrap_or(0),
+            prefill_chunk: self
+                .batch_size
+                .map_or(LoadOptions::default().prefill_chunk, |b| b as usize),
             ..LoadOptions::default()
         })
     }
 }
 
+/// Loads a model, after warning about more threads than CPUs and arranging for a clear
+/// message if the mapped file is truncated while in use; a vocab-only file is named as such.
 pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Model> {
-    Model::load(path, opts).with_context(|| format!("loading {}", path.display()))
+    warn_threads(opts.threads);
+    if opts.mode == LoadMode::Mmap {
+        watch_mapped_file(path);
+    }
+    Model::load(path, opts).map_err(|e| {
+        if vocab_only(path) {
+            // The loader's own complaint (a missing tensor, zero layers) would only mislead.
+            anyhow::anyhow!(
+                "{} holds only a tokenizer (a vocab-only GGUF, no weights): it can be used with \
+                 `bitnet tokenize`, not run",
+                path.display()
+            )
+        } else {
+            anyhow::Error::from(e).context(format!("loading {}", path.display()))
+        }
+    })
+}
+
+/// Installs the SIGBUS message for a file about to be mapped (see `bitnet_core::sigbus`).
+pub fn watch_mapped_file(path: &Path) {
+    if let Err(e) = bitnet_core::sigbus::install_sigbus_message(path) {
+        note!("warning: cannot install the SIGBUS handler ({e})");
+    }
+}
+
+/// True when `path` parses as a GGUF without tensors but with a tokenizer. Asked only after
+/// a load failed, so a good load never parses the file twice.
+fn vocab_only(path: &Path) -> bool {
+    GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
+        .is_ok_and(|f| f.tensors().is_empty() && f.metadata().get("tokenizer.ggml.model").is_some())
 }

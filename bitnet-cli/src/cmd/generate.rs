@@ -1,6 +1,8 @@
 //! `bitnet generate -m MODEL.gguf -p "prompt" -n 128`: streams the continuation as it is
 //! produced (whole UTF-8 only) and ends with a line of figures on stderr: load time, prompt
-//! tokens/s, generation tokens/s, peak memory. A closed pipe ends it quietly.
+//! tokens/s, generation tokens/s, peak memory, the seed. A closed pipe ends it quietly.
+//! Options follow llama.cpp's where they overlap (`-f`, `-n -1`, `--temp`, `-s -1`,
+//! `--ignore-eos`, `-c/--ctx-size`, `-b/--batch-size`).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -8,26 +10,37 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use bitnet_core::model::{Session, generate};
 use bitnet_core::sampling::{Sampler, SamplerConfig, StopMatcher};
+use bitnet_core::tokenizer::Tokenizer;
 
 use super::bench::{peak_rss, profile_table};
 use super::common::{ModelArgs, load_model};
-use crate::output::human_bytes;
+use super::limits::{check_context, prompt_too_long};
+use super::prompt::PromptArgs;
+use crate::output::{human_bytes, note};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[arg(short = 'm', long)]
     pub model: PathBuf,
-    /// The prompt.
-    #[arg(short = 'p', long)]
-    pub prompt: String,
-    /// Tokens to generate at most.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
-    pub n_predict: usize,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Tokens to generate at most; -1: until the context is full.
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value = "128",
+        allow_negative_numbers = true,
+        value_parser = parse_n_predict
+    )]
+    pub n_predict: NPredict,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Stop when this text appears (repeatable); it is not printed.
-    #[arg(long = "stop")]
+    #[arg(long = "stop", allow_hyphen_values = true)]
     pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens (they are never sampled).
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Do not echo the prompt before the continuation.
     #[arg(long)]
     pub no_echo: bool,
@@ -38,10 +51,58 @@ pub struct Args {
     pub model_args: ModelArgs,
 }
 
+/// How many tokens `-n` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NPredict {
+    AtMost(usize),
+    /// `-n -1`: until the context is full (or an end-of-generation token, a stop string).
+    UntilFull,
+}
+
+fn parse_n_predict(s: &str) -> Result<NPredict, String> {
+    match s.trim() {
+        // llama.cpp: -1 = no limit, -2 = until the context is full; with a bounded context
+        // both end when it is full.
+        "-1" | "-2" => Ok(NPredict::UntilFull),
+        t => t.parse().map(NPredict::AtMost).map_err(|_| {
+            format!("{s:?} is not a token count: give a number >= 0, or -1 for \"until the context is full\"")
+        }),
+    }
+}
+
+/// A sampler seed as given: a number, or -1 (the default) for a fresh random one each run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeedArg {
+    Random,
+    Fixed(u64),
+}
+
+fn parse_seed(s: &str) -> Result<SeedArg, String> {
+    match s.trim() {
+        "-1" => Ok(SeedArg::Random),
+        t => t.parse().map(SeedArg::Fixed).map_err(|_| {
+            format!("{s:?} is not a seed: give a number >= 0, or -1 for a random seed")
+        }),
+    }
+}
+
+/// A seed that differs between runs without a random-number crate: the standard library's
+/// per-process random hashing keys, mixed with the clock.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct SamplingArgs {
-    /// Temperature; 0 = greedy.
-    #[arg(long = "temp", default_value_t = 0.8)]
+    /// Temperature; 0 or below = greedy (as llama.cpp treats a negative temperature).
+    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Greedy decoding (same as --temp 0).
     #[arg(long)]
@@ -60,15 +121,29 @@ pub struct SamplingArgs {
     pub frequency_penalty: f32,
     #[arg(long, default_value_t = 0.0)]
     pub presence_penalty: f32,
-    /// Sampler seed (same seed, same output).
-    #[arg(short = 's', long, default_value_t = 42)]
-    pub seed: u64,
+    /// Sampler seed (same seed, same output); -1 = a random seed, printed with the figures.
+    #[arg(
+        short = 's',
+        long,
+        default_value = "-1",
+        allow_negative_numbers = true,
+        value_parser = parse_seed
+    )]
+    pub seed: SeedArg,
 }
 
 impl SamplingArgs {
-    pub fn config(&self) -> SamplerConfig {
+    /// The sampler settings; `seed` is the one actually used (see [`Self::seed`]).
+    pub fn config(&self, seed: u64) -> SamplerConfig {
+        // llama.cpp clamps a negative temperature to 0, which means greedy. NaN is left for
+        // the sampler's validation to refuse.
+        let temperature = if self.greedy || self.temperature < 0.0 {
+            0.0
+        } else {
+            self.temperature
+        };
         SamplerConfig {
-            temperature: if self.greedy { 0.0 } else { self.temperature },
+            temperature,
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
@@ -76,39 +151,68 @@ impl SamplingArgs {
             repeat_last_n: self.repeat_last_n,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
-            seed: self.seed,
+            seed,
             logit_bias: Vec::new(),
+        }
+    }
+
+    /// The seed given, or a fresh random one.
+    pub fn seed(&self) -> u64 {
+        match self.seed {
+            SeedArg::Fixed(s) => s,
+            SeedArg::Random => random_seed(),
         }
     }
 }
 
+/// `--ignore-eos` as llama.cpp does it: every end-of-generation token gets a logit bias of
+/// minus infinity, so it is never sampled.
+fn ban_eog(cfg: &mut SamplerConfig, tokenizer: &Tokenizer) {
+    cfg.logit_bias.extend(
+        tokenizer
+            .eog_ids()
+            .iter()
+            .map(|&id| (id, f32::NEG_INFINITY)),
+    );
+}
+
 pub fn run(args: Args) -> Result<()> {
+    let prompt = args.prompt.required_text()?;
     let opts = args.model_args.load_options()?;
     let model = load_model(&args.model, &opts)?;
     let tokenizer = model
         .tokenizer()
         .context("the model file has no tokenizer (tokenizer.ggml.* keys)")?;
-    let prompt_tokens = tokenizer.encode(&args.prompt, true, false);
+    let prompt_tokens = tokenizer.encode(&prompt, true, false);
     if prompt_tokens.is_empty() {
         bail!("the prompt is empty after tokenization");
     }
-    let mut session = Session::new(&model, opts.n_ctx).context("creating a session")?;
-    if prompt_tokens.len() >= session.n_ctx() {
-        bail!(
-            "the prompt has {} tokens but the context holds {}: shorten it or raise -c",
-            prompt_tokens.len(),
-            session.n_ctx()
-        );
+    // Said before the session allocates anything: a prompt that leaves no room, a context
+    // the machine cannot hold.
+    let n_ctx = model.n_ctx();
+    if prompt_tokens.len() >= n_ctx {
+        return Err(prompt_too_long(prompt_tokens.len(), n_ctx));
     }
+    check_context(&model, n_ctx, opts.kv_type)?;
+    let mut session = Session::new(&model, n_ctx).context("creating a session")?;
     session.set_profiling(args.profile);
-    let mut sampler =
-        Sampler::new(args.sampling.config(), model.n_vocab()).context("sampler settings")?;
+    let seed = args.sampling.seed();
+    let mut sampler_cfg = args.sampling.config(seed);
+    if args.ignore_eos {
+        ban_eog(&mut sampler_cfg, tokenizer);
+    }
+    let mut sampler = Sampler::new(sampler_cfg, model.n_vocab()).context("sampler settings")?;
     let mut stop = StopMatcher::new(args.stop.clone());
+    let n_predict = match args.n_predict {
+        NPredict::AtMost(n) => n,
+        // Generation stops by itself when the context is full.
+        NPredict::UntilFull => n_ctx,
+    };
 
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if !args.no_echo {
-        out.write_all(args.prompt.as_bytes())?;
+        out.write_all(prompt.as_bytes())?;
         out.flush()?;
     }
     let mut pipe_error: Option<io::Error> = None;
@@ -116,7 +220,7 @@ pub fn run(args: Args) -> Result<()> {
         &mut session,
         tokenizer,
         &prompt_tokens,
-        args.n_predict,
+        n_predict,
         &mut sampler,
         &mut stop,
         |text| match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -135,8 +239,8 @@ pub fn run(args: Args) -> Result<()> {
     out.flush()?;
 
     let load = model.load_stats();
-    eprintln!(
-        "load {:.2}s | prompt {} tok, {:.2} tok/s | generated {} tok, {:.2} tok/s | stop: {} | peak RSS {} | {} threads, {} kernels, head {}",
+    note!(
+        "load {:.2}s | prompt {} tok, {:.2} tok/s | generated {} tok, {:.2} tok/s | stop: {} | peak RSS {} | {} threads, {} kernels, head {} | seed {seed}",
         load.load_secs,
         stats.prompt_tokens,
         stats.prompt_tps(),
@@ -149,9 +253,11 @@ pub fn run(args: Args) -> Result<()> {
         model.head_mode().name(),
     );
     if args.profile {
+        // stderr may be a closed pipe too: the run itself succeeded, so that is not an error.
         let mut err = io::stderr().lock();
-        writeln!(err, "profile (prompt and generation):")?;
-        profile_table::write_profile(&mut err, session.profile(), stats.gen_tokens + 1)?;
+        let _ = writeln!(err, "profile (prompt and generation):").and_then(|()| {
+            profile_table::write_profile(&mut err, session.profile(), stats.gen_tokens + 1)
+        });
     }
     Ok(())
 }

@@ -3,6 +3,9 @@
 //! one token at a time), mean and spread over repetitions, for every combination of models,
 //! prompt/generation lengths, threads and kernel sets; plus the decode bound from a read
 //! bandwidth probe run in the same process, and `--compare` for two saved reports.
+//! Everything that can be checked is checked before the first measurement: the arguments,
+//! the report's destination, and each model file (readable, a model, tests within its
+//! trained context).
 
 pub mod compare;
 pub mod membw;
@@ -15,11 +18,15 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use bitnet_core::config::ModelConfig;
 use bitnet_core::model::{LoadOptions, Model, Session};
+use bitnet_gguf::GgufFile;
 
 use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
 use super::common::{ModelArgs, load_model, parse_isa};
+use super::limits::{check_context, warn_threads};
 use crate::output::Progress;
+use crate::output_file::OutputFile;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -108,11 +115,18 @@ pub fn run(args: Args) -> Result<()> {
     if args.reps == 0 {
         bail!("-r must be at least 1");
     }
+    let has_tests = args.n_prompt.iter().chain(&args.n_gen).any(|&n| n > 0);
+    if !args.models.is_empty() && !has_tests {
+        bail!("nothing to measure: every -p and -n is 0 (give a prompt or generation length)");
+    }
     let threads_list = if args.threads.is_empty() {
         vec![0]
     } else {
         args.threads.clone()
     };
+    if let Some(&t) = threads_list.iter().max() {
+        warn_threads(t);
+    }
     let kernels: Vec<Option<String>> = if args.kernels.is_empty() {
         vec![None]
     } else {
@@ -120,6 +134,23 @@ pub fn run(args: Args) -> Result<()> {
     };
     for k in kernels.iter().flatten() {
         parse_isa(Some(k))?;
+    }
+    let report_file = args
+        .json_report
+        .as_deref()
+        .map(OutputFile::create)
+        .transpose()?;
+    // The longest test fixes the context every session needs.
+    let longest = args
+        .n_prompt
+        .iter()
+        .chain(&args.n_gen)
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    for path in &args.models {
+        check_model_file(path, longest)?;
     }
 
     // One probe per thread count: a 1-thread decode is bounded by what one core can read.
@@ -154,17 +185,11 @@ pub fn run(args: Args) -> Result<()> {
                     mlock: false,
                     head: args.head,
                     ctx: None,
+                    batch_size: None,
                     no_pin: false,
                 };
                 let mut opts = model_args.load_options()?;
-                let longest = args
-                    .n_prompt
-                    .iter()
-                    .chain(&args.n_gen)
-                    .copied()
-                    .max()
-                    .unwrap_or(1);
-                opts.n_ctx = longest.max(1) + 1;
+                opts.n_ctx = longest;
                 reset_peak_rss();
                 progress(&format!("loading {}", path.display()));
                 let model = load_model(path, &opts)?;
@@ -197,11 +222,38 @@ pub fn run(args: Args) -> Result<()> {
     let mut out = stdout.lock();
     report::write_report(&mut out, &report, args.output).context("writing the report")?;
     out.flush()?;
-    if let Some(path) = &args.json_report {
-        let mut f =
-            fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        report::write_report(&mut f, &report, Format::Json)
-            .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(out) = report_file {
+        let mut w = io::BufWriter::new(out.file());
+        report::write_report(&mut w, &report, Format::Json)
+            .and_then(|()| w.flush())
+            .with_context(|| format!("writing {}", out.path().display()))?;
+        drop(w);
+        out.commit()?;
+    }
+    Ok(())
+}
+
+/// What can be known about a model before measuring anything: the file opens, it is a model
+/// (not a vocab-only GGUF), and the longest test fits the context it was trained on (past
+/// it, the figures would describe a model running outside its design).
+fn check_model_file(path: &std::path::Path, longest: usize) -> Result<()> {
+    let file = GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if file.tensors().is_empty() && file.metadata().get("tokenizer.ggml.model").is_some() {
+        bail!(
+            "{} holds only a tokenizer (a vocab-only GGUF, no weights): nothing to benchmark",
+            path.display()
+        );
+    }
+    let cfg = ModelConfig::from_gguf(&file)
+        .with_context(|| format!("reading the model config of {}", path.display()))?;
+    if longest > cfg.n_ctx_train {
+        bail!(
+            "a test of {longest} tokens does not fit {}: its trained context is {} tokens \
+             (lower -p / -n)",
+            path.display(),
+            cfg.n_ctx_train
+        );
     }
     Ok(())
 }
@@ -221,6 +273,7 @@ fn bench_model(
     let model_bytes = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let n_params = model.config().n_params();
     let bytes_per_token = model.decode_bytes_per_token();
+    check_context(model, opts.n_ctx, opts.kv_type)?;
     let mut session = Session::new(model, opts.n_ctx).context("creating a session")?;
     let n_vocab = model.n_vocab() as u32;
     let bandwidth = bandwidths
@@ -260,10 +313,9 @@ fn bench_model(
         let mut samples = Vec::with_capacity(args.reps);
         for rep in 0..total {
             progress(&format!(
-                "{name} pp{n} t{} rep {}/{}",
+                "{name} pp{n} t{} {}",
                 model.threads(),
-                rep + 1,
-                total
+                rep_label(rep, args.warmup, args.reps)
             ));
             session.reset();
             let t = Instant::now();
@@ -282,10 +334,9 @@ fn bench_model(
         let mut samples = Vec::with_capacity(args.reps);
         for rep in 0..total {
             progress(&format!(
-                "{name} tg{n} t{} rep {}/{}",
+                "{name} tg{n} t{} {}",
                 model.threads(),
-                rep + 1,
-                total
+                rep_label(rep, args.warmup, args.reps)
             ));
             session.reset();
             let profiled = args.profile && rep + 1 == total;
@@ -315,6 +366,15 @@ fn bench_model(
         rows.push(make_row(TestKind::Tg, n, samples));
     }
     Ok(())
+}
+
+/// "warmup 1/1" for the untimed runs, then "rep 1/5" counting only the timed ones.
+fn rep_label(run: usize, warmup: usize, reps: usize) -> String {
+    if run < warmup {
+        format!("warmup {}/{warmup}", run + 1)
+    } else {
+        format!("rep {}/{reps}", run - warmup + 1)
+    }
 }
 
 /// Deterministic token ids spread over the vocabulary (like llama-bench's random tokens).
@@ -443,6 +503,13 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rep_labels_count_warmups_and_timed_runs_apart() {
+        let labels: Vec<String> = (0..3).map(|r| rep_label(r, 1, 2)).collect();
+        assert_eq!(labels, ["warmup 1/1", "rep 1/2", "rep 2/2"]);
+        assert_eq!(rep_label(0, 0, 1), "rep 1/1");
+    }
 
     #[test]
     fn civil_dates() {
