@@ -252,3 +252,22 @@ fn tokenize_takes_llama_tokenize_flags() {
     );
     assert!(err.contains("cannot be used with"), "{err}");
 }
+
+#[test]
+fn inspect_takes_c_and_ctx_size_like_the_other_commands() {
+    let golden = shared("golden/gguf/bitnet-tiny-i2_s.gguf");
+    let kv = |flag: &str| {
+        let out = run_ok(
+            bitnet()
+                .arg("inspect")
+                .arg(&golden)
+                .args(["--json", flag, "1024"]),
+        );
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["memory"]["ctx"], 1024, "{flag}");
+        r["memory"]["kv_f16_bytes"].as_u64().unwrap()
+    };
+    // 2 (K and V) x 4 layers x 1024 positions x 128 (2 kv heads x 64) x 2 bytes.
+    assert_eq!(kv("-c"), 2 * 4 * 1024 * 128 * 2);
+    assert_eq!(kv("--ctx-size"), kv("--ctx"));
+}

@@ -21,7 +21,7 @@ pub struct Args {
     /// The GGUF file to inspect.
     pub model: PathBuf,
     /// Context length used for the KV-cache memory estimate (default: the model's training context).
-    #[arg(long)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size")]
     pub ctx: Option<u64>,
     /// Per weight tensor: bit width, zero point, and the -1/0/+1 histogram of ternary tensors.
     #[arg(long)]
