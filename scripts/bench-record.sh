@@ -9,7 +9,9 @@
 # table and the exact command). Run it on an otherwise idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -j2 -p bitnet-cli
+# Every core by default; JOBS=N to share the machine.
+jobs="${JOBS:-$(nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)}"
+cargo build --release -j "$jobs" -p bitnet-cli
 bin="${CARGO_TARGET_DIR:-target}/release/bitnet"
 model=models/2b4t-i2_s.gguf
 mkdir -p models bench

@@ -11,10 +11,12 @@
 # On virtual machines without hardware counters it falls back to the cpu-clock software event.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every core by default; JOBS=N to share the machine.
+jobs="${JOBS:-$(nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)}"
 
 command -v perf >/dev/null || { echo "perf not found: apt-get install linux-perf" >&2; exit 1; }
 RUSTFLAGS="${RUSTFLAGS:-} -C force-frame-pointers=yes" \
-  cargo build --profile profiling -j2 -p bitnet-cli
+  cargo build --profile profiling -j "$jobs" -p bitnet-cli
 bin="${CARGO_TARGET_DIR:-target}/profiling/bitnet"
 
 model="${1:-}"

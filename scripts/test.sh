@@ -4,9 +4,11 @@
 # Needs ../shared beside the checkout (test data); see README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every core by default; JOBS=N to share the machine.
+jobs="${JOBS:-$(nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)}"
 if [ ! -d ../shared/data ]; then
   echo "error: ../shared/data (the test data) must sit beside this checkout" >&2
   exit 1
 fi
-cargo test --workspace -j2
-BITNET_KERNEL=scalar cargo test --workspace -j2
+cargo test --workspace -j "$jobs"
+BITNET_KERNEL=scalar cargo test --workspace -j "$jobs"

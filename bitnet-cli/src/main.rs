@@ -4,6 +4,7 @@
 
 mod cmd;
 mod output;
+mod output_file;
 
 use std::process::ExitCode;
 
@@ -47,7 +48,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if output::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {}", output::error_chain(&err));
+            output::note!("error: {}", output::error_chain(&err));
             ExitCode::FAILURE
         }
     }

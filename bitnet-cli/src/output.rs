@@ -1,17 +1,40 @@
 //! Output helpers shared by the subcommands: a closed pipe (`bitnet ... | head`) must end the
-//! program quietly instead of panicking inside `println!`.
+//! program quietly instead of panicking inside `println!`, so stdout is written with
+//! `writeln!` and `?` (the error reaches `main`, which recognises it), and stderr only through
+//! [`note!`], which ignores a closed stderr rather than panicking.
 
 use std::io::{self, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-/// True when the error chain bottoms out in a broken pipe on stdout.
+/// True when the error chain bottoms out in a broken pipe on stdout (also when the write
+/// failed inside `serde_json`, which wraps the `io::Error` in its own type).
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause
             .downcast_ref::<io::Error>()
             .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == Some(io::ErrorKind::BrokenPipe)
     })
 }
+
+/// Writes one line to stderr, ignoring failure: a diagnostic must never abort the program
+/// (`eprintln!` panics when stderr is a closed pipe, as in `bitnet ... 2>&1 | head`).
+pub fn note_fmt(msg: std::fmt::Arguments<'_>) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_fmt(msg);
+    let _ = err.write_all(b"\n");
+}
+
+/// `note!("...", args)`: [`note_fmt`] with `format!` syntax.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::output::note_fmt(format_args!($($arg)*))
+    };
+}
+pub(crate) use note;
 
 /// A progress line on stderr: redrawn in place on a terminal (at most every 200 ms); on a
 /// pipe or file, one line per call of [`Progress::step`] so logs stay readable.
@@ -57,7 +80,7 @@ impl Progress {
         if self.tty {
             self.update(msg, true);
         } else {
-            eprintln!("{msg}");
+            note_fmt(format_args!("{msg}"));
         }
     }
 
@@ -146,5 +169,9 @@ mod tests {
             .context("writing the tensor table");
         assert!(is_broken_pipe(&err));
         assert!(!is_broken_pipe(&anyhow::anyhow!("other")));
+        let json = serde_json::Error::io(io::Error::from(io::ErrorKind::BrokenPipe));
+        assert!(is_broken_pipe(
+            &anyhow::Error::from(json).context("writing JSON")
+        ));
     }
 }

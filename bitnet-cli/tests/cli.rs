@@ -3,68 +3,14 @@
 //! expected facts about the shared files come from their independent Python decoder
 //! (`shared/data/golden/tools/gguf_tool.py`), not from our reader.
 
+mod common;
+
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::path::Path;
+use std::process::Stdio;
 
+use common::{bitnet, run_ok, shared, tiny_model, tmp_dir};
 use serde_json::Value;
-
-fn bitnet() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_bitnet"))
-}
-
-fn shared(rel: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data")
-        .join(rel);
-    assert!(
-        p.exists(),
-        "test data missing: {} (../shared must sit beside the checkout)",
-        p.display()
-    );
-    p
-}
-
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("spawning bitnet");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn tmp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bitnet-cli-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A tiny generated model shared by the tests of this file (I2_S weights, F16 tied head).
-fn tiny_model() -> &'static Path {
-    static MODEL: OnceLock<PathBuf> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let path = tmp_dir().join("tiny-i2_s.gguf");
-        run_ok(
-            bitnet()
-                .args([
-                    "gen-model",
-                    "--preset",
-                    "tiny",
-                    "--weight-type",
-                    "i2_s",
-                    "--seed",
-                    "5",
-                    "-o",
-                ])
-                .arg(&path),
-        );
-        path
-    })
-}
 
 fn inspect_json(path: &Path, extra: &[&str]) -> Value {
     let out = run_ok(bitnet().arg("inspect").arg(path).arg("--json").args(extra));
@@ -118,8 +64,8 @@ fn inspect_reads_every_shared_model_file() {
         assert_eq!(type_count(&r, "F32"), 17, "{file}");
         assert_eq!(r["tokenizer"]["model"], tok, "{file}");
         assert_eq!(r["tokenizer"]["n_tokens"], n_vocab, "{file}");
-        assert_eq!(r["hyper_parameters"]["block_count"], "4", "{file}");
-        assert_eq!(r["hyper_parameters"]["embedding_length"], "256", "{file}");
+        assert_eq!(r["hyper_parameters"]["block_count"], 4, "{file}");
+        assert_eq!(r["hyper_parameters"]["embedding_length"], 256, "{file}");
         // KV cache at the training context (512): 2 x 4 layers x 512 x (2 kv heads x 64) x 2 bytes.
         assert_eq!(r["memory"]["kv_f16_bytes"], 2 * 4 * 512 * 128 * 2, "{file}");
         // Every ternary tensor has a histogram that sums to 1 with all three values present.

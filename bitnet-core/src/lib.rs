@@ -3,7 +3,8 @@
 //! sampling. The CLI (`bitnet-cli`) is a thin layer over this crate.
 
 // `unsafe` is allowed only where a module opts in with a reason: the thread pool (sharing a
-// job across workers, CPU affinity) and the loader (`mlock`). Everything else is safe Rust.
+// job across workers, CPU affinity), the loader (`mlock`) and the SIGBUS message handler
+// (`sigbus.rs`). Everything else is safe Rust.
 #![deny(unsafe_code)]
 
 pub mod config;
@@ -13,6 +14,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod sampling;
 pub mod scheduler;
+pub mod sigbus;
 pub mod synth;
 pub mod threadpool;
 pub mod tokenizer;

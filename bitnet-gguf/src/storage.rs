@@ -83,6 +83,7 @@ impl Storage {
             path: path.to_owned(),
             source,
         };
+        check_regular_file(path).map_err(io)?;
         let mut file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let no_memory = || {
@@ -104,6 +105,7 @@ impl Storage {
             path: path.to_owned(),
             source,
         };
+        check_regular_file(path).map_err(io)?;
         let file = File::open(path).map_err(io)?;
         if file.metadata().map_err(io)?.len() == 0 {
             // Mapping an empty file fails on some platforms; the parser reports it properly.
@@ -125,6 +127,25 @@ impl Storage {
     }
 }
 
+/// Refuses what is not a regular file before it is opened: mapping a directory fails with a
+/// baffling "No such device", and opening a FIFO blocks until some writer appears.
+fn check_regular_file(path: &Path) -> std::io::Result<()> {
+    let ty = std::fs::metadata(path)?.file_type();
+    if ty.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory, not a GGUF file",
+        ));
+    }
+    if !ty.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "is not a regular file (a FIFO, socket or device), not a GGUF file",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +158,14 @@ mod tests {
         assert_eq!(s.bytes().as_ptr() as usize % 64, 0);
         assert!(!s.is_mmap());
         assert!(Storage::copy_of(&[]).bytes().is_empty());
+    }
+
+    #[test]
+    fn directories_are_refused_by_name() {
+        let dir = std::env::temp_dir();
+        for open in [Storage::map, Storage::read] {
+            let err = open(&dir).unwrap_err().to_string();
+            assert!(err.contains("is a directory"), "{err}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Options every model-running subcommand shares (`-t`, `--kernel`, `--no-mmap`, `--mlock`,
-//! `--head`, `-c`), and turning them into [`LoadOptions`] (how the model is loaded) and
-//! [`EngineOptions`] (how it runs).
+//! `--head`, `-c`, `-b`), turning them into [`LoadOptions`] (how the model is loaded) and
+//! [`EngineOptions`] (how it runs), and loading a model with the checks and messages every
+//! command wants.
 
 use std::path::Path;
 
@@ -8,7 +9,11 @@ use anyhow::{Context, Result};
 use std::sync::Arc;
 
 use bitnet_core::model::{EngineOptions, HeadMode, LoadMode, LoadOptions, Model};
+use bitnet_gguf::GgufFile;
 use bitnet_kernels::Isa;
+
+use super::limits::warn_threads;
+use crate::output::note;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum HeadArg {
@@ -37,8 +42,11 @@ pub struct ModelArgs {
     pub head: HeadArg,
     /// KV cache size in tokens, shared by all sequences when several run at once
     /// (default: the model's training context, at most 4096).
-    #[arg(short = 'c', long)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size")]
     pub ctx: Option<usize>,
+    /// Prompt tokens evaluated per batch (default: 256).
+    #[arg(short = 'b', long = "batch-size", value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: Option<u32>,
     /// Do not pin threads to cores.
     #[arg(long)]
     pub no_pin: bool,
@@ -67,18 +75,52 @@ impl ModelArgs {
         })
     }
 
+    /// The engine settings; warns (once per call) about more threads than CPUs.
     pub fn engine_options(&self) -> EngineOptions {
+        let threads = self.threads.unwrap_or(0);
+        warn_threads(threads);
         EngineOptions {
-            threads: self.threads.unwrap_or(0),
+            threads,
             pin: !self.no_pin,
             n_ctx: self.ctx.unwrap_or(0),
+            batch: self
+                .batch_size
+                .map_or(EngineOptions::default().batch, |b| b as usize),
             ..EngineOptions::default()
         }
     }
 }
 
+/// Loads a model, arranging for a clear message if the mapped file is truncated while in
+/// use; a vocab-only file is named as such.
 pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
-    Model::load(path, opts)
-        .map(Arc::new)
-        .with_context(|| format!("loading {}", path.display()))
+    if opts.mode == LoadMode::Mmap {
+        watch_mapped_file(path);
+    }
+    Model::load(path, opts).map(Arc::new).map_err(|e| {
+        if vocab_only(path) {
+            // The loader's own complaint (a missing tensor, zero layers) would only mislead.
+            anyhow::anyhow!(
+                "{} holds only a tokenizer (a vocab-only GGUF, no weights): it can be used with \
+                 `bitnet tokenize`, not run",
+                path.display()
+            )
+        } else {
+            anyhow::Error::from(e).context(format!("loading {}", path.display()))
+        }
+    })
+}
+
+/// Installs the SIGBUS message for a file about to be mapped (see `bitnet_core::sigbus`).
+pub fn watch_mapped_file(path: &Path) {
+    if let Err(e) = bitnet_core::sigbus::install_sigbus_message(path) {
+        note!("warning: cannot install the SIGBUS handler ({e})");
+    }
+}
+
+/// True when `path` parses as a GGUF without tensors but with a tokenizer. Asked only after
+/// a load failed, so a good load never parses the file twice.
+fn vocab_only(path: &Path) -> bool {
+    GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
+        .is_ok_and(|f| f.tensors().is_empty() && f.metadata().get("tokenizer.ggml.model").is_some())
 }

@@ -1,6 +1,8 @@
 //! `bitnet gen-model`: writes a random-weight model of a real architecture's shapes (or a tiny
 //! one for tests) in any weight type we load, deterministic from a seed. Speed does not depend
-//! on weight values, so these are our benchmark models too.
+//! on weight values, so these are our benchmark models too. The destination is checked
+//! before anything is generated and written through [`OutputFile`] (temporary beside it,
+//! renamed when complete, removed on failure or Ctrl-C).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -8,10 +10,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::config::ActBits;
-use bitnet_core::synth::{PRESETS, SynthSpec, write_model};
+use bitnet_core::synth::{PRESETS, SynthSpec, write_model_into};
 use bitnet_gguf::TensorType;
 
 use crate::output::{Progress, human_bytes, human_count};
+use crate::output_file::OutputFile;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -66,6 +69,7 @@ pub fn run(args: Args) -> Result<()> {
     let Some(output) = &args.output else {
         bail!("-o OUTPUT is required")
     };
+    let out = OutputFile::create(output)?;
     let mut spec = SynthSpec::preset(&args.preset)?;
     spec.seed = args.seed;
     if let Some(t) = &args.weight_type {
@@ -97,7 +101,7 @@ pub fn run(args: Args) -> Result<()> {
     let start = Instant::now();
     let mut progress = Progress::default();
     let mut next_step = 0.0;
-    let report = write_model(&spec, output, |done, total| {
+    let report = write_model_into(&spec, out.file(), out.temp_path(), |done, total| {
         let pct = if total > 0 {
             done as f64 * 100.0 / total as f64
         } else {
@@ -117,10 +121,12 @@ pub fn run(args: Args) -> Result<()> {
         }
     })
     .with_context(|| format!("generating {}", output.display()))?;
+    out.commit()?;
     progress.clear();
-    println!(
+    writeln!(
+        io::stdout(),
         "wrote {} ({}, {} tensors, {} weights, arch {}, {} layers of {}, weights {}) in {:.1}s",
-        report.path.display(),
+        output.display(),
         human_bytes(report.file_bytes),
         report.n_tensors,
         human_count(report.n_params),
@@ -129,6 +135,6 @@ pub fn run(args: Args) -> Result<()> {
         report.config.n_embd,
         spec.weight_type.name(),
         start.elapsed().as_secs_f64()
-    );
+    )?;
     Ok(())
 }

@@ -13,6 +13,7 @@ use bitnet_gguf::{GgufFile, LoadMode, Metadata, TensorInfo, TensorType, Value};
 use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
 use serde::Serialize;
 
+use super::common::watch_mapped_file;
 use crate::output::{human_bytes, human_count};
 
 #[derive(Debug, clap::Args)]
@@ -20,7 +21,7 @@ pub struct Args {
     /// The GGUF file to inspect.
     pub model: PathBuf,
     /// Context length used for the KV-cache memory estimate (default: the model's training context).
-    #[arg(long)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size")]
     pub ctx: Option<u64>,
     /// Per weight tensor: bit width, zero point, and the -1/0/+1 histogram of ternary tensors.
     #[arg(long)]
@@ -41,7 +42,9 @@ struct Report {
     alignment: u64,
     architecture: Option<String>,
     name: Option<String>,
-    hyper_parameters: BTreeMap<String, String>,
+    /// `ARCH.*` keys: numbers, strings and booleans as themselves; arrays as a list when short
+    /// and numeric, else a `[N x type]` summary.
+    hyper_parameters: BTreeMap<String, serde_json::Value>,
     tokenizer: Option<TokenizerSummary>,
     tensors: Vec<TensorRow>,
     totals_by_type: Vec<TypeTotal>,
@@ -107,12 +110,16 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         LoadMode::Mmap
     };
+    if mode == LoadMode::Mmap {
+        watch_mapped_file(&args.model);
+    }
     let file = GgufFile::open(&args.model, mode)
         .with_context(|| format!("opening {}", args.model.display()))?;
     let report = build_report(&args, &file)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {
+        // A closed pipe surfaces inside serde_json's error; `main` recognises it there.
         serde_json::to_writer_pretty(&mut out, &report).context("writing JSON")?;
         writeln!(out)?;
     } else {
@@ -198,28 +205,56 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
     })
 }
 
-/// Every `ARCH.*` key, rendered as text, in file order.
-fn arch_keys(md: &Metadata, arch: &str) -> BTreeMap<String, String> {
+/// Every `ARCH.*` key as a JSON value.
+fn arch_keys(md: &Metadata, arch: &str) -> BTreeMap<String, serde_json::Value> {
     let prefix = format!("{arch}.");
     md.iter()
         .filter_map(|(k, v)| {
             k.strip_prefix(&prefix)
-                .map(|rest| (rest.to_owned(), render_value(v)))
+                .map(|rest| (rest.to_owned(), json_value(v)))
         })
         .collect()
 }
 
-fn render_value(v: &Value) -> String {
+/// Arrays longer than this are summarised rather than listed.
+const MAX_LISTED_ARRAY: usize = 64;
+
+fn json_value(v: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
     match v {
-        Value::String(s) => s.clone(),
-        Value::Array(a) => format!("[{} x {}]", a.len(), a.type_name()),
-        Value::F32(x) => format!("{x}"),
-        Value::F64(x) => format!("{x}"),
-        Value::Bool(b) => format!("{b}"),
-        other => other
-            .as_int()
-            .map(|i| i.to_string())
-            .unwrap_or_else(|| other.type_name().to_owned()),
+        Value::String(s) => J::String(s.clone()),
+        Value::Bool(b) => J::Bool(*b),
+        // Through the shortest decimal text of the f32, so 1e-5 stays 1e-5 and does not
+        // become 9.999999747378752e-6.
+        Value::F32(x) => float_json(x.to_string().parse().unwrap_or(f64::from(*x))),
+        Value::F64(x) => float_json(*x),
+        Value::Array(a) => match a.to_i64_vec() {
+            Some(list) if a.len() <= MAX_LISTED_ARRAY => {
+                J::Array(list.into_iter().map(J::from).collect())
+            }
+            _ => J::String(format!("[{} x {}]", a.len(), a.type_name())),
+        },
+        other => match other.as_int() {
+            Some(i) => i64::try_from(i)
+                .map(J::from)
+                .or_else(|_| u64::try_from(i).map(J::from))
+                .unwrap_or_else(|_| J::String(i.to_string())),
+            None => J::String(other.type_name().to_owned()),
+        },
+    }
+}
+
+/// A float as a JSON number; NaN and infinities (not JSON) as text.
+fn float_json(x: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(x)
+        .map_or_else(|| serde_json::Value::String(x.to_string()), Into::into)
+}
+
+/// A hyper-parameter for the text report: strings without quotes, the rest as JSON.
+fn value_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -361,7 +396,7 @@ fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
     if !r.hyper_parameters.is_empty() {
         writeln!(out, "\nhyper-parameters:")?;
         for (k, v) in &r.hyper_parameters {
-            writeln!(out, "  {k:<40} {v}")?;
+            writeln!(out, "  {k:<40} {}", value_text(v))?;
         }
     }
     match &r.tokenizer {

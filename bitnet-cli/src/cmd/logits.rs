@@ -1,8 +1,9 @@
 //! `bitnet logits -m MODEL.gguf --tokens 1,512,29871 -o OUT.f32`: evaluates the ids in one
 //! batch and writes every position's logits as raw little-endian f32 `[n_tokens][n_vocab]`,
-//! the format of `shared/data/golden/logits/`, for comparing engines and debugging.
+//! the format of `shared/data/golden/logits/`, for comparing engines and debugging. The
+//! output path is checked before the model is loaded; the tokens must fit the context (`-c`,
+//! default the model's, as for `generate`).
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
@@ -10,17 +11,21 @@ use anyhow::{Context, Result, bail};
 use bitnet_core::model::Session;
 
 use super::common::{ModelArgs, load_model};
+use super::limits::check_context;
+use super::prompt::PromptArgs;
+use crate::output::note;
+use crate::output_file::OutputFile;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[arg(short = 'm', long)]
     pub model: PathBuf,
     /// Token ids, comma-separated.
-    #[arg(long, value_delimiter = ',', required_unless_present = "prompt")]
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "file"])]
     pub tokens: Vec<u32>,
-    /// Tokenize this text (with BOS) instead of giving ids.
-    #[arg(short = 'p', long, conflicts_with = "tokens")]
-    pub prompt: Option<String>,
+    /// Tokenize this text (with BOS) instead of giving ids (-p TEXT, or -f FILE).
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Output file: raw little-endian float32, [n_tokens][n_vocab].
     #[arg(short = 'o', long)]
     pub output: PathBuf,
@@ -29,10 +34,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let text = args.prompt.text()?;
+    if text.is_none() && args.tokens.is_empty() {
+        bail!("nothing to evaluate: give --tokens IDS, -p TEXT or -f FILE");
+    }
+    let out = OutputFile::create(&args.output)?;
     let opts = args.model_args.load_options()?;
     let mut engine_opts = args.model_args.engine_options();
     let model = load_model(&args.model, &opts)?;
-    let tokens = match &args.prompt {
+    let tokens = match &text {
         Some(text) => {
             let tok = model
                 .tokenizer()
@@ -44,14 +54,28 @@ pub fn run(args: Args) -> Result<()> {
     if tokens.is_empty() {
         bail!("no tokens to evaluate");
     }
-    if engine_opts.n_ctx == 0 {
-        engine_opts.n_ctx = tokens.len();
+    let n_ctx = if engine_opts.n_ctx == 0 {
+        model.default_n_ctx()
+    } else {
+        engine_opts.n_ctx
+    };
+    if tokens.len() > n_ctx {
+        bail!(
+            "{} tokens do not fit the context of {n_ctx}{}: raise -c to at least {}",
+            tokens.len(),
+            if args.model_args.ctx.is_some() {
+                " (-c)"
+            } else {
+                " (the model's default)"
+            },
+            tokens.len()
+        );
     }
-    engine_opts.n_ctx = engine_opts.n_ctx.max(tokens.len());
+    // The engine needs room for these tokens only, whatever the limit.
+    engine_opts.n_ctx = tokens.len();
+    check_context(&model, &engine_opts)?;
     let mut session = Session::new(model.clone(), &engine_opts).context("creating a session")?;
-    let file = File::create(&args.output)
-        .with_context(|| format!("creating {}", args.output.display()))?;
-    let mut w = BufWriter::new(file);
+    let mut w = BufWriter::new(out.file());
     // Rows go to the file as they come: no [tokens][vocab] buffer.
     let mut write_err: Option<std::io::Error> = None;
     session
@@ -66,11 +90,13 @@ pub fn run(args: Args) -> Result<()> {
         })
         .context("evaluating the tokens")?;
     if let Some(e) = write_err {
-        return Err(e).with_context(|| format!("writing {}", args.output.display()));
+        return Err(e).with_context(|| format!("writing {}", out.path().display()));
     }
     w.flush()
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    eprintln!(
+        .with_context(|| format!("writing {}", out.path().display()))?;
+    drop(w);
+    out.commit()?;
+    note!(
         "wrote {} x {} logits to {}",
         tokens.len(),
         model.n_vocab(),

@@ -5,5 +5,7 @@ pub mod common;
 pub mod gen_model;
 pub mod generate;
 pub mod inspect;
+pub mod limits;
 pub mod logits;
+pub mod prompt;
 pub mod tokenize;

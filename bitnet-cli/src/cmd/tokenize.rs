@@ -1,24 +1,41 @@
 //! `bitnet tokenize -m MODEL.gguf "text"`: the token ids of a text, as llama.cpp's
-//! `llama-tokenize --ids` prints them; `--pieces` prints `id -> 'piece'` per token. Only the
+//! `llama-tokenize --ids` prints them; `--pieces` prints `id -> 'piece'` per token (llama-
+//! tokenize's default). The text comes as an argument, `-p TEXT`, `-f FILE` or `--stdin`, as
+//! llama-tokenize takes it; `--show-count` adds its `Total number of tokens: N` line. Only the
 //! tokenizer metadata is read, so vocab-only GGUFs work.
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use bitnet_core::tokenizer::Tokenizer;
 use bitnet_gguf::{GgufFile, LoadMode};
+
+use super::common::watch_mapped_file;
+use super::prompt::{PromptArgs, read_text};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Model or vocab-only GGUF.
     #[arg(short = 'm', long)]
     pub model: PathBuf,
-    /// The text to tokenize.
-    pub text: String,
+    /// The text to tokenize (may start with '-'); or use -p, -f or --stdin.
+    #[arg(allow_hyphen_values = true, conflicts_with_all = ["prompt", "file", "stdin"])]
+    pub text: Option<String>,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Read the text from standard input (as llama-tokenize; the same as -f -).
+    #[arg(long, conflicts_with_all = ["prompt", "file"])]
+    pub stdin: bool,
+    /// Print the ids as `[1, 2, 3]` (the default; llama-tokenize's --ids).
+    #[arg(long, conflicts_with = "pieces")]
+    pub ids: bool,
     /// Print `id -> 'piece'` per token instead of the id list.
     #[arg(long)]
     pub pieces: bool,
+    /// Also print `Total number of tokens: N`.
+    #[arg(long)]
+    pub show_count: bool,
     /// Do not add BOS/EOS even where the vocabulary asks for them.
     #[arg(long)]
     pub no_bos: bool,
@@ -28,11 +45,20 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let text = match (&args.text, args.stdin) {
+        (Some(t), _) => t.clone(),
+        (None, true) => read_text(Path::new("-"))?,
+        (None, false) => match args.prompt.text()? {
+            Some(t) => t,
+            None => bail!("no text: give it as an argument, -p TEXT, -f FILE or --stdin"),
+        },
+    };
+    watch_mapped_file(&args.model);
     let file = GgufFile::open(&args.model, LoadMode::Mmap)
         .with_context(|| format!("opening {}", args.model.display()))?;
     let tok = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("building the tokenizer of {}", args.model.display()))?;
-    let ids = tok.encode(&args.text, !args.no_bos, args.parse_special);
+    let ids = tok.encode(&text, !args.no_bos, args.parse_special);
     let mut out = io::stdout().lock();
     if args.pieces {
         for id in &ids {
@@ -42,6 +68,9 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         let list: Vec<String> = ids.iter().map(u32::to_string).collect();
         writeln!(out, "[{}]", list.join(", "))?;
+    }
+    if args.show_count {
+        writeln!(out, "Total number of tokens: {}", ids.len())?;
     }
     out.flush()?;
     Ok(())

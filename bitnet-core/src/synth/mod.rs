@@ -312,6 +312,20 @@ impl SynthSpec {
                 return bad(format!("{what} {} is not supported", ty.name()));
             }
         }
+        // The engine has no kernel multiplying ternary weights by 1-bit activations and
+        // refuses such a file at load: refusing it here saves writing a model nobody can run.
+        if self.act_bits == ActBits::Binary
+            && matches!(
+                self.weight_type,
+                TensorType::I2_S | TensorType::TQ1_0 | TensorType::TQ2_0
+            )
+        {
+            return bad(format!(
+                "1-bit activations need 1-bit (q1_0) or float weights, not ternary {}: \
+                 the runtime has no ternary x binary kernel",
+                self.weight_type.name()
+            ));
+        }
         // I2_S packs the flattened tensor in blocks of 128 (a block may straddle rows); the
         // other types need every row to be a whole number of blocks.
         let wt = self.weight_type;
@@ -476,61 +490,80 @@ pub fn plan(spec: &SynthSpec) -> Result<(Metadata, Vec<(TensorInfo, TensorRole)>
 
 /// Generates the model `spec` describes into `out` (written to `out` + `.part`, renamed on
 /// success). `progress(done, total)` is called with tensor-data bytes after every chunk.
+/// The CLI does not use this: it checks the destination first and writes through its own
+/// temporary file with [`write_model_into`].
 pub fn write_model(
     spec: &SynthSpec,
     out: &Path,
+    progress: impl FnMut(u64, u64),
+) -> Result<SynthReport, SynthError> {
+    let mut part = out.as_os_str().to_owned();
+    part.push(".part");
+    let part = PathBuf::from(part);
+    let file = File::create(&part).map_err(|source| SynthError::Io {
+        path: part.clone(),
+        source,
+    })?;
+    let mut report = match write_model_into(spec, &file, &part, progress) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&part);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&part, out).map_err(|source| SynthError::Io {
+        path: out.to_owned(),
+        source,
+    })?;
+    report.path = out.to_owned();
+    Ok(report)
+}
+
+/// Generates the model `spec` describes into `file` (from its current position, which
+/// should be the start of an empty file), flushed and synced to disk. `path` names the file
+/// in errors and in the report. The metadata and tensor list are validated before the first
+/// byte is written.
+pub fn write_model_into(
+    spec: &SynthSpec,
+    file: &File,
+    path: &Path,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<SynthReport, SynthError> {
     let (meta, tensors) = plan(spec)?;
     let infos: Vec<TensorInfo> = tensors.iter().map(|(t, _)| t.clone()).collect();
     let config = ModelConfig::from_parts(&meta, &infos)?;
-
-    let mut part = out.as_os_str().to_owned();
-    part.push(".part");
-    let part = PathBuf::from(part);
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| SynthError::Io { path, source }
+    let io = |source| SynthError::Io {
+        path: path.to_owned(),
+        source,
     };
-    let file = File::create(&part).map_err(io(&part))?;
-    let result = (|| {
-        let mut w = GgufWriter::new(
-            BufWriter::with_capacity(1 << 20, file),
-            3,
-            &meta,
-            &infos,
-            false,
-        )?;
-        let total: u64 = infos.iter().map(|t| t.n_bytes).sum();
-        let mut done = 0u64;
-        progress(0, total);
-        let dist = weights::Dist {
-            seed: spec.seed,
-            zero_share: spec.zero_share,
-            embd_std: 3.0 / (spec.n_embd as f32).sqrt(),
-        };
-        for (info, role) in &tensors {
-            weights::write_tensor(&mut w, info, *role, &dist, &mut |n| {
-                done += n;
-                progress(done, total);
-            })?;
-        }
-        let mut buf = w.finish()?;
-        buf.flush().map_err(io(&part))?;
-        buf.into_inner()
-            .map_err(|e| io(&part)(e.into_error()))?
-            .sync_all()
-            .map_err(io(&part))?;
-        Ok::<(), SynthError>(())
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&part);
-        return Err(e);
+    let mut w = GgufWriter::new(
+        BufWriter::with_capacity(1 << 20, file),
+        3,
+        &meta,
+        &infos,
+        false,
+    )?;
+    let total: u64 = infos.iter().map(|t| t.n_bytes).sum();
+    let mut done = 0u64;
+    progress(0, total);
+    let dist = weights::Dist {
+        seed: spec.seed,
+        zero_share: spec.zero_share,
+        embd_std: 3.0 / (spec.n_embd as f32).sqrt(),
+    };
+    for (info, role) in &tensors {
+        weights::write_tensor(&mut w, info, *role, &dist, &mut |n| {
+            done += n;
+            progress(done, total);
+        })?;
     }
-    std::fs::rename(&part, out).map_err(io(out))?;
-    let file_bytes = std::fs::metadata(out).map_err(io(out))?.len();
+    let mut buf = w.finish()?;
+    buf.flush().map_err(io)?;
+    let file = buf.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    let file_bytes = file.metadata().map_err(io)?.len();
     Ok(SynthReport {
-        path: out.to_owned(),
+        path: path.to_owned(),
         file_bytes,
         n_tensors: infos.len(),
         n_params: config.n_params(),

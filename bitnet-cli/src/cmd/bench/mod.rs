@@ -8,6 +8,9 @@
 //! it. `-b B` decodes B sequences together (one forward pass per step, the weights
 //! streamed once for all of them); `--mixed` adds llama-batched-bench's shape (B prompts
 //! prefilled, then decoded together).
+//! Everything that can be checked is checked before the first measurement: the arguments,
+//! the report's destination, and each model file (readable, a model, tests within its
+//! trained context).
 
 pub mod compare;
 pub mod membw;
@@ -22,11 +25,15 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use std::sync::Arc;
 
+use bitnet_core::config::ModelConfig;
 use bitnet_core::model::{BatchItem, Engine, EngineOptions, Logits, Model, SeqId};
+use bitnet_gguf::GgufFile;
 
 use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
 use super::common::{ModelArgs, load_model, parse_isa};
+use super::limits::{check_context, warn_threads};
 use crate::output::Progress;
+use crate::output_file::OutputFile;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -123,11 +130,18 @@ pub fn run(args: Args) -> Result<()> {
     if args.reps == 0 {
         bail!("-r must be at least 1");
     }
+    let has_tests = args.n_prompt.iter().chain(&args.n_gen).any(|&n| n > 0);
+    if !args.models.is_empty() && !has_tests {
+        bail!("nothing to measure: every -p and -n is 0 (give a prompt or generation length)");
+    }
     let threads_list = if args.threads.is_empty() {
         vec![0]
     } else {
         args.threads.clone()
     };
+    if let Some(&t) = threads_list.iter().max() {
+        warn_threads(t);
+    }
     let kernels: Vec<Option<String>> = if args.kernels.is_empty() {
         vec![None]
     } else {
@@ -135,6 +149,30 @@ pub fn run(args: Args) -> Result<()> {
     };
     for k in kernels.iter().flatten() {
         parse_isa(Some(k))?;
+    }
+    let report_file = args
+        .json_report
+        .as_deref()
+        .map(OutputFile::create)
+        .transpose()?;
+    // The longest test fixes the context every session needs.
+    let longest = args
+        .n_prompt
+        .iter()
+        .chain(&args.n_gen)
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    // A mixed test's sequences hold a prompt and its generation.
+    let max = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    let longest = if args.mixed {
+        longest.max(max(&args.n_prompt) + max(&args.n_gen))
+    } else {
+        longest
+    };
+    for path in &args.models {
+        check_model_file(path, longest)?;
     }
 
     // One probe per thread count: a 1-thread decode is bounded by what one core can read.
@@ -168,6 +206,7 @@ pub fn run(args: Args) -> Result<()> {
                 mlock: false,
                 head: args.head,
                 ctx: None,
+                batch_size: None,
                 no_pin: false,
             };
             let opts = model_args.load_options()?;
@@ -206,11 +245,38 @@ pub fn run(args: Args) -> Result<()> {
     let mut out = stdout.lock();
     report::write_report(&mut out, &report, args.output).context("writing the report")?;
     out.flush()?;
-    if let Some(path) = &args.json_report {
-        let mut f =
-            fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        report::write_report(&mut f, &report, Format::Json)
-            .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(out) = report_file {
+        let mut w = io::BufWriter::new(out.file());
+        report::write_report(&mut w, &report, Format::Json)
+            .and_then(|()| w.flush())
+            .with_context(|| format!("writing {}", out.path().display()))?;
+        drop(w);
+        out.commit()?;
+    }
+    Ok(())
+}
+
+/// What can be known about a model before measuring anything: the file opens, it is a model
+/// (not a vocab-only GGUF), and the longest test fits the context it was trained on (past
+/// it, the figures would describe a model running outside its design).
+fn check_model_file(path: &std::path::Path, longest: usize) -> Result<()> {
+    let file = GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if file.tensors().is_empty() && file.metadata().get("tokenizer.ggml.model").is_some() {
+        bail!(
+            "{} holds only a tokenizer (a vocab-only GGUF, no weights): nothing to benchmark",
+            path.display()
+        );
+    }
+    let cfg = ModelConfig::from_gguf(&file)
+        .with_context(|| format!("reading the model config of {}", path.display()))?;
+    if longest > cfg.n_ctx_train {
+        bail!(
+            "a test of {longest} tokens does not fit {}: its trained context is {} tokens \
+             (lower -p / -n)",
+            path.display(),
+            cfg.n_ctx_train
+        );
     }
     Ok(())
 }
@@ -259,6 +325,7 @@ fn bench_model(
         block_tokens: args.kv_block,
         ..EngineOptions::default()
     };
+    check_context(model, &engine_opts)?;
     let mut engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
     let threads = engine.threads();
     let n_vocab = model.n_vocab() as u32;
@@ -303,9 +370,8 @@ fn bench_model(
         let mut samples = Vec::with_capacity(args.reps);
         for rep in 0..total {
             progress(&format!(
-                "{name} pp{n} t{threads} rep {}/{}",
-                rep + 1,
-                total
+                "{name} pp{n} t{threads} {}",
+                rep_label(rep, args.warmup, args.reps)
             ));
             let t = Instant::now();
             let seqs = prefill(&mut engine, std::slice::from_ref(&tokens))?;
@@ -324,9 +390,8 @@ fn bench_model(
             let mut samples = Vec::with_capacity(args.reps);
             for rep in 0..total {
                 progress(&format!(
-                    "{name} tg{n} b{b} t{threads} rep {}/{}",
-                    rep + 1,
-                    total
+                    "{name} tg{n} b{b} t{threads} {}",
+                    rep_label(rep, args.warmup, args.reps)
                 ));
                 let profiled = args.profile && rep + 1 == total;
                 engine.set_profiling(profiled);
@@ -364,9 +429,8 @@ fn bench_model(
                     let (mut pre, mut dec) = (Vec::new(), Vec::new());
                     for rep in 0..total {
                         progress(&format!(
-                            "{name} pp{pp}+tg{tg} b{b} t{threads} rep {}/{}",
-                            rep + 1,
-                            total
+                            "{name} pp{pp}+tg{tg} b{b} t{threads} {}",
+                            rep_label(rep, args.warmup, args.reps)
                         ));
                         // Distinct prompts, so no sequence reuses another's blocks.
                         let prompts: Vec<Vec<u32>> = (0..b)
@@ -478,6 +542,15 @@ fn release(engine: &mut Engine, seqs: &[SeqId]) -> Result<()> {
     }
     engine.clear_prefix_cache();
     Ok(())
+}
+
+/// "warmup 1/1" for the untimed runs, then "rep 1/5" counting only the timed ones.
+fn rep_label(run: usize, warmup: usize, reps: usize) -> String {
+    if run < warmup {
+        format!("warmup {}/{warmup}", run + 1)
+    } else {
+        format!("rep {}/{reps}", run - warmup + 1)
+    }
 }
 
 /// Deterministic token ids spread over the vocabulary (like llama-bench's random tokens).
@@ -606,6 +679,13 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rep_labels_count_warmups_and_timed_runs_apart() {
+        let labels: Vec<String> = (0..3).map(|r| rep_label(r, 1, 2)).collect();
+        assert_eq!(labels, ["warmup 1/1", "rep 1/2", "rep 2/2"]);
+        assert_eq!(rep_label(0, 0, 1), "rep 1/1");
+    }
 
     #[test]
     fn civil_dates() {

@@ -135,7 +135,9 @@ pub fn write_report(out: &mut impl Write, report: &BenchReport, format: Format) 
         Format::Md => write_markdown(out, report),
         Format::Csv => write_csv(out, &report.rows),
         Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::other)?;
+            // `io::Error::from` hands back the underlying write error (a closed pipe stays a
+            // BrokenPipe that `main` recognises), where `io::Error::other` would hide it.
+            serde_json::to_writer_pretty(&mut *out, report).map_err(io::Error::from)?;
             writeln!(out)
         }
     }

@@ -1,0 +1,124 @@
+//! Limits said out loud, before they cost anything: the memory a context will take (checked
+//! against the machine's memory before the KV cache is allocated), a context beyond what the
+//! model was trained on, a prompt that does not fit, more threads than CPUs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Result, bail};
+use bitnet_core::kv::KvPool;
+use bitnet_core::model::{EngineOptions, Model, default_threads};
+
+use crate::output::{human_bytes, note};
+
+/// Above this, the context's memory is announced before it is allocated (zeroing a few
+/// hundred MiB already takes a noticeable moment).
+const ANNOUNCE_BYTES: u64 = 512 << 20;
+
+/// What an engine with `opts` allocates that grows with the context: the K and V pool (in
+/// whole blocks), the per-thread attention score rows and the rope table.
+pub fn context_bytes(model: &Model, opts: &EngineOptions, n_ctx: usize) -> (u64, u64) {
+    let cfg = model.config();
+    let kv = KvPool::bytes_for(
+        cfg.n_layer,
+        cfg.n_head_kv,
+        cfg.head_dim,
+        opts.kv_type,
+        n_ctx,
+        opts.block_tokens,
+    );
+    let kv = u64::try_from(kv).unwrap_or(u64::MAX);
+    let threads = if opts.threads == 0 {
+        default_threads()
+    } else {
+        opts.threads
+    };
+    let f32s = (threads as u128 * cfg.gqa_group() as u128 + cfg.rope_dim as u128)
+        .saturating_mul(n_ctx as u128);
+    let other = u64::try_from(f32s.saturating_mul(4)).unwrap_or(u64::MAX);
+    (kv, other)
+}
+
+/// Checks the context of an engine with `opts` before it is allocated: refuses one that
+/// cannot fit in the machine's memory next to the weights, warns past the trained context,
+/// and announces a large allocation. Returns the context size (`-c`, or the model's
+/// default).
+pub fn check_context(model: &Model, opts: &EngineOptions) -> Result<usize> {
+    let n_ctx = if opts.n_ctx == 0 {
+        model.default_n_ctx()
+    } else {
+        opts.n_ctx
+    };
+    let (kv, other) = context_bytes(model, opts, n_ctx);
+    let ctx_bytes = kv.saturating_add(other);
+    let load = model.load_stats();
+    let weights = load.weight_bytes.saturating_add(load.mapped_bytes);
+    let kv_text = format!(
+        "{} ({} KV cache, {} attention buffers)",
+        human_bytes(ctx_bytes),
+        human_bytes(kv),
+        human_bytes(other)
+    );
+    if let Some(total) = mem_total()
+        && weights.saturating_add(ctx_bytes) > total
+    {
+        bail!(
+            "a context of {n_ctx} tokens needs {kv_text}, which with the weights ({}) is more \
+             than this machine's memory ({}): lower -c",
+            human_bytes(weights),
+            human_bytes(total)
+        );
+    }
+    let trained = model.config().n_ctx_train;
+    if n_ctx > trained {
+        note!(
+            "warning: a context of {n_ctx} tokens is beyond the {trained} the model was trained \
+             on: text past {trained} tokens will likely degrade. It takes {kv_text}."
+        );
+    } else if ctx_bytes >= ANNOUNCE_BYTES {
+        note!("allocating {kv_text} for a context of {n_ctx} tokens");
+    }
+    Ok(n_ctx)
+}
+
+/// The machine's memory (`MemTotal` in /proc/meminfo), or `None` where it cannot be read.
+pub fn mem_total() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Logical CPUs this process may run on.
+pub fn logical_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Warns (once per process) when more threads are asked for than there are logical CPUs:
+/// they then take turns on the cores and every parallel step waits for the slowest.
+pub fn warn_threads(threads: usize) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let cpus = logical_cpus();
+    if threads > cpus && !WARNED.swap(true, Ordering::Relaxed) {
+        note!(
+            "warning: -t {threads} is more threads than the {cpus} logical CPUs here: they will \
+             share cores and run slower than -t {cpus}"
+        );
+    }
+}
+
+/// The error for a prompt of `n_prompt` tokens that leaves no room to generate in a context
+/// of `n_ctx`.
+pub fn prompt_too_long(n_prompt: usize, n_ctx: usize) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the prompt has {n_prompt} tokens but the context holds {n_ctx}: generating needs a \
+         context of at least {} tokens (-c {}), or a shorter prompt",
+        n_prompt + 1,
+        n_prompt + 1
+    )
+}

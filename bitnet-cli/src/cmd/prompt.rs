@@ -1,0 +1,80 @@
+//! Where a prompt comes from, as in llama.cpp: `-p TEXT` on the command line, or `-f FILE`
+//! (`-f -` reads standard input), so prompts of any size and any first character can be
+//! given (the command line is limited to about 128 KiB per argument, and a text starting
+//! with `-` is taken as the text, not an option).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct PromptArgs {
+    /// The prompt text (may start with '-'); `generate --parallel` takes it several times.
+    #[arg(short = 'p', long, allow_hyphen_values = true, conflicts_with = "file")]
+    pub prompt: Vec<String>,
+    /// Read the prompt from FILE ('-' = standard input).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+impl PromptArgs {
+    /// The prompt, if one was given by either option.
+    pub fn text(&self) -> Result<Option<String>> {
+        match (self.prompt.as_slice(), &self.file) {
+            ([p], _) => Ok(Some(p.clone())),
+            ([_, _, ..], _) => bail!(
+                "{} prompts given with -p: only `generate --parallel N` takes several",
+                self.prompt.len()
+            ),
+            ([], Some(f)) => read_text(f).map(Some),
+            ([], None) => Ok(None),
+        }
+    }
+
+    /// Several prompts: every `-p`, or the non-empty lines of `-f FILE`.
+    pub fn texts(&self) -> Result<Vec<String>> {
+        let texts: Vec<String> = match &self.file {
+            Some(f) if self.prompt.is_empty() => read_text(f)?
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .collect(),
+            _ => self.prompt.clone(),
+        };
+        if texts.is_empty() {
+            bail!("no prompts: give -p TEXT several times, or -f FILE with one prompt a line");
+        }
+        Ok(texts)
+    }
+
+    /// The prompt, or an error naming both ways to give one.
+    pub fn required_text(&self) -> Result<String> {
+        match self.text()? {
+            Some(t) => Ok(t),
+            None => bail!("no prompt: give it with -p TEXT or -f FILE (-f - reads stdin)"),
+        }
+    }
+}
+
+/// The whole of `path` (`-`: standard input) as UTF-8 text.
+pub fn read_text(path: &Path) -> Result<String> {
+    let (bytes, name) = if path == Path::new("-") {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut buf)
+            .context("reading the prompt from standard input")?;
+        (buf, "standard input".to_owned())
+    } else {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading the prompt from {}", path.display()))?;
+        (bytes, path.display().to_string())
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "the prompt in {name} is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}

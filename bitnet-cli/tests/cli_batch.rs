@@ -1,0 +1,105 @@
+//! Many sequences from the command line: `generate --parallel` with several prompts, and
+//! `bench -b` / `--mixed` decoding sequences together.
+
+mod common;
+
+use common::{bitnet, run_err, run_ok, scratch, stderr_of, stdout_of, tiny_model};
+
+fn generate(extra: &[&str]) -> std::process::Output {
+    run_ok(
+        bitnet()
+            .args(["generate", "-m"])
+            .arg(tiny_model())
+            .args(["-t", "1", "--greedy", "-n", "8"])
+            .args(extra),
+    )
+}
+
+#[test]
+fn parallel_prompts_print_each_answer_in_order_as_alone() {
+    let prompts = ["Once upon a time", "- a list item", "The king said"];
+    let alone: Vec<String> = prompts
+        .iter()
+        .map(|p| stdout_of(&generate(&["-p", p])))
+        .collect();
+    let mut args = vec!["--parallel", "2"];
+    for p in &prompts {
+        args.extend(["-p", p]);
+    }
+    let together = generate(&args);
+    let want = alone
+        .iter()
+        .map(|a| a.trim_end_matches('\n'))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+        + "\n";
+    assert_eq!(stdout_of(&together), want);
+    assert!(stderr_of(&together).contains("3 prompts, 2 at a time"));
+
+    // One prompt a line from a file, the same answers.
+    let file = scratch("parallel").join("prompts.txt");
+    std::fs::write(&file, prompts.join("\n") + "\n\n").unwrap();
+    let from_file = generate(&["--parallel", "3", "-f", file.to_str().unwrap()]);
+    assert_eq!(stdout_of(&from_file), want);
+
+    // Several -p without --parallel is an error that says what to do.
+    let err = run_err(
+        bitnet()
+            .args(["generate", "-m"])
+            .arg(tiny_model())
+            .args(["-p", "a", "-p", "b"]),
+    );
+    assert!(err.contains("--parallel"), "{err}");
+}
+
+#[test]
+fn bench_decodes_batches_and_mixed_runs() {
+    let out = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args([
+                "-p", "16", "-n", "8", "-b", "1,4", "-r", "1", "--warmup", "0",
+            ])
+            .args(["-t", "1", "--no-membw", "--mixed", "-o", "json"]),
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let find = |test: &str, batch: u64| {
+        rows.iter()
+            .find(|r| r["test"] == test && r["batch"] == batch)
+            .unwrap_or_else(|| panic!("no {test} b{batch} row in {rows:?}"))
+    };
+    let tg1 = find("tg", 1);
+    let tg4 = find("tg", 4);
+    assert!(tg1["mean_tps"].as_f64().unwrap() > 0.0);
+    let per_seq = tg4["per_seq_tps"].as_f64().unwrap();
+    let agg = tg4["mean_tps"].as_f64().unwrap();
+    assert!(
+        (per_seq * 4.0 - agg).abs() < 1e-6 * agg,
+        "{per_seq} x 4 != {agg}"
+    );
+    assert!(tg4["pp_share"].as_f64().unwrap() > 0.0);
+    let mixed = find("mixed", 4);
+    assert_eq!(mixed["n_prompt"], 16);
+    assert!(mixed["prefill_tps"].as_f64().unwrap() > 0.0);
+    assert!(mixed["decode_tps"].as_f64().unwrap() > 0.0);
+    // The markdown table names the batched figures.
+    let md = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args(["-p", "0", "-n", "4", "-b", "2", "-r", "1", "--warmup", "0"])
+            .args(["-t", "1", "--no-membw"]),
+    );
+    let text = stdout_of(&md);
+    assert!(text.contains("t/s per sequence"), "{text}");
+    // Zero sequences is refused before anything runs.
+    let err = run_err(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args(["-b", "0"]),
+    );
+    assert!(err.contains("-b 0"), "{err}");
+}

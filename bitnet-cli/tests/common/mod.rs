@@ -1,0 +1,103 @@
+//! Helpers shared by the CLI test files: running the built `bitnet` binary, the shared test
+//! data, a scratch directory and a tiny generated model. Each test file uses a subset.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn bitnet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bitnet"))
+}
+
+pub fn shared(rel: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data")
+        .join(rel);
+    assert!(
+        p.exists(),
+        "test data missing: {} (../shared must sit beside the checkout)",
+        p.display()
+    );
+    p
+}
+
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("spawning bitnet");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs a command that must fail; returns its stderr.
+pub fn run_err(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("spawning bitnet");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "{cmd:?} should have failed; stdout: {}\nstderr: {stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(!stderr.contains("panicked"), "{cmd:?} panicked: {stderr}");
+    stderr
+}
+
+pub fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn tmp_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bitnet-cli-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A fresh empty directory under [`tmp_dir`].
+pub fn scratch(name: &str) -> PathBuf {
+    let d = tmp_dir().join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The names in a directory, sorted.
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A tiny generated model shared by the tests of a file (I2_S weights, F16 tied head,
+/// trained context 512, vocabulary 512).
+pub fn tiny_model() -> &'static Path {
+    static MODEL: OnceLock<PathBuf> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let path = tmp_dir().join("tiny-i2_s.gguf");
+        run_ok(
+            bitnet()
+                .args([
+                    "gen-model",
+                    "--preset",
+                    "tiny",
+                    "--weight-type",
+                    "i2_s",
+                    "--seed",
+                    "5",
+                    "-o",
+                ])
+                .arg(&path),
+        );
+        path
+    })
+}

@@ -1,0 +1,57 @@
+//! The set-up a new user follows: the README's install and prerequisites, scripts that use
+//! every core, and a demo that says its weights are random. These read the repository's
+//! files, since the scripts themselves build in release mode and take minutes.
+
+use std::path::Path;
+
+fn repo_file(rel: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn readme_says_how_to_install_and_what_is_needed() {
+    let readme = repo_file("README.md");
+    for needle in [
+        "cargo install --path bitnet-cli",
+        "target/release/bitnet",
+        "rustfmt",
+        "clippy",
+        "`cc`",
+        "--no-mmap` reads the whole file",
+    ] {
+        assert!(readme.contains(needle), "README lacks {needle:?}");
+    }
+    assert!(
+        !readme.contains("a C compiler only for"),
+        "the linker is always needed, not only for fuzzing"
+    );
+}
+
+#[test]
+fn scripts_build_with_every_core() {
+    for script in [
+        ".ci/run",
+        "scripts/test.sh",
+        "scripts/demo.sh",
+        "scripts/bench-record.sh",
+        "scripts/perf.sh",
+    ] {
+        let text = repo_file(script);
+        assert!(!text.contains("-j2"), "{script} has a fixed -j2");
+        if text.contains("cargo ") {
+            assert!(text.contains("nproc"), "{script} does not use nproc");
+        }
+    }
+}
+
+#[test]
+fn demo_says_the_weights_are_random_before_generating() {
+    let demo = repo_file("scripts/demo.sh");
+    let notice = demo
+        .find("RANDOM")
+        .expect("the demo says the weights are random");
+    let generate = demo.find(" generate ").expect("the demo generates");
+    assert!(notice < generate, "said before the noise is printed");
+    assert!(demo[notice..generate].contains("echo"), "said on screen");
+}
