@@ -69,7 +69,8 @@ fn config(dir: &Path, n: usize) -> HfConfig {
 
 #[test]
 fn sentencepiece_model_converts_to_the_llama_spm_vocab() {
-    let (Some(dir), Some(reference)) = (golden_hf(), data("vocab/ggml-vocab-llama-spm.gguf")) else {
+    let (Some(dir), Some(reference)) = (golden_hf(), data("vocab/ggml-vocab-llama-spm.gguf"))
+    else {
         return;
     };
     let cfg = HfConfig::read(dir).unwrap();
@@ -77,17 +78,34 @@ fn sentencepiece_model_converts_to_the_llama_spm_vocab() {
     let f = GgufFile::open(&reference, LoadMode::Read).unwrap();
     let md = f.metadata();
     assert_eq!(v.spec.model, "llama");
-    assert_eq!(v.spec.tokens, md.get_str_array("tokenizer.ggml.tokens").unwrap());
-    assert_eq!(v.spec.scores.as_deref().unwrap(), md.get_f32_array("tokenizer.ggml.scores").unwrap());
-    let types: Vec<i64> = md.get_i32_array("tokenizer.ggml.token_type").unwrap().iter().map(|&x| i64::from(x)).collect();
+    assert_eq!(
+        v.spec.tokens,
+        md.get_str_array("tokenizer.ggml.tokens").unwrap()
+    );
+    assert_eq!(
+        v.spec.scores.as_deref().unwrap(),
+        md.get_f32_array("tokenizer.ggml.scores").unwrap()
+    );
+    let types: Vec<i64> = md
+        .get_i32_array("tokenizer.ggml.token_type")
+        .unwrap()
+        .iter()
+        .map(|&x| i64::from(x))
+        .collect();
     assert_eq!(v.spec.token_types.as_deref().unwrap(), &types[..]);
-    assert_eq!((v.spec.bos_id, v.spec.eos_id, v.spec.unk_id), (Some(1), Some(2), Some(0)));
+    assert_eq!(
+        (v.spec.bos_id, v.spec.eos_id, v.spec.unk_id),
+        (Some(1), Some(2), Some(0))
+    );
     assert_eq!((v.spec.add_bos, v.spec.add_eos), (Some(true), Some(false)));
     check_cases("llama-spm", &v);
     // The golden prompt tokenizes to the golden ids, BOS included.
     let tok = Tokenizer::from_spec(v.spec.clone()).unwrap();
     let prompt = std::fs::read_to_string(data("golden/tools/prompt.txt").unwrap()).unwrap();
-    assert_eq!(tok.encode(prompt.trim_end_matches('\n'), true, false), golden_tokens());
+    assert_eq!(
+        tok.encode(prompt.trim_end_matches('\n'), true, false),
+        golden_tokens()
+    );
 }
 
 /// Writes a `tokenizer.json` (and `tokenizer_config.json`) with the vocabulary of a vocab
@@ -104,8 +122,10 @@ fn bpe_source(vocab: &Path, pre_tokenizer: Value, dir: &Path) -> usize {
         if ty == 1 {
             vocab_map.insert(t.clone(), i.into());
         } else {
-            added.push(json!({"id": i, "content": t, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": ty != 3, "special": ty == 3}));
+            added.push(
+                json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": ty != 3, "special": ty == 3}),
+            );
         }
     }
     let tj = json!({
@@ -142,7 +162,9 @@ fn split_regex(re: &str) -> Value {
 const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 fn bpe_round_trip(name: &str, pre: Value, want_pre: &str) {
-    let Some(vocab) = data(&format!("vocab/ggml-vocab-{name}.gguf")) else { return };
+    let Some(vocab) = data(&format!("vocab/ggml-vocab-{name}.gguf")) else {
+        return;
+    };
     let dir = tmp_dir(name);
     let n = bpe_source(&vocab, pre, &dir);
     let v = tokenizer::convert(&dir, &config(&dir, n), None).unwrap();
@@ -150,9 +172,18 @@ fn bpe_round_trip(name: &str, pre: Value, want_pre: &str) {
     assert_eq!(v.spec.pre.as_deref(), Some(want_pre));
     let f = GgufFile::open(&vocab, LoadMode::Read).unwrap();
     let md = f.metadata();
-    assert_eq!(v.spec.tokens, md.get_str_array("tokenizer.ggml.tokens").unwrap());
-    assert_eq!(v.spec.merges.as_deref().unwrap(), md.get_str_array("tokenizer.ggml.merges").unwrap());
-    assert_eq!(v.spec.bos_id, md.get_opt_u32("tokenizer.ggml.bos_token_id").unwrap());
+    assert_eq!(
+        v.spec.tokens,
+        md.get_str_array("tokenizer.ggml.tokens").unwrap()
+    );
+    assert_eq!(
+        v.spec.merges.as_deref().unwrap(),
+        md.get_str_array("tokenizer.ggml.merges").unwrap()
+    );
+    assert_eq!(
+        v.spec.bos_id,
+        md.get_opt_u32("tokenizer.ggml.bos_token_id").unwrap()
+    );
     check_cases(name, &v);
 }
 
@@ -183,12 +214,19 @@ fn starcoder_tokenizer_json_converts_to_starcoder() {
 
 #[test]
 fn unrecognised_pre_tokenizer_is_an_error_unless_named() {
-    let Some(vocab) = data("vocab/ggml-vocab-gpt-2.gguf") else { return };
+    let Some(vocab) = data("vocab/ggml-vocab-gpt-2.gguf") else {
+        return;
+    };
     let dir = tmp_dir("unknown-pre");
     let n = bpe_source(&vocab, split_regex(r"\w+|[^\w\s]+|\s+"), &dir);
     let cfg = config(&dir, n);
-    let err = tokenizer::convert(&dir, &cfg, None).unwrap_err().to_string();
-    assert!(err.contains("tokenizer.json") && err.contains("--pre"), "{err}");
+    let err = tokenizer::convert(&dir, &cfg, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json") && err.contains("--pre"),
+        "{err}"
+    );
     let v = tokenizer::convert(&dir, &cfg, Some("gpt-2")).unwrap();
     assert_eq!(v.spec.pre.as_deref(), Some("gpt-2"));
     // A name the runtime does not implement is refused when the model is planned.
@@ -198,17 +236,30 @@ fn unrecognised_pre_tokenizer_is_an_error_unless_named() {
 
 #[test]
 fn chat_template_and_padding_are_carried_over() {
-    let Some(vocab) = data("vocab/ggml-vocab-gpt-2.gguf") else { return };
+    let Some(vocab) = data("vocab/ggml-vocab-gpt-2.gguf") else {
+        return;
+    };
     let dir = tmp_dir("template");
-    let n = bpe_source(&vocab, json!({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}), &dir);
-    let mut tc: Value = serde_json::from_slice(&std::fs::read(dir.join("tokenizer_config.json")).unwrap()).unwrap();
+    let n = bpe_source(
+        &vocab,
+        json!({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}),
+        &dir,
+    );
+    let mut tc: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tokenizer_config.json")).unwrap()).unwrap();
     tc["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}".into();
     std::fs::write(dir.join("tokenizer_config.json"), tc.to_string()).unwrap();
     // The embedding has 7 more rows than the tokenizer has tokens.
     let v = tokenizer::convert(&dir, &config(&dir, n + 7), None).unwrap();
     assert_eq!(v.spec.tokens.len(), n + 7);
     assert_eq!(v.spec.tokens[n + 6], format!("[PAD{}]", n + 6));
-    assert_eq!(v.chat_templates, vec![(None, "{% for m in messages %}{{ m['content'] }}{% endfor %}".to_owned())]);
+    assert_eq!(
+        v.chat_templates,
+        vec![(
+            None,
+            "{% for m in messages %}{{ m['content'] }}{% endfor %}".to_owned()
+        )]
+    );
     // Fewer embedding rows than tokens cannot work.
     assert!(tokenizer::convert(&dir, &config(&dir, n - 1), None).is_err());
 }
