@@ -203,7 +203,7 @@ pub fn plan(
             let source = if src.dtype == Dtype::U8 {
                 let rows = hf_shape[0];
                 let packed = [rows / 4, hf_shape[1]];
-                if rows % 4 != 0 || src.shape != packed {
+                if !rows.is_multiple_of(4) || src.shape != packed {
                     return Err(shape_err(format!(
                         "U8 [{}, {}] (config.json: {rows} x {} packed four per byte)",
                         rows / 4,
@@ -332,8 +332,8 @@ fn check_blocks(
     let n: u64 = dims.iter().product();
     let ok = match ty {
         // I2_S packs the flattened tensor in blocks of 128 values.
-        TensorType::I2_S => n % 128 == 0,
-        _ => dims[0] % ty.block_len() == 0,
+        TensorType::I2_S => n.is_multiple_of(128),
+        _ => dims[0].is_multiple_of(ty.block_len()),
     };
     if ok {
         return Ok(());

@@ -313,7 +313,7 @@ fn header_lying_about_offsets_names_the_tensor() {
     let (s, e) = (off[0].as_u64().unwrap() + 64, off[1].as_u64().unwrap() + 64);
     header[name]["data_offsets"] = json!([s, e]);
     let mut h = serde_json::to_vec(&header).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();

@@ -228,7 +228,7 @@ impl HfConfig {
         let n_embd = r.usize("hidden_size")?;
         let n_head = r.usize("num_attention_heads")?;
         let n_head_kv = r.opt_usize("num_key_value_heads")?.unwrap_or(n_head);
-        if n_head % n_head_kv != 0 {
+        if !n_head.is_multiple_of(n_head_kv) {
             return Err(r.bad(
                 "num_key_value_heads",
                 format!("{n_head_kv} does not divide num_attention_heads {n_head}"),
@@ -236,7 +236,7 @@ impl HfConfig {
         }
         let head_dim = match r.opt_usize("head_dim")? {
             Some(d) => d,
-            None if n_embd % n_head == 0 => n_embd / n_head,
+            None if n_embd.is_multiple_of(n_head) => n_embd / n_head,
             None => {
                 return Err(r.bad(
                     "hidden_size",
@@ -244,7 +244,7 @@ impl HfConfig {
                 ));
             }
         };
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             return Err(r.bad("head_dim", format!("{head_dim} is odd; rope needs pairs")));
         }
         let rope_linear_factor = match v.get("rope_scaling") {

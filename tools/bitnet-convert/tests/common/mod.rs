@@ -66,7 +66,7 @@ pub fn safetensors_bytes(tensors: &Tensors) -> Vec<u8> {
         off += t.data.len();
     }
     let mut h = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
