@@ -144,7 +144,7 @@ pub fn remove_pending() {
     }
 }
 
-/// On Ctrl-C (SIGINT/SIGTERM): remove the temporary files and exit with status 130.
+/// On Ctrl-C (SIGINT): remove the temporary files and exit with status 130.
 pub fn install_interrupt_cleanup() -> Result<(), ctrlc::Error> {
     ctrlc::set_handler(|| {
         remove_pending();
