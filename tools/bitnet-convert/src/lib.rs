@@ -1,0 +1,240 @@
+//! `bitnet-convert`: Hugging Face safetensors checkpoints of BitNet b1.58 and other ternary
+//! models to the GGUF files bitnet-core (and bitnet.cpp / llama.cpp) load.
+//!
+//! The work is split in two: [`plan`] reads `config.json`, the safetensors headers and the
+//! tokenizer, maps every tensor and builds the metadata, and checks the result against the
+//! runtime's own rules (`ModelConfig::from_parts`, `Tokenizer::from_spec`) before a byte is
+//! written; [`write_gguf`] then streams the tensors one at a time into a GGUF writer.
+//! [`convert`] does both into a file, through a temporary file renamed at the end.
+
+#![deny(unsafe_code)]
+
+pub mod encode;
+pub mod error;
+pub mod hf;
+pub mod mapping;
+pub mod metadata;
+mod mmap;
+pub mod output;
+pub mod report;
+pub mod source;
+pub mod tokenizer;
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use bitnet_core::config::ModelConfig;
+use bitnet_core::tokenizer::Tokenizer;
+use bitnet_gguf::{GgufWriter, Metadata, TensorInfo, TensorType};
+
+pub use error::ConvertError;
+pub use hf::HfConfig;
+pub use mapping::{Job, TypeOptions};
+pub use source::Sources;
+pub use tokenizer::ConvertedVocab;
+
+/// What the user chose.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Output types.
+    pub types: TypeOptions,
+    /// Pre-tokenizer name to write instead of the detected one.
+    pub pre: Option<String>,
+    /// `general.name`; default: the checkpoint directory's name.
+    pub name: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            types: TypeOptions {
+                weights: TensorType::I2_S,
+                embd: TensorType::F16,
+                head: TensorType::F16,
+            },
+            pre: None,
+            name: None,
+        }
+    }
+}
+
+/// Everything decided before writing.
+#[derive(Debug)]
+pub struct Plan {
+    /// The checkpoint directory.
+    pub dir: PathBuf,
+    /// Its `config.json`.
+    pub cfg: HfConfig,
+    /// Its open safetensors files.
+    pub sources: Sources,
+    /// The GGUF tensors, in file order, with their sources.
+    pub jobs: Vec<Job>,
+    /// The GGUF metadata.
+    pub meta: Metadata,
+    /// The converted tokenizer.
+    pub vocab: ConvertedVocab,
+    /// The config the runtime will read from the file.
+    pub config: ModelConfig,
+}
+
+impl Plan {
+    /// The GGUF tensor infos.
+    pub fn infos(&self) -> Vec<TensorInfo> {
+        self.jobs.iter().map(|j| j.info.clone()).collect()
+    }
+
+    /// Bytes of tensor data the GGUF will hold.
+    pub fn data_bytes(&self) -> u64 {
+        self.jobs.iter().map(|j| j.info.n_bytes).sum()
+    }
+}
+
+/// Progress of [`write_gguf`].
+#[derive(Clone, Debug)]
+pub enum Progress<'a> {
+    /// Writing starts: `total` bytes of tensor data in `tensors` tensors.
+    Start {
+        /// Bytes of tensor data.
+        total: u64,
+        /// Tensors.
+        tensors: usize,
+    },
+    /// Tensor `index` starts.
+    Tensor {
+        /// Position in the file.
+        index: usize,
+        /// The job.
+        job: &'a Job,
+    },
+    /// `n` more bytes of the current tensor are written.
+    Bytes(u64),
+    /// All tensors are written.
+    Done,
+}
+
+/// Reads and checks the checkpoint in `dir`; nothing is written.
+pub fn plan(dir: &Path, opts: &Options) -> Result<Plan, ConvertError> {
+    for (what, ty, allowed) in [
+        (
+            "output type",
+            opts.types.weights,
+            &[TensorType::I2_S, TensorType::TQ2_0, TensorType::TQ1_0][..],
+        ),
+        ("embedding type", opts.types.embd, &FLOAT_TYPES[..]),
+        ("head type", opts.types.head, &FLOAT_TYPES[..]),
+    ] {
+        if !allowed.contains(&ty) {
+            return Err(ConvertError::Output {
+                path: dir.to_owned(),
+                reason: format!("{what} {} is not supported here", ty.name()),
+            });
+        }
+    }
+    let cfg = HfConfig::read(dir)?;
+    let sources = Sources::open(dir)?;
+    let jobs = mapping::plan(dir, &cfg, &opts.types, &sources)?;
+    let vocab = tokenizer::convert(dir, &cfg, opts.pre.as_deref())?;
+    // The runtime's tokenizer must load what we write (pre-tokenizer name, merges, ids).
+    Tokenizer::from_spec(vocab.spec.clone())?;
+    let name = opts.name.clone().unwrap_or_else(|| {
+        std::fs::canonicalize(dir)
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "model".into())
+    });
+    let meta = metadata::build(&cfg, &name, opts.types.weights, &vocab);
+    let infos: Vec<TensorInfo> = jobs.iter().map(|j| j.info.clone()).collect();
+    let config = ModelConfig::from_parts(&meta, &infos)?;
+    Ok(Plan {
+        dir: dir.to_owned(),
+        cfg,
+        sources,
+        jobs,
+        meta,
+        vocab,
+        config,
+    })
+}
+
+/// Float types an embedding or head may be written as.
+const FLOAT_TYPES: [TensorType; 4] = [
+    TensorType::F16,
+    TensorType::F32,
+    TensorType::BF16,
+    TensorType::Q8_0,
+];
+
+/// Streams the planned GGUF into `out`.
+pub fn write_gguf<W: Write>(
+    plan: &Plan,
+    out: W,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<W, ConvertError> {
+    let infos = plan.infos();
+    let mut w = GgufWriter::new(out, 3, &plan.meta, &infos, false)?;
+    progress(Progress::Start {
+        total: plan.data_bytes(),
+        tensors: plan.jobs.len(),
+    });
+    for (index, job) in plan.jobs.iter().enumerate() {
+        progress(Progress::Tensor { index, job });
+        encode::write_job(&mut w, &plan.sources, job, &mut |n| {
+            progress(Progress::Bytes(n))
+        })?;
+    }
+    let out = w.finish()?;
+    progress(Progress::Done);
+    Ok(out)
+}
+
+/// Writes the planned GGUF to `target` (checked with [`output::check_destination`])
+/// through a temporary file; returns the file size.
+pub fn write_file(
+    plan: &Plan,
+    target: &Path,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<u64, ConvertError> {
+    let real = output::check_destination(target)?;
+    refuse_overwriting_inputs(plan, &real)?;
+    let mut out = output::OutputFile::create(&real)?;
+    let temp = out.temp_path().to_owned();
+    {
+        let mut buf = BufWriter::with_capacity(1 << 20, out.file());
+        write_gguf(plan, &mut buf, progress)?;
+        buf.flush().map_err(ConvertError::io(&temp))?;
+    }
+    out.commit()?;
+    Ok(std::fs::metadata(&real)
+        .map_err(ConvertError::io(&real))?
+        .len())
+}
+
+/// Converts the checkpoint in `dir` to `target`.
+pub fn convert(
+    dir: &Path,
+    target: &Path,
+    opts: &Options,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<(Plan, u64), ConvertError> {
+    // The destination is checked before the (possibly long) planning.
+    output::check_destination(target)?;
+    let plan = plan(dir, opts)?;
+    let bytes = write_file(&plan, target, progress)?;
+    Ok((plan, bytes))
+}
+
+/// The output must not replace one of the files being read (they are memory-mapped).
+fn refuse_overwriting_inputs(plan: &Plan, real: &Path) -> Result<(), ConvertError> {
+    let Ok(real) = std::fs::canonicalize(real) else {
+        return Ok(()); // does not exist yet
+    };
+    for f in &plan.sources.files {
+        if std::fs::canonicalize(&f.path).is_ok_and(|p| p == real) {
+            return Err(ConvertError::Output {
+                path: real,
+                reason: "is one of the checkpoint's input files".into(),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! The tensor mapping: which Hugging Face tensor becomes which GGUF tensor, in what type,
+//! and by which route (float copy, packed-ternary unpack, or absmean ternarization).
+//!
+//! The GGUF tensor list comes from the runtime's own [`ModelConfig::expected_tensors`], so
+//! a converted file has exactly the tensors bitnet-core loads, named as llama.cpp names
+//! them. Every checkpoint tensor must be used by exactly one GGUF tensor, apart from rope
+//! caches (`rotary_emb.inv_freq`) and an `lm_head` that duplicates a tied embedding.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use bitnet_core::config::{Arch, ModelConfig, RopeStyle, TensorRole};
+use bitnet_gguf::{TensorInfo, TensorType};
+use safetensors::Dtype;
+
+use crate::error::ConvertError;
+use crate::hf::{HfConfig, ScaleMode};
+use crate::source::{Sources, TensorRef};
+
+/// Output types chosen by the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TypeOptions {
+    /// Type of the ternary projections: I2_S, TQ2_0 or TQ1_0.
+    pub weights: TensorType,
+    /// Type of the token embedding.
+    pub embd: TensorType,
+    /// Type of an untied output head.
+    pub head: TensorType,
+}
+
+/// How a ternary projection is stored in the checkpoint.
+#[derive(Clone, Debug)]
+pub enum TernarySource {
+    /// uint8, four 2-bit codes per byte along the output dimension, with a `weight_scale`.
+    Packed {
+        /// The one-element scale tensor.
+        scale: TensorRef,
+        /// Whether the scale divides or multiplies.
+        mode: ScaleMode,
+    },
+    /// Float latent weights, ternarized with absmean at conversion.
+    Latent,
+}
+
+/// What to do with one tensor.
+#[derive(Clone, Debug)]
+pub enum Route {
+    /// Decode floats, re-encode in the output type.
+    Float,
+    /// Produce trits and a scale, pack them.
+    Ternary {
+        /// Where the trits come from.
+        source: TernarySource,
+        /// Reorder rows from HF's rotate-half layout to the interleaved pairs of ggml's
+        /// normal rope, with this many heads (llama architecture q/k only).
+        permute_heads: Option<usize>,
+    },
+}
+
+/// One GGUF tensor and where it comes from.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The GGUF tensor (name, ggml-order dims, type).
+    pub info: TensorInfo,
+    /// What it is for.
+    pub role: TensorRole,
+    /// The checkpoint tensor.
+    pub src: TensorRef,
+    /// How it is converted.
+    pub route: Route,
+}
+
+/// The runtime config a checkpoint converts to; storage types are filled in by the planner.
+pub fn model_config(cfg: &HfConfig, types: &TypeOptions) -> ModelConfig {
+    ModelConfig {
+        arch: cfg.arch,
+        arch_name: cfg.arch.canonical_name().into(),
+        n_vocab: cfg.n_vocab,
+        n_embd: cfg.n_embd,
+        n_layer: cfg.n_layer,
+        n_head: cfg.n_head,
+        n_head_kv: cfg.n_head_kv,
+        head_dim: cfg.head_dim,
+        n_ff: cfg.n_ff,
+        n_ctx_train: cfg.n_ctx,
+        rms_eps: cfg.rms_eps,
+        rope_theta: cfg.rope_theta,
+        rope_freq_scale: cfg.rope_linear_factor.map_or(1.0, |f| 1.0 / f),
+        rope_dim: cfg.head_dim,
+        rope: cfg.arch.rope_style(),
+        ffn_act: cfg.ffn_act,
+        sub_norms: cfg.arch.has_sub_norms(),
+        tied_head: cfg.tied,
+        act_bits: bitnet_core::config::ActBits::Int8,
+        weight_type: types.weights,
+        embd_type: types.embd,
+        head_type: (!cfg.tied).then_some(types.head),
+        has_proj_scales: false,
+    }
+}
+
+/// The checkpoint names that may hold a GGUF tensor (alternatives: the 2B-4T and the
+/// 1bitLLM spellings of the sub-norms).
+pub fn hf_names(gguf: &str) -> Vec<String> {
+    match gguf {
+        "token_embd.weight" => return vec!["model.embed_tokens.weight".into()],
+        "output_norm.weight" => return vec!["model.norm.weight".into()],
+        "output.weight" => return vec!["lm_head.weight".into()],
+        _ => {}
+    }
+    let Some(rest) = gguf.strip_prefix("blk.") else {
+        return Vec::new();
+    };
+    let Some((layer, stem)) = rest.split_once('.') else {
+        return Vec::new();
+    };
+    let stem = stem.strip_suffix(".weight").unwrap_or(stem);
+    let p = format!("model.layers.{layer}.");
+    let names: &[&str] = match stem {
+        "attn_norm" => &["input_layernorm"],
+        "attn_q" => &["self_attn.q_proj"],
+        "attn_k" => &["self_attn.k_proj"],
+        "attn_v" => &["self_attn.v_proj"],
+        "attn_output" => &["self_attn.o_proj"],
+        "attn_sub_norm" => &["self_attn.attn_sub_norm", "self_attn.inner_attn_ln"],
+        "ffn_norm" => &["post_attention_layernorm"],
+        "ffn_gate" => &["mlp.gate_proj"],
+        "ffn_up" => &["mlp.up_proj"],
+        "ffn_down" => &["mlp.down_proj"],
+        "ffn_sub_norm" => &["mlp.ffn_sub_norm", "mlp.ffn_layernorm"],
+        _ => &[],
+    };
+    names.iter().map(|n| format!("{p}{n}.weight")).collect()
+}
+
+/// Checkpoint tensors that carry nothing the GGUF needs.
+fn ignorable(name: &str, cfg: &HfConfig) -> bool {
+    name.ends_with("rotary_emb.inv_freq") || (cfg.tied && name == "lm_head.weight")
+}
+
+fn is_float(d: Dtype) -> bool {
+    matches!(d, Dtype::F32 | Dtype::F16 | Dtype::BF16)
+}
+
+/// Plans every GGUF tensor: resolves its source, checks shapes and dtypes, and refuses
+/// missing and unexpected tensors.
+pub fn plan(
+    dir: &Path,
+    cfg: &HfConfig,
+    types: &TypeOptions,
+    sources: &Sources,
+) -> Result<Vec<Job>, ConvertError> {
+    let mc = model_config(cfg, types);
+    let mut used: BTreeSet<&str> = BTreeSet::new();
+    let mut jobs = Vec::new();
+    for e in mc.expected_tensors() {
+        let names = hf_names(&e.name);
+        let found: Vec<&TensorRef> = names
+            .iter()
+            .filter_map(|n| sources.tensors.get(n))
+            .collect();
+        let src = match found.as_slice() {
+            [one] => *one,
+            [] => {
+                return Err(ConvertError::MissingTensor {
+                    dir: dir.to_owned(),
+                    tensor: names.join(" or "),
+                    gguf: e.name.clone(),
+                });
+            }
+            [a, b, ..] => {
+                return Err(ConvertError::Tensor {
+                    path: sources.path(b).to_owned(),
+                    tensor: b.name.clone(),
+                    reason: format!(
+                        "both {} and {} are present; which one is meant?",
+                        a.name, b.name
+                    ),
+                });
+            }
+        };
+        used.insert(src.name.as_str());
+        let ty = match e.role {
+            TensorRole::Embedding => types.embd,
+            TensorRole::Head => types.head,
+            TensorRole::Norm | TensorRole::Scale => TensorType::F32,
+            TensorRole::Matrix => types.weights,
+        };
+        let hf_shape: Vec<usize> = e.dims.iter().rev().map(|&d| d as usize).collect();
+        let shape_err = |expected: String| ConvertError::ShapeMismatch {
+            path: sources.path(src).to_owned(),
+            tensor: src.name.clone(),
+            found: src.shape.clone(),
+            dtype: format!("{:?}", src.dtype),
+            expected,
+        };
+        let route = if e.role == TensorRole::Matrix {
+            let scale_name = src
+                .name
+                .strip_suffix(".weight")
+                .map(|s| format!("{s}.weight_scale"));
+            let scale = scale_name.as_deref().and_then(|n| sources.tensors.get(n));
+            let source = if src.dtype == Dtype::U8 {
+                let rows = hf_shape[0];
+                let packed = [rows / 4, hf_shape[1]];
+                if !rows.is_multiple_of(4) || src.shape != packed {
+                    return Err(shape_err(format!(
+                        "U8 [{}, {}] (config.json: {rows} x {} packed four per byte)",
+                        rows / 4,
+                        hf_shape[1],
+                        hf_shape[1]
+                    )));
+                }
+                let Some(scale) = scale else {
+                    return Err(ConvertError::MissingTensor {
+                        dir: dir.to_owned(),
+                        tensor: scale_name.unwrap_or_default(),
+                        gguf: format!("the scale of packed {}", e.name),
+                    });
+                };
+                if !is_float(scale.dtype) || scale.numel() != 1 {
+                    return Err(ConvertError::ShapeMismatch {
+                        path: sources.path(scale).to_owned(),
+                        tensor: scale.name.clone(),
+                        found: scale.shape.clone(),
+                        dtype: format!("{:?}", scale.dtype),
+                        expected: "one F32/F16/BF16 value".into(),
+                    });
+                }
+                used.insert(scale.name.as_str());
+                TernarySource::Packed {
+                    scale: scale.clone(),
+                    mode: cfg.scale_mode,
+                }
+            } else {
+                if !is_float(src.dtype) || src.shape != hf_shape {
+                    return Err(shape_err(format!(
+                        "F32/F16/BF16 {hf_shape:?}, or U8 [{}, {}] packed",
+                        hf_shape[0] / 4,
+                        hf_shape[1]
+                    )));
+                }
+                if let Some(scale) = scale {
+                    return Err(ConvertError::Tensor {
+                        path: sources.path(scale).to_owned(),
+                        tensor: scale.name.clone(),
+                        reason: format!(
+                            "a weight_scale beside the unpacked float weight {}: latent weights are ternarized with their own absmean scale",
+                            src.name
+                        ),
+                    });
+                }
+                TernarySource::Latent
+            };
+            check_blocks(&e.name, &e.dims, types.weights, sources, src)?;
+            let permute_heads = match (mc.rope, e.name.rsplit('.').nth(1)) {
+                (RopeStyle::Normal, Some("attn_q")) => Some(cfg.n_head),
+                (RopeStyle::Normal, Some("attn_k")) => Some(cfg.n_head_kv),
+                _ => None,
+            };
+            Route::Ternary {
+                source,
+                permute_heads,
+            }
+        } else {
+            if !is_float(src.dtype) || src.shape != hf_shape {
+                return Err(shape_err(format!("F32/F16/BF16 {hf_shape:?}")));
+            }
+            check_blocks(&e.name, &e.dims, ty, sources, src)?;
+            Route::Float
+        };
+        let info = TensorInfo::new(e.name.clone(), e.dims.clone(), ty)?;
+        jobs.push(Job {
+            info,
+            role: e.role,
+            src: src.clone(),
+            route,
+        });
+    }
+    for t in sources.tensors.values() {
+        if !used.contains(t.name.as_str()) && !ignorable(&t.name, cfg) {
+            return Err(ConvertError::ExtraTensor {
+                path: sources.path(t).to_owned(),
+                tensor: t.name.clone(),
+                arch: format!("{} ({})", cfg.hf_arch, cfg.arch.canonical_name()),
+            });
+        }
+    }
+    if cfg.arch == Arch::Llama
+        && jobs.iter().any(|j| {
+            matches!(
+                j.route,
+                Route::Ternary {
+                    source: TernarySource::Latent,
+                    ..
+                }
+            )
+        })
+    {
+        // A Llama marked bitnet ships packed weights; float ones would be full precision.
+        let j = jobs
+            .iter()
+            .find(|j| {
+                matches!(
+                    j.route,
+                    Route::Ternary {
+                        source: TernarySource::Latent,
+                        ..
+                    }
+                )
+            })
+            .map(|j| &j.src);
+        if let Some(src) = j {
+            return Err(ConvertError::Tensor {
+                path: sources.path(src).to_owned(),
+                tensor: src.name.clone(),
+                reason: "a ternary Llama checkpoint stores its projections packed (U8 with weight_scale); this one is float".into(),
+            });
+        }
+    }
+    Ok(jobs)
+}
+
+/// Refuses shapes the output type cannot hold, before anything is written.
+fn check_blocks(
+    gguf: &str,
+    dims: &[u64],
+    ty: TensorType,
+    sources: &Sources,
+    src: &TensorRef,
+) -> Result<(), ConvertError> {
+    let n: u64 = dims.iter().product();
+    let ok = match ty {
+        // I2_S packs the flattened tensor in blocks of 128 values.
+        TensorType::I2_S => n.is_multiple_of(128),
+        _ => dims[0].is_multiple_of(ty.block_len()),
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(ConvertError::Tensor {
+        path: sources.path(src).to_owned(),
+        tensor: src.name.clone(),
+        reason: format!(
+            "{gguf} {dims:?} cannot be stored as {}: {} (choose another type)",
+            ty.name(),
+            if ty == TensorType::I2_S {
+                "its size must be a multiple of 128".to_string()
+            } else {
+                format!("its rows must be multiples of {}", ty.block_len())
+            }
+        ),
+    })
+}
