@@ -28,6 +28,8 @@ enum Command {
     Tokenize(cmd::tokenize::Args),
     /// Evaluate token ids in one batch and write every position's logits (raw f32).
     Logits(cmd::logits::Args),
+    /// Perplexity of a text, llama.cpp's method; KL divergence against a saved run.
+    Perplexity(cmd::perplexity::Args),
     /// Measure prompt and generation throughput, llama-bench style.
     Bench(cmd::bench::Args),
     /// Write a random-weight model of a real architecture's shapes.
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => cmd::generate::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Logits(args) => cmd::logits::run(args),
+        Command::Perplexity(args) => cmd::perplexity::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::GenModel(args) => cmd::gen_model::run(args),
     };

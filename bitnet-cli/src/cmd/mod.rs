@@ -7,5 +7,6 @@ pub mod generate;
 pub mod inspect;
 pub mod limits;
 pub mod logits;
+pub mod perplexity;
 pub mod prompt;
 pub mod tokenize;
