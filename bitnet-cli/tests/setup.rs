@@ -46,12 +46,25 @@ fn scripts_build_with_every_core() {
 }
 
 #[test]
-fn demo_says_the_weights_are_random_before_generating() {
+fn demo_runs_the_shipped_trained_model() {
     let demo = repo_file("scripts/demo.sh");
-    let notice = demo
-        .find("RANDOM")
-        .expect("the demo says the weights are random");
-    let generate = demo.find(" generate ").expect("the demo generates");
-    assert!(notice < generate, "said before the noise is printed");
-    assert!(demo[notice..generate].contains("echo"), "said on screen");
+    assert!(
+        demo.contains("models/shakespeare.gguf"),
+        "the demo runs the model the repo ships, not random weights"
+    );
+    assert!(
+        !demo.contains("gen-model"),
+        "no random model in the main job"
+    );
+    let generate = demo.find("generate -m").expect("the demo generates");
+    let perplexity = demo
+        .find("perplexity -m")
+        .expect("the demo measures perplexity");
+    assert!(generate < perplexity);
+    assert!(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../models/shakespeare.gguf")
+            .is_file(),
+        "the shipped model is in the repository"
+    );
 }

@@ -164,14 +164,16 @@ pub fn run(args: Args) -> Result<()> {
             KlMode::Write(w, out, k)
         }
         (Some(p), true, _) => {
-            let mut r = BufReader::new(
-                File::open(p).with_context(|| format!("opening {}", p.display()))?,
-            );
+            let mut r =
+                BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?);
             let mut magic = [0u8; 8];
             r.read_exact(&mut magic)
                 .with_context(|| format!("reading {}", p.display()))?;
             if &magic != KLD_MAGIC {
-                bail!("{} is not a KL-divergence base file of this tool", p.display());
+                bail!(
+                    "{} is not a KL-divergence base file of this tool",
+                    p.display()
+                );
             }
             let mut head = [0u64; 4];
             for h in &mut head {
@@ -236,12 +238,18 @@ pub fn run(args: Args) -> Result<()> {
             return Err(e);
         }
         running.push_str(&format!("[{}]{:.4},", c + 1, nll.ppl()));
-        progress.step(&format!(
+        let msg = format!(
             "perplexity: window {}/{n_chunks}, estimate {:.4} ({:.1} s)",
             c + 1,
             nll.ppl(),
             t0.elapsed().as_secs_f64()
-        ));
+        );
+        // Every window on a terminal; about every tenth in a log.
+        if (c + 1) % n_chunks.div_ceil(10) == 0 || c + 1 == n_chunks {
+            progress.step(&msg);
+        } else {
+            progress.update(&msg, false);
+        }
     }
     progress.clear();
     if let KlMode::Write(mut w, out, _) = kl {
@@ -306,12 +314,7 @@ fn write_dist(
 }
 
 /// Reads one position's reference distribution as (id, log-prob) pairs.
-fn read_dist(
-    r: &mut impl Read,
-    k: usize,
-    n_vocab: usize,
-    out: &mut Vec<(u32, f32)>,
-) -> Result<()> {
+fn read_dist(r: &mut impl Read, k: usize, n_vocab: usize, out: &mut Vec<(u32, f32)>) -> Result<()> {
     out.clear();
     let mut b = [0u8; 4];
     if k == n_vocab {

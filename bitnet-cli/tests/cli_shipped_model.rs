@@ -1,0 +1,177 @@
+//! The model the repository ships (`models/shakespeare.gguf`, trained by `tools/train` and
+//! converted by `bitnet-convert`) against the trainer's own figures: its logits on the
+//! reference prompt, its greedy text, and its perplexity on the held-out text (same ternary
+//! math, so within 1%); and the perplexity tool's KL-divergence mode.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{bitnet, run_ok, scratch, stdout_of};
+
+fn repo(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
+}
+
+fn reference() -> serde_json::Value {
+    let text = std::fs::read_to_string(repo("models/shakespeare-ref/reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn f32s(path: &std::path::Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn argmax(v: &[f32]) -> usize {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b })
+}
+
+#[test]
+fn the_shipped_model_gives_the_trainers_logits_and_text() {
+    let r = reference();
+    let tokens: Vec<String> = r["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap().to_string())
+        .collect();
+    let out = scratch("shipped").join("logits.f32");
+    run_ok(
+        bitnet()
+            .args(["logits", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .args(["--tokens", &tokens.join(","), "-t", "2", "-o"])
+            .arg(&out),
+    );
+    let ours = f32s(&out);
+    let theirs = f32s(&repo("models/shakespeare-ref/logits.f32"));
+    assert_eq!(ours.len(), theirs.len());
+    let v = r["n_vocab"].as_u64().unwrap() as usize;
+    let num: f64 = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| f64::from(a - b).powi(2))
+        .sum();
+    let den: f64 = theirs.iter().map(|b| f64::from(*b).powi(2)).sum();
+    let dot: f64 = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+        .sum();
+    let na: f64 = ours.iter().map(|a| f64::from(*a).powi(2)).sum();
+    let (rel, cos) = ((num / den).sqrt(), dot / (na.sqrt() * den.sqrt()));
+    let rows = ours.len() / v;
+    let same = (0..rows)
+        .filter(|&i| argmax(&ours[i * v..][..v]) == argmax(&theirs[i * v..][..v]))
+        .count();
+    // The golden tolerances (shared/data/golden/README.md).
+    assert!(rel <= 0.07, "rel-L2 {rel}");
+    assert!(cos >= 0.998, "cosine {cos}");
+    assert!(same * 42 >= rows * 35, "top-1 {same}/{rows}");
+
+    // Greedy text: the trainer's continuation of the same prompt.
+    let prompt = r["prompt"].as_str().unwrap();
+    let want = r["greedy_text"].as_str().unwrap();
+    let generated = run_ok(
+        bitnet()
+            .args(["generate", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .args(["-p", prompt, "--greedy", "-n", "64", "--no-echo", "-t", "2"]),
+    );
+    let got = stdout_of(&generated);
+    // Compare the first line breaks' worth: greedy text agrees until the first near-tie.
+    let head: String = want.chars().take(40).collect();
+    assert!(got.starts_with(&head), "got {got:?}, trainer {want:?}");
+}
+
+#[test]
+fn perplexity_matches_the_trainer_within_one_percent() {
+    let r = reference();
+    let out = run_ok(
+        bitnet()
+            .args(["perplexity", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .arg("-f")
+            .arg(repo("models/shakespeare-ref/heldout.txt"))
+            .args(["-c", "256", "-t", "2"]),
+    );
+    let text = stdout_of(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Final estimate: PPL = "))
+        .unwrap_or_else(|| panic!("no final line in {text}"));
+    let ppl: f64 = line["Final estimate: PPL = ".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let want = r["heldout_ppl"].as_f64().unwrap();
+    assert!(
+        (ppl - want).abs() / want < 0.01,
+        "engine {ppl} vs trainer {want}"
+    );
+    let scored = r["heldout_scored_tokens"].as_u64().unwrap();
+    assert!(line.contains(&format!("({scored} tokens scored")), "{line}");
+    assert!(ppl < r["unigram_ppl"].as_f64().unwrap() / 5.0);
+}
+
+#[test]
+fn kl_divergence_is_zero_against_itself_and_measures_a_change() {
+    let dir = scratch("kld");
+    let base = dir.join("base.kld");
+    let run = |extra: &[&str]| {
+        stdout_of(&run_ok(
+            bitnet()
+                .args(["perplexity", "-m"])
+                .arg(repo("models/shakespeare.gguf"))
+                .arg("-f")
+                .arg(repo("models/shakespeare-ref/heldout.txt"))
+                .args([
+                    "-c",
+                    "128",
+                    "--chunks",
+                    "6",
+                    "-t",
+                    "1",
+                    "--kl-divergence-base",
+                ])
+                .arg(&base)
+                .args(extra),
+        ))
+    };
+    let kld_of = |text: &str| -> (f64, f64) {
+        let line = text.lines().find(|l| l.starts_with("Mean KLD: ")).unwrap();
+        let kld: f64 = line["Mean KLD: ".len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let pct = line.split("same top token: ").nth(1).unwrap();
+        let pct: f64 = pct.split('%').next().unwrap().parse().unwrap();
+        (kld, pct)
+    };
+    run(&[]);
+    assert!(base.is_file());
+    let (same_kld, same_top) = kld_of(&run(&["--kl-divergence"]));
+    assert!(same_kld < 1e-6, "{same_kld}");
+    assert_eq!(same_top, 100.0);
+    // An 8-bit head moves the distribution a little, not a lot.
+    let (q8_kld, q8_top) = kld_of(&run(&["--kl-divergence", "--head", "q8"]));
+    assert!(q8_kld > 0.0 && q8_kld < 0.05, "{q8_kld}");
+    assert!(q8_top > 90.0, "{q8_top}");
+    // Top-k storage gives nearly the same figure.
+    run(&["--kl-top-k", "32"]);
+    let (topk_kld, _) = kld_of(&run(&["--kl-divergence", "--head", "q8"]));
+    assert!(
+        (topk_kld - q8_kld).abs() <= 0.2 * q8_kld + 1e-4,
+        "{topk_kld} vs {q8_kld}"
+    );
+}
