@@ -107,6 +107,31 @@ impl GgufFile {
         }
     }
 
+    /// Lets the OS drop the pages of tensor `t` from this process's memory (a map only; a
+    /// no-op for an owned buffer). For a tensor the caller has copied or repacked and will
+    /// not read again: its source bytes then stop counting towards the resident set. A
+    /// later read still sees the same bytes (they come back from the file), so this is a
+    /// hint about memory, never about contents. Best effort: an OS that refuses is ignored.
+    pub fn release_tensor_pages(&self, t: &TensorInfo) {
+        let start = self.data_offset.saturating_add(t.offset);
+        let end = start.saturating_add(t.n_bytes);
+        if let (Ok(s), Ok(e)) = (usize::try_from(start), usize::try_from(end))
+            && e <= self.storage.bytes().len()
+            && s < e
+        {
+            self.storage.release(s..e);
+        }
+    }
+
+    /// [`GgufFile::release_tensor_pages`] for any byte range of the file (clamped to it).
+    pub fn release_pages(&self, range: std::ops::Range<usize>) {
+        let len = self.storage.bytes().len();
+        let (s, e) = (range.start.min(len), range.end.min(len));
+        if s < e {
+            self.storage.release(s..e);
+        }
+    }
+
     /// The bytes of the tensor called `name`.
     pub fn tensor_bytes(&self, name: &str) -> Result<&[u8], GgufError> {
         let t = self.tensor(name).ok_or_else(|| GgufError::TensorNotFound {

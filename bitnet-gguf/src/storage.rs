@@ -1,7 +1,8 @@
 //! Where a file's bytes live: a read-only memory map or an owned, 64-byte-aligned buffer.
 //!
-//! This is the crate's only `unsafe`: creating the map. Everything else reads the bytes
-//! through an ordinary `&[u8]`.
+//! This is the crate's only `unsafe`: creating the map, and telling the OS it may drop the
+//! pages of tensors already copied out. Everything else reads the bytes through an
+//! ordinary `&[u8]`.
 
 use std::fs::File;
 use std::io::Read;
@@ -120,6 +121,30 @@ impl Storage {
         // safe code. Callers who cannot accept that use `LoadMode::Read`.
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         Ok(Storage::Mmap(map))
+    }
+
+    /// `MADV_DONTNEED` on the pages of `range` of a map (see
+    /// `GgufFile::release_tensor_pages`); nothing for an owned buffer.
+    #[allow(unsafe_code)]
+    pub(crate) fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Storage::Mmap(m) = self {
+            // SAFETY: the map is a read-only shared mapping of a file (`Mmap::map`). Dropping
+            // its pages with MADV_DONTNEED only discards this process's page-table entries:
+            // the next access faults the same bytes back in from the file, so no reference
+            // into the map ever observes different contents (beyond the file-changes caveat
+            // stated where the map is made). memmap2 widens the range to whole pages; pages
+            // shared with a neighbouring tensor come back on their next read the same way.
+            let _ = unsafe {
+                m.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    range.start,
+                    range.len(),
+                )
+            };
+        }
+        #[cfg(not(unix))]
+        let _ = range;
     }
 
     pub(crate) fn is_mmap(&self) -> bool {

@@ -152,6 +152,11 @@ fn load_linear(
             }
         },
     };
+    if !matches!(kind, LinearKind::Float { .. }) {
+        // Repacked into memory of its own: the source bytes are never read again, so their
+        // pages need not stay resident (a map's pages otherwise count twice, issue 13/14).
+        file.release_tensor_pages(t);
+    }
     let pc = match &kind {
         LinearKind::Ternary(m) => Some(m.padded_cols()),
         LinearKind::Binary(m) => Some(m.padded_cols()),
@@ -220,8 +225,15 @@ fn load_linears(
     done.into_iter().map(|(_, r)| r).collect()
 }
 
-/// The head re-quantized to Q8_0 rows (parallel over rows).
-fn requantize_q8(src: &[u8], head: &FloatRows, threads: usize) -> AlignedVec<u8> {
+/// The head re-quantized to Q8_0 rows (parallel over rows). `release(range)` is told each
+/// source byte range (relative to `src`) once it is converted, so a mapped source need not
+/// stay resident beside its copy.
+fn requantize_q8(
+    src: &[u8],
+    head: &FloatRows,
+    threads: usize,
+    release: &(dyn Fn(Range<usize>) + Sync),
+) -> AlignedVec<u8> {
     let q8_rb = RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0);
     let mut out = AlignedVec::<u8>::zeroed(head.rows * q8_rb);
     let per = head.rows.div_ceil(threads.max(1)).max(1);
@@ -229,11 +241,18 @@ fn requantize_q8(src: &[u8], head: &FloatRows, threads: usize) -> AlignedVec<u8>
         for (c, dst) in out.chunks_mut(per * q8_rb).enumerate() {
             s.spawn(move || {
                 let mut row = vec![0.0f32; head.cols];
+                const RELEASE_ROWS: usize = 1024;
+                let first = c * per;
+                let n = dst.len() / q8_rb.max(1);
                 for (j, q) in dst.chunks_exact_mut(q8_rb).enumerate() {
-                    let r = c * per + j;
+                    let r = first + j;
                     let b = &src[r * head.row_bytes..(r + 1) * head.row_bytes];
                     float::dequantize_row(head.fmt, b, &mut row);
                     float::quantize_row_q8_0(&row, q);
+                    if (j + 1) % RELEASE_ROWS == 0 || j + 1 == n {
+                        let from = first + (j + 1 - ((j % RELEASE_ROWS) + 1));
+                        release(from * head.row_bytes..(r + 1) * head.row_bytes);
+                    }
                 }
             });
         }
@@ -284,11 +303,19 @@ impl Model {
         };
         // Repacking uses every core; the engine's thread count is its own option.
         let threads = physical_core_count().max(1);
-        let mode = match opts.mode {
-            LoadMode::Mmap => bitnet_gguf::LoadMode::Mmap,
-            LoadMode::Read => bitnet_gguf::LoadMode::Read,
+        // Both modes read the file through a map while loading: tensors that are repacked
+        // release their source pages as they go, so the peak stays near the weights in use
+        // (reading the whole file into a buffer first held every byte twice). Without mmap
+        // (`LoadMode::Read`) what is still needed is copied out and the map dropped before
+        // `load` returns, so a run never touches the file afterwards. A file that cannot be
+        // mapped is read whole, as before.
+        let file = match GgufFile::open(path, bitnet_gguf::LoadMode::Mmap) {
+            Ok(f) => f,
+            Err(bitnet_gguf::GgufError::Io { .. }) if opts.mode == LoadMode::Read => {
+                GgufFile::open(path, bitnet_gguf::LoadMode::Read)?
+            }
+            Err(e) => return Err(e.into()),
         };
-        let file = GgufFile::open(path, mode)?;
         let cfg = ModelConfig::from_gguf(&file)?;
         let md = file.metadata();
         let tokenizer = if md.contains("tokenizer.ggml.model") {
@@ -365,7 +392,11 @@ impl Model {
             let Blob::File(r) = &head.blob else {
                 unreachable!("blobs point into the file until it is dropped")
             };
-            let q8 = requantize_q8(&file.as_bytes()[r.clone()], &head, threads);
+            // The source is read whole once; from then on at most the embedding's rows of
+            // the tokens seen are (a tied head), so its pages need not stay resident.
+            let base = r.start;
+            let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
+            let q8 = requantize_q8(&file.as_bytes()[r.clone()], &head, threads, &release);
             store.owned.push(q8);
             head = FloatRows {
                 fmt: RowFormat::Q8_0,
@@ -402,9 +433,16 @@ impl Model {
         if !mapped {
             let first_owned = store.owned.len();
             for r in &kept {
-                store
-                    .owned
-                    .push(AlignedVec::from_slice(&file.as_bytes()[r.clone()]));
+                // Copied a slice at a time, each slice's map pages released once copied, so
+                // the copy and its source are never both whole in memory.
+                let mut owned = AlignedVec::<u8>::zeroed(r.len());
+                const SLICE: usize = 32 << 20;
+                for (i, dst) in owned.chunks_mut(SLICE).enumerate() {
+                    let src = r.start + i * SLICE..r.start + i * SLICE + dst.len();
+                    dst.copy_from_slice(&file.as_bytes()[src.clone()]);
+                    file.release_pages(src);
+                }
+                store.owned.push(owned);
             }
             for b in blobs {
                 if let Blob::File(r) = &*b {
