@@ -326,6 +326,25 @@ impl KvPool {
         &self.v[self.span(layer, b)]
     }
 
+    /// Whether blocks with consecutive ids are consecutive rows in memory (no padding
+    /// between blocks), so a run of them reads as one stretch of rows.
+    pub fn blocks_are_contiguous(&self) -> bool {
+        self.block_bytes == self.block_tokens * self.row_bytes
+    }
+
+    /// K rows of the `count` blocks `first..first + count` of `layer` as one slice (only
+    /// meaningful when [`KvPool::blocks_are_contiguous`]).
+    pub fn k_run(&self, layer: usize, first: u32, count: usize) -> &[u8] {
+        let start = self.span(layer, first).start;
+        &self.k[start..start + count * self.block_bytes]
+    }
+
+    /// As [`KvPool::k_run`] for V.
+    pub fn v_run(&self, layer: usize, first: u32, count: usize) -> &[u8] {
+        let start = self.span(layer, first).start;
+        &self.v[start..start + count * self.block_bytes]
+    }
+
     /// Encodes `n` consecutive K and V rows (`n * kv_dim` floats each) into block `b` of
     /// `layer` from position `slot` on (the caller makes sure the block is writable).
     pub fn write_rows(&mut self, layer: usize, b: u32, slot: usize, k: &[f32], v: &[f32]) {

@@ -365,6 +365,23 @@ pub(crate) fn attention(
         let (sc, tmp) = sc.split_at_mut(gs * sh.max_pos);
         let sc = &mut sc[..gs * n_pos];
         let tmp = &mut tmp[..gs * bt];
+        // A sequence whose blocks lie back to back (the usual case: a fresh pool hands out
+        // consecutive blocks) is one stretch of rows: one kernel call each for scores and
+        // values, straight into and out of the score rows, as over a contiguous cache.
+        let n_blocks = n_pos.div_ceil(bt);
+        if kv.pool.blocks_are_contiguous()
+            && blocks[..n_blocks].windows(2).all(|w| w[1] == w[0] + 1)
+        {
+            let k = &kv.pool.k_run(kv.layer, blocks[0], n_blocks)[head_off..];
+            (fmt.scores)(isa, qg, gs, k, sh.kv_stride, n_pos, sh.scale, sc);
+            for row in sc.chunks_exact_mut(n_pos) {
+                float::softmax_inplace(isa, row);
+            }
+            out.fill(0.0);
+            let v = &kv.pool.v_run(kv.layer, blocks[0], n_blocks)[head_off..];
+            (fmt.wsum)(isa, sc, gs, v, sh.kv_stride, n_pos, out);
+            return;
+        }
         // Scores, block by block, scattered into one row of n_pos per head.
         for (bi, &b) in blocks.iter().enumerate() {
             let p0 = bi * bt;
