@@ -8,9 +8,8 @@
 //! (`head` is `native` or `q8`; Linux only).
 
 use std::collections::BTreeMap;
-use std::time::Instant;
-
 use std::sync::Arc;
+use std::time::Instant;
 
 use bitnet_core::model::{EngineOptions, HeadMode, LoadOptions, Model, Session};
 
@@ -62,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let model = Arc::new(Model::load(path, &opts)?);
     let n_vocab = model.n_vocab() as u32;
-    let mut s = Session::new(model.clone(), &engine)?;
+    let mut s = Session::new(model, &engine)?;
     for i in 0..4u32 {
         s.eval(&[i + 1], false)?;
     }

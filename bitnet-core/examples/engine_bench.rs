@@ -6,9 +6,8 @@
 //! (about 1.2 GB). `head` is `native` (default) or `q8`.
 
 use std::path::Path;
-use std::time::Instant;
-
 use std::sync::Arc;
+use std::time::Instant;
 
 use bitnet_core::model::{EngineOptions, HeadMode, LoadOptions, Model, Session};
 use bitnet_core::synth::{SynthSpec, write_model};
@@ -56,17 +55,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = Arc::new(Model::load(path, &opts)?);
     let st = model.load_stats();
     println!(
-        "loaded in {:.2}s: {:.0} MiB weights in memory, {:.0} MiB mapped, isa {}, {} threads, head {}",
+        "loaded in {:.2}s on {} threads: {:.0} MiB weights in memory, {:.0} MiB mapped, isa {}, head {}",
         st.load_secs,
+        st.threads,
         st.weight_bytes as f64 / 1048576.0,
         st.mapped_bytes as f64 / 1048576.0,
         st.isa,
-        st.threads,
         st.head_mode.name()
     );
     let n_vocab = model.n_vocab() as u32;
     let prompt: Vec<u32> = (0..pp as u32).map(|i| (i * 7919 + 1) % n_vocab).collect();
-    let mut s = Session::new(model.clone(), &engine)?;
+    let mut s = Session::new(model, &engine)?;
+    println!(
+        "engine: {} threads, context {}, batch {}",
+        s.threads(),
+        s.n_ctx(),
+        s.prefill_chunk()
+    );
     // Warm-up (page in the map, touch every buffer).
     s.eval(&prompt[..pp.min(8)], false)?;
     s.reset();

@@ -3,9 +3,8 @@
 //! concurrently).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bitnet_core::model::{EngineOptions, LoadOptions, Model, Session};
 use bitnet_core::synth::{SynthSpec, write_model};

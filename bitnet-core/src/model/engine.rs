@@ -145,7 +145,7 @@ pub struct Engine {
     pub(crate) batch: BatchScratch,
     /// Blocked outputs of up to three projections of a group.
     pub(crate) blk: [Vec<f32>; 3],
-    /// Attention scores, `group * max_pos` per thread, plus a block's worth per thread.
+    /// Attention scores, `group * max_pos` per thread, plus as much again for a run's copy.
     pub(crate) scores: Vec<f32>,
     /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
     pub(crate) hn: Vec<f32>,
@@ -256,7 +256,7 @@ impl Engine {
         ];
         let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
         let group = cfg.gqa_group();
-        let per_thread = group * (max_pos + 2 * kv.block_tokens());
+        let per_thread = group * (2 * max_pos + kv.block_tokens());
         let batch = BatchScratch {
             tokens: Vec::with_capacity(chunk),
             pos: Vec::with_capacity(chunk),

@@ -331,7 +331,7 @@ fn balanced_pairs(
 /// attends to positions `0..=pos` of its sequence, `att[t][h] = softmax(q[t][h] . K /
 /// sqrt(d)) V`, query head `h` reading KV head `h / group`. Scores are computed block by
 /// block into one row per head, softmaxed once, then the values of each block accumulate
-/// into the output. `scratch` holds `group * (max_pos + 2 * block_tokens)` floats per
+/// into the output. `scratch` holds `group * (2 * max_pos + block_tokens)` floats per
 /// thread.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
@@ -364,66 +364,75 @@ pub(crate) fn attention(
         let qg = &q[t * qd + h0 * hd..][..width];
         let (sc, tmp) = sc.split_at_mut(gs * sh.max_pos);
         let sc = &mut sc[..gs * n_pos];
-        let tmp = &mut tmp[..gs * bt];
-        // A sequence whose blocks lie back to back (the usual case: a fresh pool hands out
-        // consecutive blocks) is one stretch of rows: one kernel call each for scores and
-        // values, straight into and out of the score rows, as over a contiguous cache.
+        // The sequence's blocks are walked as runs of consecutive ids: with contiguous
+        // blocks a run is one stretch of rows, so it takes one kernel call for scores and
+        // one for values (a fresh sequence is usually a single run: one call each, straight
+        // into and out of the score rows, as over a contiguous cache). Otherwise a run is
+        // one block.
         let n_blocks = n_pos.div_ceil(bt);
-        if kv.pool.blocks_are_contiguous()
-            && blocks[..n_blocks].windows(2).all(|w| w[1] == w[0] + 1)
-        {
-            let k = &kv.pool.k_run(kv.layer, blocks[0], n_blocks)[head_off..];
-            (fmt.scores)(isa, qg, gs, k, sh.kv_stride, n_pos, sh.scale, sc);
-            for row in sc.chunks_exact_mut(n_pos) {
-                float::softmax_inplace(isa, row);
-            }
-            out.fill(0.0);
-            let v = &kv.pool.v_run(kv.layer, blocks[0], n_blocks)[head_off..];
-            (fmt.wsum)(isa, sc, gs, v, sh.kv_stride, n_pos, out);
-            return;
-        }
-        // Scores, block by block, scattered into one row of n_pos per head.
-        for (bi, &b) in blocks.iter().enumerate() {
-            let p0 = bi * bt;
-            if p0 >= n_pos {
-                break;
-            }
-            let n = bt.min(n_pos - p0);
-            let k = &kv.pool.k_block(kv.layer, b)[head_off..];
-            (fmt.scores)(
-                isa,
-                qg,
-                gs,
-                k,
-                sh.kv_stride,
-                n,
-                sh.scale,
-                &mut tmp[..gs * n],
-            );
-            for h in 0..gs {
-                sc[h * n_pos + p0..][..n].copy_from_slice(&tmp[h * n..][..n]);
+        let blocks = &blocks[..n_blocks];
+        let joinable = kv.pool.blocks_are_contiguous();
+        let runs = || {
+            let mut i = 0;
+            std::iter::from_fn(move || {
+                if i >= blocks.len() {
+                    return None;
+                }
+                let start = i;
+                i += 1;
+                while joinable && i < blocks.len() && blocks[i] == blocks[i - 1] + 1 {
+                    i += 1;
+                }
+                let p0 = start * bt;
+                Some((blocks[start], i - start, p0, (i * bt).min(n_pos) - p0))
+            })
+        };
+        let single = gs == 1 || blocks.len() == 1 || runs().nth(1).is_none();
+        for (b, count, p0, n) in runs() {
+            let k = &kv.pool.k_run(kv.layer, b, count)[head_off..];
+            if single && p0 == 0 && n == n_pos {
+                (fmt.scores)(isa, qg, gs, k, sh.kv_stride, n, sh.scale, sc);
+            } else if gs == 1 {
+                (fmt.scores)(
+                    isa,
+                    qg,
+                    1,
+                    k,
+                    sh.kv_stride,
+                    n,
+                    sh.scale,
+                    &mut sc[p0..p0 + n],
+                );
+            } else {
+                let t = &mut tmp[..gs * n];
+                (fmt.scores)(isa, qg, gs, k, sh.kv_stride, n, sh.scale, t);
+                for h in 0..gs {
+                    sc[h * n_pos + p0..][..n].copy_from_slice(&t[h * n..][..n]);
+                }
             }
         }
         for row in sc.chunks_exact_mut(n_pos) {
             float::softmax_inplace(isa, row);
         }
-        // The weighted values, accumulated block by block (the kernels add onto `out`).
+        // The weighted values, accumulated run by run (the kernels add onto `out`).
         out.fill(0.0);
-        for (bi, &b) in blocks.iter().enumerate() {
-            let p0 = bi * bt;
-            if p0 >= n_pos {
-                break;
+        for (b, count, p0, n) in runs() {
+            let v = &kv.pool.v_run(kv.layer, b, count)[head_off..];
+            if single && p0 == 0 && n == n_pos {
+                (fmt.wsum)(isa, sc, gs, v, sh.kv_stride, n, out);
+            } else if gs == 1 {
+                (fmt.wsum)(isa, &sc[p0..p0 + n], 1, v, sh.kv_stride, n, out);
+            } else {
+                let t = &mut tmp[..gs * n];
+                for h in 0..gs {
+                    t[h * n..][..n].copy_from_slice(&sc[h * n_pos + p0..][..n]);
+                }
+                (fmt.wsum)(isa, t, gs, v, sh.kv_stride, n, out);
             }
-            let n = bt.min(n_pos - p0);
-            for h in 0..gs {
-                tmp[h * n..][..n].copy_from_slice(&sc[h * n_pos + p0..][..n]);
-            }
-            let v = &kv.pool.v_block(kv.layer, b)[head_off..];
-            (fmt.wsum)(isa, &tmp[..gs * n], gs, v, sh.kv_stride, n, out);
         }
     };
     let n_units = n_tok * per_tok;
-    let scratch_len = gs * (sh.max_pos + 2 * bt);
+    let scratch_len = gs * (2 * sh.max_pos + bt);
     if pool.n_threads() == 1 {
         for u in 0..n_units {
             unit(
