@@ -1,5 +1,5 @@
 //! The set-up a new user follows: the README's install and prerequisites, scripts that use
-//! every core, and a demo that says its weights are random. These read the repository's
+//! every core, and a demo that runs the trained model the repository ships. These read the repository's
 //! files, since the scripts themselves build in release mode and take minutes.
 
 use std::path::Path;
@@ -18,7 +18,7 @@ fn readme_says_how_to_install_and_what_is_needed() {
         "rustfmt",
         "clippy",
         "`cc`",
-        "--no-mmap` reads the whole file",
+        "`--no-mmap` keeps nothing mapped",
     ] {
         assert!(readme.contains(needle), "README lacks {needle:?}");
     }
