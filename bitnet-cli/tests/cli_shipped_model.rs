@@ -175,3 +175,65 @@ fn kl_divergence_is_zero_against_itself_and_measures_a_change() {
         "{topk_kld} vs {q8_kld}"
     );
 }
+
+#[test]
+fn perplexity_refuses_what_it_cannot_score() {
+    let dir = scratch("ppl-bad");
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "ROMEO: hi").unwrap();
+    let ppl = |extra: &[&str]| {
+        common::run_err(
+            bitnet()
+                .args(["perplexity", "-m"])
+                .arg(repo("models/shakespeare.gguf"))
+                .args(["-t", "1"])
+                .args(extra),
+        )
+    };
+    let err = ppl(&["-f", short.to_str().unwrap(), "-c", "256"]);
+    assert!(err.contains("fewer than one window"), "{err}");
+    let heldout = repo("models/shakespeare-ref/heldout.txt");
+    let heldout = heldout.to_str().unwrap();
+    let err = ppl(&["-f", heldout, "-c", "2"]);
+    assert!(err.contains("at least 4 tokens"), "{err}");
+    // A KL base that is not one, or was saved with another context, is named as such.
+    let err = ppl(&[
+        "-f",
+        heldout,
+        "--kl-divergence-base",
+        short.to_str().unwrap(),
+        "--kl-divergence",
+    ]);
+    assert!(err.contains("is not a KL-divergence base file"), "{err}");
+    let base = dir.join("base.kld");
+    let b = base.to_str().unwrap();
+    run_ok(
+        bitnet()
+            .args(["perplexity", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .args([
+                "-f",
+                heldout,
+                "-c",
+                "64",
+                "--chunks",
+                "2",
+                "-t",
+                "1",
+                "--kl-divergence-base",
+                b,
+            ]),
+    );
+    let err = ppl(&[
+        "-f",
+        heldout,
+        "-c",
+        "128",
+        "--chunks",
+        "2",
+        "--kl-divergence-base",
+        b,
+        "--kl-divergence",
+    ]);
+    assert!(err.contains("was saved with"), "{err}");
+}

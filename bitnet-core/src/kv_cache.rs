@@ -87,23 +87,6 @@ pub struct KvCache {
     store: Store,
 }
 
-/// RAM plus swap, where the OS tells (Linux `/proc/meminfo`): no cache larger than this
-/// can be backed, whatever the allocator's overcommit policy promises.
-fn physical_memory_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = info.lines().find(|l| l.starts_with(name))?;
-        let kb: u64 = line[name.len()..]
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()?;
-        kb.checked_mul(1024)
-    };
-    field("MemTotal:")?.checked_add(field("SwapTotal:").unwrap_or(0))
-}
-
 /// A zero-filled vector of `n` elements, or a typed error instead of an allocation abort.
 fn alloc_zeroed<T: Copy + Default>(n: usize) -> Result<Vec<T>, KvCacheError> {
     let bytes = (n as u64).saturating_mul(std::mem::size_of::<T>() as u64);
@@ -141,7 +124,7 @@ impl KvCache {
         if bytes > isize::MAX as u64 {
             return Err(too_large);
         }
-        if let Some(limit) = physical_memory_bytes()
+        if let Some(limit) = crate::kv::pool::physical_memory_bytes()
             && bytes > limit
         {
             return Err(too_large);

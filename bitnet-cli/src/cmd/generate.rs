@@ -8,9 +8,10 @@
 
 use std::io::{self, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::model::{Engine, GenStats, SeqId, generate};
+use bitnet_core::model::{Engine, EngineOptions, GenStats, Model, SeqId, generate};
 use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
 use bitnet_core::tokenizer::Tokenizer;
@@ -188,12 +189,8 @@ pub fn run(args: Args) -> Result<()> {
         return run_parallel(&args, n);
     }
     let prompt = args.prompt.required_text()?;
-    let opts = args.model_args.load_options()?;
-    let engine_opts = args.model_args.engine_options();
-    let model = load_model(&args.model, &opts)?;
-    let tokenizer = model
-        .tokenizer()
-        .context("the model file has no tokenizer (tokenizer.ggml.* keys)")?;
+    let (model, engine_opts) = load(&args)?;
+    let tokenizer = tokenizer_of(&model)?;
     let prompt_tokens = tokenizer.encode(&prompt, true, false);
     if prompt_tokens.is_empty() {
         bail!("the prompt is empty after tokenization");
@@ -258,6 +255,19 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The model and the engine settings of the command line.
+fn load(args: &Args) -> Result<(Arc<Model>, EngineOptions)> {
+    let opts = args.model_args.load_options()?;
+    let engine_opts = args.model_args.engine_options();
+    Ok((load_model(&args.model, &opts)?, engine_opts))
+}
+
+fn tokenizer_of(model: &Model) -> Result<&Tokenizer> {
+    model
+        .tokenizer()
+        .context("the model file has no tokenizer (tokenizer.ggml.* keys)")
+}
+
 /// The request settings of the command line (`seed` for the first request).
 fn gen_params(args: &Args, seed: u64, tokenizer: &Tokenizer) -> GenParams {
     let mut sampler = args.sampling.config(seed);
@@ -284,12 +294,8 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         bail!("--parallel must be at least 1");
     }
     let prompts = args.prompt.texts()?;
-    let opts = args.model_args.load_options()?;
-    let engine_opts = args.model_args.engine_options();
-    let model = load_model(&args.model, &opts)?;
-    let tokenizer = model
-        .tokenizer()
-        .context("the model file has no tokenizer (tokenizer.ggml.* keys)")?;
+    let (model, engine_opts) = load(args)?;
+    let tokenizer = tokenizer_of(&model)?;
     let n_ctx = check_context(&model, &engine_opts)?;
     let encoded: Vec<Vec<u32>> = prompts
         .iter()
