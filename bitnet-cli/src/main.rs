@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod cmd;
+mod interrupt;
 mod output;
 mod output_file;
 
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Show a GGUF model: hyper-parameters, tokenizer, tensors, memory needed.
     Inspect(cmd::inspect::Args),
+    /// Chat with a model in the terminal (streaming; the conversation stays cached).
+    Chat(cmd::chat::Args),
     /// Generate text from a prompt, streaming it as it is produced.
     Generate(cmd::generate::Args),
     /// Print the token ids of a text (works on vocab-only GGUFs).
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(args) => cmd::inspect::run(args),
+        Command::Chat(args) => cmd::chat::run(args),
         Command::Generate(args) => cmd::generate::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Logits(args) => cmd::logits::run(args),

@@ -14,9 +14,8 @@
 //!   status 130.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, Result, bail};
 
@@ -28,26 +27,11 @@ fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Installs the Ctrl-C / SIGTERM handler once, the first time a temporary exists. Until then
-/// the signals keep their default behaviour (nothing of ours to clean up).
-fn install_interrupt_cleanup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let installed = ctrlc::set_handler(|| {
-            for path in pending().iter() {
-                let _ = fs::remove_file(path);
-            }
-            let _ = writeln!(std::io::stderr(), "\ninterrupted");
-            std::process::exit(130);
-        });
-        if let Err(e) = installed {
-            // Not fatal: the files are still removed on every error path, just not on Ctrl-C.
-            let _ = writeln!(
-                std::io::stderr(),
-                "warning: cannot handle Ctrl-C ({e}); an interrupted run may leave a temporary file"
-            );
-        }
-    });
+/// Removes every temporary not committed yet (the interrupt handler's clean-up).
+pub fn remove_pending_temporaries() {
+    for path in pending().iter() {
+        let _ = fs::remove_file(path);
+    }
 }
 
 /// A file being written: see the module docs.
@@ -76,7 +60,7 @@ impl OutputFile {
             .with_context(|| format!("{}: not a file name", path.display()))?
             .to_string_lossy()
             .into_owned();
-        install_interrupt_cleanup();
+        crate::interrupt::install();
         let mut pending = pending();
         // A unique name (the pid and a counter), created exclusively, so an existing file of
         // the user's is never truncated by mistake.
@@ -249,6 +233,7 @@ fn describe(meta: &fs::Metadata) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn scratch(name: &str) -> PathBuf {
         let d =

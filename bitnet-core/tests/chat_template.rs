@@ -371,6 +371,34 @@ fn continuation_cuts_back_to_the_common_prefix_when_history_changed() {
 }
 
 #[test]
+fn a_reply_the_template_trims_is_kept_up_to_where_the_text_changed() {
+    let Some(tok) = shared_vocab("llama-bpe") else {
+        return;
+    };
+    let mut conv =
+        Conversation::new(ChatTemplate::resolve(None, Some(&tok), Some("bitnet")).unwrap());
+    conv.push(Message::user("Hello"));
+    let prompt = conv.prompt_tokens(&tok).unwrap();
+    let reply = "Well met, good friend. \n\n";
+    let mut held = prompt.clone();
+    held.extend(generated_tokens(&tok, reply));
+    conv.push(Message::assistant(reply));
+    conv.push(Message::user("And you?"));
+    let whole = conv.prompt_tokens(&tok).unwrap();
+    let next = conv.next_turn(&tok, &held).unwrap();
+    assert!(
+        next.keep > prompt.len() + 3,
+        "the reply's words stay ({} of {})",
+        next.keep,
+        held.len()
+    );
+    assert!(next.keep < held.len(), "the trimmed whitespace goes");
+    let mut rebuilt = held[..next.keep].to_vec();
+    rebuilt.extend_from_slice(&next.tokens);
+    assert_eq!(spell(&tok, &rebuilt), spell(&tok, &whole));
+}
+
+#[test]
 fn bos_is_not_doubled_when_the_template_writes_it() {
     let Some(tok) = shared_vocab("llama-bpe") else {
         return;

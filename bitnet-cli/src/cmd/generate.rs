@@ -175,7 +175,7 @@ impl SamplingArgs {
 
 /// `--ignore-eos` as llama.cpp does it: every end-of-generation token gets a logit bias of
 /// minus infinity, so it is never sampled.
-fn ban_eog(cfg: &mut SamplerConfig, tokenizer: &Tokenizer) {
+pub fn ban_eog(cfg: &mut SamplerConfig, tokenizer: &Tokenizer) {
     cfg.logit_bias.extend(
         tokenizer
             .eog_ids()

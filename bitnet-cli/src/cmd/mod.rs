@@ -1,6 +1,7 @@
 //! One module per subcommand, plus the options they share.
 
 pub mod bench;
+pub mod chat;
 pub mod common;
 pub mod gen_model;
 pub mod generate;

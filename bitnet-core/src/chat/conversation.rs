@@ -100,6 +100,12 @@ pub fn tokenize_prompt(tok: &Tokenizer, text: &str, bos_text: &str) -> Vec<u32> 
 }
 
 /// See the module docs: `full` is the new prompt's tokens, `held` what the sequence has.
+///
+/// Keeps the longest run of held tokens whose text is a prefix of the new prompt's text
+/// and ends where one of the new prompt's tokens ends too; the new prompt's tokens after
+/// that point are evaluated. Held tokens equal to the new ones are the usual case; a reply
+/// generated as tokens the whole text would split differently is kept as generated; text
+/// the template changed (a trimmed reply, a removed turn) is cut back to where it changed.
 pub fn continuation(tok: &Tokenizer, held: &[u32], full: &[u32]) -> TurnTokens {
     let common = held.iter().zip(full).take_while(|(a, b)| a == b).count();
     if common == held.len() {
@@ -108,29 +114,37 @@ pub fn continuation(tok: &Tokenizer, held: &[u32], full: &[u32]) -> TurnTokens {
             tokens: full[common..].to_vec(),
         };
     }
-    // Do the held tokens spell a prefix of the new prompt, token boundary included?
-    let held_text: Vec<u8> = held
-        .iter()
-        .flat_map(|&t| tok.token_to_piece_special(t, true).iter().copied())
-        .collect();
-    let mut spelled = Vec::with_capacity(held_text.len());
-    for (i, &t) in full.iter().enumerate() {
-        if spelled.len() == held_text.len() {
-            if spelled == held_text && i < full.len() {
-                return TurnTokens {
-                    keep: held.len(),
-                    tokens: full[i..].to_vec(),
-                };
-            }
+    let piece = |t: u32| tok.token_to_piece_special(t, true);
+    // Byte offsets where each sequence's tokens end, past the shared tokens.
+    let (mut hi, mut fi) = (common, common);
+    let (mut h_end, mut f_end) = (0usize, 0usize);
+    let mut best = (common, common);
+    let mut h_bytes: Vec<u8> = Vec::new();
+    let mut f_bytes: Vec<u8> = Vec::new();
+    // Walk both token lists over their text; stop at the first byte that differs.
+    loop {
+        if h_end == f_end && h_end > 0 {
+            best = (hi, fi);
+        }
+        let advance_held = hi < held.len() && (h_end <= f_end || fi >= full.len());
+        if advance_held {
+            h_bytes.extend_from_slice(piece(held[hi]));
+            h_end = h_bytes.len();
+            hi += 1;
+        } else if fi < full.len() {
+            f_bytes.extend_from_slice(piece(full[fi]));
+            f_end = f_bytes.len();
+            fi += 1;
+        } else {
             break;
         }
-        spelled.extend_from_slice(tok.token_to_piece_special(t, true));
-        if spelled.len() > held_text.len() || !held_text.starts_with(&spelled) {
+        let n = h_end.min(f_end);
+        if h_bytes[..n] != f_bytes[..n] {
             break;
         }
     }
     TurnTokens {
-        keep: common,
-        tokens: full[common..].to_vec(),
+        keep: best.0,
+        tokens: full[best.1..].to_vec(),
     }
 }

@@ -15,7 +15,7 @@ mod template;
 mod time;
 
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
-pub use conversation::{Conversation, TurnTokens};
+pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
 pub use template::ChatTemplate;
 
 use thiserror::Error;

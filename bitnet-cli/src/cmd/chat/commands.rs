@@ -1,0 +1,214 @@
+//! The chat's slash commands: parsing them, and `/set`'s settings.
+
+use std::path::PathBuf;
+
+use bitnet_core::sampling::SamplerConfig;
+
+pub const HELP: &str = "\
+commands:
+  /help                 this list
+  /clear                start a new conversation (the system prompt stays; the cache is dropped)
+  /regen                generate the last reply again
+  /undo                 drop the last exchange (and its tokens from the cache)
+  /system TEXT          set the system prompt (/system alone removes it)
+  /set NAME VALUE       temp, top-k, top-p, min-p, seed, repeat-penalty, max-tokens
+  /show                 model, template, settings, context used
+  /save FILE            write the conversation as JSON messages
+  /load FILE            read a conversation saved with /save
+  /stats                figures after each reply: on/off
+  /bye                  quit (or Ctrl-D)
+input:
+  Enter sends; a line that is only \"\"\" starts and ends a multi-line message;
+  pasted text may span lines; Up/Down recall earlier messages;
+  Ctrl-C stops a reply (what came so far stays); Ctrl-D or /bye quits.";
+
+/// A line the user typed, understood.
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    Help,
+    Clear,
+    Regen,
+    Undo,
+    System(Option<String>),
+    Set(Setting),
+    Show,
+    Save(PathBuf),
+    Load(PathBuf),
+    Stats,
+    Bye,
+}
+
+/// A `/set` change.
+#[derive(Debug, PartialEq)]
+pub enum Setting {
+    Temp(f32),
+    TopK(usize),
+    TopP(f32),
+    MinP(f32),
+    Seed(u64),
+    RepeatPenalty(f32),
+    /// -1 = until the context is full.
+    MaxTokens(Option<usize>),
+}
+
+/// `Ok(None)`: not a command (a message). `Err`: a command used wrongly, with the reason.
+pub fn parse(line: &str) -> Result<Option<Command>, String> {
+    let line = line.trim();
+    let Some(rest) = line.strip_prefix('/') else {
+        return Ok(None);
+    };
+    // "//text" sends "/text" as a message.
+    if rest.starts_with('/') {
+        return Ok(None);
+    }
+    let (name, arg) = match rest.split_once(char::is_whitespace) {
+        Some((n, a)) => (n, a.trim()),
+        None => (rest, ""),
+    };
+    let need = |what: &str| -> Result<(), String> {
+        if arg.is_empty() {
+            Err(format!("/{name} needs {what}"))
+        } else {
+            Ok(())
+        }
+    };
+    let cmd = match name {
+        "help" | "?" => Command::Help,
+        "clear" => Command::Clear,
+        "regen" => Command::Regen,
+        "undo" => Command::Undo,
+        "system" => Command::System((!arg.is_empty()).then(|| arg.to_owned())),
+        "show" => Command::Show,
+        "stats" => Command::Stats,
+        "bye" | "quit" | "exit" => Command::Bye,
+        "save" => {
+            need("a file name")?;
+            Command::Save(PathBuf::from(arg))
+        }
+        "load" => {
+            need("a file name")?;
+            Command::Load(PathBuf::from(arg))
+        }
+        "set" => Command::Set(parse_setting(arg)?),
+        _ => {
+            return Err(format!(
+                "unknown command /{name} (/help lists them; //text sends \"/text\")"
+            ));
+        }
+    };
+    Ok(Some(cmd))
+}
+
+fn parse_setting(arg: &str) -> Result<Setting, String> {
+    let mut it = arg.split_whitespace();
+    let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
+        return Err(
+            "usage: /set NAME VALUE (temp, top-k, top-p, min-p, seed, repeat-penalty, max-tokens)"
+                .into(),
+        );
+    };
+    let float = |lo: f32, hi: f32| -> Result<f32, String> {
+        match value.parse::<f32>() {
+            Ok(v) if v.is_finite() && (lo..=hi).contains(&v) => Ok(v),
+            _ => Err(format!(
+                "{name} must be a number from {lo} to {hi}, not {value:?}"
+            )),
+        }
+    };
+    let int = || -> Result<u64, String> {
+        value
+            .parse::<u64>()
+            .map_err(|_| format!("{name} must be a whole number >= 0, not {value:?}"))
+    };
+    Ok(match name.replace('_', "-").as_str() {
+        "temp" | "temperature" => Setting::Temp(float(0.0, 100.0)?),
+        "top-k" => Setting::TopK(int()? as usize),
+        "top-p" => Setting::TopP(float(0.0, 1.0)?),
+        "min-p" => Setting::MinP(float(0.0, 1.0)?),
+        "seed" => Setting::Seed(int()?),
+        "repeat-penalty" => Setting::RepeatPenalty(float(0.0, 100.0)?),
+        "max-tokens" | "n-predict" | "n" => {
+            if value == "-1" {
+                Setting::MaxTokens(None)
+            } else {
+                match int()? {
+                    0 => return Err("max-tokens must be at least 1 (or -1: no limit)".into()),
+                    n => Setting::MaxTokens(Some(n as usize)),
+                }
+            }
+        }
+        _ => {
+            return Err(format!(
+                "no setting {name:?}: temp, top-k, top-p, min-p, seed, repeat-penalty, max-tokens"
+            ));
+        }
+    })
+}
+
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Setting::Temp(v) => write!(f, "temp = {v}"),
+            Setting::TopK(v) => write!(f, "top-k = {v}"),
+            Setting::TopP(v) => write!(f, "top-p = {v}"),
+            Setting::MinP(v) => write!(f, "min-p = {v}"),
+            Setting::Seed(v) => write!(f, "seed = {v}"),
+            Setting::RepeatPenalty(v) => write!(f, "repeat-penalty = {v}"),
+            Setting::MaxTokens(Some(v)) => write!(f, "max-tokens = {v}"),
+            Setting::MaxTokens(None) => write!(f, "max-tokens = no limit"),
+        }
+    }
+}
+
+/// Applies a `/set` to the sampler settings and reply limit.
+pub fn apply(s: &Setting, sampler: &mut SamplerConfig, max_tokens: &mut usize) {
+    match *s {
+        Setting::Temp(v) => sampler.temperature = v,
+        Setting::TopK(v) => sampler.top_k = v,
+        Setting::TopP(v) => sampler.top_p = v,
+        Setting::MinP(v) => sampler.min_p = v,
+        Setting::Seed(v) => sampler.seed = v,
+        Setting::RepeatPenalty(v) => sampler.repeat_penalty = v,
+        Setting::MaxTokens(v) => *max_tokens = v.unwrap_or(usize::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_commands_and_refuses_bad_ones() {
+        assert_eq!(parse("hello"), Ok(None));
+        assert_eq!(parse("//etc/passwd"), Ok(None));
+        assert_eq!(parse(" /regen "), Ok(Some(Command::Regen)));
+        assert_eq!(parse("/system"), Ok(Some(Command::System(None))));
+        assert_eq!(
+            parse("/system Be brief.  "),
+            Ok(Some(Command::System(Some("Be brief.".into()))))
+        );
+        assert_eq!(
+            parse("/set temp 0.2"),
+            Ok(Some(Command::Set(Setting::Temp(0.2))))
+        );
+        assert_eq!(
+            parse("/set max_tokens -1"),
+            Ok(Some(Command::Set(Setting::MaxTokens(None))))
+        );
+        assert!(parse("/set temp hot").unwrap_err().contains("temp"));
+        assert!(parse("/set top-p 2").is_err());
+        assert!(parse("/set temp NaN").is_err());
+        assert!(parse("/set").is_err());
+        assert!(parse("/save").unwrap_err().contains("file"));
+        assert!(parse("/frobnicate").unwrap_err().contains("/help"));
+    }
+
+    #[test]
+    fn settings_apply() {
+        let mut s = SamplerConfig::default();
+        let mut n = 10;
+        apply(&Setting::TopK(3), &mut s, &mut n);
+        apply(&Setting::MaxTokens(None), &mut s, &mut n);
+        assert_eq!((s.top_k, n), (3, usize::MAX));
+    }
+}

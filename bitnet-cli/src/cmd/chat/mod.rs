@@ -1,0 +1,412 @@
+//! `bitnet chat -m MODEL.gguf`: an interactive chat that streams its replies.
+//!
+//! The conversation is one sequence whose KV cache persists across turns, so a new turn
+//! evaluates only its own tokens (`--verbose` or `/stats` shows how many). On a terminal it
+//! reads with a line editor (history, multi-line input, paste) and Ctrl-C stops a reply
+//! while keeping what came so far; with standard input piped it reads one message per line
+//! (or the whole of `-f FILE` as one message) and prints replies with no colour or control
+//! sequences, so scripts and tests can drive it.
+
+mod commands;
+mod input;
+mod session;
+
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use bitnet_core::chat::{ChatTemplate, Conversation, Message};
+use bitnet_core::model::{Engine, StopReason};
+use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
+use crossterm::style::Stylize;
+
+use super::common::{ModelArgs, load_model};
+use super::generate::SamplingArgs;
+use super::limits::check_context;
+use crate::interrupt;
+use crate::output::{error_chain, note};
+use crate::output_file::OutputFile;
+use commands::{Command, HELP};
+use input::{Input, Read};
+use session::{ChatSession, ReplyIo, ReplySettings, TurnStats};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(short = 'm', long)]
+    pub model: PathBuf,
+    /// System prompt at the start of the conversation.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Chat template: a built-in name (bitnet, llama3, llama2, chatml, falcon3, zephyr,
+    /// plain) or a Jinja file. Default: the file's own, else plain.
+    #[arg(long = "chat-template", value_name = "NAME|FILE")]
+    pub chat_template: Option<String>,
+    /// Send the whole of FILE as one message ('-' = standard input), print the reply, quit.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Tokens per reply at most; -1: until the model ends its turn or the context is full.
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
+    pub n_predict: i64,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Stop a reply when this text appears (repeatable), besides the template's own.
+    #[arg(long = "stop", allow_hyphen_values = true)]
+    pub stop: Vec<String>,
+    /// Never end a reply with an end-of-generation token (replies run to -n or the
+    /// context's end).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// After each reply, a line of figures (also toggled with /stats).
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// Keep the input history in memory only (no history file).
+    #[arg(long)]
+    pub no_history: bool,
+    #[command(flatten)]
+    pub model_args: ModelArgs,
+}
+
+/// How the chat talks to the user: styled on a terminal, plain otherwise.
+struct Screen {
+    styled: bool,
+    show_stats: bool,
+}
+
+impl Screen {
+    fn info(&self, msg: &str) {
+        if self.styled {
+            note!("{}", msg.dark_grey());
+        } else {
+            note!("{msg}");
+        }
+    }
+    fn warn(&self, msg: &str) {
+        if self.styled {
+            note!("{}", msg.yellow());
+        } else {
+            note!("{msg}");
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let max_tokens = match args.n_predict {
+        -1 => usize::MAX,
+        n if n >= 1 => n as usize,
+        n => bail!("-n {n}: give a token count >= 1, or -1 for no limit"),
+    };
+    let opts = args.model_args.load_options()?;
+    let engine_opts = args.model_args.engine_options();
+    let model = load_model(&args.model, &opts)?;
+    if model.tokenizer().is_none() {
+        bail!("the model file has no tokenizer (tokenizer.ggml.* keys): it cannot chat");
+    }
+    let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
+        .context("choosing the chat template")?;
+    let mut conv = Conversation::new(template.clone());
+    if let Some(s) = &args.system {
+        conv.push(Message::system(s.clone()));
+    }
+    // A template that cannot render a plain exchange is refused now, not at the first turn.
+    template
+        .render(&[Message::user("hello"), Message::assistant("hi")], true)
+        .context("trying the chat template")?;
+    check_context(&model, &engine_opts)?;
+    let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    let sched = Scheduler::new(engine, SchedulerOptions { max_running: 1 });
+    let seed = args.sampling.seed();
+    let mut stop = template.stop_strings().to_vec();
+    stop.extend(args.stop.iter().cloned());
+    let mut sampler = args.sampling.config(seed);
+    if args.ignore_eos {
+        super::generate::ban_eog(&mut sampler, model.tokenizer().expect("checked above"));
+    }
+    let settings = ReplySettings {
+        sampler,
+        max_tokens,
+        stop,
+    };
+    let mut chat = ChatSession::new(model.clone(), sched, conv, settings);
+
+    let interactive = args.file.is_none() && io::stdin().is_terminal();
+    let mut input = match &args.file {
+        Some(f) => Input::whole(super::prompt::read_text(f)?),
+        None if interactive => {
+            let history = if args.no_history {
+                None
+            } else {
+                input::default_history_file()
+            };
+            Input::terminal(history)?
+        }
+        None => Input::lines(io::stdin()),
+    };
+    let mut screen = Screen {
+        styled: interactive && io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        show_stats: args.verbose,
+    };
+    if interactive {
+        screen.info(&format!(
+            "{} | template {} | context {} tokens | /help for commands, Ctrl-D or /bye to quit",
+            args.model.display(),
+            template.name(),
+            chat.context_size(),
+        ));
+    }
+    let prompt = if interactive { "> " } else { "" };
+    loop {
+        let line = match input.read(prompt)? {
+            Read::Line(l) => l,
+            Read::Interrupted => {
+                screen.info("(Ctrl-D or /bye quits)");
+                continue;
+            }
+            Read::End => break,
+        };
+        let command = match commands::parse(&line) {
+            Ok(c) => c,
+            Err(e) => {
+                screen.warn(&e);
+                continue;
+            }
+        };
+        let outcome = match command {
+            None if line.trim().is_empty() => continue,
+            None => {
+                let text = line
+                    .strip_prefix('/')
+                    .filter(|t| t.starts_with('/'))
+                    .unwrap_or(&line);
+                let text = text.to_owned();
+                reply(&mut chat, &screen, |c, io| c.send(&text, io))
+            }
+            Some(Command::Bye) => break,
+            Some(c) => run_command(&mut chat, &mut screen, c),
+        };
+        if let Err(e) = outcome {
+            if crate::output::is_broken_pipe(&e) {
+                return Ok(());
+            }
+            screen.warn(&format!("error: {}", error_chain(&e)));
+            if !interactive {
+                // A script's chat stops at the first failure, with a failing status.
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one reply with streaming output, the prompt status line and Ctrl-C handling.
+fn reply(
+    chat: &mut ChatSession,
+    screen: &Screen,
+    f: impl FnOnce(&mut ChatSession, ReplyIo<'_>) -> Result<TurnStats>,
+) -> Result<()> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let mut pipe_error: Option<io::Error> = None;
+    let mut on_text = |t: &str| match out.write_all(t.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) => {
+            pipe_error = Some(e);
+            false
+        }
+    };
+    let status_tty = screen.styled && io::stderr().is_terminal();
+    let mut on_status = |n: Option<usize>| {
+        if !status_tty {
+            return;
+        }
+        let mut err = io::stderr().lock();
+        let _ = match n {
+            Some(n) => write!(err, "{}", format!("reading {n} tokens…").dark_grey()),
+            None => write!(err, "\r\x1b[2K"),
+        };
+        let _ = err.flush();
+    };
+    interrupt::catch(true);
+    let result = f(
+        chat,
+        ReplyIo {
+            on_text: &mut on_text,
+            interrupted: &interrupt::take,
+            on_status: &mut on_status,
+        },
+    );
+    interrupt::catch(false);
+    if let Some(e) = pipe_error {
+        return Err(e.into());
+    }
+    let stats = result?;
+    writeln!(out)?;
+    out.flush()?;
+    drop(out);
+    if ChatSession::was_interrupted(&stats) {
+        screen.info("(stopped; the reply so far is kept)");
+    }
+    if stats.dropped > 0 {
+        screen.warn(&format!(
+            "(context full: the {} oldest message{} dropped and the rest read again)",
+            stats.dropped,
+            if stats.dropped == 1 { " was" } else { "s were" }
+        ));
+    }
+    if stats.reply.stop_reason == StopReason::ContextFull {
+        screen.warn("(the context is full: the reply was cut; older messages go at the next turn)");
+    }
+    if screen.show_stats {
+        screen.info(&figures(&stats));
+    }
+    Ok(())
+}
+
+fn figures(s: &TurnStats) -> String {
+    format!(
+        "prompt: {} new tokens ({} kept from the cache), {:.1} tok/s | reply: {} tokens, {:.1} tok/s, stop: {} | context {}/{}",
+        s.evaluated,
+        s.kept,
+        s.prompt_tps(),
+        s.reply.gen_tokens,
+        s.reply.gen_tps(),
+        s.reply.stop_reason.name(),
+        s.context_used,
+        s.context_size,
+    )
+}
+
+fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Command) -> Result<()> {
+    match cmd {
+        Command::Help => println!("{HELP}"),
+        Command::Clear => {
+            chat.clear()?;
+            screen.info("(new conversation)");
+        }
+        Command::Regen => return reply(chat, screen, |c, io| c.regenerate(io)),
+        Command::Undo => {
+            let n = chat.undo()?;
+            screen.info(&format!(
+                "(removed {n} message{})",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        Command::System(text) => {
+            let set = text.is_some();
+            chat.set_system(text)?;
+            screen.info(if set {
+                "(system prompt set)"
+            } else {
+                "(system prompt removed)"
+            });
+        }
+        Command::Set(s) => {
+            let settings = &mut chat.settings;
+            commands::apply(&s, &mut settings.sampler, &mut settings.max_tokens);
+            screen.info(&format!("({s})"));
+        }
+        Command::Show => show(chat),
+        Command::Save(path) => {
+            let json = serde_json::to_string_pretty(chat.conversation().messages())?;
+            let f = OutputFile::create(&path)?;
+            f.file().write_all(json.as_bytes())?;
+            f.file().write_all(b"\n")?;
+            f.commit()?;
+            screen.info(&format!(
+                "(saved {} messages to {})",
+                chat.conversation().messages().len(),
+                path.display()
+            ));
+        }
+        Command::Load(path) => {
+            let messages = load_messages(&path)?;
+            let n = messages.len();
+            chat.load_messages(messages)?;
+            screen.info(&format!("(loaded {n} messages from {})", path.display()));
+        }
+        Command::Stats => {
+            screen.show_stats = !screen.show_stats;
+            screen.info(if screen.show_stats {
+                "(figures on)"
+            } else {
+                "(figures off)"
+            });
+        }
+        Command::Bye => {}
+    }
+    Ok(())
+}
+
+fn show(chat: &ChatSession) {
+    let m = chat.model();
+    let c = m.config();
+    let s = &chat.settings;
+    let conv = chat.conversation();
+    println!(
+        "model: {} ({} layers, {} dims, vocab {}), {} kernels, head {}",
+        c.arch_name,
+        c.n_layer,
+        c.n_embd,
+        c.n_vocab,
+        m.isa().name(),
+        m.head_mode().name()
+    );
+    println!("template: {}", conv.template().name());
+    println!(
+        "system: {}",
+        conv.system()
+            .map_or("(none)".to_owned(), |t| format!("{t:?}"))
+    );
+    println!(
+        "sampling: temp {} top-k {} top-p {} min-p {} repeat-penalty {} seed {} | max tokens {}",
+        s.sampler.temperature,
+        s.sampler.top_k,
+        s.sampler.top_p,
+        s.sampler.min_p,
+        s.sampler.repeat_penalty,
+        s.sampler.seed,
+        if s.max_tokens == usize::MAX {
+            "until the turn ends".to_owned()
+        } else {
+            s.max_tokens.to_string()
+        }
+    );
+    println!(
+        "conversation: {} messages | context {}/{} tokens",
+        conv.messages().len(),
+        chat.context_used(),
+        chat.context_size()
+    );
+}
+
+/// A conversation saved with /save: a JSON list of `{"role", "content"}` objects.
+fn load_messages(path: &std::path::Path) -> Result<Vec<Message>> {
+    const MAX_BYTES: u64 = 64 << 20;
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.len() > MAX_BYTES {
+        bail!(
+            "{}: {} bytes is not a saved conversation",
+            path.display(),
+            meta.len()
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let messages: Vec<Message> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a saved conversation (a JSON list of {{\"role\", \"content\"}} objects)",
+            path.display()
+        )
+    })?;
+    if let Some(m) = messages
+        .iter()
+        .find(|m| !matches!(m.role.as_str(), "system" | "user" | "assistant"))
+    {
+        bail!("{}: unknown role {:?}", path.display(), m.role);
+    }
+    Ok(messages)
+}

@@ -1,0 +1,338 @@
+//! One chat: the conversation, the sequence whose KV cache holds it across turns, and the
+//! turn operations the commands need (reply, regenerate, undo, clear, load).
+//!
+//! A reply evaluates only what the sequence does not hold yet (see
+//! [`bitnet_core::chat::Conversation::next_turn`]). When the prompt would leave too little
+//! room for a reply, the oldest whole exchanges after the system prompt are dropped and the
+//! rest is read again; the caller is told how many messages went.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use bitnet_core::chat::{Conversation, Message};
+use bitnet_core::model::{GenStats, Model, SeqId, StopReason};
+use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::scheduler::{Event, GenParams, Scheduler};
+use bitnet_core::tokenizer::Tokenizer;
+
+/// How replies are generated; `/set` changes these.
+#[derive(Clone, Debug)]
+pub struct ReplySettings {
+    pub sampler: SamplerConfig,
+    /// Tokens per reply at most (`usize::MAX`: until the context is full).
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+}
+
+/// What one reply did.
+#[derive(Clone, Debug)]
+pub struct TurnStats {
+    /// Tokens of the prompt evaluated for this turn.
+    pub evaluated: usize,
+    /// Tokens the sequence already held and kept.
+    pub kept: usize,
+    pub prompt_secs: f64,
+    pub reply: GenStats,
+    /// Messages dropped to make room (oldest first, after the system prompt).
+    pub dropped: usize,
+    /// Positions the sequence holds after the reply, and at most.
+    pub context_used: usize,
+    pub context_size: usize,
+}
+
+impl TurnStats {
+    pub fn prompt_tps(&self) -> f64 {
+        if self.prompt_secs > 0.0 {
+            self.evaluated as f64 / self.prompt_secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// What the caller's text callback and interrupt check see.
+pub struct ReplyIo<'a> {
+    /// A piece of the reply (whole UTF-8); false stops the reply (a closed pipe).
+    pub on_text: &'a mut dyn FnMut(&str) -> bool,
+    /// Polled between steps: true stops the reply and keeps what came so far.
+    pub interrupted: &'a dyn Fn() -> bool,
+    /// Called once the prompt is being read, with the number of tokens to evaluate, and
+    /// again with `None` when the first reply token arrives.
+    pub on_status: &'a mut dyn FnMut(Option<usize>),
+}
+
+pub struct ChatSession {
+    model: Arc<Model>,
+    sched: Scheduler,
+    conv: Conversation,
+    seq: Option<SeqId>,
+    /// Replies generated so far: each one samples with `seed + replies`, so a run is
+    /// reproducible from its seed and `/regen` gives a different reply.
+    replies: u64,
+    pub settings: ReplySettings,
+}
+
+impl ChatSession {
+    pub fn new(
+        model: Arc<Model>,
+        sched: Scheduler,
+        conv: Conversation,
+        settings: ReplySettings,
+    ) -> ChatSession {
+        ChatSession {
+            model,
+            sched,
+            conv,
+            seq: None,
+            replies: 0,
+            settings,
+        }
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        self.model
+            .tokenizer()
+            .expect("checked when the chat started")
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn conversation(&self) -> &Conversation {
+        &self.conv
+    }
+
+    /// Positions the conversation's sequence holds.
+    pub fn context_used(&self) -> usize {
+        self.held().len()
+    }
+
+    pub fn context_size(&self) -> usize {
+        self.sched.engine().max_seq_len()
+    }
+
+    fn held(&self) -> &[u32] {
+        self.seq
+            .and_then(|s| self.sched.engine().sequence(s).ok())
+            .map_or(&[], |s| s.tokens())
+    }
+
+    /// Adds a user message and generates the reply.
+    pub fn send(&mut self, text: &str, io: ReplyIo<'_>) -> Result<TurnStats> {
+        self.conv.push(Message::user(text));
+        match self.reply(io) {
+            Ok(s) => Ok(s),
+            Err(e) => {
+                // The message never got an answer: it leaves the conversation again.
+                if self
+                    .conv
+                    .messages()
+                    .last()
+                    .is_some_and(|m| m.role == "user")
+                {
+                    self.conv.messages_mut().pop();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops the last reply and generates it again.
+    pub fn regenerate(&mut self, io: ReplyIo<'_>) -> Result<TurnStats> {
+        match self.conv.messages().last() {
+            Some(m) if m.role == "assistant" => {
+                self.conv.messages_mut().pop();
+            }
+            Some(m) if m.role == "user" => {}
+            _ => bail!("nothing to regenerate yet"),
+        }
+        self.reply(io)
+    }
+
+    /// Drops the last exchange (the reply and the message it answered) from the
+    /// conversation and its tokens from the cache. Returns how many messages went.
+    pub fn undo(&mut self) -> Result<usize> {
+        let msgs = self.conv.messages_mut();
+        let mut removed = 0;
+        if msgs.last().is_some_and(|m| m.role == "assistant") {
+            msgs.pop();
+            removed += 1;
+        }
+        if msgs.last().is_some_and(|m| m.role == "user") {
+            msgs.pop();
+            removed += 1;
+        }
+        if removed == 0 {
+            bail!("nothing to undo");
+        }
+        self.cut_cache_to_conversation()?;
+        Ok(removed)
+    }
+
+    /// A new conversation (the system prompt stays); the cache is dropped.
+    pub fn clear(&mut self) -> Result<()> {
+        let system = self.conv.system().map(str::to_owned);
+        self.conv.messages_mut().clear();
+        self.conv.set_system(system);
+        self.drop_sequence()
+    }
+
+    /// Sets or removes the system prompt; the cache keeps what still matches.
+    pub fn set_system(&mut self, text: Option<String>) -> Result<()> {
+        self.conv.set_system(text);
+        self.cut_cache_to_conversation()
+    }
+
+    /// Replaces the conversation (`/load`).
+    pub fn load_messages(&mut self, messages: Vec<Message>) -> Result<()> {
+        // Rendered first: a conversation the template refuses is not taken.
+        let mut trial = self.conv.clone();
+        *trial.messages_mut() = messages;
+        trial
+            .template()
+            .render(trial.messages(), true)
+            .context("the loaded conversation")?;
+        self.conv = trial;
+        self.cut_cache_to_conversation()
+    }
+
+    fn drop_sequence(&mut self) -> Result<()> {
+        if let Some(seq) = self.seq.take() {
+            self.sched.engine_mut().free_sequence(seq)?;
+        }
+        self.sched.engine_mut().clear_prefix_cache();
+        Ok(())
+    }
+
+    /// Truncates the sequence to the tokens the current conversation still starts with.
+    fn cut_cache_to_conversation(&mut self) -> Result<()> {
+        let Some(seq) = self.seq else { return Ok(()) };
+        let text = self.conv.template().render(self.conv.messages(), false)?;
+        let tok = self.tokenizer();
+        let full = bitnet_core::chat::tokenize_prompt(tok, &text, self.conv.template().bos_text());
+        let keep = bitnet_core::chat::continuation(tok, self.held(), &full).keep;
+        self.sched.engine_mut().truncate(seq, keep)?;
+        Ok(())
+    }
+
+    /// Tokens a reply needs room for beyond the prompt.
+    fn reply_room(&self) -> usize {
+        let quarter = (self.context_size() / 4).max(1);
+        self.settings.max_tokens.min(quarter)
+    }
+
+    /// Generates the assistant's reply to the conversation as it stands.
+    fn reply(&mut self, io: ReplyIo<'_>) -> Result<TurnStats> {
+        let n_ctx = self.context_size();
+        let mut dropped = 0;
+        let turn = loop {
+            let turn = self.conv.next_turn(self.tokenizer(), self.held())?;
+            if turn.keep + turn.tokens.len() + self.reply_room() <= n_ctx {
+                break turn;
+            }
+            let n = self.drop_oldest_exchange();
+            if n == 0 {
+                let need = turn.keep + turn.tokens.len();
+                bail!(
+                    "the conversation does not fit the context: the prompt needs {need} tokens \
+                     and a reply {} more, of {n_ctx} (raise -c, shorten the message or the \
+                     system prompt)",
+                    self.reply_room()
+                );
+            }
+            dropped += n;
+        };
+        let mut sampler = self.settings.sampler.clone();
+        sampler.seed = sampler.seed.wrapping_add(self.replies);
+        self.replies += 1;
+        let params = GenParams {
+            max_tokens: self.settings.max_tokens,
+            sampler,
+            stop: self.settings.stop.clone(),
+            ignore_eos: false,
+            keep: true,
+        };
+        let seq = match self.seq {
+            Some(seq) => {
+                self.sched.engine_mut().truncate(seq, turn.keep)?;
+                self.sched.submit_on(seq, &turn.tokens, params)?;
+                seq
+            }
+            None => {
+                let seq = self.sched.submit(&turn.tokens, params)?;
+                self.seq = Some(seq);
+                seq
+            }
+        };
+        // An empty continuation re-evaluates the held last token (its logits were not kept).
+        (io.on_status)(Some(turn.tokens.len().max(1)));
+        let mut reply = String::new();
+        let mut done: Option<GenStats> = None;
+        let mut failure: Option<String> = None;
+        let mut first = true;
+        let mut stop_asked = false;
+        while done.is_none() && failure.is_none() {
+            if !stop_asked && (io.interrupted)() {
+                self.sched.cancel(seq);
+                stop_asked = true;
+            }
+            let on_text = &mut *io.on_text;
+            let on_status = &mut *io.on_status;
+            self.sched.step(&mut |ev| match ev {
+                Event::Text { seq: s, text } if s == seq => {
+                    if first {
+                        on_status(None);
+                        first = false;
+                    }
+                    reply.push_str(text);
+                    if !on_text(text) {
+                        stop_asked = true;
+                    }
+                }
+                Event::Done { seq: s, stats } if s == seq => done = Some(stats),
+                Event::Error { seq: s, error } if s == seq => failure = Some(error.to_string()),
+                _ => {}
+            })?;
+            if stop_asked && done.is_none() {
+                self.sched.cancel(seq);
+            }
+        }
+        if first {
+            (io.on_status)(None);
+        }
+        if let Some(f) = failure {
+            bail!("generating the reply: {f}");
+        }
+        let reply_stats = done.expect("loop ends with a result");
+        self.conv.push(Message::assistant(reply));
+        Ok(TurnStats {
+            evaluated: reply_stats.prompt_tokens - reply_stats.cached_tokens,
+            kept: turn.keep + reply_stats.cached_tokens - usize::from(turn.tokens.is_empty()),
+            prompt_secs: reply_stats.prompt_secs,
+            dropped,
+            context_used: self.context_used(),
+            context_size: n_ctx,
+            reply: reply_stats,
+        })
+    }
+
+    /// Removes the oldest exchange after the system prompt (messages up to the next user
+    /// message, so the conversation still starts with one); the message being answered
+    /// always stays. Returns how many messages went (0: nothing left to drop).
+    fn drop_oldest_exchange(&mut self) -> usize {
+        let start = usize::from(self.conv.system().is_some());
+        let msgs = self.conv.messages_mut();
+        let mut n = 0;
+        while msgs.len() > start + 1 && (n == 0 || msgs[start].role != "user") {
+            msgs.remove(start);
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether the last reply was cut short.
+    pub fn was_interrupted(stats: &TurnStats) -> bool {
+        stats.reply.stop_reason == StopReason::Cancelled
+    }
+}

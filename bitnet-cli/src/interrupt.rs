@@ -1,0 +1,49 @@
+//! Ctrl-C and SIGTERM, one handler for the whole binary (the signal crate allows one).
+//!
+//! By default an interrupt removes the temporaries of files being written (see
+//! [`crate::output_file`]) and exits with status 130. A command that wants to handle
+//! Ctrl-C itself (chat: stop the reply, keep the conversation) turns [`catch`] on while it
+//! runs work that can be stopped, and polls [`take`].
+
+use std::io::Write;
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static CATCH: AtomicBool = AtomicBool::new(false);
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Installs the handler once; later calls do nothing.
+pub fn install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let installed = ctrlc::set_handler(|| {
+            if CATCH.load(Ordering::SeqCst) {
+                REQUESTED.store(true, Ordering::SeqCst);
+                return;
+            }
+            crate::output_file::remove_pending_temporaries();
+            let _ = writeln!(std::io::stderr(), "\ninterrupted");
+            std::process::exit(130);
+        });
+        if let Err(e) = installed {
+            // Not fatal: files are still removed on every error path, just not on Ctrl-C.
+            let _ = writeln!(
+                std::io::stderr(),
+                "warning: cannot handle Ctrl-C ({e}); an interrupted run may leave a temporary \
+                 file, and Ctrl-C ends a chat instead of stopping the reply"
+            );
+        }
+    });
+}
+
+/// While on, an interrupt is recorded for [`take`] instead of ending the process.
+pub fn catch(on: bool) {
+    install();
+    REQUESTED.store(false, Ordering::SeqCst);
+    CATCH.store(on, Ordering::SeqCst);
+}
+
+/// Whether an interrupt came since the last call (and forgets it).
+pub fn take() -> bool {
+    REQUESTED.swap(false, Ordering::SeqCst)
+}

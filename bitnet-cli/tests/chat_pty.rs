@@ -1,0 +1,239 @@
+//! `bitnet chat` on a real (pseudo-)terminal: the line editor, history (in memory and in
+//! the history file), multi-line input, the commands, Ctrl-C at the prompt and during a
+//! reply, Ctrl-D; and that a second turn evaluates only its own tokens.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::{bitnet, run_ok, scratch, tmp_dir};
+use rexpect::session::{PtySession, spawn_command};
+
+const TIMEOUT_MS: u64 = 60_000;
+
+fn shipped_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
+}
+
+/// A model slow enough (2 layers of BitNet-large widths, the shipped model's vocabulary)
+/// that a long reply is still running when Ctrl-C arrives.
+fn slow_model() -> &'static Path {
+    static MODEL: OnceLock<PathBuf> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let path = tmp_dir().join("chat-slow.gguf");
+        run_ok(
+            bitnet()
+                .args([
+                    "gen-model",
+                    "--preset",
+                    "large",
+                    "--layers",
+                    "2",
+                    "--weight-type",
+                    "i2_s",
+                ])
+                .arg("--vocab")
+                .arg(shipped_model())
+                .arg("-o")
+                .arg(&path),
+        );
+        path
+    })
+}
+
+/// `bitnet chat` on a pseudo-terminal, with its own data directory (history file).
+fn chat(model: &Path, data: &Path, extra: &[&str]) -> PtySession {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bitnet"));
+    cmd.arg("chat")
+        .arg("-m")
+        .arg(model)
+        .args(extra)
+        .env("XDG_DATA_HOME", data)
+        .env("HOME", data)
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR");
+    let mut p = spawn_command(cmd, Some(TIMEOUT_MS)).expect("spawning bitnet chat on a pty");
+    p.exp_string("/help for commands").expect("the banner");
+    p
+}
+
+/// Waits for the figures line of a reply; returns (new tokens, kept tokens, context used).
+fn figures(p: &mut PtySession) -> (usize, usize, usize) {
+    let (_, line) = p
+        .exp_regex(r"prompt: \d+ new tokens \(\d+ kept from the cache\).*context \d+/\d+")
+        .expect("a figures line");
+    let nums: Vec<usize> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    // prompt N, kept M, tok/s (integer and fraction), reply ..., context U/S
+    let n = nums.len();
+    (nums[0], nums[1], nums[n - 2])
+}
+
+/// Waits until the line editor draws its prompt, so keys typed next reach it (typed
+/// earlier, rustyline may drop them).
+fn ready(p: &mut PtySession) {
+    p.exp_string("\x1b[K> ").expect("the prompt");
+}
+
+/// Types a line at the next prompt.
+fn say(p: &mut PtySession, line: &str) {
+    ready(p);
+    p.send_line(line).unwrap();
+}
+
+fn show_messages(p: &mut PtySession) -> usize {
+    say(p, "/show");
+    let (_, line) = p.exp_regex(r"conversation: \d+ messages").unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn exits_cleanly(p: &mut PtySession) {
+    p.exp_eof().expect("the chat ends");
+    let status = p.process.wait().expect("exit status");
+    assert!(
+        format!("{status:?}").ends_with(", 0)"),
+        "exit status {status:?}"
+    );
+}
+
+#[test]
+fn a_conversation_on_a_terminal() {
+    let data = scratch("chat-pty-data");
+    let mut p = chat(
+        &shipped_model(),
+        &data,
+        &["-s", "1", "-n", "12", "-v", "-t", "1"],
+    );
+
+    say(&mut p, "Hello there");
+    let (new1, kept1, used1) = figures(&mut p);
+    assert_eq!(kept1, 0, "the first turn has nothing cached");
+    assert!(new1 > 0 && used1 > new1);
+
+    say(&mut p, "Who art thou?");
+    let (new2, kept2, used2) = figures(&mut p);
+    assert_eq!(
+        kept2, used1,
+        "the second turn keeps everything the first left"
+    );
+    assert!(new2 < 20, "only the new turn is evaluated ({new2} tokens)");
+    assert!(used2 > used1);
+
+    // Up recalls the last message; Enter sends it again.
+    ready(&mut p);
+    p.send("\x1b[A").unwrap();
+    p.flush().unwrap();
+    p.exp_string("Who art thou?").expect("history recall");
+    p.send("\r").unwrap();
+    p.flush().unwrap();
+    let (_, kept3, _) = figures(&mut p);
+    assert_eq!(kept3, used2);
+
+    // A multi-line message between fences is one message.
+    say(&mut p, "\"\"\"");
+    p.exp_string("... ").unwrap();
+    p.send_line("First line,").unwrap();
+    p.exp_string("... ").unwrap();
+    p.send_line("and the second.\"\"\"").unwrap();
+    figures(&mut p);
+    assert_eq!(show_messages(&mut p), 8);
+
+    say(&mut p, "/undo");
+    p.exp_string("(removed 2 messages)").unwrap();
+    assert_eq!(show_messages(&mut p), 6);
+    say(&mut p, "/regen");
+    let (new_regen, _, _) = figures(&mut p);
+    assert!(
+        new_regen <= 2,
+        "regenerating re-reads at most the last token ({new_regen})"
+    );
+    assert_eq!(show_messages(&mut p), 6);
+
+    say(&mut p, "/frobnicate");
+    p.exp_string("unknown command /frobnicate").unwrap();
+
+    say(&mut p, "/clear");
+    p.exp_string("(new conversation)").unwrap();
+    say(&mut p, "/show");
+    p.exp_string("conversation: 0 messages | context 0/")
+        .unwrap();
+
+    // Ctrl-C on an empty line says how to quit; Ctrl-D quits.
+    ready(&mut p);
+    p.send_control('c').unwrap();
+    p.exp_string("(Ctrl-D or /bye quits)").unwrap();
+    ready(&mut p);
+    p.send_control('d').unwrap();
+    exits_cleanly(&mut p);
+
+    // The history file keeps the messages (commands too) for the next run.
+    let hist = std::fs::read_to_string(data.join("bitnet/chat_history")).expect("history file");
+    assert!(
+        hist.contains("Who art thou?") && hist.contains("First line,"),
+        "{hist}"
+    );
+    let mut p = chat(&shipped_model(), &data, &["-s", "1", "-n", "4", "-v"]);
+    ready(&mut p);
+    p.send("\x1b[A").unwrap();
+    p.flush().unwrap();
+    p.exp_string("/show")
+        .expect("the last line of the earlier run");
+    p.send("\r").unwrap();
+    p.flush().unwrap();
+    p.exp_string("conversation: 0 messages").unwrap();
+    say(&mut p, "/bye");
+    exits_cleanly(&mut p);
+}
+
+#[test]
+fn ctrl_c_stops_a_reply_and_keeps_the_conversation() {
+    let data = scratch("chat-pty-ctrl-c");
+    let mut p = chat(
+        slow_model(),
+        &data,
+        &[
+            "-s",
+            "3",
+            "-n",
+            "-1",
+            "--ignore-eos",
+            "-v",
+            "-t",
+            "1",
+            "--no-history",
+        ],
+    );
+    say(&mut p, "Hello");
+    // The prompt status shows once the reply is under way; it would run for seconds.
+    p.exp_string("tokens").unwrap();
+    p.send_control('c').unwrap();
+    p.exp_string("(stopped; the reply so far is kept)")
+        .expect("the reply stops");
+    let (_, _, used) = figures(&mut p);
+    assert!(
+        used < 2000,
+        "stopped well before the context's end ({used})"
+    );
+    assert_eq!(
+        show_messages(&mut p),
+        2,
+        "the partial reply stays in the conversation"
+    );
+    // The conversation goes on from the cache.
+    say(&mut p, "/set max-tokens 5");
+    say(&mut p, "And then?");
+    let (new, kept, _) = figures(&mut p);
+    // The template trims the reply, so trailing whitespace it ended with may be read again.
+    assert!(
+        kept + 4 >= used && kept < used + 1,
+        "the partial reply stays cached ({kept} of {used})"
+    );
+    assert!(new < 20, "{new}");
+    say(&mut p, "/bye");
+    exits_cleanly(&mut p);
+}
