@@ -170,10 +170,11 @@ pub fn run(args: Args) -> Result<()> {
         };
         let command = match commands::parse(&line) {
             Ok(c) => c,
-            Err(e) => {
+            Err(e) if interactive => {
                 screen.warn(&e);
                 continue;
             }
+            Err(e) => bail!("{e}"),
         };
         let outcome = match command {
             None if line.trim().is_empty() => continue,

@@ -1,0 +1,254 @@
+//! `bitnet chat` driven through a pipe, as scripts use it: one message a line, replies
+//! without colour or control sequences, figures on stderr; the context filling up; bad
+//! templates, files and messages as clear errors.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::{bitnet, scratch, stderr_of, stdout_of};
+
+fn shipped_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
+}
+
+fn chat_cmd(extra: &[&str]) -> Command {
+    let mut cmd = bitnet();
+    cmd.arg("chat")
+        .arg("-m")
+        .arg(shipped_model())
+        .args(["-s", "7", "-t", "1"])
+        .args(extra);
+    cmd
+}
+
+/// Runs a chat with `input` on standard input.
+fn chat(extra: &[&str], input: &str) -> Output {
+    let mut child = chat_cmd(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning bitnet chat");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!stderr_of(&out).contains("panicked"), "{}", stderr_of(&out));
+    out
+}
+
+/// (new tokens, kept tokens, context used, context size) of every figures line.
+fn figures(out: &Output) -> Vec<(usize, usize, usize, usize)> {
+    stderr_of(out)
+        .lines()
+        .filter(|l| l.starts_with("prompt: "))
+        .map(|l| {
+            let nums: Vec<usize> = l
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|s| s.parse().ok())
+                .collect();
+            let n = nums.len();
+            (nums[0], nums[1], nums[n - 2], nums[n - 1])
+        })
+        .collect()
+}
+
+#[test]
+fn piped_turns_reuse_the_cache_and_print_plain_text() {
+    let out = chat(&["-n", "8", "-v"], "Hello there\nWho art thou?\n//help\n");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let f = figures(&out);
+    assert_eq!(f.len(), 3, "three replies: {}", stderr_of(&out));
+    assert_eq!(f[0].1, 0);
+    for w in f.windows(2) {
+        assert_eq!(
+            w[1].1, w[0].2,
+            "each turn keeps what the last one left: {f:?}"
+        );
+        assert!(w[1].0 < 20, "and evaluates only its own tokens: {f:?}");
+    }
+    let stdout = stdout_of(&out);
+    assert!(
+        !stdout.contains('\x1b'),
+        "no control sequences in piped output: {stdout:?}"
+    );
+    assert!(
+        !stdout.contains("commands:"),
+        "//help is a message, not /help"
+    );
+}
+
+#[test]
+fn commands_work_from_a_script() {
+    let dir = scratch("chat-piped-commands");
+    let saved = dir.join("conv.json");
+    let script = format!(
+        "/system You speak in verse.\nGood morrow\n/regen\n/set temp 0\n/set max-tokens 4\nAnd you?\n/undo\n/show\n/save {}\n/clear\n/show\n/load {}\n/show\n/stats\nLast one\n/bye\nnever read\n",
+        saved.display(),
+        saved.display()
+    );
+    let out = chat(&["-n", "6", "-v"], &script);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let stdout = stdout_of(&out);
+    let err = stderr_of(&out);
+    // /show after /undo: system + the first exchange.
+    let shows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("conversation:"))
+        .collect();
+    assert_eq!(shows.len(), 3, "{stdout}");
+    assert!(
+        shows[0].starts_with("conversation: 3 messages"),
+        "{shows:?}"
+    );
+    assert!(
+        shows[1].starts_with("conversation: 1 messages | context 0/"),
+        "{shows:?}"
+    );
+    assert!(
+        shows[2].starts_with("conversation: 3 messages"),
+        "{shows:?}"
+    );
+    assert!(
+        stdout.contains("temp 0 ") && stdout.contains("max tokens 4"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("system: \"You speak in verse.\""),
+        "{stdout}"
+    );
+    // Replies: Good morrow, its regeneration, And you?; /stats turns the figures off for
+    // the last one; /bye ends the chat before "never read".
+    assert_eq!(figures(&out).len(), 3, "{err}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    let msgs = json.as_array().unwrap();
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[0]["role"], "system");
+    assert_eq!(msgs[1]["content"], "Good morrow");
+    assert_eq!(msgs[2]["role"], "assistant");
+}
+
+#[test]
+fn a_full_context_drops_the_oldest_exchanges_and_goes_on() {
+    let msg = "Now is the winter of our discontent made glorious summer by this sun of York";
+    let input = format!("{msg}\n{msg}\n{msg}\n{msg}\n{msg}\n{msg}\n");
+    let out = chat(&["-n", "24", "-v", "--system", "A play."], &input);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    let f = figures(&out);
+    assert_eq!(f.len(), 6, "every message answered: {err}");
+    assert!(
+        f.iter()
+            .all(|&(_, _, used, size)| used <= size && size == 256),
+        "{f:?}"
+    );
+    assert!(err.contains("oldest messages were dropped"), "{err}");
+    // After a drop the system prompt's tokens are still reused.
+    let after_drop = f
+        .iter()
+        .skip(1)
+        .find(|x| x.0 > 30)
+        .expect("a turn re-read the rest");
+    assert!(after_drop.1 > 0, "{f:?}");
+}
+
+#[test]
+fn a_message_longer_than_the_context_is_an_error() {
+    let long = "To be, or not to be, that is the question. ".repeat(40);
+    let out = chat(&["-n", "8"], &format!("{long}\n"));
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("does not fit the context") && err.contains("of 256"),
+        "{err}"
+    );
+}
+
+#[test]
+fn whole_file_as_one_message() {
+    let dir = scratch("chat-piped-file");
+    let f = dir.join("msg.txt");
+    std::fs::write(
+        &f,
+        "First line of the message.\nSecond line, same message.\n",
+    )
+    .unwrap();
+    let out = chat_cmd(&["-n", "5", "-v", "-f"])
+        .arg(&f)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(figures(&out).len(), 1, "{}", stderr_of(&out));
+}
+
+#[test]
+fn bad_templates_and_files_are_clear_errors() {
+    let dir = scratch("chat-piped-bad");
+    let out = chat(&["--chat-template", "no-such-format"], "hi\n");
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("no-such-format") && err.contains("llama3") && err.contains("chatml"),
+        "{err}"
+    );
+
+    let raising = dir.join("raising.jinja");
+    std::fs::write(
+        &raising,
+        "{{ raise_exception('this template refuses everything') }}",
+    )
+    .unwrap();
+    let out = chat(&["--chat-template", raising.to_str().unwrap()], "hi\n");
+    assert!(!out.status.success());
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("raising.jinja") && err.contains("refuses everything"),
+        "{err}"
+    );
+
+    let broken = dir.join("broken.jinja");
+    std::fs::write(&broken, "{% for m in messages %}").unwrap();
+    let out = chat(&["--chat-template", broken.to_str().unwrap()], "hi\n");
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("does not parse"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    let garbage = dir.join("garbage.json");
+    std::fs::write(&garbage, "{\"not\": \"a list\"}").unwrap();
+    let out = chat(&[], &format!("/load {}\n", garbage.display()));
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("not a saved conversation"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    let roles = dir.join("roles.json");
+    std::fs::write(&roles, r#"[{"role": "wizard", "content": "hi"}]"#).unwrap();
+    let out = chat(&[], &format!("/load {}\n", roles.display()));
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("unknown role \"wizard\""),
+        "{}",
+        stderr_of(&out)
+    );
+
+    let out = chat(&[], "/set top-p 7\n");
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("top-p must be"),
+        "{}",
+        stderr_of(&out)
+    );
+}
