@@ -2,7 +2,8 @@
 # The main job on a fresh machine: build the release binaries, then run the small BitNet
 # b1.58 model this repository ships (trained here on Shakespeare, tools/train/; converted
 # from its Hugging Face checkpoint by bitnet-convert): show it, let it write, measure its
-# perplexity on the held-out text. No downloads, no ../shared.
+# perplexity on the held-out text, and open a chat with it (on a terminal; piped, a short
+# scripted conversation). No downloads, no ../shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every core by default; JOBS=N to share the machine.
@@ -23,3 +24,12 @@ echo "== Expect speaker names, verse line breaks and English-like words, not sen
 echo
 echo "== perplexity on the held-out 10% of the text (the trainer measured 34.33; unigram 305.7)"
 "$dir/bitnet" perplexity -m "$model" -f models/shakespeare-ref/heldout.txt -c 256 | tail -n 1
+echo
+echo "== chat: the conversation stays in the KV cache, so each turn reads only its own tokens"
+if [ -t 0 ] && [ -t 1 ]; then
+  echo "== (a base model: it answers in Shakespeare's voice, not sense; Ctrl-D or /bye quits)"
+  exec "$dir/bitnet" chat -m "$model" -v -n 64
+else
+  printf 'Good morrow, what news?\nWho art thou?\n' |
+    "$dir/bitnet" chat -m "$model" -v -n 48 --seed 1
+fi

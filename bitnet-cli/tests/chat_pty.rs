@@ -237,3 +237,32 @@ fn ctrl_c_stops_a_reply_and_keeps_the_conversation() {
     say(&mut p, "/bye");
     exits_cleanly(&mut p);
 }
+
+#[test]
+fn pasted_blocks_and_a_full_context_on_a_terminal() {
+    let data = scratch("chat-pty-overflow");
+    let mut p = chat(
+        &shipped_model(),
+        &data,
+        &["-s", "2", "-n", "24", "-v", "--no-history"],
+    );
+    // A bracketed paste of two lines is one message, sent by the Enter after it.
+    ready(&mut p);
+    p.send("\x1b[200~Pasted first line\nand its second\x1b[201~")
+        .unwrap();
+    p.flush().unwrap();
+    p.send("\r").unwrap();
+    p.flush().unwrap();
+    figures(&mut p);
+    assert_eq!(show_messages(&mut p), 2, "the pasted block was one message");
+    let msg = "Now is the winter of our discontent made glorious summer by this sun of York";
+    let mut dropped = false;
+    for _ in 0..6 {
+        say(&mut p, msg);
+        let (before, _) = p.exp_regex(r"context \d+/256").unwrap();
+        dropped |= before.contains("oldest message");
+    }
+    assert!(dropped, "the chat said it dropped old messages");
+    say(&mut p, "/bye");
+    exits_cleanly(&mut p);
+}

@@ -61,6 +61,11 @@ fn demo_runs_the_shipped_trained_model() {
         .find("perplexity -m")
         .expect("the demo measures perplexity");
     assert!(generate < perplexity);
+    let chat = demo.find("chat -m").expect("the demo opens a chat");
+    assert!(
+        perplexity < chat,
+        "the chat comes last (it takes the terminal)"
+    );
     assert!(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../models/shakespeare.gguf")
