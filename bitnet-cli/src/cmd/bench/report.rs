@@ -55,15 +55,27 @@ pub struct BenchRow {
     pub prefill_tps: Option<f64>,
     #[serde(default)]
     pub decode_tps: Option<f64>,
+    /// Tokens of context filled before the test (llama-bench's `-d`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub n_depth: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl BenchRow {
     /// `pp512` / `tg128`, as llama-bench names tests.
     pub fn test_name(&self) -> String {
-        match self.test {
+        let name = match self.test {
             TestKind::Pp => format!("pp{}", self.n_tokens),
             TestKind::Tg => format!("tg{}", self.n_tokens),
             TestKind::Mixed => format!("pp{}+tg{}", self.n_prompt.unwrap_or(0), self.n_tokens),
+        };
+        if self.n_depth > 0 {
+            format!("{name} @ d{}", self.n_depth)
+        } else {
+            name
         }
     }
 
@@ -299,6 +311,7 @@ pub(crate) mod tests {
             n_prompt: None,
             prefill_tps: None,
             decode_tps: None,
+            n_depth: 0,
         }
     }
 
