@@ -9,5 +9,6 @@ pub mod inspect;
 pub mod limits;
 pub mod logits;
 pub mod perplexity;
+pub mod perplexity_window;
 pub mod prompt;
 pub mod tokenize;

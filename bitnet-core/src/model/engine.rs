@@ -540,7 +540,7 @@ impl Engine {
             let rows = (n - j * bt).min(bt);
             let nb = self
                 .kv
-                .make_writable(b, rows)
+                .make_exclusive(b, rows)
                 .ok_or_else(|| CoreError::KvFull {
                     needed: rows,
                     stats: self.kv.stats(),
