@@ -375,6 +375,39 @@ fn kl_of(base: &[(u32, f32)], row: &[f32], lse: f64) -> (f64, u32) {
     (d.max(0.0), top.0)
 }
 
+/// `--kv-window`: see [`super::perplexity_window`].
+fn run_windowed(
+    model: &std::sync::Arc<bitnet_core::model::Model>,
+    opts: &bitnet_core::model::EngineOptions,
+    tokens: &[u32],
+    sinks: usize,
+    window: usize,
+) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let r = super::perplexity_window::run(model, opts, tokens, sinks, window, log_norm)?;
+    let mut nll = Nll {
+        sum: r.nll_sum,
+        sum2: r.nll_sum2,
+        n: r.scored,
+    };
+    nll.n = nll.n.max(1);
+    note!(
+        "{} tokens read through a window of {window} + {sinks} sinks: {} moves, at most {} of {} blocks held, {:.1} s",
+        tokens.len(),
+        r.shifts,
+        r.most_blocks,
+        r.n_blocks,
+        t0.elapsed().as_secs_f64()
+    );
+    println!(
+        "Final estimate: PPL = {:.4} +/- {:.5} ({} tokens scored, window {window}, sinks {sinks})",
+        nll.ppl(),
+        nll.ppl_err(),
+        r.scored
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,37 +447,4 @@ mod tests {
         assert!(kl_of(&top2, &other, lse2).0 > 0.01);
         assert!(kl_of(&top2, &row, lse).0 < 1e-6);
     }
-}
-
-/// `--kv-window`: see [`super::perplexity_window`].
-fn run_windowed(
-    model: &std::sync::Arc<bitnet_core::model::Model>,
-    opts: &bitnet_core::model::EngineOptions,
-    tokens: &[u32],
-    sinks: usize,
-    window: usize,
-) -> Result<()> {
-    let t0 = std::time::Instant::now();
-    let r = super::perplexity_window::run(model, opts, tokens, sinks, window, log_norm)?;
-    let mut nll = Nll {
-        sum: r.nll_sum,
-        sum2: r.nll_sum2,
-        n: r.scored,
-    };
-    nll.n = nll.n.max(1);
-    note!(
-        "{} tokens read through a window of {window} + {sinks} sinks: {} moves, at most {} of {} blocks held, {:.1} s",
-        tokens.len(),
-        r.shifts,
-        r.most_blocks,
-        r.n_blocks,
-        t0.elapsed().as_secs_f64()
-    );
-    println!(
-        "Final estimate: PPL = {:.4} +/- {:.5} ({} tokens scored, window {window}, sinks {sinks})",
-        nll.ppl(),
-        nll.ppl_err(),
-        r.scored
-    );
-    Ok(())
 }
