@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod kv;
 pub mod kv_cache;
 pub mod model;
