@@ -7,6 +7,7 @@
 // (`sigbus.rs`). Everything else is safe Rust.
 #![deny(unsafe_code)]
 
+pub mod chat;
 pub mod config;
 pub mod error;
 pub mod health;

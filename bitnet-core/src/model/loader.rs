@@ -323,6 +323,10 @@ impl Model {
         } else {
             None
         };
+        let chat_template = md
+            .get("tokenizer.chat_template")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned);
         if opts.head == HeadMode::Q8 && !cfg.n_embd.is_multiple_of(QK8_0) {
             return Err(CoreError::InvalidOption {
                 option: "head",
@@ -501,6 +505,7 @@ impl Model {
         Ok(Model {
             config: cfg,
             tokenizer,
+            chat_template,
             store,
             embed,
             head,

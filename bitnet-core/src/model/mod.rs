@@ -184,6 +184,8 @@ impl Layer {
 pub struct Model {
     pub(crate) config: ModelConfig,
     pub(crate) tokenizer: Option<Tokenizer>,
+    /// `tokenizer.chat_template`, kept apart from the file (which `--no-mmap` drops).
+    pub(crate) chat_template: Option<String>,
     pub(crate) store: Store,
     pub(crate) embed: FloatRows,
     pub(crate) head: FloatRows,
@@ -216,6 +218,11 @@ impl Model {
             .map(|lin| lin.memory_bytes() as u64)
             .sum();
         projections + (self.head.rows * self.head.row_bytes) as u64
+    }
+
+    /// The file's own chat template (`tokenizer.chat_template`), if it has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
     }
 
     pub fn load_stats(&self) -> &LoadStats {

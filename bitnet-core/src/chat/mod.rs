@@ -1,0 +1,79 @@
+//! Chat: turning a conversation (system, user and assistant messages) into the prompt text
+//! a model was trained on, and a conversation's tokens into a KV-cache continuation.
+//!
+//! - [`ChatTemplate`]: the GGUF's own `tokenizer.chat_template`, rendered with a real Jinja
+//!   engine (minijinja, with Python's string methods as Hugging Face templates call them,
+//!   `raise_exception`, `strftime_now`, `bos_token`/`eos_token`, `add_generation_prompt`),
+//!   or one of the built-in templates ([`builtin`]) when a file has none or the user picks
+//!   one.
+//! - [`Conversation`]: the messages of one chat and the text its sequence holds, so that a
+//!   new turn evaluates only its own tokens.
+
+mod builtin;
+mod conversation;
+mod template;
+mod time;
+
+pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
+pub use conversation::{Conversation, TurnTokens};
+pub use template::ChatTemplate;
+
+use thiserror::Error;
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant` (templates may accept others).
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::new("system", content)
+    }
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::new("user", content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Message {
+        Message::new("assistant", content)
+    }
+}
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ChatError {
+    /// The template's source is not valid Jinja.
+    #[error("chat template {name:?} does not parse: {detail}")]
+    Parse { name: String, detail: String },
+    /// The template failed while rendering (including its own `raise_exception`).
+    #[error("chat template {name:?} failed to render: {detail}")]
+    Render { name: String, detail: String },
+    /// No built-in template has this name, and no file has this path.
+    #[error(
+        "no chat template {name:?}: give a built-in name ({}) or the path of a Jinja file",
+        builtin_names()
+    )]
+    Unknown { name: String },
+    /// A template file could not be read.
+    #[error("cannot read the chat template file {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The built-in template names, comma-separated (for messages and `--help`).
+pub fn builtin_names() -> String {
+    BUILTIN_TEMPLATES
+        .iter()
+        .map(|t| t.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

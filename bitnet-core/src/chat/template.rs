@@ -1,0 +1,200 @@
+//! A chat template: Jinja source rendered the way Hugging Face's `apply_chat_template`
+//! does (`trim_blocks`, `lstrip_blocks`, Python string methods, `raise_exception`,
+//! `strftime_now`, `tojson`), with a bounded amount of work per render so a hostile template
+//! in a file cannot hang the process.
+
+use std::path::Path;
+
+use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value, context};
+
+use super::builtin::{BuiltinTemplate, builtin};
+use super::{ChatError, Message, time};
+use crate::model::Model;
+use crate::tokenizer::Tokenizer;
+
+/// Instructions one render may execute: a real template needs a few dozen per message.
+const FUEL: u64 = 20_000_000;
+
+/// A parsed chat template with the special-token texts it is rendered with.
+#[derive(Clone, Debug)]
+pub struct ChatTemplate {
+    name: String,
+    source: String,
+    bos: String,
+    eos: String,
+    stop: Vec<String>,
+}
+
+impl ChatTemplate {
+    /// A template from Jinja `source`, called `name` in messages; parsed here, so a
+    /// template that does not parse is refused at once.
+    pub fn from_source(
+        name: impl Into<String>,
+        source: impl Into<String>,
+        bos: impl Into<String>,
+        eos: impl Into<String>,
+    ) -> Result<ChatTemplate, ChatError> {
+        let t = ChatTemplate {
+            name: name.into(),
+            source: source.into(),
+            bos: bos.into(),
+            eos: eos.into(),
+            stop: Vec::new(),
+        };
+        let env = t.environment();
+        env.template_from_str(&t.source)
+            .map_err(|e| ChatError::Parse {
+                name: t.name.clone(),
+                detail: describe(&e),
+            })?;
+        Ok(t)
+    }
+
+    /// A built-in template with the tokenizer's BOS/EOS texts.
+    pub fn from_builtin(b: &BuiltinTemplate, tok: Option<&Tokenizer>) -> ChatTemplate {
+        let (bos, eos) = special_texts(tok);
+        let mut t = ChatTemplate::from_source(b.name, b.source, bos, eos)
+            .expect("built-in templates parse (tested)");
+        t.stop = b.stop.iter().map(|s| (*s).to_owned()).collect();
+        t
+    }
+
+    /// The template a chat with `model` uses: `choice` (a built-in name or a Jinja file's
+    /// path) if given, else the file's own `tokenizer.chat_template`, else `plain`.
+    pub fn for_model(model: &Model, choice: Option<&str>) -> Result<ChatTemplate, ChatError> {
+        Self::resolve(model.chat_template(), model.tokenizer(), choice)
+    }
+
+    /// [`ChatTemplate::for_model`] without a model: the file's template text and tokenizer.
+    pub fn resolve(
+        file_template: Option<&str>,
+        tok: Option<&Tokenizer>,
+        choice: Option<&str>,
+    ) -> Result<ChatTemplate, ChatError> {
+        if let Some(choice) = choice {
+            if let Some(b) = builtin(choice) {
+                return Ok(Self::from_builtin(b, tok));
+            }
+            let path = Path::new(choice);
+            if path.is_file() {
+                let source = std::fs::read_to_string(path).map_err(|source| ChatError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let (bos, eos) = special_texts(tok);
+                let mut t =
+                    ChatTemplate::from_source(path.display().to_string(), source, bos, eos)?;
+                t.stop = tok.map(eot_texts).unwrap_or_default();
+                return Ok(t);
+            }
+            return Err(ChatError::Unknown {
+                name: choice.to_owned(),
+            });
+        }
+        match file_template {
+            Some(src) if !src.trim().is_empty() => {
+                let (bos, eos) = special_texts(tok);
+                let mut t = ChatTemplate::from_source("the file's chat template", src, bos, eos)?;
+                t.stop = tok.map(eot_texts).unwrap_or_default();
+                Ok(t)
+            }
+            _ => Ok(Self::from_builtin(
+                builtin("plain").expect("plain is built in"),
+                tok,
+            )),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The text `bos_token` renders as.
+    pub fn bos_text(&self) -> &str {
+        &self.bos
+    }
+
+    /// Texts that end an assistant turn, to stop on besides end-of-generation tokens.
+    pub fn stop_strings(&self) -> &[String] {
+        &self.stop
+    }
+
+    /// Renders `messages`; with `add_generation_prompt` the text ends where the assistant's
+    /// reply begins.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let env = self.environment();
+        let render_err = |e: minijinja::Error| ChatError::Render {
+            name: self.name.clone(),
+            detail: describe(&e),
+        };
+        let tmpl = env.template_from_str(&self.source).map_err(render_err)?;
+        tmpl.render(context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos,
+            eos_token => &self.eos,
+        })
+        .map_err(render_err)
+    }
+
+    fn environment(&self) -> Environment<'_> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(64);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<Value, _> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_function("strftime_now", |fmt: String| time::strftime_now(&fmt));
+        env
+    }
+}
+
+/// The error and where it happened, on one line.
+fn describe(e: &minijinja::Error) -> String {
+    let mut s = match e.kind() {
+        ErrorKind::InvalidOperation => e.detail().unwrap_or("invalid operation").to_owned(),
+        ErrorKind::OutOfFuel => "it ran too long (a loop that does not end?)".to_owned(),
+        _ => e.to_string(),
+    };
+    if let Some(line) = e.line() {
+        s.push_str(&format!(" (line {line})"));
+    }
+    s
+}
+
+/// The texts of the tokenizer's BOS and EOS tokens (empty when it has none).
+fn special_texts(tok: Option<&Tokenizer>) -> (String, String) {
+    let text = |id: Option<u32>| {
+        tok.and_then(|t| id.and_then(|i| t.token_text(i)))
+            .unwrap_or("")
+            .to_owned()
+    };
+    (
+        text(tok.and_then(|t| t.bos_id())),
+        text(tok.and_then(|t| t.eos_id())),
+    )
+}
+
+/// The end-of-turn texts of a tokenizer (EOT and EOS), as stop strings for a file's
+/// own template: most files mark them as end-of-generation tokens already.
+fn eot_texts(tok: &Tokenizer) -> Vec<String> {
+    [tok.eot_id(), tok.eos_id()]
+        .into_iter()
+        .flatten()
+        .filter_map(|id| tok.token_text(id))
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
