@@ -9,4 +9,5 @@ pub mod limits;
 pub mod logits;
 pub mod perplexity;
 pub mod prompt;
+pub mod serve;
 pub mod tokenize;
