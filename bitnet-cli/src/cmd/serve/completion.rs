@@ -75,7 +75,8 @@ pub async fn complete(
             req.n,
             req.include_usage,
             prompt.len(),
-        ).into_response());
+        )
+        .into_response());
     }
     let timeout = state.config.timeout;
     let choices = tokio::time::timeout(timeout, collect(rx, req.n, req.logprobs.is_some()))
@@ -115,7 +116,8 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Out>, n: usize, logprobs: bool)
     }
     if open > 0 {
         for c in choices.iter_mut().filter(|c| c.stats.is_none()) {
-            c.error.get_or_insert_with(|| "the engine stopped".to_owned());
+            c.error
+                .get_or_insert_with(|| "the engine stopped".to_owned());
         }
     }
     choices

@@ -209,7 +209,7 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
         max_seq_len,
         template,
     });
-    worker::warm_up(&mut sched).context("warming up")?;
+    worker::warm_up(&mut sched, Duration::from_millis(args.step_delay_ms)).context("warming up")?;
     shared.ready.store(true, SeqCst);
     note!(
         "ready: context {max_seq_len} tokens shared by up to {parallel} sequences, {} threads",

@@ -51,7 +51,10 @@ pub fn parse_body(body: &[u8]) -> ApiResult<Map<String, Value>> {
     })?;
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ApiError::invalid("the request body must be a JSON object", None)),
+        Ok(_) => Err(ApiError::invalid(
+            "the request body must be a JSON object",
+            None,
+        )),
         Err(e) => Err(ApiError::invalid(
             format!("the request body is not valid JSON: {e}"),
             None,
@@ -85,7 +88,10 @@ fn get_u64(obj: &Map<String, Value>, name: &str) -> ApiResult<Option<u64>> {
 
 fn get_bool(obj: &Map<String, Value>, name: &str) -> ApiResult<Option<bool>> {
     field(obj, name)
-        .map(|v| v.as_bool().ok_or_else(|| ApiError::bad_field(name, "true or false")))
+        .map(|v| {
+            v.as_bool()
+                .ok_or_else(|| ApiError::bad_field(name, "true or false"))
+        })
         .transpose()
 }
 
@@ -261,7 +267,11 @@ pub fn completion_prompt(obj: &Map<String, Value>, tok: &Tokenizer) -> ApiResult
             _ => {
                 let ids = a
                     .iter()
-                    .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()).ok_or_else(bad))
+                    .map(|v| {
+                        v.as_u64()
+                            .and_then(|x| u32::try_from(x).ok())
+                            .ok_or_else(bad)
+                    })
                     .collect::<ApiResult<Vec<u32>>>()?;
                 if let Some(&t) = ids.iter().find(|&&t| t as usize >= tok.n_vocab()) {
                     return Err(ApiError::bad_field(
@@ -292,7 +302,10 @@ fn encode(tok: &Tokenizer, text: &str) -> ApiResult<Vec<u32>> {
 pub fn chat_messages(obj: &Map<String, Value>) -> ApiResult<Vec<(String, String)>> {
     let list = match obj.get("messages") {
         None | Some(Value::Null) => {
-            return Err(ApiError::invalid("'messages' is required", Some("messages")));
+            return Err(ApiError::invalid(
+                "'messages' is required",
+                Some("messages"),
+            ));
         }
         Some(Value::Array(a)) => a,
         Some(_) => return Err(ApiError::bad_field("messages", "a list of messages")),

@@ -204,11 +204,8 @@ impl Head {
                 let top: Vec<Value> = lps
                     .iter()
                     .map(|(_, lp)| {
-                        let m: serde_json::Map<String, Value> = lp
-                            .top
-                            .iter()
-                            .map(|&(a, l)| (piece(a), json!(l)))
-                            .collect();
+                        let m: serde_json::Map<String, Value> =
+                            lp.top.iter().map(|&(a, l)| (piece(a), json!(l))).collect();
                         Value::Object(m)
                     })
                     .collect();

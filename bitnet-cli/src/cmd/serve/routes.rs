@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::Json;
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -11,7 +12,6 @@ use axum::http::{StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use bitnet_core::chat::Message;
 use serde_json::{Value, json};
 
@@ -132,7 +132,10 @@ async fn chat_completions(
     let add_bos = bos.is_empty() || !text.starts_with(bos);
     let prompt = tok.encode(&text, add_bos, true);
     if prompt.is_empty() {
-        return Err(ApiError::invalid("the conversation renders to nothing", Some("messages")));
+        return Err(ApiError::invalid(
+            "the conversation renders to nothing",
+            Some("messages"),
+        ));
     }
     for s in loaded.template.stop_strings() {
         if !req.params.stop.contains(s) {

@@ -71,7 +71,8 @@ struct Live {
 
 /// Runs a short generation through the prefill and batched decode paths, so the first
 /// client does not pay for page faults and lazy set-up; then forgets its cache.
-pub fn warm_up(sched: &mut Scheduler) -> anyhow::Result<()> {
+/// `step_delay` slows it as it slows serving (tests see `/health` say 503 meanwhile).
+pub fn warm_up(sched: &mut Scheduler, step_delay: Duration) -> anyhow::Result<()> {
     let n_vocab = sched.engine().n_vocab() as u32;
     let prompt: Vec<u32> = (0..8u32).map(|i| (i * 37 + 11) % n_vocab).collect();
     for i in 0..2u64 {
@@ -88,6 +89,7 @@ pub fn warm_up(sched: &mut Scheduler) -> anyhow::Result<()> {
     }
     while !sched.is_idle() {
         sched.step(&mut |_| {})?;
+        std::thread::sleep(step_delay);
     }
     sched.engine_mut().clear_prefix_cache();
     Ok(())
