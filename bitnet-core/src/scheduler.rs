@@ -660,8 +660,9 @@ fn log_probs(logits: &[f32], token: u32, k: usize, out: &mut TokenLogprobs) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|&x| f64::from((x - max).exp())).sum();
     let lse = max + sum.ln() as f32;
-    let lp = |t: u32| logits.get(t as usize).map_or(f32::NEG_INFINITY, |&x| x - lse);
-    out.logprob = lp(token);
+    out.logprob = logits
+        .get(token as usize)
+        .map_or(f32::NEG_INFINITY, |&x| x - lse);
     out.top.clear();
     if k == 0 {
         return;
