@@ -83,6 +83,8 @@ http {
             # Streams (SSE) go out token by token.
             proxy_buffering off;
             proxy_read_timeout 600s;
+            # A replica with a full queue answers 503: try the other one.
+            proxy_next_upstream error timeout http_503 non_idempotent;
         }
     }
 }
