@@ -11,4 +11,5 @@ pub mod logits;
 pub mod perplexity;
 pub mod perplexity_window;
 pub mod prompt;
+pub mod serve;
 pub mod tokenize;

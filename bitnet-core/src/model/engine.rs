@@ -459,6 +459,37 @@ impl Engine {
         Ok(id)
     }
 
+    /// Makes the empty sequence `dst` hold the first `n` positions of `src`, sharing its
+    /// blocks as [`Engine::fork`] does (a server's `n` answers to one prompt keep their ids).
+    pub fn share_prefix(&mut self, src: SeqId, dst: SeqId, n: usize) -> Result<(), CoreError> {
+        if !self.sequence(dst)?.is_empty() {
+            return Err(CoreError::InvalidOption {
+                option: "sequence",
+                reason: format!("sharing a prefix needs an empty sequence, {dst} holds tokens"),
+            });
+        }
+        let bt = self.kv.block_tokens();
+        let (tokens, blocks, nodes) = {
+            let from = self.sequence(src)?;
+            let n = n.min(from.tokens.len());
+            let nb = n.div_ceil(bt);
+            let nn = (n / bt).min(from.nodes.len());
+            (
+                from.tokens[..n].to_vec(),
+                from.blocks[..nb].to_vec(),
+                from.nodes[..nn].to_vec(),
+            )
+        };
+        for &b in &blocks {
+            self.kv.retain(b);
+        }
+        let to = self.sequence_mut(dst)?;
+        to.tokens.extend_from_slice(&tokens);
+        to.blocks.extend_from_slice(&blocks);
+        to.nodes.extend_from_slice(&nodes);
+        Ok(())
+    }
+
     /// Ends sequence `id`: its blocks are released, and the ones holding a known prefix
     /// (its full blocks, and the partly filled last one) stay in the prefix cache.
     pub fn free_sequence(&mut self, id: SeqId) -> Result<(), CoreError> {
