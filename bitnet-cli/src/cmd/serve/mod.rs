@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use axum::serve::ListenerExt;
 use bitnet_core::chat::ChatTemplate;
 use bitnet_core::model::Engine;
 use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
@@ -172,6 +173,11 @@ async fn serve(args: Args, config: Config) -> Result<()> {
             });
         }
     };
+    // Tokens go out as small writes: without TCP_NODELAY, Nagle's algorithm holds each one
+    // back until the previous one is acknowledged (40 ms behind a proxy).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     tokio::select! {
         r = server => r.context("serving HTTP")?,
