@@ -252,3 +252,33 @@ fn bad_templates_and_files_are_clear_errors() {
         stderr_of(&out)
     );
 }
+
+#[test]
+fn a_context_shift_goes_on_without_reading_the_conversation_again() {
+    let msg = "Now is the winter of our discontent made glorious summer by this sun of York";
+    let dir = scratch("chat-piped-shift");
+    let saved = dir.join("conversation.json");
+    let input = format!(
+        "{msg}\n{msg}\n{msg}\n{msg}\n{msg}\n{msg}\n/undo\n{msg}\n/save {}\n",
+        saved.display()
+    );
+    let out = chat(
+        &["-n", "24", "-v", "--system", "A play.", "--context-shift"],
+        &input,
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    let f = figures(&out);
+    assert_eq!(f.len(), 7, "every message answered: {err}");
+    assert!(!err.contains("dropped"), "nothing dropped: {err}");
+    assert!(err.contains("shifted out of the cache"), "{err}");
+    // Every turn after the first reads only its own tokens: the message and its template.
+    for &(new, kept, used, size) in &f[1..] {
+        assert!(new < 50, "{f:?}");
+        assert!(kept > 0 && used <= size && size == 256, "{f:?}");
+    }
+    // The conversation itself is whole: 1 system message + 6 exchanges.
+    let json = std::fs::read_to_string(&saved).unwrap();
+    assert_eq!(json.matches("\"role\": \"user\"").count(), 6, "{json}");
+    assert_eq!(json.matches("\"role\": \"system\"").count(), 1, "{json}");
+}

@@ -302,3 +302,58 @@ fn perplexity_through_a_sliding_window_stays_bounded() {
     );
     assert!(e.contains("--kv-window 8"), "{e}");
 }
+
+#[test]
+fn generate_goes_past_the_context_with_a_window_or_a_shift() {
+    let model = repo("models/shakespeare.gguf");
+    let long_prompt = "ROMEO: But soft, what light through yonder window breaks? ".repeat(20);
+    let generate = |extra: &[&str]| {
+        let mut cmd = bitnet();
+        cmd.args(["generate", "-m"])
+            .arg(&model)
+            .args(["-s", "3", "-t", "1", "-c", "128", "--no-echo", "-v"])
+            .args(extra);
+        cmd
+    };
+    // Without a policy: a prompt past -c is refused, generation stops at the context.
+    let e = run_err(&mut generate(&["-p", &long_prompt, "-n", "8"]));
+    assert!(e.contains("context"), "{e}");
+    let stop = run_ok(&mut generate(&[
+        "-p",
+        "ROMEO:",
+        "-n",
+        "400",
+        "--ignore-eos",
+    ]));
+    let err = common::stderr_of(&stop);
+    assert!(err.contains("stop: context full"), "{err}");
+    for (flags, front) in [
+        (&["--kv-window", "64"][..], "window"),
+        (&["--context-shift", "--keep", "2"][..], "shift"),
+    ] {
+        let mut args = vec!["-p", long_prompt.as_str(), "-n", "400", "--ignore-eos"];
+        args.extend_from_slice(flags);
+        let out = run_ok(&mut generate(&args));
+        let err = common::stderr_of(&out);
+        assert!(
+            err.contains("generated 400 tok") && err.contains("stop: max tokens"),
+            "{front}: {err}"
+        );
+        let removed: usize = err
+            .split(" positions removed")
+            .next()
+            .and_then(|s| s.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{front}: {err}"));
+        assert!(removed > 400, "{front}: {removed} removed");
+        assert!(
+            err.contains("KV blocks in use 0 before, 0 after"),
+            "{front}: every block back: {err}"
+        );
+    }
+    // Flags that cannot work are refused by name.
+    let e = run_err(&mut generate(&["-p", "ROMEO:", "--kv-window", "500"]));
+    assert!(e.contains("window"), "{e}");
+    let e = run_err(&mut generate(&["-p", "ROMEO:", "--keep", "3"]));
+    assert!(e.contains("--context-shift"), "{e}");
+}

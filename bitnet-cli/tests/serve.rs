@@ -593,3 +593,36 @@ fn sigint_cancels_requests_past_the_deadline_and_exits_zero() {
     assert!(status.success(), "{status:?}");
     assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
 }
+
+#[test]
+fn context_shift_lets_a_request_generate_past_the_context() {
+    let s = Server::start(&["--context-shift", "--keep", "4", "-c", "128"]);
+    let body = json!({"prompt": "ROMEO:", "max_tokens": 300, "ignore_eos": true});
+    let (st, b) = s.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["usage"]["completion_tokens"], 300, "{b}");
+    assert_eq!(b["choices"][0]["finish_reason"], "length", "{b}");
+    // The KV is back in the pool once the request is done.
+    assert_eq!(s.metric("bitnet_kv_cache_usage_ratio"), 0.0);
+    // A --keep that leaves nothing to shift is refused at start.
+    let mut bad = Command::new(env!("CARGO_BIN_EXE_bitnet"))
+        .args(["serve", "-m"])
+        .arg(model())
+        .args([
+            "--port",
+            "0",
+            "-c",
+            "128",
+            "--context-shift",
+            "--keep",
+            "100",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = bad.wait().unwrap();
+    let mut err = String::new();
+    bad.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!status.success() && err.contains("keep"), "{err}");
+}

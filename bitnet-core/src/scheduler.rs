@@ -41,6 +41,85 @@ pub struct GenParams {
     pub ignore_eos: bool,
     /// Keep the sequence and its KV when done, for [`Scheduler::submit_on`].
     pub keep: bool,
+    /// What happens when the sequence fills its context.
+    pub context: ContextPolicy,
+}
+
+/// What a request does when its sequence has no room for the next tokens.
+///
+/// The shifting policies remove positions from the middle of the sequence with
+/// [`Engine::shift`] (the later keys re-rotated to their new positions, the freed blocks back
+/// in the pool) and go on, so a request can read and generate far more tokens than the
+/// context holds; [`GenStats::discarded_tokens`] says how many went. Removal happens in large
+/// chunks (each moved row is rounded to the cache's format once per move).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContextPolicy {
+    /// End the request with [`StopReason::ContextFull`] (a prompt that does not fit is
+    /// refused at submit).
+    #[default]
+    Stop,
+    /// llama.cpp's context shift (`--context-shift --keep N`): keep the first `keep`
+    /// positions and remove half of the rest.
+    Shift { keep: usize },
+    /// StreamingLLM's window with attention sinks: the sequence holds the first `sinks`
+    /// positions and at most the `window` most recent ones; when full, the oldest quarter of
+    /// the window goes. Memory stays constant however long the request runs.
+    Window { sinks: usize, window: usize },
+}
+
+impl ContextPolicy {
+    /// Positions a sequence holds at most under this policy, given the engine's limit.
+    pub fn limit(self, max_len: usize) -> usize {
+        match self {
+            ContextPolicy::Window { sinks, window } => sinks.saturating_add(window).min(max_len),
+            _ => max_len,
+        }
+    }
+
+    /// Checks the policy against the engine's per-sequence limit (submit does too).
+    pub fn validate(self, max_len: usize) -> Result<(), CoreError> {
+        let invalid = |reason: String| {
+            Err(CoreError::InvalidOption {
+                option: "context policy",
+                reason,
+            })
+        };
+        match self {
+            ContextPolicy::Stop => Ok(()),
+            ContextPolicy::Shift { keep } if keep >= max_len / 2 => invalid(format!(
+                "keeping {keep} positions leaves too little of a {max_len}-token context to \
+                 shift (keep less than half)"
+            )),
+            ContextPolicy::Window { window, .. } if window < 4 => invalid(format!(
+                "a window of {window} tokens is too small (at least 4)"
+            )),
+            ContextPolicy::Window { sinks, window } if sinks.saturating_add(window) > max_len => {
+                invalid(format!(
+                    "{sinks} sinks and a {window}-token window do not fit a sequence of at most \
+                     {max_len} tokens (raise -c or shrink the window)"
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `(keep, discard)`: the positions to remove so that a sequence of `len` positions can
+    /// take `need` more under `limit` (as many as it can, at least one chunk); `None` when
+    /// the policy does not shift or nothing past the kept positions is left to remove.
+    fn make_room(self, len: usize, need: usize, limit: usize) -> Option<(usize, usize)> {
+        let (keep, chunk) = match self {
+            ContextPolicy::Stop => return None,
+            ContextPolicy::Shift { keep } => {
+                let keep = keep.min(len);
+                (keep, (len - keep) / 2)
+            }
+            ContextPolicy::Window { sinks, window } => (sinks.min(len), (window / 4).max(1)),
+        };
+        let short = (len + need).saturating_sub(limit);
+        // A prompt chunk may get less room than it asked for; it takes the rest next step.
+        let discard = chunk.max(short).min(len - keep);
+        (discard > 0).then_some((keep, discard))
+    }
 }
 
 impl Default for GenParams {
@@ -51,6 +130,7 @@ impl Default for GenParams {
             stop: Vec::new(),
             ignore_eos: false,
             keep: false,
+            context: ContextPolicy::Stop,
         }
     }
 }
@@ -133,8 +213,13 @@ struct Request {
     base: usize,
     /// Prompt tokens found in the prefix cache.
     cached: usize,
-    /// Positions the request may fill in all (prompt and generation).
+    /// Positions the request may fill in all (prompt and generation); under a shifting
+    /// policy, the most its sequence holds at once.
     total: usize,
+    /// Positions its sequence holds at most ([`ContextPolicy::limit`]).
+    limit: usize,
+    /// Positions removed by the context policy.
+    discarded: usize,
     params: GenParams,
     extra: SubmitOptions,
     /// Log probabilities of the token in `next`, when asked for.
@@ -279,18 +364,29 @@ impl Scheduler {
         }
         let base = self.engine.sequence(seq)?.len();
         let max_len = self.engine.max_seq_len();
+        params.context.validate(max_len)?;
+        let limit = params.context.limit(max_len);
         // The last prompt position must leave room for nothing more: generation then
         // stops at once with "context full", but a prompt past the cache can never run.
-        if base + prompt.len() > max_len {
+        // A shifting policy reads a longer prompt through its window.
+        if params.context == ContextPolicy::Stop && base + prompt.len() > max_len {
             return Err(CoreError::ContextOverflow {
                 n_past: base,
                 n_new: prompt.len(),
                 n_ctx: max_len,
             });
         }
+        if base > limit {
+            return Err(CoreError::InvalidOption {
+                option: "context policy",
+                reason: format!(
+                    "the sequence holds {base} positions, more than the policy's {limit}"
+                ),
+            });
+        }
         let total = (base + prompt.len())
             .saturating_add(params.max_tokens)
-            .min(max_len);
+            .min(limit);
         let sampler = Sampler::new(params.sampler.clone(), n_vocab)?;
         let stop = StopMatcher::new(params.stop.clone());
         let mut history = Vec::with_capacity(total.min(1 << 20));
@@ -303,6 +399,8 @@ impl Scheduler {
             base,
             cached: 0,
             total,
+            limit,
+            discarded: 0,
             sampler,
             stop,
             text: TextStream::default(),
@@ -396,7 +494,8 @@ impl Scheduler {
                 self.engine.share_prefix(l, seq, prompt_len - 1)?;
                 prompt_len - 1
             } else if fresh {
-                let prompt = front.prompt.clone();
+                // Never more than the policy lets the sequence hold.
+                let prompt = front.prompt[..prompt_len.min(front.limit)].to_vec();
                 self.engine.reuse_prefix(seq, &prompt)?
             } else {
                 0
@@ -459,6 +558,7 @@ impl Scheduler {
         }
         self.retire(on_event);
         self.admit()?;
+        self.make_room(on_event);
         if self.running.is_empty() {
             return Ok(0);
         }
@@ -482,7 +582,13 @@ impl Scheduler {
             if r.phase != Phase::Prefill || left == 0 {
                 continue;
             }
-            let n = (r.prompt.len() - r.fed).min(left);
+            let held = self.engine.sequence(r.seq).map_or(0, |s| s.len());
+            let n = (r.prompt.len() - r.fed)
+                .min(left)
+                .min(r.limit.saturating_sub(held));
+            if n == 0 {
+                continue;
+            }
             let ends = r.fed + n == r.prompt.len();
             let logits = if ends { Logits::Last } else { Logits::None };
             self.spans.push((self.tok_buf.len(), n, logits));
@@ -584,12 +690,45 @@ impl Scheduler {
             let len = r.base + r.prompt.len() + r.generated.len();
             if r.generated.len() >= r.params.max_tokens {
                 self.finished.push((i, StopReason::MaxTokens));
-            } else if len >= max_len {
+            } else if r.params.context == ContextPolicy::Stop && len >= max_len {
                 self.finished.push((i, StopReason::ContextFull));
             }
         }
         self.retire(on_event);
         Ok(n_tokens)
+    }
+
+    /// Under a shifting policy, removes positions from every running sequence that has no
+    /// room for what this step would give it (a decode token, or a prompt chunk as large as
+    /// the batch). A shift that fails (the pool cannot give a private copy of a shared block)
+    /// ends that request with an error.
+    fn make_room(&mut self, on_event: &mut dyn FnMut(Event<'_>)) {
+        let budget = self.engine.max_batch();
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &self.running[i];
+            let need = match r.phase {
+                Phase::Decode => usize::from(r.next.is_some()),
+                Phase::Prefill => (r.prompt.len() - r.fed).min(budget),
+            };
+            let len = self.engine.sequence(r.seq).map_or(0, |s| s.len());
+            let plan = if len + need > r.limit {
+                r.params.context.make_room(len, need, r.limit)
+            } else {
+                None
+            };
+            if let Some((keep, discard)) = plan {
+                let seq = r.seq;
+                if let Err(error) = self.engine.shift(seq, keep, discard) {
+                    let r = self.running.remove(i);
+                    self.release(&r);
+                    on_event(Event::Error { seq, error });
+                    continue;
+                }
+                self.running[i].discarded += discard;
+            }
+            i += 1;
+        }
     }
 
     /// Ends the requests listed in `finished`: flushes their text, reports `Done`, and
@@ -652,6 +791,7 @@ fn stats_of(r: &Request, reason: StopReason) -> GenStats {
         gen_secs: r.t_first.map_or(0.0, |t| t.elapsed().as_secs_f64()),
         stop_reason: reason,
         tokens: r.generated.clone(),
+        discarded_tokens: r.discarded,
     }
 }
 

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
+use bitnet_core::kv::PoolStats;
 use bitnet_core::model::{Engine, EngineOptions, GenStats, Model, SeqId, generate};
 use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
@@ -18,6 +19,7 @@ use bitnet_core::tokenizer::Tokenizer;
 
 use super::bench::{peak_rss, profile_table};
 use super::common::{ModelArgs, load_model};
+use super::context_args::ContextArgs;
 use super::limits::{check_context, prompt_too_long};
 use super::prompt::PromptArgs;
 use crate::output::{human_bytes, note};
@@ -55,6 +57,12 @@ pub struct Args {
     /// at most N at a time; the answers are printed in order. -c is shared by all of them.
     #[arg(long = "parallel", visible_alias = "np", value_name = "N")]
     pub parallel: Option<usize>,
+    #[command(flatten)]
+    pub context: ContextArgs,
+    /// Also print the run's health figures: the 3-gram repetition rate of the answer,
+    /// positions removed by a context shift or window, the KV pool's blocks.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     #[command(flatten)]
     pub model_args: ModelArgs,
 }
@@ -198,7 +206,7 @@ pub fn run(args: Args) -> Result<()> {
     // Said before the engine allocates anything: a prompt that leaves no room, a context
     // the machine cannot hold.
     let n_ctx = check_context(&model, &engine_opts)?;
-    if prompt_tokens.len() >= n_ctx {
+    if prompt_tokens.len() >= n_ctx && !args.context.shifts() {
         return Err(prompt_too_long(prompt_tokens.len(), n_ctx));
     }
     let mut engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
@@ -206,7 +214,8 @@ pub fn run(args: Args) -> Result<()> {
     let threads = engine.threads();
     let mut sched = Scheduler::new(engine, SchedulerOptions::default());
     let seed = args.sampling.seed();
-    let params = gen_params(&args, seed, tokenizer);
+    let params = gen_params(&args, seed, tokenizer, prompt_tokens.len())?;
+    let start_blocks = sched.engine().kv_stats().pool;
 
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -245,6 +254,12 @@ pub fn run(args: Args) -> Result<()> {
         model.isa().name(),
         model.head_mode().name(),
     );
+    if args.verbose {
+        note!(
+            "{}",
+            health_line(&stats, start_blocks, sched.engine().kv_stats().pool)
+        );
+    }
     if args.profile {
         // stderr may be a closed pipe too: the run itself succeeded, so that is not an error.
         let mut err = io::stderr().lock();
@@ -269,12 +284,18 @@ fn tokenizer_of(model: &Model) -> Result<&Tokenizer> {
 }
 
 /// The request settings of the command line (`seed` for the first request).
-fn gen_params(args: &Args, seed: u64, tokenizer: &Tokenizer) -> GenParams {
+fn gen_params(
+    args: &Args,
+    seed: u64,
+    tokenizer: &Tokenizer,
+    prompt_len: usize,
+) -> Result<GenParams> {
     let mut sampler = args.sampling.config(seed);
     if args.ignore_eos {
         ban_eog(&mut sampler, tokenizer);
     }
-    GenParams {
+    let context = args.context.policy(tokenizer.add_bos(), prompt_len)?;
+    Ok(GenParams {
         max_tokens: match args.n_predict {
             NPredict::AtMost(n) => n,
             // Generation stops by itself when the context is full.
@@ -284,7 +305,20 @@ fn gen_params(args: &Args, seed: u64, tokenizer: &Tokenizer) -> GenParams {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         keep: false,
-    }
+        context,
+    })
+}
+
+/// `--verbose`'s health figures: what users of 1-bit models watch (a degrading model loops,
+/// and loops show as repeated 3-grams), what the context policy removed, and the KV pool
+/// before and after (every block back once the answer is done).
+pub fn health_line(stats: &GenStats, before: PoolStats, after: PoolStats) -> String {
+    let repetition = bitnet_core::health::repetition_rate_3gram(&stats.tokens)
+        .map_or_else(|| "-".to_string(), |r| format!("{:.1}%", 100.0 * r));
+    format!(
+        "health: 3-gram repetition {repetition} | {} positions removed by the context policy | KV blocks in use {} before, {} after, {} in the pool",
+        stats.discarded_tokens, before.used, after.used, after.n_blocks
+    )
 }
 
 /// `--parallel N`: every prompt submitted to one scheduler, at most N decoded together;
@@ -305,7 +339,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         if t.is_empty() {
             bail!("prompt {} is empty after tokenization", i + 1);
         }
-        if t.len() >= n_ctx {
+        if t.len() >= n_ctx && !args.context.shifts() {
             return Err(prompt_too_long(t.len(), n_ctx))
                 .with_context(|| format!("prompt {}", i + 1));
         }
@@ -319,12 +353,13 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         },
     );
     let seed = args.sampling.seed();
+    let start_blocks = sched.engine().kv_stats().pool;
     let ids: Vec<SeqId> = encoded
         .iter()
         .enumerate()
         .map(|(i, t)| {
             // Each prompt its own stream of randomness, reproducible from the one seed.
-            let p = gen_params(args, seed.wrapping_add(i as u64), tokenizer);
+            let p = gen_params(args, seed.wrapping_add(i as u64), tokenizer, t.len())?;
             sched
                 .submit(t, p)
                 .with_context(|| format!("prompt {}", i + 1))
@@ -383,5 +418,17 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         human_bytes(peak_rss()),
         model.isa().name(),
     );
+    if args.verbose {
+        let end_blocks = sched.engine().kv_stats().pool;
+        for (i, st) in stats.iter().enumerate() {
+            if let Some(st) = st {
+                note!(
+                    "prompt {}: {}",
+                    i + 1,
+                    health_line(st, start_blocks, end_blocks)
+                );
+            }
+        }
+    }
     Ok(())
 }

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod common;
+pub mod context_args;
 pub mod gen_model;
 pub mod generate;
 pub mod inspect;

@@ -51,6 +51,9 @@ pub struct GenStats {
     pub stop_reason: StopReason,
     /// The generated token ids.
     pub tokens: Vec<u32>,
+    /// Positions the context policy removed from the sequence to go on (0 unless it
+    /// shifts; see [`crate::scheduler::ContextPolicy`]).
+    pub discarded_tokens: usize,
 }
 
 impl GenStats {

@@ -21,6 +21,7 @@ use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
 use crossterm::style::Stylize;
 
 use super::common::{ModelArgs, load_model};
+use super::context_args::ContextArgs;
 use super::generate::SamplingArgs;
 use super::limits::check_context;
 use crate::interrupt;
@@ -67,6 +68,8 @@ pub struct Args {
     /// Keep the input history in memory only (no history file).
     #[arg(long)]
     pub no_history: bool,
+    #[command(flatten)]
+    pub context: ContextArgs,
     #[command(flatten)]
     pub model_args: ModelArgs,
 }
@@ -130,6 +133,7 @@ pub fn run(args: Args) -> Result<()> {
         sampler,
         max_tokens,
         stop,
+        context: args.context.clone(),
     };
     let mut chat = ChatSession::new(model.clone(), sched, conv, settings);
 
@@ -258,6 +262,12 @@ fn reply(
             if stats.dropped == 1 { " was" } else { "s were" }
         ));
     }
+    if stats.shifted > 0 {
+        screen.info(&format!(
+            "(context full: {} older tokens shifted out of the cache; the conversation goes on)",
+            stats.shifted
+        ));
+    }
     if stats.reply.stop_reason == StopReason::ContextFull {
         screen.warn("(the context is full: the reply was cut; older messages go at the next turn)");
     }
@@ -269,13 +279,15 @@ fn reply(
 
 fn figures(s: &TurnStats) -> String {
     format!(
-        "prompt: {} new tokens ({} kept from the cache), {:.1} tok/s | reply: {} tokens, {:.1} tok/s, stop: {} | context {}/{}",
+        "prompt: {} new tokens ({} kept from the cache), {:.1} tok/s | reply: {} tokens, {:.1} tok/s, stop: {} | 3-gram repetition {} | context {}/{}",
         s.evaluated,
         s.kept,
         s.prompt_tps(),
         s.reply.gen_tokens,
         s.reply.gen_tps(),
         s.reply.stop_reason.name(),
+        bitnet_core::health::repetition_rate_3gram(&s.reply.tokens)
+            .map_or_else(|| "-".to_string(), |r| format!("{:.1}%", 100.0 * r)),
         s.context_used,
         s.context_size,
     )

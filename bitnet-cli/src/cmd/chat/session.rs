@@ -5,6 +5,13 @@
 //! [`bitnet_core::chat::Conversation::next_turn`]). When the prompt would leave too little
 //! room for a reply, the oldest whole exchanges after the system prompt are dropped and the
 //! rest is read again; the caller is told how many messages went.
+//!
+//! With `--context-shift` or `--kv-window` the scheduler instead removes positions from the
+//! middle of the sequence as it fills (the system prompt, or the sinks, stay) and the chat
+//! goes on without reading anything again. The sequence then holds the conversation's
+//! tokens with a gap, so the session keeps the whole token list as well (`logical`): turns
+//! are matched against it, and a cut (an `/undo`, a trimmed reply) that reaches into the
+//! part already removed starts the sequence afresh.
 
 use std::sync::Arc;
 
@@ -12,7 +19,9 @@ use anyhow::{Context, Result, bail};
 use bitnet_core::chat::{Conversation, Message};
 use bitnet_core::model::{GenStats, Model, SeqId, StopReason};
 use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{Event, GenParams, Scheduler};
+use bitnet_core::scheduler::{ContextPolicy, Event, GenParams, Scheduler};
+
+use crate::cmd::context_args::ContextArgs;
 use bitnet_core::tokenizer::Tokenizer;
 
 /// How replies are generated; `/set` changes these.
@@ -22,6 +31,8 @@ pub struct ReplySettings {
     /// Tokens per reply at most (`usize::MAX`: until the context is full).
     pub max_tokens: usize,
     pub stop: Vec<String>,
+    /// `--context-shift` / `--kv-window`: shift instead of dropping old messages.
+    pub context: ContextArgs,
 }
 
 /// What one reply did.
@@ -35,6 +46,8 @@ pub struct TurnStats {
     pub reply: GenStats,
     /// Messages dropped to make room (oldest first, after the system prompt).
     pub dropped: usize,
+    /// Positions a context shift or window removed during this turn.
+    pub shifted: usize,
     /// Positions the sequence holds after the reply, and at most.
     pub context_used: usize,
     pub context_size: usize,
@@ -70,6 +83,12 @@ pub struct ChatSession {
     /// reproducible from its seed and `/regen` gives a different reply.
     replies: u64,
     pub settings: ReplySettings,
+    /// When shifting: the conversation's tokens the sequence would hold had nothing been
+    /// removed; its first `front` are in the sequence, then a gap of `removed`, then the
+    /// sequence's rest.
+    logical: Vec<u32>,
+    removed: usize,
+    front: usize,
 }
 
 impl ChatSession {
@@ -86,7 +105,14 @@ impl ChatSession {
             seq: None,
             replies: 0,
             settings,
+            logical: Vec::new(),
+            removed: 0,
+            front: 0,
         }
+    }
+
+    fn shifting(&self) -> bool {
+        self.settings.context.shifts()
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -116,6 +142,73 @@ impl ChatSession {
         self.seq
             .and_then(|s| self.sched.engine().sequence(s).ok())
             .map_or(&[], |s| s.tokens())
+    }
+
+    /// What a new turn is matched against: the conversation's tokens so far.
+    fn conversation_tokens(&self) -> &[u32] {
+        if self.shifting() {
+            &self.logical
+        } else {
+            self.held()
+        }
+    }
+
+    /// Cuts the conversation's tokens to their first `keep`: the sequence loses its tail,
+    /// or, when the cut reaches into what a shift removed, is dropped (the next reply reads
+    /// the conversation afresh).
+    fn truncate_to(&mut self, keep: usize) -> Result<()> {
+        let Some(seq) = self.seq else { return Ok(()) };
+        if !self.shifting() {
+            self.sched.engine_mut().truncate(seq, keep)?;
+            return Ok(());
+        }
+        let held = self.held().len();
+        let cut = self.logical.len().saturating_sub(keep);
+        if self.removed == 0 || cut <= held.saturating_sub(self.front) {
+            self.sched
+                .engine_mut()
+                .truncate(seq, held.saturating_sub(cut))?;
+            self.logical.truncate(keep);
+        } else {
+            self.drop_sequence()?;
+        }
+        Ok(())
+    }
+
+    /// The policy for a turn: a shift keeps at least the system prompt's tokens.
+    fn context_policy(&self, full: &[u32]) -> Result<ContextPolicy> {
+        let bos = self.tokenizer().add_bos();
+        let policy = self.settings.context.policy(bos, full.len())?;
+        Ok(match policy {
+            ContextPolicy::Shift { keep } => ContextPolicy::Shift {
+                keep: keep.max(self.system_prefix(full)),
+            },
+            p => p,
+        })
+    }
+
+    /// Tokens of `full` that render the system prompt (0 without one).
+    fn system_prefix(&self, full: &[u32]) -> usize {
+        let Some(system) = self.conv.system() else {
+            return 0;
+        };
+        let Ok(text) = self
+            .conv
+            .template()
+            .render(&[Message::system(system.to_owned())], false)
+        else {
+            return 0;
+        };
+        let tok = self.tokenizer();
+        let alone = bitnet_core::chat::tokenize_prompt(tok, &text, self.conv.template().bos_text());
+        // Stays below half the context, which a shift needs free.
+        let limit = (self.context_size() / 2).saturating_sub(1);
+        alone
+            .iter()
+            .zip(full)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(limit)
     }
 
     /// Adds a user message and generates the reply.
@@ -201,19 +294,22 @@ impl ChatSession {
         if let Some(seq) = self.seq.take() {
             self.sched.engine_mut().free_sequence(seq)?;
         }
+        self.logical.clear();
+        self.removed = 0;
         self.sched.engine_mut().clear_prefix_cache();
         Ok(())
     }
 
     /// Truncates the sequence to the tokens the current conversation still starts with.
     fn cut_cache_to_conversation(&mut self) -> Result<()> {
-        let Some(seq) = self.seq else { return Ok(()) };
+        if self.seq.is_none() {
+            return Ok(());
+        }
         let text = self.conv.template().render(self.conv.messages(), false)?;
         let tok = self.tokenizer();
         let full = bitnet_core::chat::tokenize_prompt(tok, &text, self.conv.template().bos_text());
-        let keep = bitnet_core::chat::continuation(tok, self.held(), &full).keep;
-        self.sched.engine_mut().truncate(seq, keep)?;
-        Ok(())
+        let keep = bitnet_core::chat::continuation(tok, self.conversation_tokens(), &full).keep;
+        self.truncate_to(keep)
     }
 
     /// Tokens a reply needs room for beyond the prompt.
@@ -227,8 +323,11 @@ impl ChatSession {
         let n_ctx = self.context_size();
         let mut dropped = 0;
         let turn = loop {
-            let turn = self.conv.next_turn(self.tokenizer(), self.held())?;
-            if turn.keep + turn.tokens.len() + self.reply_room() <= n_ctx {
+            let turn = self
+                .conv
+                .next_turn(self.tokenizer(), self.conversation_tokens())?;
+            // A shifting context makes room as it goes.
+            if self.shifting() || turn.keep + turn.tokens.len() + self.reply_room() <= n_ctx {
                 break turn;
             }
             let n = self.drop_oldest_exchange();
@@ -246,16 +345,48 @@ impl ChatSession {
         let mut sampler = self.settings.sampler.clone();
         sampler.seed = sampler.seed.wrapping_add(self.replies);
         self.replies += 1;
+        let context = if self.shifting() {
+            let full = self.conv.prompt_tokens(self.tokenizer())?;
+            self.context_policy(&full)?
+        } else {
+            ContextPolicy::Stop
+        };
+        if let ContextPolicy::Shift { keep } = context {
+            self.front = keep;
+        } else if let ContextPolicy::Window { sinks, .. } = context {
+            self.front = sinks;
+        }
         let params = GenParams {
             max_tokens: self.settings.max_tokens,
             sampler,
             stop: self.settings.stop.clone(),
             ignore_eos: false,
             keep: true,
+            context,
         };
+        // Where the new tokens start in the sequence and in the conversation's tokens.
+        let mut turn = turn;
+        if self.shifting() {
+            self.truncate_to(turn.keep)?;
+            if self.seq.is_some() && turn.tokens.is_empty() {
+                // Nothing new: the last token is read again for its logits.
+                let last = *self.logical.last().expect("a sequence holds tokens");
+                self.truncate_to(turn.keep - 1)?;
+                turn.keep -= 1;
+                turn.tokens = vec![last];
+            }
+            if self.seq.is_none() {
+                // Read afresh: the whole conversation.
+                turn.keep = 0;
+                turn.tokens = self.conv.prompt_tokens(self.tokenizer())?;
+            }
+        }
+        let start_held = self.held().len();
         let seq = match self.seq {
             Some(seq) => {
-                self.sched.engine_mut().truncate(seq, turn.keep)?;
+                if !self.shifting() {
+                    self.sched.engine_mut().truncate(seq, turn.keep)?;
+                }
                 self.sched.submit_on(seq, &turn.tokens, params)?;
                 seq
             }
@@ -305,12 +436,32 @@ impl ChatSession {
             bail!("generating the reply: {f}");
         }
         let reply_stats = done.expect("loop ends with a result");
+        if self.shifting() {
+            // The conversation's tokens: what was kept, then every token this turn put in
+            // the sequence (the last sampled one is never evaluated).
+            let evaluated =
+                (self.held().len() + reply_stats.discarded_tokens).saturating_sub(start_held);
+            self.logical.truncate(turn.keep);
+            self.logical.extend(
+                turn.tokens
+                    .iter()
+                    .chain(&reply_stats.tokens)
+                    .take(evaluated),
+            );
+            self.removed += reply_stats.discarded_tokens;
+        }
         self.conv.push(Message::assistant(reply));
         Ok(TurnStats {
             evaluated: reply_stats.prompt_tokens - reply_stats.cached_tokens,
-            kept: turn.keep + reply_stats.cached_tokens - usize::from(turn.tokens.is_empty()),
+            // Positions of the sequence (with a shift, fewer than the conversation's tokens).
+            kept: if self.shifting() {
+                start_held + reply_stats.cached_tokens
+            } else {
+                turn.keep + reply_stats.cached_tokens - usize::from(turn.tokens.is_empty())
+            },
             prompt_secs: reply_stats.prompt_secs,
             dropped,
+            shifted: reply_stats.discarded_tokens,
             context_used: self.context_used(),
             context_size: n_ctx,
             reply: reply_stats,

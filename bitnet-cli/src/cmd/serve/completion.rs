@@ -36,7 +36,18 @@ pub async fn complete(
             prompt_param,
         ));
     }
-    let room = n_ctx - prompt.len();
+    let bos = loaded.model.tokenizer().is_some_and(|t| t.add_bos());
+    req.params.context = state
+        .config
+        .context
+        .policy(bos, prompt.len())
+        .map_err(|e| ApiError::invalid(e.to_string(), None))?;
+    // With a context shift or a window, generation goes on past the context.
+    let room = if state.config.context.shifts() {
+        usize::MAX
+    } else {
+        n_ctx - prompt.len()
+    };
     match req.max_tokens {
         Some(m) if m > room => {
             return Err(ApiError::context_exceeded(

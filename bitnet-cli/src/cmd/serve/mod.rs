@@ -31,6 +31,7 @@ use bitnet_core::model::Engine;
 use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
 
 use super::common::{ModelArgs, load_model};
+use super::context_args::ContextArgs;
 use super::limits::check_context;
 use crate::output::note;
 use state::{AppState, Config, Loaded, Shared};
@@ -83,6 +84,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0, hide = true)]
     pub step_delay_ms: u64,
     #[command(flatten)]
+    pub context: ContextArgs,
+    #[command(flatten)]
     pub model_args: ModelArgs,
 }
 
@@ -116,6 +119,7 @@ pub fn run(args: Args) -> Result<()> {
         queue: args.queue,
         max_body: args.max_body_bytes,
         n_predict: args.n_predict,
+        context: args.context.clone(),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -204,6 +208,11 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
         .context("choosing the chat template")?;
     let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
     let max_seq_len = engine.max_seq_len();
+    // --keep and --kv-window checked against this context before anything is served.
+    args.context
+        .policy(true, 1)?
+        .validate(max_seq_len)
+        .context("the context policy")?;
     let mut sched = Scheduler::new(
         engine,
         SchedulerOptions {

@@ -3,7 +3,7 @@
 //! as OpenAI's and llama.cpp's servers do. Sampling defaults are llama.cpp's.
 
 use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::GenParams;
+use bitnet_core::scheduler::{ContextPolicy, GenParams};
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Map, Value};
 
@@ -194,6 +194,8 @@ pub fn gen_request(
             stop: stop_strings(obj)?,
             ignore_eos,
             keep: false,
+            // The server's --context-shift / --kv-window, set once the prompt is known.
+            context: ContextPolicy::Stop,
         },
         max_tokens,
         n: n as usize,

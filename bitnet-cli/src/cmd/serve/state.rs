@@ -14,6 +14,7 @@ use bitnet_core::tokenizer::Tokenizer;
 use super::error::{ApiError, ApiResult};
 use super::metrics::Metrics;
 use super::worker::Command;
+use crate::cmd::context_args::ContextArgs;
 
 /// Written by the engine thread, read by the handlers.
 #[derive(Debug, Default)]
@@ -45,6 +46,8 @@ pub struct Config {
     pub max_body: usize,
     /// Tokens generated when a request names no `max_tokens`.
     pub n_predict: usize,
+    /// What a request does when its sequence fills the context.
+    pub context: ContextArgs,
     /// How long in-flight requests may finish after a shutdown signal.
     pub shutdown_timeout: Duration,
 }
