@@ -59,6 +59,10 @@ pub enum KvCacheError {
     RollbackTooFar { n_tokens: usize, len: usize },
     #[error("the cache stores {actual:?}, not {wanted:?}")]
     WrongType { wanted: KvType, actual: KvType },
+    #[error(
+        "this single-sequence cache stores f16 or q8_0 rows, not {0:?} (the engine's paged pool takes every type)"
+    )]
+    UnsupportedType(KvType),
 }
 
 pub use crate::kv::KvType;

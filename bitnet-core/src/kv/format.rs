@@ -76,11 +76,14 @@ pub type WsumFn =
 pub struct KvFormat {
     pub kind: KvType,
     pub name: &'static str,
+    /// Values per block: a head's row must be a whole number of blocks (1 for plain floats).
+    pub block_len: usize,
     /// Bytes of one row of `n` elements; `None` if `n` is not a whole number of the
     /// format's blocks (or overflows).
     pub row_bytes: fn(n: usize) -> Option<usize>,
-    /// Encodes whole rows: `src` holds rows of `d` floats, `dst` the same rows encoded.
-    pub encode: fn(isa: Isa, src: &[f32], dst: &mut [u8]),
+    /// Encodes whole head rows: `src` holds rows of `d` floats (one KV head's part of a
+    /// position each), `dst` the same rows encoded back to back.
+    pub encode: fn(isa: Isa, d: usize, src: &[f32], dst: &mut [u8]),
     /// Decodes one row of `dst.len()` elements.
     pub decode: fn(isa: Isa, src: &[u8], dst: &mut [f32]),
     pub scores: ScoresFn,
@@ -92,8 +95,9 @@ pub static FORMATS: [KvFormat; 2] = [
     KvFormat {
         kind: KvType::F16,
         name: "f16",
+        block_len: 1,
         row_bytes: |n| n.checked_mul(2),
-        encode: |isa, src, dst| f32_to_f16_slice(isa, src, as_u16_mut(dst)),
+        encode: |isa, _, src, dst| f32_to_f16_slice(isa, src, as_u16_mut(dst)),
         decode: |isa, src, dst| f16_to_f32_slice(isa, as_u16(src), dst),
         scores: |isa, q, n_q, k, stride, n_pos, scale, out| {
             float::attn_scores_f16_group(isa, q, n_q, as_u16(k), stride / 2, n_pos, scale, out)
@@ -105,13 +109,14 @@ pub static FORMATS: [KvFormat; 2] = [
     KvFormat {
         kind: KvType::Q8,
         name: "q8_0",
+        block_len: QK8_0,
         row_bytes: |n| {
             n.is_multiple_of(QK8_0)
                 .then(|| (n / QK8_0).checked_mul(Q8_0_BLOCK_BYTES))
                 .flatten()
         },
         // Rows are whole blocks, so several rows encode like the rows one by one.
-        encode: |_, src, dst| quantize_row_q8_0(src, dst),
+        encode: |_, _, src, dst| quantize_row_q8_0(src, dst),
         decode: |_, src, dst| dequantize_row(RowFormat::Q8_0, src, dst),
         scores: |isa, q, n_q, k, stride, n_pos, scale, out| {
             let d = q.len() / n_q.max(1);

@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail};
 use std::sync::Arc;
 
 use bitnet_core::config::ModelConfig;
-use bitnet_core::model::{BatchItem, Engine, EngineOptions, Logits, Model, SeqId};
+use bitnet_core::model::{BatchItem, Engine, EngineOptions, KvType, Logits, Model, SeqId};
 use bitnet_gguf::GgufFile;
 
 use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
@@ -103,6 +103,14 @@ pub struct Args {
     /// decode and total throughput.
     #[arg(long)]
     pub mixed: bool,
+    /// K cache types, comma-separated (llama-bench's -ctk): f16, f32, q8_0, q8_r, fp8, q4_0, b1.
+    #[arg(long = "cache-type-k", value_delimiter = ',', value_parser = super::common::parse_kv_type,
+          default_value = "f16")]
+    pub cache_type_k: Vec<KvType>,
+    /// V cache types, comma-separated (-ctv); every K type runs with every V type.
+    #[arg(long = "cache-type-v", value_delimiter = ',', value_parser = super::common::parse_kv_type,
+          default_value = "f16")]
+    pub cache_type_v: Vec<KvType>,
     /// Positions per KV cache block (a power of two).
     #[arg(long, default_value_t = bitnet_core::model::DEFAULT_BLOCK_TOKENS)]
     pub kv_block: usize,
@@ -208,6 +216,8 @@ pub fn run(args: Args) -> Result<()> {
                 ctx: None,
                 batch_size: None,
                 no_pin: false,
+                cache_type_k: KvType::F16,
+                cache_type_v: KvType::F16,
             };
             let opts = model_args.load_options()?;
             reset_peak_rss();
@@ -216,7 +226,12 @@ pub fn run(args: Args) -> Result<()> {
             // own engine over the shared model.
             let model = load_model(path, &opts)?;
             for &threads in &threads_list {
-                bench_model(&args, path, &model, threads, &bandwidths, &mut rows)?;
+                for &k in &args.cache_type_k {
+                    for &v in &args.cache_type_v {
+                        let kv = (k, v);
+                        bench_model(&args, path, &model, threads, kv, &bandwidths, &mut rows)?;
+                    }
+                }
             }
         }
     }
@@ -307,6 +322,7 @@ fn bench_model(
     path: &std::path::Path,
     model: &Arc<Model>,
     threads: usize,
+    (type_k, type_v): (KvType, KvType),
     bandwidths: &[membw::Bandwidth],
     rows: &mut Vec<BenchRow>,
 ) -> Result<()> {
@@ -323,6 +339,8 @@ fn bench_model(
         n_ctx: kv_tokens_needed(args),
         batch: EngineOptions::default().batch.max(max_b),
         block_tokens: args.kv_block,
+        k_type: type_k,
+        v_type: type_v,
         ..EngineOptions::default()
     };
     check_context(model, &engine_opts)?;
@@ -361,6 +379,8 @@ fn bench_model(
             n_prompt: None,
             prefill_tps: None,
             decode_tps: None,
+            type_k: type_k.name().to_owned(),
+            type_v: type_v.name().to_owned(),
         }
     };
     let total = args.warmup + args.reps;
