@@ -37,6 +37,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Write a random-weight model of a real architecture's shapes.
     GenModel(cmd::gen_model::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API (continuous batching, metrics).
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Perplexity(args) => cmd::perplexity::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::GenModel(args) => cmd::gen_model::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -214,7 +214,7 @@ fn ctrl_c_stops_a_reply_and_keeps_the_conversation() {
     p.send_control('c').unwrap();
     p.exp_string("(stopped; the reply so far is kept)")
         .expect("the reply stops");
-    let (_, _, used) = figures(&mut p);
+    let (first_prompt, _, used) = figures(&mut p);
     assert!(
         used < 2000,
         "stopped well before the context's end ({used})"
@@ -224,16 +224,32 @@ fn ctrl_c_stops_a_reply_and_keeps_the_conversation() {
         2,
         "the partial reply stays in the conversation"
     );
+    // The random model may emit a byte token that is half of a character; the message keeps
+    // U+FFFD for it, whose tokens differ, so the cache is kept only up to that point.
+    let saved = data.join("stopped.json");
+    say(&mut p, &format!("/save {}", saved.display()));
+    p.exp_string("(saved 2 messages").unwrap();
+    let reply_is_valid_text = !std::fs::read_to_string(&saved)
+        .unwrap()
+        .contains('\u{FFFD}');
     // The conversation goes on from the cache.
     say(&mut p, "/set max-tokens 5");
     say(&mut p, "And then?");
     let (new, kept, _) = figures(&mut p);
-    // The template trims the reply, so trailing whitespace it ended with may be read again.
-    assert!(
-        kept + 4 >= used && kept < used + 1,
-        "the partial reply stays cached ({kept} of {used})"
-    );
-    assert!(new < 20, "{new}");
+    assert!(kept <= used, "{kept} of {used}");
+    if reply_is_valid_text {
+        // The template trims the reply, so trailing whitespace it ended with may be read again.
+        assert!(
+            kept + 4 >= used,
+            "the partial reply stays cached ({kept} of {used})"
+        );
+        assert!(new < 20, "{new}");
+    } else {
+        assert!(
+            kept >= first_prompt,
+            "the first turn's prompt stays cached ({kept} of {used})"
+        );
+    }
     say(&mut p, "/bye");
     exits_cleanly(&mut p);
 }

@@ -103,3 +103,42 @@ fn bench_decodes_batches_and_mixed_runs() {
     );
     assert!(err.contains("-b 0"), "{err}");
 }
+
+#[test]
+fn bench_measures_at_a_context_depth() {
+    let out = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args([
+                "-p", "8", "-n", "4", "-d", "0,64", "-r", "1", "--warmup", "0",
+            ])
+            .args(["-t", "1", "--no-membw", "-o", "json"]),
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "pp and tg at two depths: {rows:?}");
+    for (test, depth) in [("pp", 0), ("pp", 64), ("tg", 0), ("tg", 64)] {
+        let row = rows
+            .iter()
+            .find(|r| r["test"] == test && r["n_depth"].as_u64().unwrap_or(0) == depth)
+            .unwrap_or_else(|| panic!("no {test} @ d{depth} row in {rows:?}"));
+        assert!(row["mean_tps"].as_f64().unwrap() > 0.0);
+    }
+    let md = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args(["-p", "0", "-n", "4", "-d", "32", "-r", "1", "--warmup", "0"])
+            .args(["-t", "1", "--no-membw"]),
+    );
+    assert!(stdout_of(&md).contains("tg4 @ d32"), "{}", stdout_of(&md));
+    // A depth past the trained context (512 for the tiny model) is refused up front.
+    let err = run_err(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args(["-p", "0", "-n", "4", "-d", "600"]),
+    );
+    assert!(err.contains("does not fit"), "{err}");
+}

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{bitnet, run_ok, scratch, stdout_of};
+use common::{bitnet, run_err, run_ok, scratch, stdout_of};
 
 fn repo(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -236,4 +236,69 @@ fn perplexity_refuses_what_it_cannot_score() {
         "--kl-divergence",
     ]);
     assert!(err.contains("was saved with"), "{err}");
+}
+
+/// StreamingLLM's window: a text many times the window read as one stream in a constant
+/// number of blocks, with a perplexity near the chunked one (the same model, the same
+/// text), every block back in the pool at the end (the command checks and fails if not).
+#[test]
+fn perplexity_through_a_sliding_window_stays_bounded() {
+    // The first 12 KB of the held-out text: about 5,000 tokens, 40 windows of 124.
+    let text = std::fs::read_to_string(repo("models/shakespeare-ref/heldout.txt")).unwrap();
+    let dir = scratch("ppl-window");
+    let part = dir.join("part.txt");
+    std::fs::write(&part, &text[..12_000]).unwrap();
+    let ppl_of = |out: &std::process::Output| -> f64 {
+        let s = stdout_of(out);
+        let line = s
+            .lines()
+            .find(|l| l.starts_with("Final estimate: PPL = "))
+            .unwrap();
+        line["Final estimate: PPL = ".len()..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let chunked = run_ok(
+        bitnet()
+            .args(["perplexity", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .arg("-f")
+            .arg(&part)
+            .args(["-c", "128", "-t", "1"]),
+    );
+    let windowed = run_ok(
+        bitnet()
+            .args(["perplexity", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .arg("-f")
+            .arg(&part)
+            .args(["--kv-window", "124", "--kv-sinks", "4", "-t", "1"]),
+    );
+    let (c, w) = (ppl_of(&chunked), ppl_of(&windowed));
+    assert!(
+        w.is_finite() && (w - c).abs() / c < 0.15,
+        "windowed {w} vs chunked {c}"
+    );
+    let err = common::stderr_of(&windowed);
+    assert!(err.contains("at most 8 of 8 blocks held"), "{err}");
+    let moves: usize = err
+        .split(" moves")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(moves > 100, "{moves} moves");
+    // Too small a window, and a text shorter than the window, are refused.
+    let e = run_err(
+        bitnet()
+            .args(["perplexity", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .arg("-f")
+            .arg(&part)
+            .args(["--kv-window", "8"]),
+    );
+    assert!(e.contains("--kv-window 8"), "{e}");
 }

@@ -10,6 +10,7 @@
 pub mod chat;
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod kv;
 pub mod kv_cache;
 pub mod model;

@@ -14,6 +14,12 @@
 //! [`Scheduler::submit_on`], evaluating only the new turn's tokens. Otherwise the
 //! sequence is freed and its blocks stay in the prefix cache for the next request that
 //! starts with the same tokens.
+//!
+//! A server asks for more with [`Scheduler::submit_with`]: each sampled token's log
+//! probability and the most likely alternatives ([`Event::Token`]), and requests that
+//! follow a leader with the same prompt (OpenAI's `n`): a follower waits until the leader's
+//! prompt is evaluated, then forks the leader's sequence, so the prompt's KV is computed
+//! once and shared.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -49,9 +55,35 @@ impl Default for GenParams {
     }
 }
 
+/// What a request wants besides [`GenParams`] (see [`Scheduler::submit_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct SubmitOptions {
+    /// Report each sampled token's log probability and this many most likely tokens.
+    pub logprobs: Option<usize>,
+    /// Share the prompt of this request (same prompt tokens): wait until its prompt is
+    /// evaluated, then fork its sequence instead of evaluating the prompt again.
+    pub after: Option<SeqId>,
+}
+
+/// Log probabilities at one generated position: of the raw logits (temperature 1, before
+/// penalties and truncation), as OpenAI reports them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    /// The most likely tokens and their log probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
 /// What a step reports.
 #[derive(Debug)]
 pub enum Event<'a> {
+    /// Sequence `seq` sampled `token` (reported before the text it completes, which may come
+    /// later or, inside a stop string, never); `logprobs` when the request asked for them.
+    Token {
+        seq: SeqId,
+        token: u32,
+        logprobs: Option<&'a TokenLogprobs>,
+    },
     /// Text that became final for sequence `seq`.
     Text { seq: SeqId, text: &'a str },
     /// Sequence `seq` is done (its sequence freed unless it was submitted with `keep`).
@@ -71,6 +103,17 @@ impl Default for SchedulerOptions {
     fn default() -> Self {
         SchedulerOptions { max_running: 64 }
     }
+}
+
+/// Where a follower's leader is (see [`SubmitOptions::after`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Leader {
+    /// Still waiting or evaluating its prompt.
+    NotReady,
+    /// Its sequence holds the prompt: fork it.
+    Ready(SeqId),
+    /// Done or unknown: start like any request.
+    Gone,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -93,6 +136,9 @@ struct Request {
     /// Positions the request may fill in all (prompt and generation).
     total: usize,
     params: GenParams,
+    extra: SubmitOptions,
+    /// Log probabilities of the token in `next`, when asked for.
+    lp: TokenLogprobs,
     sampler: Sampler,
     stop: StopMatcher,
     text: TextStream,
@@ -163,8 +209,18 @@ impl Scheduler {
 
     /// Queues a new request for `prompt`; its sequence id names it in events.
     pub fn submit(&mut self, prompt: &[u32], params: GenParams) -> Result<SeqId, CoreError> {
+        self.submit_with(prompt, params, SubmitOptions::default())
+    }
+
+    /// [`Scheduler::submit`] with a server's extras (log probabilities, a shared prompt).
+    pub fn submit_with(
+        &mut self,
+        prompt: &[u32],
+        params: GenParams,
+        extra: SubmitOptions,
+    ) -> Result<SeqId, CoreError> {
         let seq = self.engine.new_sequence();
-        match self.enqueue(seq, prompt, params) {
+        match self.enqueue(seq, prompt, params, extra) {
             Ok(()) => Ok(seq),
             Err(e) => {
                 let _ = self.engine.free_sequence(seq);
@@ -194,12 +250,18 @@ impl Scheduler {
                 return Err(CoreError::EmptyInput);
             };
             self.engine.truncate(seq, held.len() - 1)?;
-            return self.enqueue(seq, &[last], params);
+            return self.enqueue(seq, &[last], params, SubmitOptions::default());
         }
-        self.enqueue(seq, tokens, params)
+        self.enqueue(seq, tokens, params, SubmitOptions::default())
     }
 
-    fn enqueue(&mut self, seq: SeqId, prompt: &[u32], params: GenParams) -> Result<(), CoreError> {
+    fn enqueue(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        params: GenParams,
+        extra: SubmitOptions,
+    ) -> Result<(), CoreError> {
         if prompt.is_empty() {
             return Err(CoreError::EmptyInput);
         }
@@ -247,6 +309,8 @@ impl Scheduler {
             history,
             generated: Vec::with_capacity(params.max_tokens.min(total)),
             params,
+            extra,
+            lp: TokenLogprobs::default(),
             next: None,
             phase: Phase::Prefill,
             cancelled: false,
@@ -281,6 +345,25 @@ impl Scheduler {
         }
     }
 
+    /// Whether the leader of a follower holding `prompt` has evaluated it.
+    fn leader_state(&self, leader: SeqId, prompt: &[u32]) -> Leader {
+        if let Some(r) = self.running.iter().find(|r| r.seq == leader) {
+            let held = self.engine.sequence(leader).map_or(&[][..], |s| s.tokens());
+            if r.phase == Phase::Prefill {
+                return Leader::NotReady;
+            }
+            if held.len() >= prompt.len() && held[..prompt.len()] == *prompt {
+                return Leader::Ready(leader);
+            }
+            return Leader::Gone;
+        }
+        if self.waiting.iter().any(|r| r.seq == leader) {
+            return Leader::NotReady;
+        }
+        // Done (or cancelled): its blocks are in the prefix cache.
+        Leader::Gone
+    }
+
     /// Blocks the running requests may still take.
     fn outstanding_blocks(&self) -> usize {
         self.running
@@ -298,14 +381,27 @@ impl Scheduler {
             let seq = front.seq;
             let fresh = front.base == 0;
             let prompt_len = front.prompt.len();
-            // A new sequence starts from the longest cached prefix of its prompt.
-            let cached = if fresh {
+            let leader = match front.extra.after {
+                Some(l) if fresh => self.leader_state(l, &front.prompt),
+                _ => Leader::Gone,
+            };
+            if leader == Leader::NotReady {
+                // Admitted in order: the leader runs ahead, its prompt is done in a step or
+                // a few.
+                break;
+            }
+            // A new sequence starts from its leader's prompt, or the longest cached prefix.
+            let total = front.total;
+            let cached = if let Leader::Ready(l) = leader {
+                self.engine.share_prefix(l, seq, prompt_len - 1)?;
+                prompt_len - 1
+            } else if fresh {
                 let prompt = front.prompt.clone();
                 self.engine.reuse_prefix(seq, &prompt)?
             } else {
                 0
             };
-            let need = self.engine.blocks_needed(seq, front.total)?;
+            let need = self.engine.blocks_needed(seq, total)?;
             let room = self
                 .engine
                 .available_blocks()
@@ -414,7 +510,11 @@ impl Scheduler {
         let result = engine.forward(&items, |item, _, logits| {
             let t = Instant::now();
             let r = &mut running[item_req[item]];
-            r.next = Some(r.sampler.sample(logits, &r.history));
+            let token = r.sampler.sample(logits, &r.history);
+            if let Some(k) = r.extra.logprobs {
+                log_probs(logits, token, k, &mut r.lp);
+            }
+            r.next = Some(token);
             t_sample.set(t_sample.get() + t.elapsed().as_secs_f64());
         });
         drop(items);
@@ -460,6 +560,11 @@ impl Scheduler {
             }
             r.generated.push(t);
             r.history.push(t);
+            on_event(Event::Token {
+                seq: r.seq,
+                token: t,
+                logprobs: r.extra.logprobs.map(|_| &r.lp),
+            });
             if let Some(tk) = tokenizer {
                 let piece = r.text.push(tk, t);
                 if !piece.is_empty() {
@@ -547,5 +652,31 @@ fn stats_of(r: &Request, reason: StopReason) -> GenStats {
         gen_secs: r.t_first.map_or(0.0, |t| t.elapsed().as_secs_f64()),
         stop_reason: reason,
         tokens: r.generated.clone(),
+    }
+}
+
+/// The log-softmax of `logits` at `token`, and the `k` largest, into `out`.
+fn log_probs(logits: &[f32], token: u32, k: usize, out: &mut TokenLogprobs) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| f64::from((x - max).exp())).sum();
+    let lse = max + sum.ln() as f32;
+    out.logprob = logits
+        .get(token as usize)
+        .map_or(f32::NEG_INFINITY, |&x| x - lse);
+    out.top.clear();
+    if k == 0 {
+        return;
+    }
+    // k is small (OpenAI allows 20): a sorted insert into k slots beats a full sort.
+    for (i, &x) in logits.iter().enumerate() {
+        if out.top.len() == k && out.top.last().is_some_and(|&(_, y)| y >= x) {
+            continue;
+        }
+        let at = out.top.partition_point(|&(_, y)| y >= x);
+        out.top.insert(at, (i as u32, x));
+        out.top.truncate(k);
+    }
+    for e in &mut out.top {
+        e.1 -= lse;
     }
 }

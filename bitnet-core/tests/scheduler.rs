@@ -92,6 +92,7 @@ fn run_all(s: &mut Scheduler) -> HashMap<SeqId, (GenStats, String)> {
                 done.insert(seq, stats);
             }
             Event::Error { seq, error } => panic!("{seq}: {error}"),
+            Event::Token { .. } => {}
         })
         .unwrap();
         guard += 1;
@@ -178,7 +179,7 @@ fn a_thousand_random_requests_with_cancels_return_every_block() {
                 live.retain(|&l| l != seq);
             }
             Event::Error { seq, error } => panic!("{seq}: {error}"),
-            Event::Text { .. } => {}
+            Event::Text { .. } | Event::Token { .. } => {}
         })
         .unwrap();
     }

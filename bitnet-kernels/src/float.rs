@@ -603,6 +603,7 @@ pub fn attn_weighted_sum_q8_0(
 pub struct RopeTable {
     rope_dim: usize,
     max_pos: usize,
+    theta: f32,
     cos: Vec<f32>,
     sin: Vec<f32>,
 }
@@ -631,6 +632,7 @@ impl RopeTable {
         RopeTable {
             rope_dim,
             max_pos,
+            theta,
             cos,
             sin,
         }
@@ -677,6 +679,54 @@ impl RopeTable {
         self.check(x, head_dim, n_heads, pos);
         let (c, s) = self.row(pos);
         dispatch!(isa, rope_neox(x, head_dim, n_heads, self.rope_dim, c, s))
+    }
+
+    /// `(cos, sin)` of a rotation by `delta` positions (negative: back), angles in f64:
+    /// RoPE rotations compose, so a key rotated for position `p` and then by `delta` is the
+    /// key rotated for `p + delta` (what moving cached keys needs).
+    pub fn shift_row(&self, delta: i64) -> (Vec<f32>, Vec<f32>) {
+        let half = self.rope_dim / 2;
+        (0..half)
+            .map(|i| {
+                let f = f64::from(self.theta).powf(-((2 * i) as f64) / self.rope_dim as f64);
+                let a = delta as f64 * f;
+                (a.cos() as f32, a.sin() as f32)
+            })
+            .unzip()
+    }
+
+    /// [`RopeTable::apply_neox`] with a given `(cos, sin)` row (from [`RopeTable::shift_row`]).
+    pub fn apply_neox_row(
+        &self,
+        isa: Isa,
+        x: &mut [f32],
+        head_dim: usize,
+        n_heads: usize,
+        (c, s): (&[f32], &[f32]),
+    ) {
+        self.check(x, head_dim, n_heads, 0);
+        assert!(
+            c.len() == self.rope_dim / 2 && s.len() == c.len(),
+            "rope: row size"
+        );
+        dispatch!(isa, rope_neox(x, head_dim, n_heads, self.rope_dim, c, s))
+    }
+
+    /// [`RopeTable::apply_normal`] with a given `(cos, sin)` row.
+    pub fn apply_normal_row(
+        &self,
+        isa: Isa,
+        x: &mut [f32],
+        head_dim: usize,
+        n_heads: usize,
+        (c, s): (&[f32], &[f32]),
+    ) {
+        self.check(x, head_dim, n_heads, 0);
+        assert!(
+            c.len() == self.rope_dim / 2 && s.len() == c.len(),
+            "rope: row size"
+        );
+        dispatch!(isa, rope_normal(x, head_dim, n_heads, self.rope_dim, c, s))
     }
 
     /// GPT-J / "normal" RoPE: adjacent pairs `(2i, 2i + 1)`.

@@ -349,6 +349,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
                     }
                 }
                 Event::Error { seq, error } => failure = Some(format!("{seq}: {error}")),
+                Event::Token { .. } => {}
             })
             .context("generating")?;
         if let Some(f) = failure {

@@ -9,5 +9,7 @@ pub mod inspect;
 pub mod limits;
 pub mod logits;
 pub mod perplexity;
+pub mod perplexity_window;
 pub mod prompt;
+pub mod serve;
 pub mod tokenize;

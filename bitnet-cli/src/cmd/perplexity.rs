@@ -43,6 +43,13 @@ pub struct Args {
     /// With --kl-divergence-base: keep only the K most likely tokens per position (0 = all).
     #[arg(long, default_value_t = 0)]
     pub kl_top_k: usize,
+    /// Read the whole text as one stream through a bounded cache: this many most recent
+    /// tokens (plus --kv-sinks), moving the window as it fills (StreamingLLM).
+    #[arg(long, value_name = "W", conflicts_with_all = ["kl_divergence_base", "chunks"])]
+    pub kv_window: Option<usize>,
+    /// With --kv-window: the first N tokens always stay (attention sinks).
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "kv_window")]
+    pub kv_sinks: usize,
     #[command(flatten)]
     pub model_args: ModelArgs,
 }
@@ -134,6 +141,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     engine_opts.n_ctx = n_ctx;
     let tokens = tok.encode(&text, true, false);
+    if let Some(window) = args.kv_window {
+        return run_windowed(&model, &engine_opts, &tokens, args.kv_sinks, window);
+    }
     let available = tokens.len() / n_ctx;
     if available == 0 {
         bail!(
@@ -363,6 +373,39 @@ fn kl_of(base: &[(u32, f32)], row: &[f32], lse: f64) -> (f64, u32) {
         }
     }
     (d.max(0.0), top.0)
+}
+
+/// `--kv-window`: see [`super::perplexity_window`].
+fn run_windowed(
+    model: &std::sync::Arc<bitnet_core::model::Model>,
+    opts: &bitnet_core::model::EngineOptions,
+    tokens: &[u32],
+    sinks: usize,
+    window: usize,
+) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let r = super::perplexity_window::run(model, opts, tokens, sinks, window, log_norm)?;
+    let mut nll = Nll {
+        sum: r.nll_sum,
+        sum2: r.nll_sum2,
+        n: r.scored,
+    };
+    nll.n = nll.n.max(1);
+    note!(
+        "{} tokens read through a window of {window} + {sinks} sinks: {} moves, at most {} of {} blocks held, {:.1} s",
+        tokens.len(),
+        r.shifts,
+        r.most_blocks,
+        r.n_blocks,
+        t0.elapsed().as_secs_f64()
+    );
+    println!(
+        "Final estimate: PPL = {:.4} +/- {:.5} ({} tokens scored, window {window}, sinks {sinks})",
+        nll.ppl(),
+        nll.ppl_err(),
+        r.scored
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -494,6 +494,17 @@ impl KvPool {
         Some(nb)
     }
 
+    /// Like [`KvPool::make_writable`], for a sequence about to overwrite rows it already
+    /// holds (a shift): a block it holds alone is taken out of the prefix cache and kept
+    /// rather than copied, since the cached text will not be there any more.
+    pub fn make_exclusive(&mut self, b: u32, n_rows: usize) -> Option<u32> {
+        if self.meta[b as usize].refs == 1 {
+            self.unregister(b);
+            return Some(b);
+        }
+        self.make_writable(b, n_rows)
+    }
+
     fn key(&self, parent: u64, tokens: &[u32]) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write_u64(parent);

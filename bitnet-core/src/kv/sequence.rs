@@ -11,6 +11,9 @@ pub struct Sequence {
     pub(crate) blocks: Vec<u32>,
     /// Prefix-cache node of each full block (the parent of the next block's entry).
     pub(crate) nodes: Vec<u64>,
+    /// Positions removed from the middle by [`crate::model::Engine::shift`]: the rows no
+    /// longer hold a prefix of the token text, so none of them joins the prefix cache.
+    pub(crate) shifted: usize,
 }
 
 impl Sequence {
@@ -26,6 +29,11 @@ impl Sequence {
 
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
+    }
+
+    /// Positions removed from the middle of this sequence so far (context shift, window).
+    pub fn shifted(&self) -> usize {
+        self.shifted
     }
 
     /// The block table.

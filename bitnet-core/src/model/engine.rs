@@ -18,6 +18,7 @@ use super::Model;
 use super::linear::{bit_words, padded};
 use super::par::Bufs;
 use super::profile::{OpKind, Profile, SubTimer};
+use crate::config::RopeStyle;
 use crate::error::CoreError;
 use crate::kv::pool::ROOT_NODE;
 use crate::kv::{KvPool, KvType, PoolStats, Sequence};
@@ -406,6 +407,7 @@ impl Engine {
             tokens: Vec::with_capacity(self.max_pos),
             blocks: Vec::with_capacity(max_blocks),
             nodes: Vec::with_capacity(max_blocks),
+            shifted: 0,
         });
         if let Some(index) = self.free_slots.pop() {
             let s = &mut self.slots[index as usize];
@@ -449,9 +451,14 @@ impl Engine {
     /// A new sequence holding the same positions as `src`, sharing its blocks (the first
     /// write into a shared block copies it).
     pub fn fork(&mut self, src: SeqId) -> Result<SeqId, CoreError> {
-        let (tokens, blocks, nodes) = {
+        let (tokens, blocks, nodes, shifted) = {
             let from = self.sequence(src)?;
-            (from.tokens.clone(), from.blocks.clone(), from.nodes.clone())
+            (
+                from.tokens.clone(),
+                from.blocks.clone(),
+                from.nodes.clone(),
+                from.shifted,
+            )
         };
         for &b in &blocks {
             self.kv.retain(b);
@@ -461,7 +468,39 @@ impl Engine {
         to.tokens.extend_from_slice(&tokens);
         to.blocks.extend_from_slice(&blocks);
         to.nodes.extend_from_slice(&nodes);
+        to.shifted = shifted;
         Ok(id)
+    }
+
+    /// Makes the empty sequence `dst` hold the first `n` positions of `src`, sharing its
+    /// blocks as [`Engine::fork`] does (a server's `n` answers to one prompt keep their ids).
+    pub fn share_prefix(&mut self, src: SeqId, dst: SeqId, n: usize) -> Result<(), CoreError> {
+        if !self.sequence(dst)?.is_empty() {
+            return Err(CoreError::InvalidOption {
+                option: "sequence",
+                reason: format!("sharing a prefix needs an empty sequence, {dst} holds tokens"),
+            });
+        }
+        let bt = self.kv.block_tokens();
+        let (tokens, blocks, nodes) = {
+            let from = self.sequence(src)?;
+            let n = n.min(from.tokens.len());
+            let nb = n.div_ceil(bt);
+            let nn = (n / bt).min(from.nodes.len());
+            (
+                from.tokens[..n].to_vec(),
+                from.blocks[..nb].to_vec(),
+                from.nodes[..nn].to_vec(),
+            )
+        };
+        for &b in &blocks {
+            self.kv.retain(b);
+        }
+        let to = self.sequence_mut(dst)?;
+        to.tokens.extend_from_slice(&tokens);
+        to.blocks.extend_from_slice(&blocks);
+        to.nodes.extend_from_slice(&nodes);
+        Ok(())
     }
 
     /// Ends sequence `id`: its blocks are released, and the ones holding a known prefix
@@ -475,7 +514,7 @@ impl Engine {
             .as_ref()
             .ok_or_else(|| Self::bad_seq(id))?;
         let n_full = seq.tokens.len() / bt;
-        if n_full < seq.blocks.len() && !seq.tokens.is_empty() {
+        if n_full < seq.blocks.len() && !seq.tokens.is_empty() && seq.shifted == 0 {
             // Keep the partial block's rows findable too (the next chat turn or request
             // with the same text reuses them).
             let b = seq.blocks[n_full];
@@ -514,6 +553,106 @@ impl Engine {
         for b in dropped {
             self.kv.release(b);
         }
+        Ok(())
+    }
+
+    /// Removes positions `keep..keep + discard` of sequence `id`: the positions after them
+    /// move down by `discard`, their keys re-rotated to their new positions (RoPE rotations
+    /// compose, so this equals having evaluated them there), and blocks no longer needed go
+    /// back to the pool. The model then sees one contiguous context of the first `keep`
+    /// tokens and the rest, which is what llama.cpp's context shift and StreamingLLM's
+    /// window with attention sinks do. Each move rounds the moved rows to the cache's
+    /// format once, so callers discard in large chunks rather than token by token. The
+    /// sequence leaves the prefix cache for good: its rows no longer hold a prefix of text.
+    pub fn shift(&mut self, id: SeqId, keep: usize, discard: usize) -> Result<(), CoreError> {
+        let n = self.sequence(id)?.len();
+        if discard == 0 {
+            return Ok(());
+        }
+        if keep.checked_add(discard).is_none_or(|end| end > n) {
+            return Err(CoreError::InvalidOption {
+                option: "shift",
+                reason: format!(
+                    "cannot remove {discard} positions from {keep} of a sequence of {n}"
+                ),
+            });
+        }
+        let bt = self.kv.block_tokens();
+        // Every block from the first one written on must be the sequence's own.
+        for j in keep / bt..n.div_ceil(bt) {
+            let b = self.sequence(id)?.blocks[j];
+            let rows = (n - j * bt).min(bt);
+            let nb = self
+                .kv
+                .make_exclusive(b, rows)
+                .ok_or_else(|| CoreError::KvFull {
+                    needed: rows,
+                    stats: self.kv.stats(),
+                })?;
+            self.sequence_mut(id)?.blocks[j] = nb;
+        }
+        let cfg = &self.model.config;
+        let (hd, n_kv) = (cfg.head_dim, cfg.n_head_kv);
+        let style = cfg.rope;
+        let isa = self.isa;
+        let delta = -i64::try_from(discard).unwrap_or(i64::MAX);
+        let (c, s) = self.rope.shift_row(delta);
+        let blocks = self.sequence(id)?.blocks.clone();
+        let mut k = vec![0.0f32; hd * n_kv];
+        let mut v = vec![0.0f32; hd * n_kv];
+        for layer in 0..cfg.n_layer {
+            for from in keep + discard..n {
+                let to = from - discard;
+                let (fb, fs) = (blocks[from / bt], from % bt);
+                self.kv.read_row(layer, fb, fs, true, &mut k);
+                self.kv.read_row(layer, fb, fs, false, &mut v);
+                match style {
+                    RopeStyle::Neox => self.rope.apply_neox_row(isa, &mut k, hd, n_kv, (&c, &s)),
+                    RopeStyle::Normal => {
+                        self.rope.apply_normal_row(isa, &mut k, hd, n_kv, (&c, &s))
+                    }
+                }
+                self.kv.write_rows(layer, blocks[to / bt], to % bt, &k, &v);
+            }
+        }
+        let seq = self.sequence_mut(id)?;
+        seq.tokens.drain(keep..keep + discard);
+        seq.nodes.truncate(keep / bt);
+        seq.shifted += discard;
+        let want = seq.tokens.len().div_ceil(bt);
+        let dropped: Vec<u32> = seq.blocks.drain(want..).collect();
+        for b in dropped {
+            self.kv.release(b);
+        }
+        Ok(())
+    }
+
+    /// The K (or V) row of position `pos` of sequence `id` in `layer`, decoded into `out`
+    /// (`n_head_kv * head_dim` floats): for inspecting and testing what the cache holds.
+    pub fn read_kv_row(
+        &self,
+        id: SeqId,
+        layer: usize,
+        pos: usize,
+        is_k: bool,
+        out: &mut [f32],
+    ) -> Result<(), CoreError> {
+        let cfg = &self.model.config;
+        let seq = self.sequence(id)?;
+        if layer >= cfg.n_layer || pos >= seq.len() || out.len() != cfg.n_head_kv * cfg.head_dim {
+            return Err(CoreError::InvalidOption {
+                option: "read_kv_row",
+                reason: format!(
+                    "layer {layer} position {pos} (of {} layers, {} positions), {} floats",
+                    cfg.n_layer,
+                    seq.len(),
+                    out.len()
+                ),
+            });
+        }
+        let bt = self.kv.block_tokens();
+        self.kv
+            .read_row(layer, seq.blocks[pos / bt], pos % bt, is_k, out);
         Ok(())
     }
 
@@ -679,7 +818,11 @@ impl Engine {
                 .ok_or_else(|| Self::bad_seq(it.seq))?;
             let before = seq.tokens.len() / bt;
             seq.tokens.extend_from_slice(it.tokens);
-            let after = seq.tokens.len() / bt;
+            let after = if seq.shifted == 0 {
+                seq.tokens.len() / bt
+            } else {
+                before
+            };
             for j in before..after {
                 let parent = if j == 0 { ROOT_NODE } else { seq.nodes[j - 1] };
                 let node = kv.register(seq.blocks[j], parent, &seq.tokens[j * bt..(j + 1) * bt]);

@@ -56,6 +56,15 @@ pub struct Args {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+    /// Context depths, comma-separated (llama-bench's -d): each pp and tg test first fills
+    /// this many tokens of context (untimed), then measures; 0 = an empty context.
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub depth: Vec<usize>,
     /// Sequences decoded together in tg (and mixed) tests, comma-separated.
     #[arg(
         short = 'b',
@@ -179,6 +188,7 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         longest
     };
+    let longest = longest + max(&args.depth);
     for path in &args.models {
         check_model_file(path, longest)?;
     }
@@ -299,9 +309,10 @@ fn check_model_file(path: &std::path::Path, longest: usize) -> Result<()> {
 /// KV tokens the tests of `args` need at once.
 fn kv_tokens_needed(args: &Args) -> usize {
     let max = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    let depth = max(&args.depth);
     let (pp, tg, b) = (
-        max(&args.n_prompt),
-        max(&args.n_gen),
+        max(&args.n_prompt) + depth,
+        max(&args.n_gen) + depth,
         max(&args.batch).max(1),
     );
     // A sequence's blocks are its own: round each up to whole blocks of the engine.
@@ -310,7 +321,7 @@ fn kv_tokens_needed(args: &Args) -> usize {
     let pp_need = blocks(pp + 1) * bt;
     let tg_need = b * blocks(tg + 1) * bt;
     let mixed_need = if args.mixed {
-        b * blocks(pp + tg + 1) * bt
+        b * blocks(pp + tg - 2 * depth + 1) * bt
     } else {
         0
     };
@@ -381,64 +392,79 @@ fn bench_model(
             decode_tps: None,
             type_k: type_k.name().to_owned(),
             type_v: type_v.name().to_owned(),
+            n_depth: 0,
         }
     };
     let total = args.warmup + args.reps;
     let mut best_pp: Option<f64> = None;
-    for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
-        let tokens = pseudo_tokens(n, n_vocab, 1);
-        let mut samples = Vec::with_capacity(args.reps);
-        for rep in 0..total {
-            progress(&format!(
-                "{name} pp{n} t{threads} {}",
-                rep_label(rep, args.warmup, args.reps)
-            ));
-            let t = Instant::now();
-            let seqs = prefill(&mut engine, std::slice::from_ref(&tokens))?;
-            let secs = t.elapsed().as_secs_f64();
-            release(&mut engine, &seqs)?;
-            if rep >= args.warmup {
-                samples.push(n as f64 / secs);
-            }
-        }
-        let row = make_row(TestKind::Pp, n, 1, samples);
-        best_pp = Some(best_pp.map_or(row.mean_tps, |b: f64| b.max(row.mean_tps)));
-        rows.push(row);
-    }
-    for &n in args.n_gen.iter().filter(|&&n| n > 0) {
-        for &b in &args.batch {
+    for &depth in &args.depth {
+        for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
+            let tokens = pseudo_tokens(n, n_vocab, 1);
             let mut samples = Vec::with_capacity(args.reps);
             for rep in 0..total {
                 progress(&format!(
-                    "{name} tg{n} b{b} t{threads} {}",
+                    "{name} pp{n}{} t{threads} {}",
+                    depth_label(depth),
                     rep_label(rep, args.warmup, args.reps)
                 ));
-                let profiled = args.profile && rep + 1 == total;
-                engine.set_profiling(profiled);
-                let seqs: Vec<SeqId> = (0..b).map(|_| engine.new_sequence()).collect();
+                let seqs = vec![engine.new_sequence()];
+                fill_depth(&mut engine, &seqs, depth, n_vocab)?;
                 let t = Instant::now();
-                decode(&mut engine, &seqs, n, n_vocab)?;
+                prefill_into(&mut engine, &seqs, std::slice::from_ref(&tokens))?;
                 let secs = t.elapsed().as_secs_f64();
                 release(&mut engine, &seqs)?;
                 if rep >= args.warmup {
-                    samples.push((b * n) as f64 / secs);
-                }
-                if profiled {
-                    clear_progress();
-                    let mut err = io::stderr().lock();
-                    writeln!(
-                        err,
-                        "profile of {name} tg{n} b{b}, {threads} threads (last repetition):"
-                    )?;
-                    profile_table::write_profile(&mut err, engine.profile(), n)?;
-                    engine.set_profiling(false);
+                    samples.push(n as f64 / secs);
                 }
             }
-            let mut row = make_row(TestKind::Tg, n, b, samples);
-            if b > 1 {
-                row.pp_share = best_pp.map(|pp| row.mean_tps / pp);
+            let mut row = make_row(TestKind::Pp, n, 1, samples);
+            row.n_depth = depth;
+            if depth == 0 {
+                best_pp = Some(best_pp.map_or(row.mean_tps, |b: f64| b.max(row.mean_tps)));
             }
             rows.push(row);
+        }
+    }
+    for &depth in &args.depth {
+        for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+            for &b in &args.batch {
+                let mut samples = Vec::with_capacity(args.reps);
+                for rep in 0..total {
+                    progress(&format!(
+                        "{name} tg{n}{} b{b} t{threads} {}",
+                        depth_label(depth),
+                        rep_label(rep, args.warmup, args.reps)
+                    ));
+                    let profiled = args.profile && rep + 1 == total;
+                    let seqs: Vec<SeqId> = (0..b).map(|_| engine.new_sequence()).collect();
+                    fill_depth(&mut engine, &seqs, depth, n_vocab)?;
+                    engine.set_profiling(profiled);
+                    let t = Instant::now();
+                    decode(&mut engine, &seqs, n, n_vocab)?;
+                    let secs = t.elapsed().as_secs_f64();
+                    release(&mut engine, &seqs)?;
+                    if rep >= args.warmup {
+                        samples.push((b * n) as f64 / secs);
+                    }
+                    if profiled {
+                        clear_progress();
+                        let mut err = io::stderr().lock();
+                        writeln!(
+                            err,
+                            "profile of {name} tg{n}{} b{b}, {threads} threads (last repetition):",
+                            depth_label(depth)
+                        )?;
+                        profile_table::write_profile(&mut err, engine.profile(), n)?;
+                        engine.set_profiling(false);
+                    }
+                }
+                let mut row = make_row(TestKind::Tg, n, b, samples);
+                row.n_depth = depth;
+                if b > 1 && depth == 0 {
+                    row.pp_share = best_pp.map(|pp| row.mean_tps / pp);
+                }
+                rows.push(row);
+            }
         }
     }
     if args.mixed {
@@ -484,6 +510,34 @@ fn bench_model(
 /// each forward pass as the scheduler does; the last token of each prompt gets logits.
 fn prefill(engine: &mut Engine, prompts: &[Vec<u32>]) -> Result<Vec<SeqId>> {
     let seqs: Vec<SeqId> = prompts.iter().map(|_| engine.new_sequence()).collect();
+    prefill_into(engine, &seqs, prompts)?;
+    Ok(seqs)
+}
+
+/// Fills each of `seqs` with `depth` tokens of context (distinct per sequence, so none
+/// reuses another's blocks), untimed.
+fn fill_depth(engine: &mut Engine, seqs: &[SeqId], depth: usize, n_vocab: u32) -> Result<()> {
+    if depth == 0 {
+        return Ok(());
+    }
+    let prompts: Vec<Vec<u32>> = (0..seqs.len())
+        .map(|i| pseudo_tokens(depth, n_vocab, 1000 + i as u64))
+        .collect();
+    prefill_into(engine, seqs, &prompts).context("filling the context depth")
+}
+
+/// " @ d4096" for a depth, as llama-bench labels it; nothing for 0.
+fn depth_label(depth: usize) -> String {
+    if depth == 0 {
+        String::new()
+    } else {
+        format!(" @ d{depth}")
+    }
+}
+
+/// Evaluates `prompts[i]` on `seqs[i]` (after what they hold), every sequence's chunks
+/// packed into passes of at most the engine's batch.
+fn prefill_into(engine: &mut Engine, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Result<()> {
     let mut fed = vec![0usize; prompts.len()];
     let budget = engine.max_batch();
     while fed.iter().zip(prompts).any(|(&f, p)| f < p.len()) {
@@ -527,7 +581,7 @@ fn prefill(engine: &mut Engine, prompts: &[Vec<u32>]) -> Result<Vec<SeqId>> {
             fed[i] += n;
         }
     }
-    Ok(seqs)
+    Ok(())
 }
 
 /// Decodes `n` tokens on each of `seqs` together: one forward pass per step with one

@@ -60,6 +60,9 @@ pub struct BenchRow {
     pub type_k: String,
     #[serde(default = "f16_name")]
     pub type_v: String,
+    /// Tokens of context filled before the test (llama-bench's `-d`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub n_depth: usize,
 }
 
 /// The default KV cache type (reports written before the K/V type options).
@@ -67,13 +70,22 @@ fn f16_name() -> String {
     "f16".into()
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 impl BenchRow {
     /// `pp512` / `tg128`, as llama-bench names tests.
     pub fn test_name(&self) -> String {
-        match self.test {
+        let name = match self.test {
             TestKind::Pp => format!("pp{}", self.n_tokens),
             TestKind::Tg => format!("tg{}", self.n_tokens),
             TestKind::Mixed => format!("pp{}+tg{}", self.n_prompt.unwrap_or(0), self.n_tokens),
+        };
+        if self.n_depth > 0 {
+            format!("{name} @ d{}", self.n_depth)
+        } else {
+            name
         }
     }
 
@@ -321,6 +333,7 @@ pub(crate) mod tests {
             decode_tps: None,
             type_k: "f16".into(),
             type_v: "f16".into(),
+            n_depth: 0,
         }
     }
 

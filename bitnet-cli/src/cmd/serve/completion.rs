@@ -1,0 +1,124 @@
+//! One generation request from the handlers' side, for both APIs: the context checks,
+//! a place in the queue, the job handed to the engine thread, then the answer collected
+//! whole or streamed (see `sse.rs`). Dropping the receiving end (client gone, timeout)
+//! cancels the request's sequences on the engine thread.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc;
+
+use super::error::{ApiError, ApiResult};
+use super::request::{Api, GenRequest};
+use super::response::{Choice, Head};
+use super::sse;
+use super::state::AppState;
+use super::worker::{Command, Job, Out};
+
+/// Runs `req` on `prompt` and answers it; `prompt_param` names the field a too-long prompt
+/// is blamed on.
+pub async fn complete(
+    state: Arc<AppState>,
+    api: Api,
+    prompt: Vec<u32>,
+    mut req: GenRequest,
+    prompt_param: &'static str,
+) -> ApiResult<Response> {
+    let loaded = state.ready()?;
+    let n_ctx = loaded.max_seq_len;
+    if prompt.len() >= n_ctx {
+        return Err(ApiError::context_exceeded(
+            format!(
+                "the prompt is {} tokens, the context holds {n_ctx}: no room to generate",
+                prompt.len()
+            ),
+            prompt_param,
+        ));
+    }
+    let room = n_ctx - prompt.len();
+    match req.max_tokens {
+        Some(m) if m > room => {
+            return Err(ApiError::context_exceeded(
+                format!(
+                    "this model's context is {n_ctx} tokens; you asked for {} ({} in the prompt, \
+                     {m} to generate)",
+                    prompt.len() + m,
+                    prompt.len()
+                ),
+                "max_tokens",
+            ));
+        }
+        Some(_) => {}
+        None => req.params.max_tokens = req.params.max_tokens.min(room),
+    }
+    let guard = state.admit()?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let job = Job {
+        prompt: prompt.clone(),
+        params: req.params.clone(),
+        n: req.n,
+        logprobs: req.logprobs,
+        out: tx,
+    };
+    state
+        .commands
+        .send(Command::Submit(job))
+        .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
+    let head = Head::new(api, &state.config.model_name);
+    if req.stream {
+        return Ok(sse::stream(
+            state.clone(),
+            guard,
+            head,
+            rx,
+            req.n,
+            req.include_usage,
+            prompt.len(),
+        )
+        .into_response());
+    }
+    let timeout = state.config.timeout;
+    let choices = tokio::time::timeout(timeout, collect(rx, req.n, req.logprobs.is_some()))
+        .await
+        .map_err(|_| ApiError::timeout(timeout.as_secs()))?;
+    drop(guard);
+    if let Some(e) = choices.iter().find_map(|c| c.error.as_ref()) {
+        return Err(ApiError::internal(format!("generation failed: {e}")));
+    }
+    let tok = loaded.tokenizer()?;
+    Ok(Json(head.full(prompt.len(), &choices, tok)).into_response())
+}
+
+/// Every answer's text, tokens and figures, until each has ended.
+async fn collect(mut rx: mpsc::UnboundedReceiver<Out>, n: usize, logprobs: bool) -> Vec<Choice> {
+    let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
+    let mut open = n;
+    while open > 0 {
+        let Some(out) = rx.recv().await else { break };
+        match out {
+            Out::Token {
+                index,
+                token,
+                logprobs: Some(lp),
+            } if logprobs => choices[index].logprobs.push((token, lp)),
+            Out::Token { .. } => {}
+            Out::Text { index, text } => choices[index].text.push_str(&text),
+            Out::Done { index, stats } => {
+                choices[index].stats = Some(stats);
+                open -= 1;
+            }
+            Out::Error { index, message } => {
+                choices[index].error = Some(message);
+                open -= 1;
+            }
+        }
+    }
+    if open > 0 {
+        for c in choices.iter_mut().filter(|c| c.stats.is_none()) {
+            c.error
+                .get_or_insert_with(|| "the engine stopped".to_owned());
+        }
+    }
+    choices
+}

@@ -1,0 +1,139 @@
+//! Errors as OpenAI's API shapes them: `{"error": {"message", "type", "param", "code"}}`
+//! with the matching HTTP status, so clients written for OpenAI report them sensibly. A
+//! full queue also says when to come back (`Retry-After`).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's `type`: `invalid_request_error`, `authentication_error`, ...
+    pub kind: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+    /// Seconds for `Retry-After` (503s).
+    pub retry_after: Option<u64>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    /// A request the client got wrong (400).
+    pub fn invalid(message: impl Into<String>, param: Option<&str>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: param.map(str::to_owned),
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// A request field of the wrong type or value.
+    pub fn bad_field(param: &str, expected: &str) -> ApiError {
+        let mut e = ApiError::invalid(format!("'{param}' must be {expected}"), Some(param));
+        e.code = Some("invalid_value");
+        e
+    }
+
+    pub fn context_exceeded(message: String, param: &str) -> ApiError {
+        let mut e = ApiError::invalid(message, Some(param));
+        e.code = Some("context_length_exceeded");
+        e
+    }
+
+    pub fn unauthorized() -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "invalid or missing API key (send `Authorization: Bearer KEY`)".into(),
+            kind: "authentication_error",
+            param: None,
+            code: Some("invalid_api_key"),
+            retry_after: None,
+        }
+    }
+
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!("the request body is over the limit of {limit} bytes"),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_too_large"),
+            retry_after: None,
+        }
+    }
+
+    /// 503: the model is loading, the queue is full, or the server is shutting down.
+    pub fn unavailable(message: impl Into<String>, retry_after: Option<u64>) -> ApiError {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "unavailable_error",
+            param: None,
+            code: Some("unavailable"),
+            retry_after,
+        }
+    }
+
+    pub fn timeout(secs: u64) -> ApiError {
+        ApiError {
+            status: StatusCode::GATEWAY_TIMEOUT,
+            message: format!("the request took longer than the server's --timeout of {secs}s"),
+            kind: "timeout_error",
+            param: None,
+            code: Some("timeout"),
+            retry_after: None,
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn not_found(path: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("no route {path}"),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("not_found"),
+            retry_after: None,
+        }
+    }
+
+    /// The JSON body (also sent as an SSE event when a stream fails midway).
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}

@@ -1,0 +1,246 @@
+//! `bitnet serve -m MODEL.gguf`: an OpenAI-compatible HTTP server (chat and text
+//! completions, streamed or whole, models, health, Prometheus metrics, tokenize) over the
+//! multi-sequence engine, with continuous batching. Flags follow llama.cpp's server.
+//!
+//! The HTTP side runs on tokio; the model runs on one engine thread of its own (see
+//! `worker.rs`), so the async runtime never blocks on model work. The listener is bound
+//! first, so `/health` answers 503 while the model loads and warms up. SIGINT or SIGTERM
+//! stops accepting, lets requests in flight finish until `--shutdown-timeout`, cancels the
+//! rest, and exits 0.
+
+mod completion;
+mod error;
+mod metrics;
+mod request;
+mod response;
+mod routes;
+mod sse;
+mod state;
+mod worker;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use axum::serve::ListenerExt;
+use bitnet_core::chat::ChatTemplate;
+use bitnet_core::model::Engine;
+use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
+
+use super::common::{ModelArgs, load_model};
+use super::limits::check_context;
+use crate::output::note;
+use state::{AppState, Config, Loaded, Shared};
+use worker::Command;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[arg(short = 'm', long)]
+    pub model: PathBuf,
+    /// Address to listen on; loopback unless you mean to serve other machines.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Requests decoded together (llama.cpp's -np); -c is shared by all of them.
+    #[arg(long = "parallel", visible_alias = "np", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub parallel: u32,
+    /// Requests that may wait for a place beyond --parallel; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Require `Authorization: Bearer KEY` on every route but /health.
+    #[arg(long, conflicts_with = "api_key_file")]
+    pub api_key: Option<String>,
+    /// Read the API key from the first line of this file.
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Seconds a request may take before it is cancelled (504, or an error event when
+    /// streaming).
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Request bodies larger than this many bytes get 413.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Tokens to generate when a request gives no max_tokens (cut to the context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    pub n_predict: usize,
+    /// Model name in /v1/models and answers (default: the file name).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Chat template: a built-in name or a Jinja file (default: the file's own, else plain).
+    #[arg(long)]
+    pub chat_template: Option<String>,
+    /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are
+    /// cancelled.
+    #[arg(long, default_value_t = 10)]
+    pub shutdown_timeout: u64,
+    /// Sleep this many milliseconds after every engine step: makes a tiny test model as
+    /// slow as a big one (tests of queueing and disconnects).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub step_delay_ms: u64,
+    #[command(flatten)]
+    pub model_args: ModelArgs,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let api_key = match (&args.api_key, &args.api_key_file) {
+        (Some(k), _) => Some(k.trim().to_owned()),
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading the API key file {}", f.display()))?;
+            let key = text.lines().next().unwrap_or("").trim().to_owned();
+            if key.is_empty() {
+                bail!("the API key file {} is empty", f.display());
+            }
+            Some(key)
+        }
+        (None, None) => None,
+    };
+    if api_key.as_deref() == Some("") {
+        bail!("--api-key is empty");
+    }
+    let model_name = args.alias.clone().unwrap_or_else(|| {
+        args.model
+            .file_stem()
+            .map_or_else(|| "model".to_owned(), |s| s.to_string_lossy().into_owned())
+    });
+    let config = Config {
+        api_key,
+        model_name,
+        timeout: Duration::from_secs(args.timeout.max(1)),
+        parallel: args.parallel as usize,
+        queue: args.queue,
+        max_body: args.max_body_bytes,
+        n_predict: args.n_predict,
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(args, config))
+}
+
+async fn serve(args: Args, config: Config) -> Result<()> {
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let local = listener.local_addr().context("reading the bound address")?;
+    // Scripts and tests read this line to find the port.
+    println!("listening on http://{local}");
+    let _ = std::io::stdout().flush();
+
+    let shared = Arc::new(Shared::default());
+    let (cmd_tx, cmd_rx) = std::sync::mpsc::channel::<Command>();
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let engine_thread = {
+        let shared = shared.clone();
+        let parallel = config.parallel;
+        std::thread::Builder::new()
+            .name("bitnet-engine".into())
+            .spawn(move || match start_engine(&args, parallel, &shared) {
+                Ok(sched) => {
+                    let delay = Duration::from_millis(args.step_delay_ms);
+                    worker::run(sched, cmd_rx, shared, delay);
+                }
+                Err(e) => {
+                    let _ = fail_tx.send(e);
+                }
+            })
+            .context("starting the engine thread")?
+    };
+
+    let state = Arc::new(AppState::new(shared, cmd_tx, config));
+    let app = routes::router(state.clone());
+    let shutdown = {
+        let state = state.clone();
+        async move {
+            shutdown_signal().await;
+            note!("shutting down: no new requests; waiting for those in flight");
+            state.shutting_down.store(true, SeqCst);
+            let deadline = state.config.shutdown_timeout;
+            let cancel = state.commands.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(deadline).await;
+                note!("shutdown deadline passed: cancelling the requests left");
+                let _ = cancel.send(Command::CancelAll);
+            });
+        }
+    };
+    // Tokens go out as small writes: without TCP_NODELAY, Nagle's algorithm holds each one
+    // back until the previous one is acknowledged (40 ms behind a proxy).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    tokio::select! {
+        r = server => r.context("serving HTTP")?,
+        Ok(e) = fail_rx => return Err(e),
+    }
+    // The deadline task may still hold a sender: say so instead of waiting for it.
+    let _ = state.commands.send(Command::Exit);
+    drop(state);
+    let _ = tokio::task::spawn_blocking(move || engine_thread.join()).await;
+    note!("stopped");
+    Ok(())
+}
+
+/// Loads the model, makes the engine and warms it up, publishing readiness on the way.
+fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Scheduler> {
+    let opts = args.model_args.load_options()?;
+    let engine_opts = args.model_args.engine_options();
+    let model = load_model(&args.model, &opts)?;
+    if model.tokenizer().is_none() {
+        bail!("the model file has no tokenizer (tokenizer.ggml.* keys)");
+    }
+    check_context(&model, &engine_opts)?;
+    let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
+        .context("choosing the chat template")?;
+    let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    let max_seq_len = engine.max_seq_len();
+    let mut sched = Scheduler::new(
+        engine,
+        SchedulerOptions {
+            max_running: parallel,
+        },
+    );
+    let _ = shared.model.set(Loaded {
+        model,
+        max_seq_len,
+        template,
+    });
+    worker::warm_up(&mut sched, Duration::from_millis(args.step_delay_ms)).context("warming up")?;
+    shared.ready.store(true, SeqCst);
+    note!(
+        "ready: context {max_seq_len} tokens shared by up to {parallel} sequences, {} threads",
+        sched.engine().threads()
+    );
+    Ok(sched)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

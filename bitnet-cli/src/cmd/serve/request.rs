@@ -1,0 +1,347 @@
+//! Reading an OpenAI request body: bytes to UTF-8 to JSON, then each known field with its
+//! type checked, so every fault is a 400 that names the field. Unknown fields are ignored,
+//! as OpenAI's and llama.cpp's servers do. Sampling defaults are llama.cpp's.
+
+use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::scheduler::GenParams;
+use bitnet_core::tokenizer::Tokenizer;
+use serde_json::{Map, Value};
+
+use super::error::{ApiError, ApiResult};
+
+/// The most answers one request may ask for (each is a sequence).
+const MAX_N: u64 = 16;
+/// Stop strings per request at most.
+const MAX_STOP: usize = 16;
+/// OpenAI's limits on alternatives per token.
+const MAX_TOP_LOGPROBS_CHAT: u64 = 20;
+const MAX_LOGPROBS_COMPLETION: u64 = 5;
+
+/// Which API a request came through (the `logprobs` fields differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Completion,
+}
+
+/// The generation settings of a request (the prompt is read separately).
+#[derive(Debug)]
+pub struct GenRequest {
+    pub params: GenParams,
+    /// `max_tokens` as asked (None: the server's default, cut to the context).
+    pub max_tokens: Option<usize>,
+    pub n: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Log probabilities with this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// The body as a JSON object: 400 for bytes that are not UTF-8, text that is not JSON, or
+/// JSON that is not an object.
+pub fn parse_body(body: &[u8]) -> ApiResult<Map<String, Value>> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ApiError::invalid(
+            format!(
+                "the request body is not valid UTF-8 (byte {})",
+                e.valid_up_to()
+            ),
+            None,
+        )
+    })?;
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::invalid(
+            "the request body must be a JSON object",
+            None,
+        )),
+        Err(e) => Err(ApiError::invalid(
+            format!("the request body is not valid JSON: {e}"),
+            None,
+        )),
+    }
+}
+
+/// A field, with `null` the same as absent.
+fn field<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    obj.get(name).filter(|v| !v.is_null())
+}
+
+fn get_f32(obj: &Map<String, Value>, name: &str) -> ApiResult<Option<f32>> {
+    field(obj, name)
+        .map(|v| {
+            v.as_f64()
+                .map(|x| x as f32)
+                .ok_or_else(|| ApiError::bad_field(name, "a number"))
+        })
+        .transpose()
+}
+
+fn get_u64(obj: &Map<String, Value>, name: &str) -> ApiResult<Option<u64>> {
+    field(obj, name)
+        .map(|v| {
+            v.as_u64()
+                .ok_or_else(|| ApiError::bad_field(name, "a non-negative integer"))
+        })
+        .transpose()
+}
+
+fn get_bool(obj: &Map<String, Value>, name: &str) -> ApiResult<Option<bool>> {
+    field(obj, name)
+        .map(|v| {
+            v.as_bool()
+                .ok_or_else(|| ApiError::bad_field(name, "true or false"))
+        })
+        .transpose()
+}
+
+/// Reads the generation fields common to both APIs. `n_predict` is the server's default
+/// for `max_tokens`; `seed` is used when the request names none.
+pub fn gen_request(
+    obj: &Map<String, Value>,
+    api: Api,
+    n_vocab: usize,
+    n_predict: usize,
+    seed: u64,
+) -> ApiResult<GenRequest> {
+    let max_tokens = match get_u64(obj, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => get_u64(obj, "max_tokens")?,
+    };
+    let max_tokens = max_tokens.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    let n = get_u64(obj, "n")?.unwrap_or(1);
+    if !(1..=MAX_N).contains(&n) {
+        return Err(ApiError::bad_field("n", &format!("between 1 and {MAX_N}")));
+    }
+    let seed = match field(obj, "seed") {
+        None => seed,
+        // -1 asks for a random seed, as in llama.cpp.
+        Some(v) if v.as_i64() == Some(-1) => seed,
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| ApiError::bad_field("seed", "an integer"))?,
+    };
+    let mut sampler = SamplerConfig {
+        temperature: get_f32(obj, "temperature")?.unwrap_or(0.8),
+        top_k: get_u64(obj, "top_k")?.map_or(40, |k| k as usize),
+        top_p: get_f32(obj, "top_p")?.unwrap_or(0.95),
+        min_p: get_f32(obj, "min_p")?.unwrap_or(0.05),
+        repeat_penalty: get_f32(obj, "repeat_penalty")?.unwrap_or(1.0),
+        repeat_last_n: get_u64(obj, "repeat_last_n")?.map_or(64, |k| k as usize),
+        frequency_penalty: get_f32(obj, "frequency_penalty")?.unwrap_or(0.0),
+        presence_penalty: get_f32(obj, "presence_penalty")?.unwrap_or(0.0),
+        seed,
+        logit_bias: logit_bias(obj, n_vocab)?,
+    };
+    if !(-2.0..=2.0).contains(&sampler.frequency_penalty) {
+        return Err(ApiError::bad_field("frequency_penalty", "between -2 and 2"));
+    }
+    if !(-2.0..=2.0).contains(&sampler.presence_penalty) {
+        return Err(ApiError::bad_field("presence_penalty", "between -2 and 2"));
+    }
+    if sampler.temperature < 0.0 {
+        // llama.cpp: a negative temperature means greedy.
+        sampler.temperature = 0.0;
+    }
+    sampler.validate(n_vocab).map_err(|e| {
+        let mut err = ApiError::invalid(e.to_string(), None);
+        err.code = Some("invalid_value");
+        err
+    })?;
+    let ignore_eos = get_bool(obj, "ignore_eos")?.unwrap_or(false);
+    let stream = get_bool(obj, "stream")?.unwrap_or(false);
+    let include_usage = match field(obj, "stream_options") {
+        None => false,
+        Some(Value::Object(o)) => get_bool(o, "include_usage")
+            .map_err(|_| ApiError::bad_field("stream_options.include_usage", "true or false"))?
+            .unwrap_or(false),
+        Some(_) => return Err(ApiError::bad_field("stream_options", "an object")),
+    };
+    if let Some(u) = field(obj, "user")
+        && !u.is_string()
+    {
+        return Err(ApiError::bad_field("user", "a string"));
+    }
+    let logprobs = match api {
+        Api::Chat => match get_bool(obj, "logprobs")? {
+            Some(true) => {
+                let k = get_u64(obj, "top_logprobs")?.unwrap_or(0);
+                if k > MAX_TOP_LOGPROBS_CHAT {
+                    return Err(ApiError::bad_field(
+                        "top_logprobs",
+                        &format!("between 0 and {MAX_TOP_LOGPROBS_CHAT}"),
+                    ));
+                }
+                Some(k as usize)
+            }
+            _ => None,
+        },
+        Api::Completion => match get_u64(obj, "logprobs")? {
+            Some(k) if k > MAX_LOGPROBS_COMPLETION => {
+                return Err(ApiError::bad_field(
+                    "logprobs",
+                    &format!("between 0 and {MAX_LOGPROBS_COMPLETION}"),
+                ));
+            }
+            Some(k) => Some(k as usize),
+            None => None,
+        },
+    };
+    Ok(GenRequest {
+        params: GenParams {
+            max_tokens: max_tokens.unwrap_or(n_predict),
+            sampler,
+            stop: stop_strings(obj)?,
+            ignore_eos,
+            keep: false,
+        },
+        max_tokens,
+        n: n as usize,
+        stream,
+        include_usage: stream && include_usage,
+        logprobs,
+    })
+}
+
+/// `stop`: a string or a list of strings.
+fn stop_strings(obj: &Map<String, Value>) -> ApiResult<Vec<String>> {
+    let bad = || ApiError::bad_field("stop", "a string or a list of strings");
+    let stops = match field(obj, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(bad))
+            .collect::<ApiResult<_>>()?,
+        Some(_) => return Err(bad()),
+    };
+    if stops.len() > MAX_STOP {
+        return Err(ApiError::bad_field(
+            "stop",
+            &format!("at most {MAX_STOP} strings"),
+        ));
+    }
+    Ok(stops.into_iter().filter(|s| !s.is_empty()).collect())
+}
+
+/// `logit_bias`: `{"token id": bias}` as OpenAI sends it.
+fn logit_bias(obj: &Map<String, Value>, n_vocab: usize) -> ApiResult<Vec<(u32, f32)>> {
+    let bad = || ApiError::bad_field("logit_bias", "an object of token ids to numbers");
+    let Some(v) = field(obj, "logit_bias") else {
+        return Ok(Vec::new());
+    };
+    let Value::Object(m) = v else {
+        return Err(bad());
+    };
+    m.iter()
+        .map(|(k, v)| {
+            let id: u32 = k.trim().parse().map_err(|_| bad())?;
+            if id as usize >= n_vocab {
+                return Err(ApiError::bad_field(
+                    "logit_bias",
+                    &format!("keyed by token ids below {n_vocab}"),
+                ));
+            }
+            let b = v.as_f64().ok_or_else(bad)? as f32;
+            Ok((id, b))
+        })
+        .collect()
+}
+
+/// The prompt of a completion: a string, a list of one string, or a list of token ids.
+pub fn completion_prompt(obj: &Map<String, Value>, tok: &Tokenizer) -> ApiResult<Vec<u32>> {
+    let bad = || ApiError::bad_field("prompt", "a string, or a list of token ids");
+    let tokens = match obj.get("prompt") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("'prompt' is required", Some("prompt")));
+        }
+        Some(Value::String(s)) => encode(tok, s)?,
+        Some(Value::Array(a)) => match a.as_slice() {
+            [Value::String(s)] => encode(tok, s)?,
+            [_, ..] if a.iter().all(Value::is_string) => {
+                return Err(ApiError::invalid(
+                    "one prompt per request: send the prompts as separate requests",
+                    Some("prompt"),
+                ));
+            }
+            _ => {
+                let ids = a
+                    .iter()
+                    .map(|v| {
+                        v.as_u64()
+                            .and_then(|x| u32::try_from(x).ok())
+                            .ok_or_else(bad)
+                    })
+                    .collect::<ApiResult<Vec<u32>>>()?;
+                if let Some(&t) = ids.iter().find(|&&t| t as usize >= tok.n_vocab()) {
+                    return Err(ApiError::bad_field(
+                        "prompt",
+                        &format!("token ids below {} (got {t})", tok.n_vocab()),
+                    ));
+                }
+                ids
+            }
+        },
+        Some(_) => return Err(bad()),
+    };
+    if tokens.is_empty() {
+        return Err(ApiError::invalid("the prompt is empty", Some("prompt")));
+    }
+    Ok(tokens)
+}
+
+fn encode(tok: &Tokenizer, text: &str) -> ApiResult<Vec<u32>> {
+    if text.is_empty() {
+        return Err(ApiError::invalid("the prompt is empty", Some("prompt")));
+    }
+    Ok(tok.encode(text, true, false))
+}
+
+/// The messages of a chat request: `role` and `content` (a string, or a list of text
+/// parts).
+pub fn chat_messages(obj: &Map<String, Value>) -> ApiResult<Vec<(String, String)>> {
+    let list = match obj.get("messages") {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid(
+                "'messages' is required",
+                Some("messages"),
+            ));
+        }
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(ApiError::bad_field("messages", "a list of messages")),
+    };
+    if list.is_empty() {
+        return Err(ApiError::invalid(
+            "'messages' must hold at least one message",
+            Some("messages"),
+        ));
+    }
+    list.iter()
+        .map(|m| {
+            let bad = || {
+                ApiError::bad_field(
+                    "messages",
+                    "a list of {\"role\": string, \"content\": string or text parts}",
+                )
+            };
+            let m = m.as_object().ok_or_else(bad)?;
+            let role = m.get("role").and_then(Value::as_str).ok_or_else(bad)?;
+            let content = match m.get("content") {
+                None | Some(Value::Null) => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .map(|p| {
+                        p.get("text")
+                            .and_then(Value::as_str)
+                            .ok_or_else(bad)
+                            .map(str::to_owned)
+                    })
+                    .collect::<ApiResult<Vec<_>>>()?
+                    .concat(),
+                Some(_) => return Err(bad()),
+            };
+            Ok((role.to_owned(), content))
+        })
+        .collect()
+}

@@ -1,0 +1,240 @@
+//! The HTTP routes and what guards them: the API key (every route but `/health`), the body
+//! size limit, and a 404 in OpenAI's error shape for anything else.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bitnet_core::chat::Message;
+use serde_json::{Value, json};
+
+use super::completion::complete;
+use super::error::{ApiError, ApiResult};
+use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
+use super::state::AppState;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_body;
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .fallback(|uri: Uri| async move { ApiError::not_found(uri.path()) })
+        .layer(middleware::from_fn_with_state(state.clone(), require_key))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// `Authorization: Bearer KEY` on every route but `/health` (load balancers probe it).
+async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &state.config.api_key
+        && req.uri().path() != "/health"
+    {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Compares keys without stopping at the first difference (no timing hint).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The body, or the 413 / 400 of a body too large or unreadable.
+fn body(state: &AppState, b: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    b.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(state.config.max_body)
+        } else {
+            ApiError::invalid(format!("cannot read the request body: {e}"), None)
+        }
+    })
+}
+
+/// A seed per request when the client gives none.
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let b = body(&state, b)?;
+    let obj = parse_body(&b)?;
+    let loaded = state.ready()?;
+    let tok = loaded.tokenizer()?;
+    let req = gen_request(
+        &obj,
+        Api::Completion,
+        tok.n_vocab(),
+        state.config.n_predict,
+        fresh_seed(),
+    )?;
+    let prompt = completion_prompt(&obj, tok)?;
+    complete(state.clone(), Api::Completion, prompt, req, "prompt").await
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let b = body(&state, b)?;
+    let obj = parse_body(&b)?;
+    let loaded = state.ready()?;
+    let tok = loaded.tokenizer()?;
+    let mut req = gen_request(
+        &obj,
+        Api::Chat,
+        tok.n_vocab(),
+        state.config.n_predict,
+        fresh_seed(),
+    )?;
+    let messages: Vec<Message> = chat_messages(&obj)?
+        .into_iter()
+        .map(|(role, content)| Message::new(role, content))
+        .collect();
+    let text = loaded
+        .template
+        .render(&messages, true)
+        .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
+    // The template may write the BOS itself (`{{ bos_token }}`): add it only if not.
+    let bos = loaded.template.bos_text();
+    let add_bos = bos.is_empty() || !text.starts_with(bos);
+    let prompt = tok.encode(&text, add_bos, true);
+    if prompt.is_empty() {
+        return Err(ApiError::invalid(
+            "the conversation renders to nothing",
+            Some("messages"),
+        ));
+    }
+    for s in loaded.template.stop_strings() {
+        if !req.params.stop.contains(s) {
+            req.params.stop.push(s.clone());
+        }
+    }
+    complete(state.clone(), Api::Chat, prompt, req, "messages").await
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let loaded = state.shared.model.get();
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.config.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "bitnet-rs",
+            "meta": loaded.map(|l| json!({
+                "n_ctx": l.max_seq_len,
+                "n_vocab": l.model.tokenizer().map_or(0, |t| t.n_vocab()),
+                "chat_template": l.template.name(),
+            })),
+        }],
+    }))
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    match state.ready() {
+        Ok(_) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.shared.metrics.render(),
+    )
+        .into_response()
+}
+
+/// `{"content": "text", "add_special": false, "with_pieces": false}` -> `{"tokens": [...]}`
+/// (llama.cpp's shape).
+async fn tokenize(
+    State(state): State<Arc<AppState>>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let b = body(&state, b)?;
+    let obj = parse_body(&b)?;
+    let loaded = state.ready()?;
+    let tok = loaded.tokenizer()?;
+    let content = match obj.get("content") {
+        Some(Value::String(s)) => s,
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("'content' is required", Some("content")));
+        }
+        Some(_) => return Err(ApiError::bad_field("content", "a string")),
+    };
+    let flag = |name: &str| match obj.get(name) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(ApiError::bad_field(name, "true or false")),
+    };
+    let ids = tok.encode(content, flag("add_special")?, flag("parse_special")?);
+    if flag("with_pieces")? {
+        let pieces: Vec<Value> = ids
+            .iter()
+            .map(|&id| json!({"id": id, "piece": tok.piece_str(id)}))
+            .collect();
+        return Ok(Json(json!({ "tokens": pieces })));
+    }
+    Ok(Json(json!({ "tokens": ids })))
+}
+
+/// `{"tokens": [...]}` -> `{"content": "text"}`.
+async fn detokenize(
+    State(state): State<Arc<AppState>>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let b = body(&state, b)?;
+    let obj = parse_body(&b)?;
+    let loaded = state.ready()?;
+    let tok = loaded.tokenizer()?;
+    let bad = || ApiError::bad_field("tokens", "a list of token ids");
+    let ids: Vec<u32> = match obj.get("tokens") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|x| u32::try_from(x).ok())
+                    .filter(|&x| (x as usize) < tok.n_vocab())
+                    .ok_or_else(bad)
+            })
+            .collect::<ApiResult<_>>()?,
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("'tokens' is required", Some("tokens")));
+        }
+        Some(_) => return Err(bad()),
+    };
+    Ok(Json(json!({ "content": tok.decode(&ids) })))
+}

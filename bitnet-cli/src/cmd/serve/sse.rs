@@ -1,0 +1,162 @@
+//! Streaming answers as server-sent events, OpenAI's way: `data: {chunk}` per piece of
+//! text (a chat answer starts with its role), a last chunk per answer with its finish
+//! reason, the usage chunk only when `stream_options.include_usage` asked for it, then
+//! `data: [DONE]`. The stream owns the request's receiver and queue place: when the client
+//! goes away hyper drops the stream, and the engine thread cancels the sequences.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use bitnet_core::model::GenStats;
+use bitnet_core::scheduler::TokenLogprobs;
+use futures_util::Stream;
+use futures_util::stream;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+
+use super::error::ApiError;
+use super::request::Api;
+use super::response::Head;
+use super::state::{AppState, InFlight};
+use super::worker::Out;
+
+struct Streaming {
+    state: Arc<AppState>,
+    _guard: InFlight,
+    head: Head,
+    rx: UnboundedReceiver<Out>,
+    include_usage: bool,
+    prompt_tokens: usize,
+    /// Per answer: log probabilities of tokens whose text has not been sent yet, the text
+    /// offset reached, and the figures once done.
+    pending: Vec<Vec<(u32, TokenLogprobs)>>,
+    offsets: Vec<usize>,
+    stats: Vec<Option<GenStats>>,
+    open: usize,
+    queued: VecDeque<Event>,
+    deadline: Instant,
+    finished: bool,
+}
+
+pub fn stream(
+    state: Arc<AppState>,
+    guard: InFlight,
+    head: Head,
+    rx: UnboundedReceiver<Out>,
+    n: usize,
+    include_usage: bool,
+    prompt_tokens: usize,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let mut s = Streaming {
+        deadline: Instant::now() + state.config.timeout,
+        state,
+        _guard: guard,
+        head,
+        rx,
+        include_usage,
+        prompt_tokens,
+        pending: vec![Vec::new(); n],
+        offsets: vec![0; n],
+        stats: vec![None; n],
+        open: n,
+        queued: VecDeque::new(),
+        finished: false,
+    };
+    if s.head.api == Api::Chat {
+        for i in 0..n {
+            let c = s.head.role(i, s.include_usage);
+            s.queued.push_back(data(&c));
+        }
+    }
+    let events = stream::unfold(s, |mut s| async move {
+        loop {
+            if let Some(ev) = s.queued.pop_front() {
+                return Some((Ok(ev), s));
+            }
+            if s.finished {
+                return None;
+            }
+            s.next_events().await;
+        }
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+fn data(v: &serde_json::Value) -> Event {
+    Event::default().data(v.to_string())
+}
+
+impl Streaming {
+    /// Waits for the engine and queues the events it leads to.
+    async fn next_events(&mut self) {
+        if self.open == 0 {
+            if self.include_usage {
+                let stats: Vec<&GenStats> = self.stats.iter().flatten().collect();
+                let c = self.head.usage_chunk(self.prompt_tokens, &stats);
+                self.queued.push_back(data(&c));
+            }
+            self.queued.push_back(Event::default().data("[DONE]"));
+            self.finished = true;
+            return;
+        }
+        let out = match tokio::time::timeout_at(self.deadline, self.rx.recv()).await {
+            Ok(Some(out)) => out,
+            Ok(None) => {
+                self.fail(ApiError::internal("the engine stopped"));
+                return;
+            }
+            Err(_) => {
+                self.fail(ApiError::timeout(self.state.config.timeout.as_secs()));
+                return;
+            }
+        };
+        let Some(loaded) = self.state.shared.model.get() else {
+            return;
+        };
+        let Some(tok) = loaded.model.tokenizer() else {
+            return;
+        };
+        match out {
+            Out::Token {
+                index,
+                token,
+                logprobs: Some(lp),
+            } => self.pending[index].push((token, lp)),
+            Out::Token { .. } => {}
+            Out::Text { index, text } => {
+                let lps = std::mem::take(&mut self.pending[index]);
+                let c = self.head.delta(
+                    index,
+                    &text,
+                    &lps,
+                    self.offsets[index],
+                    tok,
+                    self.include_usage,
+                );
+                self.offsets[index] += text.len();
+                self.queued.push_back(data(&c));
+            }
+            Out::Done { index, stats } => {
+                let c = self.head.finish(index, &stats, self.include_usage);
+                self.queued.push_back(data(&c));
+                self.stats[index] = Some(stats);
+                self.open -= 1;
+            }
+            Out::Error { index, message } => {
+                let _ = index;
+                self.fail(ApiError::internal(format!("generation failed: {message}")));
+            }
+        }
+    }
+
+    /// Ends the stream with an error event (the status line went out long ago).
+    fn fail(&mut self, e: ApiError) {
+        self.queued.push_back(data(&e.body()));
+        self.queued.push_back(Event::default().data("[DONE]"));
+        self.finished = true;
+        self.rx.close();
+    }
+}

@@ -1,0 +1,125 @@
+//! What the handlers share: the model once it is loaded, readiness, the figures, the
+//! command channel to the engine thread, the server's settings, and the count of requests
+//! in flight that bounds the queue.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bitnet_core::chat::ChatTemplate;
+use bitnet_core::model::Model;
+use bitnet_core::tokenizer::Tokenizer;
+
+use super::error::{ApiError, ApiResult};
+use super::metrics::Metrics;
+use super::worker::Command;
+
+/// Written by the engine thread, read by the handlers.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Set once the model is loaded.
+    pub model: OnceLock<Loaded>,
+    /// Set after the warm-up: `/health` says 200 from then on.
+    pub ready: AtomicBool,
+    pub metrics: Metrics,
+}
+
+#[derive(Debug)]
+pub struct Loaded {
+    pub model: Arc<Model>,
+    /// Positions one sequence may reach (the shared KV pool's capacity).
+    pub max_seq_len: usize,
+    pub template: ChatTemplate,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub api_key: Option<String>,
+    pub model_name: String,
+    pub timeout: Duration,
+    /// Requests decoded together.
+    pub parallel: usize,
+    /// Requests that may wait beyond those.
+    pub queue: usize,
+    pub max_body: usize,
+    /// Tokens generated when a request names no `max_tokens`.
+    pub n_predict: usize,
+    /// How long in-flight requests may finish after a shutdown signal.
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug)]
+pub struct AppState {
+    pub shared: Arc<Shared>,
+    pub commands: Sender<Command>,
+    pub config: Config,
+    in_flight: AtomicUsize,
+    pub shutting_down: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(shared: Arc<Shared>, commands: Sender<Command>, config: Config) -> AppState {
+        AppState {
+            shared,
+            commands,
+            config,
+            in_flight: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// The model, or 503 while it loads and warms up.
+    pub fn ready(&self) -> ApiResult<&Loaded> {
+        if self.shutting_down.load(SeqCst) {
+            return Err(ApiError::unavailable("the server is shutting down", None));
+        }
+        match self.shared.model.get() {
+            Some(m) if self.shared.ready.load(SeqCst) => Ok(m),
+            _ => Err(ApiError::unavailable("Loading model", Some(1))),
+        }
+    }
+
+    /// A place for one generation request, or 503 with `Retry-After` when `--parallel`
+    /// running plus `--queue` waiting are taken. The place is given back when the guard
+    /// drops (answer sent, client gone, or failure).
+    pub fn admit(self: &Arc<Self>) -> ApiResult<InFlight> {
+        let cap = self.config.parallel + self.config.queue;
+        let taken = self
+            .in_flight
+            .fetch_update(SeqCst, SeqCst, |n| (n < cap).then_some(n + 1));
+        if taken.is_err() {
+            self.shared.metrics.rejected.fetch_add(1, SeqCst);
+            return Err(ApiError::unavailable(
+                format!(
+                    "the server is busy: {} requests running and {} waiting; retry later",
+                    self.config.parallel, self.config.queue
+                ),
+                Some(1),
+            ));
+        }
+        Ok(InFlight {
+            state: Arc::clone(self),
+        })
+    }
+}
+
+impl Loaded {
+    pub fn tokenizer(&self) -> ApiResult<&Tokenizer> {
+        self.model
+            .tokenizer()
+            .ok_or_else(|| ApiError::internal("the model has no tokenizer"))
+    }
+}
+
+/// One admitted request (see [`AppState::admit`]).
+#[derive(Debug)]
+pub struct InFlight {
+    state: Arc<AppState>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.state.in_flight.fetch_sub(1, SeqCst);
+    }
+}

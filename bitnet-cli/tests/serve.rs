@@ -1,0 +1,595 @@
+//! `bitnet serve` end to end: a real server process on loopback (port 0, the address read
+//! from its first line), a real HTTP client, the shipped 1.1 MiB model. Every route, every
+//! fault of the issue, streaming with and without usage, n > 1, the API key, a full queue,
+//! a client leaving mid-stream, and SIGTERM. `--step-delay-ms` (hidden) slows the tiny model
+//! down where a test needs requests to last.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
+}
+
+/// A running server; killed when dropped unless it already exited.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    /// Starts a server and waits until `/health` says 200.
+    fn start(extra: &[&str]) -> Server {
+        let s = Server::spawn(extra);
+        s.wait_ready();
+        s
+    }
+
+    /// Starts a server and returns once it listens (it may still be loading).
+    fn spawn(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bitnet"))
+            .arg("serve")
+            .arg("-m")
+            .arg(model())
+            .args(["--port", "0", "-t", "1", "--no-pin"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning bitnet serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        Server { child, url }
+    }
+
+    fn wait_ready(&self) {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(r) = ureq::get(&format!("{}/health", self.url)).call()
+                && r.status() == 200
+            {
+                return;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "server never ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    /// POSTs JSON; returns the status and the body as JSON.
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, body.to_string().as_bytes(), None)
+    }
+
+    fn post_raw(&self, path: &str, body: &[u8], key: Option<&str>) -> (u16, Value) {
+        let mut req = ureq::post(&self.url(path)).set("Content-Type", "application/json");
+        if let Some(k) = key {
+            req = req.set("Authorization", &format!("Bearer {k}"));
+        }
+        match req.send_bytes(body) {
+            Ok(r) => (r.status(), r.into_json().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+            Err(e) => panic!("POST {path}: {e}"),
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        match ureq::get(&self.url(path)).call() {
+            Ok(r) => (r.status(), r.into_string().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+            Err(e) => panic!("GET {path}: {e}"),
+        }
+    }
+
+    /// One figure of `/metrics`.
+    fn metric(&self, name: &str) -> f64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no metric {name}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits until `cond` holds (polling), failing after `secs`.
+    fn wait_for(&self, secs: u64, what: &str, mut cond: impl FnMut(&Server) -> bool) {
+        let t0 = Instant::now();
+        while !cond(self) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "timed out: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Opens a streaming request; returns the reader of its SSE body.
+fn open_stream(s: &Server, path: &str, body: &Value) -> BufReader<Box<dyn Read + Send + Sync>> {
+    let r = ureq::post(&s.url(path))
+        .send_string(&body.to_string())
+        .expect("stream request");
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    BufReader::new(r.into_reader())
+}
+
+/// Reads SSE `data:` payloads to the end of the stream.
+fn read_events(mut reader: impl BufRead) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut line = String::new();
+    while reader.read_line(&mut line).unwrap() > 0 {
+        if let Some(d) = line.trim_end().strip_prefix("data: ") {
+            out.push(d.to_owned());
+        }
+        line.clear();
+    }
+    out
+}
+
+/// The next `data:` payload.
+fn next_event(reader: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "stream ended");
+        if let Some(d) = line.trim_end().strip_prefix("data: ") {
+            return d.to_owned();
+        }
+    }
+}
+
+fn assert_openai_error(status: u16, body: &Value, want_status: u16, param: Option<&str>) {
+    assert_eq!(status, want_status, "{body}");
+    let e = &body["error"];
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(e["type"].is_string(), "{body}");
+    assert!(
+        e.get("param").is_some() && e.get("code").is_some(),
+        "{body}"
+    );
+    if let Some(p) = param {
+        assert_eq!(e["param"], p, "{body}");
+    }
+}
+
+#[test]
+fn completions_chat_models_tokenize_and_metrics() {
+    let s = Server::start(&[]);
+    let (st, models) = s.get("/v1/models");
+    assert_eq!(st, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "shakespeare");
+
+    // A whole text completion: text, usage with cached tokens, timings; unknown fields
+    // ignored; the same seed gives the same text.
+    let req = json!({"prompt": "ROMEO:", "max_tokens": 12, "seed": 7, "temperature": 0.9,
+                     "top_k": 20, "top_p": 0.9, "min_p": 0.01, "repeat_penalty": 1.1,
+                     "presence_penalty": 0.1, "frequency_penalty": 0.1, "user": "u1",
+                     "some_future_field": {"x": 1}});
+    let (st, a) = s.post("/v1/completions", &req);
+    assert_eq!(st, 200, "{a}");
+    assert_eq!(a["object"], "text_completion");
+    let text = a["choices"][0]["text"].as_str().unwrap().to_owned();
+    assert!(!text.is_empty());
+    assert_eq!(a["choices"][0]["finish_reason"], "length");
+    assert_eq!(a["usage"]["completion_tokens"], 12);
+    assert!(a["usage"]["prompt_tokens"].as_u64().unwrap() >= 2);
+    assert!(a["usage"]["prompt_tokens_details"]["cached_tokens"].is_u64());
+    assert_eq!(a["timings"]["predicted_n"], 12);
+    assert!(a["timings"]["predicted_per_second"].as_f64().unwrap() > 0.0);
+    let (_, b) = s.post("/v1/completions", &req);
+    assert_eq!(
+        b["choices"][0]["text"],
+        text.as_str(),
+        "same seed, same text"
+    );
+    // The repeated prompt came from the prefix cache.
+    assert!(
+        b["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+
+    // A stop string ends the text before it (the model writes newlines constantly).
+    let (_, c) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "ROMEO:", "max_tokens": 60, "seed": 1, "stop": ["\n", "zzz"]}),
+    );
+    assert!(
+        !c["choices"][0]["text"].as_str().unwrap().contains('\n'),
+        "{c}"
+    );
+    assert_eq!(c["choices"][0]["finish_reason"], "stop");
+
+    // logit_bias: banning every token but one forces it.
+    let (_, tk) = s.post("/tokenize", &json!({"content": "the"}));
+    let the = tk["tokens"][0].as_u64().unwrap();
+    let bias: serde_json::Map<String, Value> = (0..1024u32)
+        .filter(|&t| u64::from(t) != the)
+        .map(|t| (t.to_string(), json!(-100)))
+        .collect();
+    let (st, f) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "a", "max_tokens": 3, "logit_bias": bias, "temperature": 1.0,
+                "min_p": 0.0}),
+    );
+    assert_eq!(st, 200, "{f}");
+    assert_eq!(f["choices"][0]["text"], "thethethe");
+
+    // Completions logprobs: one per token, with alternatives.
+    let (_, l) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "ROMEO:", "max_tokens": 4, "logprobs": 2, "seed": 3}),
+    );
+    let lp = &l["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 4, "{l}");
+    assert!(lp["token_logprobs"][0].as_f64().unwrap() <= 0.0);
+    assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 2);
+
+    // Chat, whole, with logprobs and n = 3 (forked from one prompt).
+    let (st, ch) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": [{"type": "text", "text": "Hello"}]}],
+                "max_completion_tokens": 5, "n": 3, "logprobs": true, "top_logprobs": 2,
+                "seed": 11}),
+    );
+    assert_eq!(st, 200, "{ch}");
+    assert_eq!(ch["object"], "chat.completion");
+    let choices = ch["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["message"]["role"], "assistant");
+        let content = &c["logprobs"]["content"];
+        assert_eq!(content.as_array().unwrap().len(), 5, "{c}");
+        assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
+    }
+    assert_eq!(ch["usage"]["completion_tokens"], 15);
+    let texts: Vec<&str> = choices
+        .iter()
+        .map(|c| c["message"]["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        texts.iter().any(|t| *t != texts[0]),
+        "n answers differ: {texts:?}"
+    );
+
+    // Tokenize and detokenize round-trip.
+    let (st, t) = s.post("/tokenize", &json!({"content": "To be, or not"}));
+    assert_eq!(st, 200);
+    let (st, d) = s.post("/detokenize", &json!({"tokens": t["tokens"]}));
+    assert_eq!(st, 200);
+    assert_eq!(d["content"], "To be, or not");
+    let (_, tp) = s.post("/tokenize", &json!({"content": "To", "with_pieces": true}));
+    assert_eq!(tp["tokens"][0]["piece"], "To");
+
+    // Metrics: the counters moved, histograms and the repetition gauge are there, and
+    // every sequence's KV is back.
+    s.wait_for(5, "sequences freed", |s| {
+        s.metric("bitnet_kv_sequences") == 0.0
+    });
+    assert!(s.metric("bitnet_tokens_predicted_total") >= 12.0 * 2.0 + 15.0);
+    assert!(s.metric("bitnet_prompt_tokens_total") > 0.0);
+    assert_eq!(s.metric("bitnet_requests_processing"), 0.0);
+    assert_eq!(s.metric("bitnet_requests_deferred"), 0.0);
+    assert_eq!(s.metric("bitnet_kv_cache_usage_ratio"), 0.0);
+    assert!(s.metric("bitnet_time_to_first_token_seconds_count") >= 5.0);
+    assert!(s.metric("bitnet_inter_token_latency_seconds_count") > 0.0);
+    assert!(s.metric("bitnet_request_duration_seconds_count") >= 5.0);
+    let rep = s.metric("bitnet_repetition_rate_3gram");
+    assert!((0.0..=1.0).contains(&rep));
+    let (_, text) = s.get("/metrics");
+    assert!(text.contains("bitnet_time_to_first_token_seconds_bucket{le=\"+Inf\"}"));
+
+    let (st, nf) = s.get("/v2/nothing");
+    assert_eq!(st, 404);
+    assert!(nf.contains("\"error\""));
+}
+
+#[test]
+fn streaming_sends_usage_only_when_asked() {
+    let s = Server::start(&[]);
+    // Chat stream without include_usage: role first, text, a finish chunk, [DONE]; no chunk
+    // carries a usage key.
+    let ev = read_events(open_stream(
+        &s,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                "stream": true, "seed": 2}),
+    ));
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = ev[..ev.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert!(
+        chunks.iter().all(|c| c.get("usage").is_none()),
+        "usage not asked for"
+    );
+    let finish = chunks.last().unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(!text.is_empty());
+
+    // With include_usage: every chunk has usage null but the last, which has no choices.
+    let ev = read_events(open_stream(
+        &s,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                "stream": true, "stream_options": {"include_usage": true}, "n": 2}),
+    ));
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = ev[..ev.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let (usage, rest) = chunks.split_last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage["usage"]["completion_tokens"], 12);
+    assert!(usage["usage"]["prompt_tokens_details"]["cached_tokens"].is_u64());
+    assert!(rest.iter().all(|c| c["usage"].is_null()));
+    let finished: Vec<u64> = rest
+        .iter()
+        .filter(|c| c["choices"][0]["finish_reason"].is_string())
+        .map(|c| c["choices"][0]["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(finished.len(), 2, "both answers end: {finished:?}");
+
+    // Text completion stream.
+    let ev = read_events(open_stream(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "KING:", "max_tokens": 5, "stream": true, "seed": 4}),
+    ));
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let first: Value = serde_json::from_str(&ev[0]).unwrap();
+    assert_eq!(first["object"], "text_completion");
+    assert!(first["choices"][0]["text"].is_string());
+}
+
+#[test]
+fn faults_are_openai_shaped_4xx() {
+    let s = Server::start(&["--max-body-bytes", "4096"]);
+    let post = |path: &str, body: &[u8]| s.post_raw(path, body, None);
+    let (st, b) = post("/v1/completions", b"{\"prompt\": ");
+    assert_openai_error(st, &b, 400, None);
+    assert!(b["error"]["message"].as_str().unwrap().contains("JSON"));
+    let (st, b) = post("/v1/completions", b"[1, 2]");
+    assert_openai_error(st, &b, 400, None);
+    let (st, b) = post("/v1/completions", b"{\"prompt\": \"a\xff\xfe\"}");
+    assert_openai_error(st, &b, 400, None);
+    assert!(b["error"]["message"].as_str().unwrap().contains("UTF-8"));
+    let (st, b) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "a", "temperature": "hot"}),
+    );
+    assert_openai_error(st, &b, 400, Some("temperature"));
+    let (st, b) = s.post("/v1/completions", &json!({"prompt": "a", "max_tokens": -3}));
+    assert_openai_error(st, &b, 400, Some("max_tokens"));
+    let (st, b) = s.post("/v1/completions", &json!({"prompt": "a", "stop": [1]}));
+    assert_openai_error(st, &b, 400, Some("stop"));
+    let (st, b) = s.post("/v1/completions", &json!({"prompt": "a", "n": 0}));
+    assert_openai_error(st, &b, 400, Some("n"));
+    let (st, b) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "a", "logit_bias": {"99999": 1}}),
+    );
+    assert_openai_error(st, &b, 400, Some("logit_bias"));
+    let (st, b) = s.post("/v1/completions", &json!({"prompt": ""}));
+    assert_openai_error(st, &b, 400, Some("prompt"));
+    let (st, b) = s.post("/v1/completions", &json!({"max_tokens": 3}));
+    assert_openai_error(st, &b, 400, Some("prompt"));
+    let (st, b) = s.post("/v1/chat/completions", &json!({"max_tokens": 3}));
+    assert_openai_error(st, &b, 400, Some("messages"));
+    let (st, b) = s.post("/v1/chat/completions", &json!({"messages": "hi"}));
+    assert_openai_error(st, &b, 400, Some("messages"));
+    let (st, b) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}),
+    );
+    assert_openai_error(st, &b, 400, Some("max_tokens"));
+    assert_eq!(b["error"]["code"], "context_length_exceeded");
+    // 300 token ids: longer than the 256-token context.
+    let long: Vec<u32> = (0..300).map(|i| 100 + i % 50).collect();
+    let (st, b) = s.post("/v1/completions", &json!({"prompt": long}));
+    assert_openai_error(st, &b, 400, Some("prompt"));
+    assert_eq!(b["error"]["code"], "context_length_exceeded");
+    let (st, b) = s.post("/v1/completions", &json!({"prompt": [5000]}));
+    assert_openai_error(st, &b, 400, Some("prompt"));
+    let big = json!({"prompt": "x".repeat(10_000)});
+    let (st, b) = s.post("/v1/completions", &big);
+    assert_openai_error(st, &b, 413, None);
+    let (st, b) = s.post("/tokenize", &json!({"content": 5}));
+    assert_openai_error(st, &b, 400, Some("content"));
+    let (st, b) = s.post("/detokenize", &json!({"tokens": ["a"]}));
+    assert_openai_error(st, &b, 400, Some("tokens"));
+    // Still serving after all that.
+    let (st, _) = s.post("/v1/completions", &json!({"prompt": "a", "max_tokens": 2}));
+    assert_eq!(st, 200);
+}
+
+#[test]
+fn api_key_guards_every_route_but_health() {
+    let dir = std::env::temp_dir().join(format!("bitnet-serve-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, "sekrit\n").unwrap();
+    let s = Server::start(&["--api-key-file", key_file.to_str().unwrap()]);
+    let body = json!({"prompt": "a", "max_tokens": 2}).to_string();
+    let (st, b) = s.post_raw("/v1/completions", body.as_bytes(), None);
+    assert_openai_error(st, &b, 401, None);
+    let (st, b) = s.post_raw("/v1/completions", body.as_bytes(), Some("wrong"));
+    assert_openai_error(st, &b, 401, None);
+    assert_eq!(b["error"]["type"], "authentication_error");
+    let (st, _) = s.post_raw("/v1/completions", body.as_bytes(), Some("sekrit"));
+    assert_eq!(st, 200);
+    assert!(matches!(
+        ureq::get(&s.url("/v1/models")).call(),
+        Err(ureq::Error::Status(401, _))
+    ));
+    assert!(matches!(
+        ureq::get(&s.url("/metrics")).call(),
+        Err(ureq::Error::Status(401, _))
+    ));
+    assert_eq!(s.get("/health").0, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn health_is_503_while_warming_up() {
+    // Each warm-up step sleeps 400 ms: long enough to ask in between.
+    let s = Server::spawn(&["--step-delay-ms", "400"]);
+    let (st, body) = s.get("/health");
+    assert_eq!(st, 503, "{body}");
+    assert!(body.contains("\"error\""));
+    let (st, _) = s.post("/v1/completions", &json!({"prompt": "a"}));
+    assert_eq!(st, 503);
+    s.wait_ready();
+}
+
+#[test]
+fn full_queue_gets_503_and_the_server_stays_healthy() {
+    let s = Server::start(&["--parallel", "1", "--queue", "1", "--step-delay-ms", "15"]);
+    let long = json!({"prompt": "ROMEO:", "max_tokens": 150, "ignore_eos": true, "stream": true});
+    // One running, one waiting.
+    let mut a = open_stream(&s, "/v1/completions", &long);
+    next_event(&mut a);
+    let url = s.url("/v1/completions");
+    let body = long.to_string();
+    // Reads its whole stream (dropping the response would leave, and cancel it).
+    let waiting = std::thread::spawn(move || {
+        let r = ureq::post(&url).send_string(&body).ok()?;
+        let status = r.status();
+        let events = read_events(BufReader::new(r.into_reader()));
+        Some((status, events.last().cloned()))
+    });
+    s.wait_for(10, "the second request waits", |s| {
+        s.metric("bitnet_requests_deferred") == 1.0
+    });
+    let r = ureq::post(&s.url("/v1/completions"))
+        .send_string(&json!({"prompt": "a", "max_tokens": 2}).to_string());
+    match r {
+        Err(ureq::Error::Status(503, resp)) => {
+            assert_eq!(resp.header("retry-after"), Some("1"));
+            let b: Value = resp.into_json().unwrap();
+            assert_openai_error(503, &b, 503, None);
+        }
+        other => panic!("expected 503, got {:?}", other.map(|r| r.status())),
+    }
+    assert_eq!(s.get("/health").0, 200);
+    assert!(s.metric("bitnet_requests_rejected_total") >= 1.0);
+    // The client of the running request leaves; the waiting one runs to its end.
+    drop(a);
+    assert_eq!(
+        waiting.join().unwrap(),
+        Some((200, Some("[DONE]".to_owned())))
+    );
+    let (st, _) = s.post("/v1/completions", &json!({"prompt": "a", "max_tokens": 2}));
+    assert_eq!(st, 200);
+}
+
+#[test]
+fn a_client_leaving_mid_stream_frees_its_sequence() {
+    let s = Server::start(&["--step-delay-ms", "10"]);
+    let mut r = open_stream(
+        &s,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200,
+                "ignore_eos": true, "stream": true}),
+    );
+    for _ in 0..4 {
+        next_event(&mut r);
+    }
+    assert_eq!(s.metric("bitnet_kv_sequences"), 1.0);
+    assert!(s.metric("bitnet_kv_cache_usage_ratio") > 0.0);
+    drop(r);
+    s.wait_for(5, "the sequence is freed", |s| {
+        s.metric("bitnet_kv_sequences") == 0.0 && s.metric("bitnet_requests_processing") == 0.0
+    });
+    assert_eq!(s.metric("bitnet_kv_cache_usage_ratio"), 0.0);
+    assert_eq!(s.metric("bitnet_requests_cancelled_total"), 1.0);
+    // It stopped well before its 200 tokens.
+    assert!(s.metric("bitnet_tokens_predicted_total") < 150.0);
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_and_exits_zero() {
+    let mut s = Server::start(&["--step-delay-ms", "10"]);
+    let mut r = open_stream(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "ROMEO:", "max_tokens": 40, "ignore_eos": true, "stream": true}),
+    );
+    next_event(&mut r);
+    s.signal("-TERM");
+    // The request in flight still ends normally.
+    let ev = read_events(r);
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let finish: Value = serde_json::from_str(&ev[ev.len() - 2]).unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn sigint_cancels_requests_past_the_deadline_and_exits_zero() {
+    let mut s = Server::start(&["--step-delay-ms", "20", "--shutdown-timeout", "1"]);
+    let mut r = open_stream(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "ROMEO:", "max_tokens": 200, "ignore_eos": true, "stream": true}),
+    );
+    next_event(&mut r);
+    let t0 = Instant::now();
+    s.signal("-INT");
+    let ev = read_events(r);
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    assert!(ev.len() < 150, "cancelled before its 200 tokens");
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+}

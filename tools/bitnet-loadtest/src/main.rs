@@ -1,0 +1,163 @@
+//! `bitnet-loadtest`: drives an OpenAI-compatible server (`bitnet serve`, llama.cpp's
+//! server, ...) and reports what a user of it feels: requests/s, generated tokens/s, time to
+//! first token, inter-token latency and end-to-end latency percentiles, and errors by kind.
+//!
+//! Closed loop (`--concurrency 1,4,8`: N clients, each sending its next request when the
+//! last one ended, one run per N) or open loop (`--rps R`: requests start on a clock,
+//! whatever the server's speed). Bounded in time (`--duration`) and count
+//! (`--max-requests`); it talks only to the URL it is given.
+#![forbid(unsafe_code)]
+
+mod client;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "bitnet-loadtest", version, about)]
+pub struct Args {
+    /// The server's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// Closed loop: clients at once, one run per value (e.g. 1,4,8,16).
+    #[arg(long, value_delimiter = ',', conflicts_with = "rps")]
+    pub concurrency: Vec<usize>,
+    /// Open loop: requests started per second.
+    #[arg(long)]
+    pub rps: Option<f64>,
+    /// How long each run lasts (e.g. 60s, 2m, 500ms).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Requests per run at most.
+    #[arg(long, default_value_t = 100_000)]
+    pub max_requests: usize,
+    /// Prompts, one a line (default: a few built-in ones); used in turn.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Stream the answers (needed for time to first token and inter-token latency).
+    #[arg(long)]
+    pub stream: bool,
+    /// Use /v1/chat/completions (the prompt as one user message) instead of /v1/completions.
+    #[arg(long)]
+    pub chat: bool,
+    /// Ask the server to ignore end-of-generation tokens (`ignore_eos`, bitnet and
+    /// llama.cpp): every answer is max_tokens long, runs compare.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Sent as `Authorization: Bearer KEY`.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Header naming each client's conversation (for session affinity behind a balancer).
+    #[arg(long, default_value = "X-Conversation-Id")]
+    pub conversation_header: String,
+    /// Seconds one request may take.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Open loop: requests in flight at most (beyond it, starts are counted as dropped).
+    #[arg(long, default_value_t = 512)]
+    pub max_in_flight: usize,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = report::Format::Text)]
+    pub output: report::Format,
+}
+
+/// `60s`, `2m`, `500ms`, `1h`, or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 60s, 2m, 500ms)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h)")),
+    };
+    if !(secs > 0.0 && secs < 86_400.0) {
+        return Err(format!("{s:?}: give a duration between 1ms and a day"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+const DEFAULT_PROMPTS: &[&str] = &[
+    "Once upon a time, in a land far away,",
+    "The three most important things about running a small shop are",
+    "Write a short letter to a friend about the weather:",
+    "ROMEO:",
+    "Explain in simple words how a bicycle stays upright.",
+    "The history of the printing press begins",
+];
+
+fn prompts(args: &Args) -> Result<Vec<String>> {
+    let Some(path) = &args.prompts else {
+        return Ok(DEFAULT_PROMPTS.iter().map(|s| (*s).to_owned()).collect());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading prompts from {}", path.display()))?;
+    let list: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if list.is_empty() {
+        bail!("{} holds no prompt", path.display());
+    }
+    Ok(list)
+}
+
+fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> Result<()> {
+    let args = Args::parse();
+    let prompts = prompts(&args)?;
+    let base = args.url.trim_end_matches('/').to_owned();
+    if !base.starts_with("http://") {
+        bail!("--url must be an http:// URL (got {:?})", args.url);
+    }
+    let cfg = client::Config::new(&args, &base);
+    let mut results = Vec::new();
+    if let Some(rps) = args.rps {
+        if !(rps > 0.0 && rps.is_finite()) {
+            bail!("--rps must be a positive number");
+        }
+        results.push(run::open_loop(&cfg, &prompts, &args, rps));
+    } else {
+        let levels = if args.concurrency.is_empty() {
+            vec![1]
+        } else {
+            args.concurrency.clone()
+        };
+        if levels.contains(&0) {
+            bail!("--concurrency values must be at least 1");
+        }
+        for c in levels {
+            eprintln!("running: {c} concurrent clients for {:?}", args.duration);
+            results.push(run::closed_loop(&cfg, &prompts, &args, c));
+        }
+    }
+    report::print(&results, args.output);
+    Ok(())
+}
