@@ -1,4 +1,4 @@
-//! The low-bit KV formats (q8_r, fp8, q4_0, b1): the E4M3 conversion against the OCP
+//! The quantized KV formats (q8_0, q8_r, fp8, q4_0, b1): the E4M3 conversion against the OCP
 //! definition, the encoders' round-trip error within named budgets, and the attention kernels
 //! of every kernel set against an f64 model of the decoded rows (random data, zeros, huge
 //! values, one position, odd counts, several group sizes, misaligned caches, padded strides),
@@ -13,14 +13,25 @@ use float_util::*;
 
 /// Q8R: each value is within half a step (`absmax / 127 / 2`) of its input.
 const Q8R_ERR_STEPS: f64 = 0.5;
+/// Q8_0: half a step (`absmax / 127 / 2`), plus the f16 rounding of the block scale times
+/// the largest code (127 codes of half an f16 ulp of the scale; see [`f16_scale_err`]).
+const Q8_0_ERR_STEPS: f64 = 0.5;
 /// FP8 E4M3 (3 mantissa bits): within half an ulp, `|x| / 16`, plus `absmax / 1024` for the
 /// subnormal step and the f16 rounding of the block scale (which may clip the largest value
 /// by at most 2^-11 of it).
 const FP8_ERR_REL: f64 = 1.0 / 16.0;
 const FP8_ERR_ABSMAX: f64 = 1.0 / 1024.0;
-/// Q4_0: within half a step (`absmax / 8 / 2`), plus the f16 rounding of the scale times the
-/// largest code (`8 * 2^-11` of a step).
-const Q4_0_ERR_ABSMAX: f64 = 1.0 / 16.0 + 1.0 / 256.0;
+/// Q4_0 (ggml's encoder): the value of largest magnitude maps to code -8, so values of the
+/// other sign reach only +7 steps: within half a step (`absmax / 8 / 2`), or for those past
+/// +7 steps `|x| - 7 steps` (at most one step); plus the f16 rounding of the scale times 8.
+const Q4_0_ERR_STEPS: f64 = 0.5;
+const Q4_0_TOP_CODE: f64 = 7.0;
+
+/// How far an f16 scale `d` may be from the f32 one: half an ulp (2^-11 relative), or half
+/// the subnormal step (2^-25) below f16's normal range.
+fn f16_scale_err(d: f64) -> f64 {
+    (d * 2f64.powi(-11)).max(2f64.powi(-25))
+}
 
 fn e4m3_reference(c: u8) -> f64 {
     let sign = if c & 0x80 != 0 { -1.0 } else { 1.0 };
@@ -91,7 +102,15 @@ fn value_budget(fmt: KvQuant, x: f64, amax: f64) -> f64 {
     match fmt {
         KvQuant::Q8R => Q8R_ERR_STEPS * amax / 127.0 * (1.0 + 1e-6) + tiny,
         KvQuant::Fp8 => FP8_ERR_REL * x.abs() + FP8_ERR_ABSMAX * amax + tiny,
-        KvQuant::Q4_0 => Q4_0_ERR_ABSMAX * amax + tiny,
+        KvQuant::Q8_0 => {
+            let step = amax / 127.0;
+            Q8_0_ERR_STEPS * step + 127.0 * f16_scale_err(step) + tiny
+        }
+        KvQuant::Q4_0 => {
+            let step = amax / 8.0;
+            let clipped = x.abs() - Q4_0_TOP_CODE * step;
+            (Q4_0_ERR_STEPS * step).max(clipped) + 8.0 * f16_scale_err(step) + tiny
+        }
         KvQuant::B1 => f64::INFINITY,
     }
 }
@@ -102,7 +121,9 @@ fn test_rows(r: &mut rand::rngs::StdRng, d: usize) -> Vec<Vec<f32>> {
         normal_vec(r, d, 1.0),
         normal_vec(r, d, 1e-3),
         normal_vec(r, d, 1e5),
-        (0..d).map(|i| if i % 7 == 0 { 40.0 } else { 0.01 }).collect(),
+        (0..d)
+            .map(|i| if i % 7 == 0 { 40.0 } else { 0.01 })
+            .collect(),
         (0..d).map(|i| -(i as f32)).collect(),
     ];
     let mut spiky = normal_vec(r, d, 0.5);
@@ -153,10 +174,13 @@ fn encoders_saturate_instead_of_overflowing() {
     let mut x = vec![1.0f32; d];
     x[3] = 1e30;
     x[5] = -f32::MAX;
-    for fmt in [KvQuant::Q8R, KvQuant::Fp8, KvQuant::B1] {
+    for fmt in KvQuant::ALL {
         let (_, dec) = encode(fmt, d, &x);
         assert!(dec.iter().all(|v| v.is_finite()), "{fmt:?}: {dec:?}");
-        assert!(dec[3] >= 0.0 && dec[5] < 0.0, "{fmt:?}: signs of the huge values");
+        assert!(
+            dec[3] >= 0.0 && dec[5] < 0.0,
+            "{fmt:?}: signs of the huge values"
+        );
     }
 }
 
@@ -201,7 +225,13 @@ fn attention_kernels_match_the_f64_reference() {
                                 let (want, cond) = dot64(kp, &q[h * d..][..d]);
                                 let tol = 0.25 * dot_budget(d, cond);
                                 let got = s[h * n_pos + p];
-                                assert_close(got, 0.25 * want, 0.0, tol, &format!("{what} h={h} p={p}"));
+                                assert_close(
+                                    got,
+                                    0.25 * want,
+                                    0.0,
+                                    tol,
+                                    &format!("{what} h={h} p={p}"),
+                                );
                             }
                             for i in 0..d {
                                 let col: Vec<f32> = (0..n_pos).map(|p| exact[p * d + i]).collect();
@@ -210,7 +240,13 @@ fn attention_kernels_match_the_f64_reference() {
                                 let st = f64::from(start[h * d + i]);
                                 let tol = dot_budget(n_pos + 1, cond + st.abs());
                                 let got = o[h * d + i];
-                                assert_close(got, st + want, 0.0, tol, &format!("{what} h={h} i={i}"));
+                                assert_close(
+                                    got,
+                                    st + want,
+                                    0.0,
+                                    tol,
+                                    &format!("{what} h={h} i={i}"),
+                                );
                             }
                         }
                     }
@@ -260,6 +296,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 #[test]
 fn row_sizes() {
+    assert_eq!(KvQuant::Q8_0.row_bytes(128), Some(136));
     assert_eq!(KvQuant::Q8R.row_bytes(128), Some(132));
     assert_eq!(KvQuant::Fp8.row_bytes(128), Some(136));
     assert_eq!(KvQuant::Q4_0.row_bytes(128), Some(72));
@@ -267,5 +304,77 @@ fn row_sizes() {
     for fmt in KvQuant::ALL {
         assert_eq!(fmt.row_bytes(0), None);
         assert_eq!(fmt.row_bytes(48), None);
+    }
+}
+
+/// A SIMD kernel and the scalar reference are each within the dot budget of the exact value,
+/// so they are within this many budgets of each other.
+const SIMD_VS_SCALAR_BUDGETS: f64 = 2.0;
+
+/// Every SIMD kernel set against the scalar reference kernels directly, on random lengths and
+/// group sizes (including ones with no dedicated group kernel), over a misaligned cache.
+#[test]
+fn simd_kernels_match_the_scalar_reference() {
+    use bitnet_kernels::Isa;
+    let mut r = rng(43);
+    for fmt in KvQuant::ALL {
+        for (d, extra) in [(32usize, 1usize), (128, 0), (160, 5)] {
+            let rb = fmt.row_bytes(d).unwrap();
+            let stride = rb + extra;
+            for n_pos in [1usize, 3, 31, 64, 129] {
+                let x = normal_vec(&mut r, n_pos * d, 3.0);
+                let mut cache = vec![0u8; n_pos * stride];
+                for p in 0..n_pos {
+                    kv_quantize(fmt, d, &x[p * d..][..d], &mut cache[p * stride..][..rb]);
+                }
+                let (cbuf, cr) = misaligned(&cache);
+                let cache = &cbuf[cr];
+                let mut exact = vec![0.0f32; n_pos * d];
+                for p in 0..n_pos {
+                    kv_dequantize(fmt, &cache[p * stride..][..rb], &mut exact[p * d..][..d]);
+                }
+                for n_q in [1usize, 4, 5, 8] {
+                    let q = normal_vec(&mut r, n_q * d, 1.0);
+                    let w = normal_vec(&mut r, n_q * n_pos, 0.1);
+                    let (mut s0, mut o0) = (vec![0.0; n_q * n_pos], vec![0.5; n_q * d]);
+                    attn_scores_kv(
+                        Isa::Scalar,
+                        fmt,
+                        &q,
+                        n_q,
+                        cache,
+                        stride,
+                        n_pos,
+                        0.1,
+                        &mut s0,
+                    );
+                    attn_weighted_sum_kv(Isa::Scalar, fmt, &w, n_q, cache, stride, n_pos, &mut o0);
+                    for isa in isas().into_iter().filter(|&i| i != Isa::Scalar) {
+                        let what = format!("{isa} {} d={d} n_pos={n_pos} n_q={n_q}", fmt.name());
+                        let (mut s, mut o) = (vec![0.0; n_q * n_pos], vec![0.5; n_q * d]);
+                        attn_scores_kv(isa, fmt, &q, n_q, cache, stride, n_pos, 0.1, &mut s);
+                        attn_weighted_sum_kv(isa, fmt, &w, n_q, cache, stride, n_pos, &mut o);
+                        for h in 0..n_q {
+                            for p in 0..n_pos {
+                                let (_, cond) =
+                                    dot64(exact[p * d..][..d].iter().copied(), &q[h * d..][..d]);
+                                let tol = SIMD_VS_SCALAR_BUDGETS * 0.1 * dot_budget(d, cond);
+                                let i = h * n_pos + p;
+                                assert_close(s[i], f64::from(s0[i]), 0.0, tol, &what);
+                            }
+                            for i in 0..d {
+                                let col: Vec<f32> = (0..n_pos).map(|p| exact[p * d + i]).collect();
+                                let (_, cond) =
+                                    dot64(w[h * n_pos..][..n_pos].iter().copied(), &col);
+                                let tol =
+                                    SIMD_VS_SCALAR_BUDGETS * dot_budget(n_pos + 1, cond + 0.5);
+                                let j = h * d + i;
+                                assert_close(o[j], f64::from(o0[j]), 0.0, tol, &what);
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

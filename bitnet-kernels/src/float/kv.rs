@@ -1,11 +1,13 @@
-//! The low-bit KV cache row formats (beside f16, f32 and Q8_0, which have their own kernels
-//! in [`crate::float`]): their byte layouts, reference encoders and decoders, and the two
+//! The quantized KV cache row formats (beside f16 and f32, which have their own kernels in
+//! [`crate::float`]): their byte layouts, reference encoders and decoders, and the two
 //! attention kernels every KV format needs, as a safe API: scores of a group of query heads
 //! against a run of key rows, and the weighted sum of a run of value rows accumulated onto
 //! the output.
 //!
 //! A row is one KV head's `d` values of one position (`d` a multiple of 32). Layouts, all
 //! little-endian:
+//! - [`KvQuant::Q8_0`]: ggml's `block_q8_0` (see [`crate::float::Q8_0_BLOCK_BYTES`]): per 32
+//!   values `d: f16` then 32 × `i8`; value j = `d * q[j]`, `d = absmax / 127`.
 //! - [`KvQuant::Q8R`]: `s: f32` (bytes 0..4), then `d` × `i8`; value j = `s * q[j]`, with
 //!   `s = absmax / 127` for the whole row (one scale per token and head, as the BitNet papers
 //!   quantize activations).
@@ -21,7 +23,7 @@
 //! AVX-512 machines too: no 512-bit versions yet) decode exactly the same values and sum in
 //! another order, within the dot budget of [`crate::float`].
 
-use crate::float::formats::{Q4_0_BLOCK_BYTES, QK4_0};
+use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK4_0, QK8_0};
 use crate::float::runnable;
 use crate::isa::Isa;
 use crate::scalar::kv as scalar;
@@ -40,10 +42,13 @@ pub const E4M3_MAX: f32 = 448.0;
 const _: () = assert!(FP8_BLOCK_BYTES == 34);
 const _: () = assert!(B1_BLOCK_BYTES == 6);
 const _: () = assert!(QK4_0 == QK_KV && Q4_0_BLOCK_BYTES == 18);
+const _: () = assert!(QK8_0 == QK_KV && Q8_0_BLOCK_BYTES == 34);
 
 /// A low-bit KV row format; see the module docs for the layouts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KvQuant {
+    /// ggml Q8_0: int8 with an f16 scale per 32 values.
+    Q8_0,
     /// int8 with one f32 scale per row.
     Q8R,
     /// FP8 E4M3 with an f16 scale per 32 values.
@@ -55,7 +60,13 @@ pub enum KvQuant {
 }
 
 impl KvQuant {
-    pub const ALL: [KvQuant; 4] = [KvQuant::Q8R, KvQuant::Fp8, KvQuant::Q4_0, KvQuant::B1];
+    pub const ALL: [KvQuant; 5] = [
+        KvQuant::Q8_0,
+        KvQuant::Q8R,
+        KvQuant::Fp8,
+        KvQuant::Q4_0,
+        KvQuant::B1,
+    ];
 
     /// Bytes of one row of `d` values; `None` unless `d` is a positive multiple of 32.
     pub fn row_bytes(self, d: usize) -> Option<usize> {
@@ -64,6 +75,7 @@ impl KvQuant {
         }
         let nb = d / QK_KV;
         match self {
+            KvQuant::Q8_0 => nb.checked_mul(Q8_0_BLOCK_BYTES),
             KvQuant::Q8R => d.checked_add(Q8R_SCALE_BYTES),
             KvQuant::Fp8 => nb.checked_mul(FP8_BLOCK_BYTES),
             KvQuant::Q4_0 => nb.checked_mul(Q4_0_BLOCK_BYTES),
@@ -73,6 +85,7 @@ impl KvQuant {
 
     pub fn name(self) -> &'static str {
         match self {
+            KvQuant::Q8_0 => "q8_0",
             KvQuant::Q8R => "q8_r",
             KvQuant::Fp8 => "fp8",
             KvQuant::Q4_0 => "q4_0",
@@ -227,7 +240,16 @@ pub fn attn_weighted_sum_kv(
     out: &mut [f32],
 ) {
     let (ol, vl, wl) = (out.len(), v.len(), w.len());
-    check("attn_weighted_sum_kv", fmt, ol, n_q, vl, kv_stride, n_pos, wl);
+    check(
+        "attn_weighted_sum_kv",
+        fmt,
+        ol,
+        n_q,
+        vl,
+        kv_stride,
+        n_pos,
+        wl,
+    );
     if n_pos == 0 {
         return;
     }

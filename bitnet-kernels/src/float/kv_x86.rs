@@ -11,13 +11,14 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::formats::Q4_0_BLOCK_BYTES;
+use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
 
 const Q8R: u8 = 0;
 const FP8: u8 = 1;
 const Q40: u8 = 2;
 const B1: u8 = 3;
+const Q80: u8 = 4;
 
 /// The f16 at `p` as f32.
 ///
@@ -57,6 +58,14 @@ unsafe fn half_block<const F: u8>(row: *const u8, b: usize, half: usize) -> (f32
     // SAFETY: every load below stays inside block b (the caller's contract).
     unsafe {
         match F {
+            Q80 => {
+                let blk = row.add(Q8_0_BLOCK_BYTES * b);
+                let p = blk.add(2 + 16 * half);
+                let v = [0, 8].map(|o| {
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(o).cast())))
+                });
+                (f16_at(blk), v)
+            }
             Q8R => {
                 let p = row.add(Q8R_SCALE_BYTES + QK_KV * b + 16 * half);
                 let v = [0, 8].map(|o| {
@@ -70,8 +79,10 @@ unsafe fn half_block<const F: u8>(row: *const u8, b: usize, half: usize) -> (f32
                 let pow = _mm256_set1_ps(f32::from_bits((127 + 120) << 23));
                 let v = [0, 8].map(|o| {
                     let c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(o).cast()));
-                    let sign = _mm256_slli_epi32::<24>(_mm256_and_si256(c, _mm256_set1_epi32(0x80)));
-                    let rest = _mm256_slli_epi32::<20>(_mm256_and_si256(c, _mm256_set1_epi32(0x7f)));
+                    let sign =
+                        _mm256_slli_epi32::<24>(_mm256_and_si256(c, _mm256_set1_epi32(0x80)));
+                    let rest =
+                        _mm256_slli_epi32::<20>(_mm256_and_si256(c, _mm256_set1_epi32(0x7f)));
                     _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(sign, rest)), pow)
                 });
                 (f16_at(blk), v)
@@ -216,6 +227,7 @@ fn kernels<const F: u8>(g: usize) -> Option<(ScoresKernel, WsumKernel)> {
 
 fn kernels_of(fmt: KvQuant, g: usize) -> Option<(ScoresKernel, WsumKernel)> {
     match fmt {
+        KvQuant::Q8_0 => kernels::<Q80>(g),
         KvQuant::Q8R => kernels::<Q8R>(g),
         KvQuant::Fp8 => kernels::<FP8>(g),
         KvQuant::Q4_0 => kernels::<Q40>(g),

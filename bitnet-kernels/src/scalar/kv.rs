@@ -7,7 +7,7 @@
 //! is `scale * (r * Σ_b s_b * dot(q_b, vals_b))`; a weighted sum adds `((w * r) * s_b) *
 //! vals_b[j]` to `out[32 b + j]`, position after position.
 
-use crate::float::formats::{self, Q4_0_BLOCK_BYTES, RowFormat, quantize_row_q4_0};
+use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{
     B1_BLOCK_BYTES, E4M3_MAX, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV,
 };
@@ -61,11 +61,55 @@ fn absmax(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
+/// Largest magnitude a Q8R row scale covers: past it the codes saturate, so that `127 * s`
+/// (the largest decoded value) stays finite.
+const Q8R_AMAX_LIMIT: f32 = f32::MAX / 2.0;
+
 /// Encodes one row of `x.len()` values (a multiple of 32) into `row`.
 pub fn quantize_row(fmt: KvQuant, x: &[f32], row: &mut [u8]) {
     match fmt {
+        KvQuant::Q8_0 => {
+            // ggml's quantize_row_q8_0 (round half away from zero), with the scale
+            // saturating at f16's largest value instead of becoming infinite.
+            for (xb, b) in x
+                .chunks_exact(QK_KV)
+                .zip(row.chunks_exact_mut(Q8_0_BLOCK_BYTES))
+            {
+                let d = absmax(xb).min(F16_MAX * 127.0) / 127.0;
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                b[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+                for (q, &v) in b[2..].iter_mut().zip(xb) {
+                    *q = ((v * id).round() as i32).clamp(-127, 127) as i8 as u8;
+                }
+            }
+        }
+        KvQuant::Q4_0 => {
+            // ggml's quantize_row_q4_0 (the value of largest magnitude, sign kept, maps to
+            // nibble 0), with the scale saturating at f16's largest value and NaN stored as 0.
+            for (xb, b) in x
+                .chunks_exact(QK_KV)
+                .zip(row.chunks_exact_mut(Q4_0_BLOCK_BYTES))
+            {
+                let m = xb
+                    .iter()
+                    .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+                let d = m.clamp(-F16_MAX * 8.0, F16_MAX * 8.0) / -8.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                b[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+                let q = |v: f32| {
+                    if v.is_nan() {
+                        8
+                    } else {
+                        ((v * id + 8.5) as i32).clamp(0, 15) as u8
+                    }
+                };
+                for j in 0..QK_KV / 2 {
+                    b[2 + j] = q(xb[j]) | (q(xb[j + QK_KV / 2]) << 4);
+                }
+            }
+        }
         KvQuant::Q8R => {
-            let s = absmax(x) / 127.0;
+            let s = absmax(x).min(Q8R_AMAX_LIMIT) / 127.0;
             let id = if s > 0.0 { 1.0 / s } else { 0.0 };
             row[..Q8R_SCALE_BYTES].copy_from_slice(&s.to_le_bytes());
             for (q, &v) in row[Q8R_SCALE_BYTES..].iter_mut().zip(x) {
@@ -86,7 +130,6 @@ pub fn quantize_row(fmt: KvQuant, x: &[f32], row: &mut [u8]) {
                 }
             }
         }
-        KvQuant::Q4_0 => quantize_row_q4_0(x, row),
         KvQuant::B1 => {
             for (xb, b) in x
                 .chunks_exact(QK_KV)
@@ -119,6 +162,13 @@ pub fn row_scale(fmt: KvQuant, row: &[u8]) -> f32 {
 pub fn block_values(fmt: KvQuant, row: &[u8], b: usize) -> (f32, [f32; QK_KV]) {
     let mut v = [0.0f32; QK_KV];
     match fmt {
+        KvQuant::Q8_0 => {
+            let blk = &row[Q8_0_BLOCK_BYTES * b..][..Q8_0_BLOCK_BYTES];
+            for (o, &q) in v.iter_mut().zip(&blk[2..]) {
+                *o = f32::from(q as i8);
+            }
+            (f16_at(blk, 0), v)
+        }
         KvQuant::Q8R => {
             let qs = &row[Q8R_SCALE_BYTES + QK_KV * b..][..QK_KV];
             for (o, &q) in v.iter_mut().zip(qs) {
@@ -154,10 +204,6 @@ pub fn block_values(fmt: KvQuant, row: &[u8], b: usize) -> (f32, [f32; QK_KV]) {
 
 /// Decodes one row into `dst` (`dst.len()` values).
 pub fn dequantize_row(fmt: KvQuant, row: &[u8], dst: &mut [f32]) {
-    if fmt == KvQuant::Q4_0 {
-        formats::dequantize_row(RowFormat::Q4_0, row, dst);
-        return;
-    }
     let r = row_scale(fmt, row);
     for (b, ob) in dst.chunks_exact_mut(QK_KV).enumerate() {
         let (s, v) = block_values(fmt, row, b);
