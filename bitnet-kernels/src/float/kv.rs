@@ -83,7 +83,7 @@ impl KvQuant {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             KvQuant::Q8_0 => "q8_0",
             KvQuant::Q8R => "q8_r",
