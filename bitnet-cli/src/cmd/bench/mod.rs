@@ -32,7 +32,7 @@ use bitnet_gguf::GgufFile;
 use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
 use super::common::{ModelArgs, load_model, parse_isa};
 use super::limits::{check_context, warn_threads};
-use crate::output::Progress;
+use crate::output::{Progress, note};
 use crate::output_file::OutputFile;
 
 #[derive(Debug, clap::Args)]
@@ -188,9 +188,8 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         longest
     };
-    let longest = longest + max(&args.depth);
     for path in &args.models {
-        check_model_file(path, longest)?;
+        check_model_file(path, longest, max(&args.depth))?;
     }
 
     // One probe per thread count: a 1-thread decode is bounded by what one core can read.
@@ -282,9 +281,12 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 /// What can be known about a model before measuring anything: the file opens, it is a model
-/// (not a vocab-only GGUF), and the longest test fits the context it was trained on (past
-/// it, the figures would describe a model running outside its design).
-fn check_model_file(path: &std::path::Path, longest: usize) -> Result<()> {
+/// (not a vocab-only GGUF), and the longest test and the deepest depth each fit the context
+/// it was trained on (past it, the figures would describe a model running outside its
+/// design). A test that starts inside the trained context and runs past its end (`-d 4096
+/// -n 32` on a 4,096-token model, the depth llama-bench users quote) is measured with a
+/// warning: the speed of those last positions is what it would be inside.
+fn check_model_file(path: &std::path::Path, longest: usize, depth: usize) -> Result<()> {
     let file = GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
         .with_context(|| format!("opening {}", path.display()))?;
     if file.tensors().is_empty() && file.metadata().get("tokenizer.ggml.model").is_some() {
@@ -295,12 +297,25 @@ fn check_model_file(path: &std::path::Path, longest: usize) -> Result<()> {
     }
     let cfg = ModelConfig::from_gguf(&file)
         .with_context(|| format!("reading the model config of {}", path.display()))?;
-    if longest > cfg.n_ctx_train {
+    let trained = cfg.n_ctx_train;
+    if longest > trained || depth > trained {
+        let what = if depth > trained {
+            format!("a depth of {depth} tokens")
+        } else {
+            format!("a test of {longest} tokens")
+        };
         bail!(
-            "a test of {longest} tokens does not fit {}: its trained context is {} tokens \
-             (lower -p / -n)",
+            "{what} does not fit {}: its trained context is {trained} tokens \
+             (lower -p / -n / -d)",
             path.display(),
-            cfg.n_ctx_train
+        );
+    }
+    if longest + depth > trained {
+        note!(
+            "warning: the tests at depth {depth} run to position {}, past the {trained} tokens \
+             {} was trained on (timings only: the text would degrade there)",
+            longest + depth,
+            path.display()
         );
     }
     Ok(())
