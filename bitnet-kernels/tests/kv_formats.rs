@@ -261,7 +261,8 @@ fn attention_kernels_match_the_f64_reference() {
 #[test]
 fn weighted_sums_accumulate_block_by_block_bit_exactly() {
     let mut r = rng(42);
-    let (d, n_pos) = (64usize, 37usize);
+    // Past two of the SIMD weighted sum's 64-position tiles.
+    let (d, n_pos) = (64usize, 150usize);
     for fmt in KvQuant::ALL {
         let rb = fmt.row_bytes(d).unwrap();
         let x = normal_vec(&mut r, n_pos * d, 2.0);
@@ -272,7 +273,7 @@ fn weighted_sums_accumulate_block_by_block_bit_exactly() {
             for isa in isas() {
                 let mut whole = start.clone();
                 attn_weighted_sum_kv(isa, fmt, &w, n_q, &cache, rb, n_pos, &mut whole);
-                for split in [1usize, 5, 16] {
+                for split in [1usize, 5, 16, 63, 100] {
                     let mut parts = start.clone();
                     for b0 in (0..n_pos).step_by(split) {
                         let n = split.min(n_pos - b0);

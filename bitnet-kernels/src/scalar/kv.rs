@@ -2,10 +2,12 @@
 //! encoders, the decoders, and attention scores and weighted sums written plainly. This is
 //! the specification the AVX2 kernels are tested against.
 //!
-//! Every format reads as blocks of 32 values: a block scale `s_b` times 32 small exact values
-//! (`i8`, E4M3, nibble - 8, ±1), and a row scale `r` (Q8R's f32; 1 for the others). A score
-//! is `scale * (r * Σ_b s_b * dot(q_b, vals_b))`; a weighted sum adds `((w * r) * s_b) *
-//! vals_b[j]` to `out[32 b + j]`, position after position.
+//! Every format reads as blocks of 32 values: a scale `s_b` (the block's f16; Q8R's row f32
+//! for every block of the row) times 32 small exact values (`i8`, E4M3, nibble - 8, ±1). The
+//! decoded value is the one product `s_b * vals_b[j]`, and the kernels work on decoded
+//! values: a score is `scale * dot(q, decoded row)`, a weighted sum adds `w * decoded[j]` to
+//! `out[j]`, position after position. (Scaling the values once, rather than each head's
+//! partial sums, lets the SIMD kernels share that work across a GQA group.)
 
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{
@@ -148,16 +150,7 @@ pub fn quantize_row(fmt: KvQuant, x: &[f32], row: &mut [u8]) {
     }
 }
 
-/// Row `row`'s scale `r` (Q8R's f32, else 1).
-#[inline]
-pub fn row_scale(fmt: KvQuant, row: &[u8]) -> f32 {
-    match fmt {
-        KvQuant::Q8R => f32::from_le_bytes([row[0], row[1], row[2], row[3]]),
-        _ => 1.0,
-    }
-}
-
-/// Block `b` of `row`: its scale `s_b` and its 32 exact values.
+/// Block `b` of `row`: its scale `s_b` (Q8R: the row's) and its 32 exact values.
 #[inline]
 pub fn block_values(fmt: KvQuant, row: &[u8], b: usize) -> (f32, [f32; QK_KV]) {
     let mut v = [0.0f32; QK_KV];
@@ -174,7 +167,7 @@ pub fn block_values(fmt: KvQuant, row: &[u8], b: usize) -> (f32, [f32; QK_KV]) {
             for (o, &q) in v.iter_mut().zip(qs) {
                 *o = f32::from(q as i8);
             }
-            (1.0, v)
+            (f32::from_le_bytes([row[0], row[1], row[2], row[3]]), v)
         }
         KvQuant::Fp8 => {
             let blk = &row[FP8_BLOCK_BYTES * b..][..FP8_BLOCK_BYTES];
@@ -202,14 +195,17 @@ pub fn block_values(fmt: KvQuant, row: &[u8], b: usize) -> (f32, [f32; QK_KV]) {
     }
 }
 
+/// Block `b` of `row` decoded: `s_b * vals_b[j]`.
+#[inline]
+pub fn decoded_block(fmt: KvQuant, row: &[u8], b: usize) -> [f32; QK_KV] {
+    let (s, v) = block_values(fmt, row, b);
+    v.map(|x| s * x)
+}
+
 /// Decodes one row into `dst` (`dst.len()` values).
 pub fn dequantize_row(fmt: KvQuant, row: &[u8], dst: &mut [f32]) {
-    let r = row_scale(fmt, row);
     for (b, ob) in dst.chunks_exact_mut(QK_KV).enumerate() {
-        let (s, v) = block_values(fmt, row, b);
-        for (o, x) in ob.iter_mut().zip(v) {
-            *o = r * (s * x);
-        }
+        ob.copy_from_slice(&decoded_block(fmt, row, b));
     }
 }
 
@@ -222,7 +218,7 @@ fn dot32(q: &[f32], v: &[f32; QK_KV]) -> f32 {
     acc.iter().sum()
 }
 
-/// `out[h * n_pos + p] = scale * (r_p * Σ_b s_pb * dot(q_h[b], vals_pb))`.
+/// `out[h * n_pos + p] = scale * dot(q_h, decoded row p)`.
 #[allow(clippy::too_many_arguments)]
 pub fn attn_scores(
     fmt: KvQuant,
@@ -240,17 +236,17 @@ pub fn attn_scores(
         let qh = &q[h * d..][..d];
         for p in 0..n_pos {
             let row = &k[p * kv_stride..][..rb];
-            let mut sum = 0.0f32;
-            for (b, qb) in qh.chunks_exact(QK_KV).enumerate() {
-                let (s, v) = block_values(fmt, row, b);
-                sum += s * dot32(qb, &v);
-            }
-            out[h * n_pos + p] = scale * (row_scale(fmt, row) * sum);
+            let sum: f32 = qh
+                .chunks_exact(QK_KV)
+                .enumerate()
+                .map(|(b, qb)| dot32(qb, &decoded_block(fmt, row, b)))
+                .sum();
+            out[h * n_pos + p] = scale * sum;
         }
     }
 }
 
-/// `out[h][32 b + j] += ((w[h][p] * r_p) * s_pb) * vals_pb[j]`, position after position.
+/// `out[h][j] += w[h][p] * (decoded row p)[j]`, position after position.
 pub fn attn_weighted_sum(
     fmt: KvQuant,
     w: &[f32],
@@ -266,12 +262,10 @@ pub fn attn_weighted_sum(
         let oh = &mut out[h * d..][..d];
         for p in 0..n_pos {
             let row = &v[p * kv_stride..][..rb];
-            let wr = w[h * n_pos + p] * row_scale(fmt, row);
+            let wp = w[h * n_pos + p];
             for (b, ob) in oh.chunks_exact_mut(QK_KV).enumerate() {
-                let (s, vals) = block_values(fmt, row, b);
-                let c = wr * s;
-                for (o, x) in ob.iter_mut().zip(vals) {
-                    *o += c * x;
+                for (o, x) in ob.iter_mut().zip(decoded_block(fmt, row, b)) {
+                    *o += wp * x;
                 }
             }
         }
