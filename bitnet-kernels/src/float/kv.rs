@@ -229,6 +229,7 @@ pub fn attn_scores_kv(
 ///
 /// # Panics
 /// As [`attn_scores_kv`], with `w.len() == n_q * n_pos`.
+#[allow(clippy::too_many_arguments)]
 pub fn attn_weighted_sum_kv(
     isa: Isa,
     fmt: KvQuant,

@@ -446,7 +446,10 @@ fn bench_model(
         for &n in args.n_gen.iter().filter(|&&n| n > 0) {
             for &b in &args.batch {
                 let mut samples = Vec::with_capacity(args.reps);
-                progress(&format!("{name} filling{} b{b} t{threads}", depth_label(depth)));
+                progress(&format!(
+                    "{name} filling{} b{b} t{threads}",
+                    depth_label(depth)
+                ));
                 let seqs: Vec<SeqId> = (0..b).map(|_| engine.new_sequence()).collect();
                 fill_depth(&mut engine, &seqs, depth, n_vocab)?;
                 for rep in 0..total {
