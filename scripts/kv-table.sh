@@ -28,7 +28,7 @@ mkdir -p "$work" bench
 if [ "$#" -gt 0 ]; then
   pairs=("$@")
 else
-  pairs=(f16/f16 f32/f32 q8_0/q8_0 q8_r/q8_r fp8/fp8 q4_0/q4_0 q8_0/q4_0 b1/b1 q8_0/b1)
+  pairs=(f16/f16 f32/f32 q8_0/q8_0 q8_r/q8_r fp8/fp8 q4_0/q4_0 q8_0/q4_0 b1/b1 q8_0/b1 b1/q8_0)
 fi
 
 "$bin" inspect --json -c 4096 "$big" > "$work/inspect.json"
