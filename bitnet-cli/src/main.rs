@@ -42,7 +42,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(cmd::common::llama_flag_names(std::env::args_os()));
     let result = match cli.command {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Chat(args) => cmd::chat::run(args),

@@ -122,7 +122,8 @@ fn inspect_reads_vocab_only_files_and_prints_tables() {
         "blk.0.attn_q.weight",
         "I2_S",
         "KV cache f16",
-        "KV cache 8-bit",
+        "KV cache q8_0",
+        "KV cache b1",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }

@@ -141,4 +141,24 @@ fn bench_measures_at_a_context_depth() {
             .args(["-p", "0", "-n", "4", "-d", "600"]),
     );
     assert!(err.contains("does not fit"), "{err}");
+    // A depth at the trained context whose test runs past it is measured, with a warning.
+    let edge = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args([
+                "-p", "0", "-n", "4", "-d", "512", "-r", "1", "--warmup", "0",
+            ])
+            .args(["-t", "1", "--no-membw"]),
+    );
+    assert!(
+        stdout_of(&edge).contains("tg4 @ d512"),
+        "{}",
+        stdout_of(&edge)
+    );
+    assert!(
+        stderr_of(&edge).contains("past the 512 tokens"),
+        "{}",
+        stderr_of(&edge)
+    );
 }

@@ -271,3 +271,43 @@ fn inspect_takes_c_and_ctx_size_like_the_other_commands() {
     assert_eq!(kv("-c"), 2 * 4 * 1024 * 128 * 2);
     assert_eq!(kv("--ctx-size"), kv("--ctx"));
 }
+
+/// `-ctk` / `-ctv` (llama.cpp's spelling) on every command that runs a model: a bad name is
+/// a clear error listing the valid ones, before the model is touched; good names run.
+#[test]
+fn cache_types_are_chosen_per_side_on_every_model_command() {
+    let names = "f16, f32, q8_0, q8_r, fp8, q4_0, b1";
+    for cmd in ["generate", "chat", "serve", "bench", "perplexity"] {
+        for flag in ["-ctk", "-ctv", "--cache-type-k", "--cache-type-v"] {
+            let err = run_err(
+                bitnet()
+                    .args([cmd, "-m"])
+                    .arg(tiny_model())
+                    .args([flag, "q3_k"]),
+            );
+            assert!(
+                err.contains("unknown KV cache type \"q3_k\""),
+                "{cmd} {flag}: {err}"
+            );
+            assert!(err.contains(names), "{cmd} {flag}: {err}");
+        }
+    }
+    // K and V differ; the greedy text stays text.
+    let out = generate(&[
+        "-p", "Once", "-n", "4", "--greedy", "-ctk", "q4_0", "-ctv", "b1",
+    ]);
+    assert!(stdout_of(&out).starts_with("Once"));
+    let out = generate(&["-p", "Once", "-n", "4", "--greedy", "-ctk=fp8", "-ctv=q8_r"]);
+    assert!(stdout_of(&out).starts_with("Once"));
+    // bench: lists of both, every pair reported.
+    let out = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args(["-p", "0", "-n", "2", "-r", "1", "--warmup", "0", "-t", "1"])
+            .args(["--no-membw", "-ctk", "q8_0,f16", "-ctv", "q4_0"]),
+    );
+    let text = stdout_of(&out);
+    assert!(text.contains("K q8_0 V q4_0"), "{text}");
+    assert!(text.contains("K f16 V q4_0"), "{text}");
+}

@@ -3,7 +3,7 @@
 //! Per layer, K and V each hold `n_ctx` rows of `kv_dim = n_kv_heads * head_dim` elements,
 //! position-major (`[pos][head][dim]`), so the attention kernels read head `h` of position
 //! `p` at `p * kv_dim + h * head_dim` with `kv_stride = kv_dim`. Rows are stored as f16 bits
-//! ([`KvType::F16`], what the engine uses) or as ggml Q8_0 blocks ([`KvType::Q8`], 34 bytes
+//! ([`KvType::F16`], what the engine uses) or as ggml Q8_0 blocks ([`KvType::Q8_0`], 34 bytes
 //! per 32 elements, about half the memory).
 //!
 //! The cache tracks how many leading positions hold valid data (`len`): a forward step
@@ -59,6 +59,10 @@ pub enum KvCacheError {
     RollbackTooFar { n_tokens: usize, len: usize },
     #[error("the cache stores {actual:?}, not {wanted:?}")]
     WrongType { wanted: KvType, actual: KvType },
+    #[error(
+        "this single-sequence cache stores f16 or q8_0 rows, not {0:?} (the engine's paged pool takes every type)"
+    )]
+    UnsupportedType(KvType),
 }
 
 pub use crate::kv::KvType;
@@ -114,7 +118,10 @@ impl KvCache {
                 head_dim,
             });
         }
-        if kv_type == KvType::Q8 && !head_dim.is_multiple_of(QK8_0) {
+        if !matches!(kv_type, KvType::F16 | KvType::Q8_0) {
+            return Err(KvCacheError::UnsupportedType(kv_type));
+        }
+        if kv_type == KvType::Q8_0 && !head_dim.is_multiple_of(QK8_0) {
             return Err(KvCacheError::Q8HeadDim { head_dim });
         }
         let bytes = Self::bytes_for(n_layer, n_ctx, n_kv_heads, head_dim, kv_type);
@@ -134,7 +141,7 @@ impl KvCache {
             .map_err(|_| too_large.clone())?;
         let per_row = match kv_type {
             KvType::F16 => kv_dim,
-            KvType::Q8 => row_bytes,
+            _ => row_bytes,
         };
         let layer_len = n_ctx.checked_mul(per_row).ok_or(too_large.clone())?;
         let total = n_layer.checked_mul(layer_len).ok_or(too_large)?;
@@ -145,7 +152,7 @@ impl KvCache {
                 k: alloc_zeroed(total)?,
                 v: alloc_zeroed(total)?,
             },
-            KvType::Q8 => Store::Q8 {
+            _ => Store::Q8 {
                 k: alloc_zeroed(total)?,
                 v: alloc_zeroed(total)?,
             },
@@ -176,7 +183,12 @@ impl KvCache {
         let kv_dim = (n_kv_heads as u128) * (head_dim as u128);
         let row = match kv_type {
             KvType::F16 => kv_dim * 2,
-            KvType::Q8 => kv_dim.div_ceil(QK8_0 as u128) * Q8_0_BLOCK_BYTES as u128,
+            KvType::Q8_0 => kv_dim.div_ceil(QK8_0 as u128) * Q8_0_BLOCK_BYTES as u128,
+            // The other types' sizes, for estimates (this cache does not store them).
+            t => {
+                let bytes_per_head = t.row_bytes(head_dim).map_or(u128::MAX, u128::from);
+                (n_kv_heads as u128).saturating_mul(bytes_per_head)
+            }
         };
         let total = 2u128
             .saturating_mul(n_layer as u128)
@@ -429,7 +441,7 @@ impl KvCache {
         self.layer_check(layer)?;
         match &self.store {
             Store::Q8 { k, .. } => Ok(self.layer_of(k, layer)),
-            Store::F16 { .. } => Err(self.wrong_type(KvType::Q8)),
+            Store::F16 { .. } => Err(self.wrong_type(KvType::Q8_0)),
         }
     }
 
@@ -438,7 +450,7 @@ impl KvCache {
         self.layer_check(layer)?;
         match &self.store {
             Store::Q8 { v, .. } => Ok(self.layer_of(v, layer)),
-            Store::F16 { .. } => Err(self.wrong_type(KvType::Q8)),
+            Store::F16 { .. } => Err(self.wrong_type(KvType::Q8_0)),
         }
     }
 

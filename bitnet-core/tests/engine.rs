@@ -498,7 +498,8 @@ fn q8_kv_cache_matches_f16_closely_and_prefill_equals_decode() {
     use bitnet_core::model::KvType;
     let spec = preset("tiny-bitnet");
     let q8 = common::setup::Opts {
-        kv_type: KvType::Q8,
+        k_type: KvType::Q8_0,
+        v_type: KvType::Q8_0,
         ..opts(2)
     };
     check_prefill_matches_decode(&spec, "kv-q8", &q8);

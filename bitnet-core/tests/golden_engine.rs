@@ -1,9 +1,12 @@
 //! The optimized engine on the golden tiny model, against the logits of the engine that
 //! wrote each file (bitnet.cpp for I2_S, llama.cpp for TQ2_0 / TQ1_0), with the golden
-//! README's tolerances, for every kernel set this CPU runs, prefill and decode.
+//! README's tolerances, for every kernel set this CPU runs, prefill and decode; and again
+//! with a q8_0 K and V cache, which must move the logits by less than the same tolerances
+//! (against the golden logits, and against our own f16-cache logits).
 
 mod common;
 
+use bitnet_core::model::KvType;
 use bitnet_kernels::Isa;
 use common::metrics::{Agreement, compare};
 
@@ -19,6 +22,12 @@ fn check(what: &str, a: Agreement) {
 }
 
 fn run(gguf: &str, json: &str, logits: &str) {
+    run_with_kv(gguf, json, logits, KvType::F16);
+    run_with_kv(gguf, json, logits, KvType::Q8_0);
+}
+
+/// The golden comparison with `kv` as both the K and the V cache type.
+fn run_with_kv(gguf: &str, json: &str, logits: &str, kv: KvType) {
     let (Some(g), Some(j), Some(l)) = (
         common::golden(gguf),
         common::golden(json),
@@ -34,16 +43,37 @@ fn run(gguf: &str, json: &str, logits: &str) {
             threads: 2,
             pin: false,
             n_ctx: 64,
+            k_type: kv,
+            v_type: kv,
             ..common::setup::Opts::default()
         };
         let model = common::setup::load(&g, &opts).unwrap();
         let n_vocab = model.n_vocab();
         let mut s = model.session(64).unwrap();
         let ours = s.eval(&tokens, true).unwrap().to_vec();
+        let kv_name = kv.name();
         check(
-            &format!("{gguf} {} prefill", isa.name()),
+            &format!("{gguf} {} kv {kv_name} prefill", isa.name()),
             compare(&ours, &theirs, n_vocab),
         );
+        if kv != KvType::F16 {
+            let f16 = common::setup::Opts {
+                k_type: KvType::F16,
+                v_type: KvType::F16,
+                ..opts.clone()
+            };
+            let model = common::setup::load(&g, &f16).unwrap();
+            let base = model
+                .session(64)
+                .unwrap()
+                .eval(&tokens, true)
+                .unwrap()
+                .to_vec();
+            check(
+                &format!("{gguf} {} kv {kv_name} vs kv f16", isa.name()),
+                compare(&ours, &base, n_vocab),
+            );
+        }
         if isa == Isa::best() {
             let mut s = model.session(64).unwrap();
             let mut dec = Vec::with_capacity(ours.len());
@@ -51,7 +81,7 @@ fn run(gguf: &str, json: &str, logits: &str) {
                 dec.extend_from_slice(s.eval(&[t], false).unwrap());
             }
             check(
-                &format!("{gguf} {} decode", isa.name()),
+                &format!("{gguf} {} kv {kv_name} decode", isa.name()),
                 compare(&dec, &theirs, n_vocab),
             );
         }

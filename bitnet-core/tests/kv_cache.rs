@@ -80,7 +80,7 @@ fn f16_rows_read_back_at_the_documented_layout() {
 
 #[test]
 fn write_rows_equals_row_by_row_writes() {
-    for ty in [KvType::F16, KvType::Q8] {
+    for ty in [KvType::F16, KvType::Q8_0] {
         let (heads, hd) = (2, 32);
         let kv_dim = heads * hd;
         let mut a = KvCache::new(2, 8, heads, hd, ty).unwrap();
@@ -111,7 +111,7 @@ fn write_rows_equals_row_by_row_writes() {
 fn q8_rows_read_back_within_block_precision() {
     let (heads, hd) = (3, 64);
     let kv_dim = heads * hd;
-    let mut c = KvCache::new(2, 5, heads, hd, KvType::Q8).unwrap();
+    let mut c = KvCache::new(2, 5, heads, hd, KvType::Q8_0).unwrap();
     assert!(c.try_k_layer(0).is_err(), "no f16 view of a Q8 cache");
     let k = row(3, kv_dim);
     let v: Vec<f32> = row(4, kv_dim).iter().map(|x| x * 100.0).collect();
@@ -235,7 +235,7 @@ fn bad_writes_and_reads_are_typed_errors() {
     assert!(matches!(
         c.k_layer_q8(0),
         Err(KvCacheError::WrongType {
-            wanted: KvType::Q8,
+            wanted: KvType::Q8_0,
             actual: KvType::F16
         })
     ));
@@ -260,7 +260,7 @@ fn bad_dimensions_and_huge_sizes_are_errors_not_aborts() {
         Err(KvCacheError::ZeroDimension { .. })
     ));
     assert!(matches!(
-        KvCache::new(1, 8, 2, 48, KvType::Q8),
+        KvCache::new(1, 8, 2, 48, KvType::Q8_0),
         Err(KvCacheError::Q8HeadDim { head_dim: 48 })
     ));
     assert!(matches!(
@@ -284,12 +284,12 @@ fn bytes_for_figures() {
     let f16 = KvCache::bytes_for(30, 4096, 5, 128, KvType::F16);
     assert_eq!(f16, 2 * 30 * 4096 * 640 * 2);
     assert_eq!(f16, 314_572_800);
-    let q8 = KvCache::bytes_for(30, 4096, 5, 128, KvType::Q8);
+    let q8 = KvCache::bytes_for(30, 4096, 5, 128, KvType::Q8_0);
     assert_eq!(q8, 2 * 30 * 4096 * (640 / 32) * 34);
     assert_eq!(q8 * 32, f16 * 17, "Q8_0 is 17/32 of f16");
     assert_eq!(KvCache::bytes_for(1, 1, 1, 1, KvType::F16), 4);
     assert_eq!(
-        KvCache::bytes_for(1, 1, 1, 1, KvType::Q8),
+        KvCache::bytes_for(1, 1, 1, 1, KvType::Q8_0),
         68,
         "a partial block is a block"
     );
@@ -297,10 +297,10 @@ fn bytes_for_figures() {
         KvCache::bytes_for(usize::MAX, usize::MAX, 2, 2, KvType::F16),
         u64::MAX
     );
-    let c = KvCache::new(2, 16, 2, 32, KvType::Q8).unwrap();
-    assert_eq!(c.bytes(), KvCache::bytes_for(2, 16, 2, 32, KvType::Q8));
+    let c = KvCache::new(2, 16, 2, 32, KvType::Q8_0).unwrap();
+    assert_eq!(c.bytes(), KvCache::bytes_for(2, 16, 2, 32, KvType::Q8_0));
     assert_eq!(c.k_layer_q8(0).unwrap().len() as u64 * 4, c.bytes());
     let c = KvCache::new(3, 7, 2, 8, KvType::F16).unwrap();
     assert_eq!(c.k_layer(2).len() as u64 * 2 * 2 * 3, c.bytes());
-    assert_eq!((KvType::F16.name(), KvType::Q8.name()), ("f16", "q8_0"));
+    assert_eq!((KvType::F16.name(), KvType::Q8_0.name()), ("f16", "q8_0"));
 }

@@ -13,6 +13,9 @@
 #[cfg(target_arch = "x86_64")]
 mod attn_group_x86;
 pub mod formats;
+pub mod kv;
+#[cfg(target_arch = "x86_64")]
+mod kv_x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod qrows_x86;
 
@@ -26,6 +29,7 @@ pub use formats::{
     Q4_0_BLOCK_BYTES, Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK4_0, QK8_0, RowFormat,
     dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
 };
+pub use kv::{KvQuant, QK_KV, attn_scores_kv, attn_weighted_sum_kv, kv_dequantize, kv_quantize};
 pub use scalar::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 /// Error budget of an f32 dot product of `n` terms, against the exact (f64) value:
@@ -45,7 +49,7 @@ pub const SILU_REL_TOL: f32 = 1e-5;
 
 /// The best kernel set at most as capable as `isa` that this CPU runs.
 #[inline]
-fn runnable(isa: Isa) -> Isa {
+pub(crate) fn runnable(isa: Isa) -> Isa {
     static AVAIL: OnceLock<(bool, bool)> = OnceLock::new();
     let (avx2, avx512) =
         *AVAIL.get_or_init(|| (Isa::Avx2.is_available(), Isa::Avx512.is_available()));

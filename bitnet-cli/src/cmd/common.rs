@@ -1,14 +1,15 @@
 //! Options every model-running subcommand shares (`-t`, `--kernel`, `--no-mmap`, `--mlock`,
-//! `--head`, `-c`, `-b`), turning them into [`LoadOptions`] (how the model is loaded) and
+//! `--head`, `-c`, `-b`, `-ctk`, `-ctv`), turning them into [`LoadOptions`] (how the model is loaded) and
 //! [`EngineOptions`] (how it runs), and loading a model with the checks and messages every
 //! command wants.
 
+use std::ffi::OsString;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use std::sync::Arc;
 
-use bitnet_core::model::{EngineOptions, HeadMode, LoadMode, LoadOptions, Model};
+use bitnet_core::model::{EngineOptions, HeadMode, KvType, LoadMode, LoadOptions, Model};
 use bitnet_gguf::GgufFile;
 use bitnet_kernels::Isa;
 
@@ -50,6 +51,45 @@ pub struct ModelArgs {
     /// Do not pin threads to cores.
     #[arg(long)]
     pub no_pin: bool,
+    /// K cache type (llama.cpp's -ctk): f16, f32, q8_0, q8_r, fp8, q4_0, b1.
+    #[arg(long = "cache-type-k", value_name = "TYPE", value_parser = parse_kv_type,
+          default_value = "f16")]
+    pub cache_type_k: KvType,
+    /// V cache type (llama.cpp's -ctv), chosen independently of K's.
+    #[arg(long = "cache-type-v", value_name = "TYPE", value_parser = parse_kv_type,
+          default_value = "f16")]
+    pub cache_type_v: KvType,
+}
+
+/// A KV cache type by its llama.cpp name (`f16`, `q8_0`, ...).
+pub fn parse_kv_type(name: &str) -> Result<KvType, String> {
+    KvType::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = KvType::ALL.iter().map(|t| t.name()).collect();
+        format!(
+            "unknown KV cache type {name:?} (one of {})",
+            names.join(", ")
+        )
+    })
+}
+
+/// llama.cpp spells the cache-type flags with one dash and several letters (`-ctk q8_0`),
+/// which clap's short options cannot be: those two are rewritten to their long names before
+/// parsing (`-ctk=q8_0` too).
+pub fn llama_flag_names(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    args.into_iter()
+        .map(|a| {
+            let Some(s) = a.to_str() else { return a };
+            for (short, long) in [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")] {
+                if s == short {
+                    return long.into();
+                }
+                if let Some(rest) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                    return format!("{long}={rest}").into();
+                }
+            }
+            a
+        })
+        .collect()
 }
 
 pub fn parse_isa(name: Option<&str>) -> Result<Option<Isa>> {
@@ -86,6 +126,8 @@ impl ModelArgs {
             batch: self
                 .batch_size
                 .map_or(EngineOptions::default().batch, |b| b as usize),
+            k_type: self.cache_type_k,
+            v_type: self.cache_type_v,
             ..EngineOptions::default()
         }
     }

@@ -9,6 +9,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use bitnet_core::model::KvType;
 use bitnet_gguf::{GgufFile, LoadMode, Metadata, TensorInfo, TensorType, Value};
 use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
 use serde::Serialize;
@@ -91,6 +92,18 @@ struct MemoryEstimate {
     kv_q8_bytes: u64,
     total_f16_kv: u64,
     total_q8_kv: u64,
+    /// Every KV cache type (`-ctk` / `-ctv`), as if both K and V used it.
+    kv_types: Vec<KvTypeMemory>,
+}
+
+#[derive(Debug, Serialize)]
+struct KvTypeMemory {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    /// K and V bytes of one token in one layer; `None` if the type's blocks do not divide
+    /// the head dimension (the engine refuses that type for this model).
+    bytes_per_token_per_layer: Option<u64>,
+    kv_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -166,6 +179,20 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
             let kv_f16_bytes = elems * 2;
             // Q8_0: 34 bytes per 32 values.
             let kv_q8_bytes = elems.div_ceil(32) * 34;
+            let kv_types = KvType::ALL
+                .iter()
+                .map(|&t| {
+                    let per_token = usize::try_from(kv.head_dim)
+                        .ok()
+                        .and_then(|hd| t.row_bytes(hd))
+                        .and_then(|row| row.checked_mul(2 * kv.n_head_kv));
+                    KvTypeMemory {
+                        ty: t.name(),
+                        bytes_per_token_per_layer: per_token,
+                        kv_bytes: per_token.and_then(|b| b.checked_mul(kv.n_layer * ctx)),
+                    }
+                })
+                .collect();
             MemoryEstimate {
                 ctx,
                 weight_bytes,
@@ -173,6 +200,7 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
                 kv_q8_bytes,
                 total_f16_kv: weight_bytes + kv_f16_bytes,
                 total_q8_kv: weight_bytes + kv_q8_bytes,
+                kv_types,
             }
         });
 
@@ -277,6 +305,8 @@ fn tokenizer_summary(md: &Metadata) -> Result<Option<TokenizerSummary>> {
 
 struct KvShape {
     n_layer: u64,
+    n_head_kv: u64,
+    head_dim: u64,
     kv_width: u64,
     ctx_train: u64,
 }
@@ -302,6 +332,8 @@ fn kv_shape(md: &Metadata, arch: &str) -> Option<KvShape> {
     let ctx_train = md.get_opt_u64(&key("context_length")).ok()?.unwrap_or(2048);
     Some(KvShape {
         n_layer,
+        n_head_kv,
+        head_dim,
         kv_width: n_head_kv.checked_mul(head_dim)?,
         ctx_train,
     })
@@ -473,18 +505,29 @@ fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
             "  weights          {:>12}",
             human_bytes(m.weight_bytes)
         )?;
+        // One line per cache type, K and V both of it (-ctk / -ctv mix them).
         writeln!(
             out,
-            "  KV cache f16     {:>12}   total {}",
-            human_bytes(m.kv_f16_bytes),
-            human_bytes(m.total_f16_kv)
+            "  {:<14} {:>12} {:>14}",
+            "KV cache", "size", "B/token/layer"
         )?;
-        writeln!(
-            out,
-            "  KV cache 8-bit   {:>12}   total {}",
-            human_bytes(m.kv_q8_bytes),
-            human_bytes(m.total_q8_kv)
-        )?;
+        for t in &m.kv_types {
+            match (t.bytes_per_token_per_layer, t.kv_bytes) {
+                (Some(per), Some(kv)) => writeln!(
+                    out,
+                    "  KV cache {:<5} {:>12} {:>14}   total {}",
+                    t.ty,
+                    human_bytes(kv),
+                    per,
+                    human_bytes(m.weight_bytes.saturating_add(kv))
+                )?,
+                _ => writeln!(
+                    out,
+                    "  KV cache {:<5} unavailable: the head dimension is not whole blocks",
+                    t.ty
+                )?,
+            }
+        }
     }
 
     if let Some(ws) = &r.weights {

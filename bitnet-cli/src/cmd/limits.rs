@@ -22,7 +22,7 @@ pub fn context_bytes(model: &Model, opts: &EngineOptions, n_ctx: usize) -> (u64,
         cfg.n_layer,
         cfg.n_head_kv,
         cfg.head_dim,
-        opts.kv_type,
+        (opts.k_type, opts.v_type),
         n_ctx,
         opts.block_tokens,
     );

@@ -1,37 +1,64 @@
 //! The KV element formats as a table (in the style of ggml's `type_traits`): each entry says
 //! how many bytes a row of K or V takes, how to encode f32 rows into it, and which attention
 //! kernels score queries against a block of keys and accumulate a block of weighted values.
-//! The paged pool and the attention loop only ever go through an entry, so a new format
-//! (int4, fp8, binary) is one more entry, not more `match` arms in the engine.
+//! The paged pool and the attention loop only ever go through an entry, so a new format is
+//! one more entry, not more `match` arms in the engine. K and V pick their entries
+//! independently (`-ctk`, `-ctv`).
 //!
 //! Strides are always in bytes: position `p` of a block starts at byte `p * stride`, and
-//! head `h` of a position at byte `h * head_bytes` within it.
+//! head `h` of a position at byte `h * head_bytes` within it. The quantized layouts are
+//! documented in `bitnet_kernels::float::kv`.
 
 use bitnet_kernels::Isa;
 use bitnet_kernels::float::{
-    self, Q8_0_BLOCK_BYTES, QK8_0, RowFormat, dequantize_row, f16_to_f32_slice, f32_to_f16_slice,
-    quantize_row_q8_0,
+    self, KvQuant, attn_scores_kv, attn_weighted_sum_kv, f16_to_f32_slice, f32_to_f16_slice,
+    kv_dequantize, kv_quantize,
 };
 
-/// Element storage of the KV cache, as a user picks it.
+/// Element storage of the KV cache, as a user picks it (llama.cpp's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum KvType {
     /// IEEE half precision, 2 bytes per element.
     #[default]
     F16,
+    /// IEEE single precision, 4 bytes per element (the reference the others are measured
+    /// against).
+    F32,
     /// ggml Q8_0: per 32 elements an f16 scale and 32 `i8` (34 bytes).
-    Q8,
+    Q8_0,
+    /// int8 with one f32 scale per head row (per token and KV head), as the BitNet papers
+    /// quantize activations: `head_dim + 4` bytes per head row.
+    Q8R,
+    /// OCP FP8 E4M3 with an f16 scale per 32 elements (34 bytes).
+    Fp8,
+    /// ggml Q4_0: per 32 elements an f16 scale and 32 nibbles (18 bytes).
+    Q4_0,
+    /// Sign bits with an f16 scale (the block's mean magnitude) per 32 elements (6 bytes).
+    B1,
 }
 
 impl KvType {
     /// Every type, in table order.
-    pub const ALL: [KvType; 2] = [KvType::F16, KvType::Q8];
+    pub const ALL: [KvType; 7] = [
+        KvType::F16,
+        KvType::F32,
+        KvType::Q8_0,
+        KvType::Q8R,
+        KvType::Fp8,
+        KvType::Q4_0,
+        KvType::B1,
+    ];
 
     /// The table entry of this type.
     pub fn format(self) -> &'static KvFormat {
         match self {
             KvType::F16 => &FORMATS[0],
-            KvType::Q8 => &FORMATS[1],
+            KvType::F32 => &FORMATS[1],
+            KvType::Q8_0 => &FORMATS[2],
+            KvType::Q8R => &FORMATS[3],
+            KvType::Fp8 => &FORMATS[4],
+            KvType::Q4_0 => &FORMATS[5],
+            KvType::B1 => &FORMATS[6],
         }
     }
 
@@ -45,10 +72,12 @@ impl KvType {
         self.format().name
     }
 
-    /// The type named `name` (`f16`, `q8_0`; `q8` is accepted too).
+    /// The type named `name` (`f16`, `q8_0`, ...; `q8`, `q8r` and `e4m3` are accepted too).
     pub fn parse(name: &str) -> Option<KvType> {
         match name {
-            "q8" => Some(KvType::Q8),
+            "q8" => Some(KvType::Q8_0),
+            "q8r" => Some(KvType::Q8R),
+            "e4m3" | "fp8_e4m3" => Some(KvType::Fp8),
             _ => KvType::ALL.into_iter().find(|t| t.name() == name),
         }
     }
@@ -76,24 +105,49 @@ pub type WsumFn =
 pub struct KvFormat {
     pub kind: KvType,
     pub name: &'static str,
+    /// Values per block: a head's row must be a whole number of blocks (1 for plain floats).
+    pub block_len: usize,
     /// Bytes of one row of `n` elements; `None` if `n` is not a whole number of the
     /// format's blocks (or overflows).
     pub row_bytes: fn(n: usize) -> Option<usize>,
-    /// Encodes whole rows: `src` holds rows of `d` floats, `dst` the same rows encoded.
-    pub encode: fn(isa: Isa, src: &[f32], dst: &mut [u8]),
+    /// Encodes whole head rows: `src` holds rows of `d` floats (one KV head's part of a
+    /// position each), `dst` the same rows encoded back to back.
+    pub encode: fn(isa: Isa, d: usize, src: &[f32], dst: &mut [u8]),
     /// Decodes one row of `dst.len()` elements.
     pub decode: fn(isa: Isa, src: &[u8], dst: &mut [f32]),
     pub scores: ScoresFn,
     pub wsum: WsumFn,
 }
 
+/// The entry of a quantized family format: everything goes through `bitnet_kernels`'
+/// `kv_*` API for that [`KvQuant`] (grouped AVX2 kernels, scalar reference elsewhere).
+macro_rules! quantized {
+    ($kind:expr, $q:expr) => {
+        KvFormat {
+            kind: $kind,
+            name: $q.name(),
+            block_len: float::QK_KV,
+            row_bytes: |n| $q.row_bytes(n),
+            encode: |_, d, src, dst| kv_quantize($q, d, src, dst),
+            decode: |_, src, dst| kv_dequantize($q, src, dst),
+            scores: |isa, q, n_q, k, stride, n_pos, scale, out| {
+                attn_scores_kv(isa, $q, q, n_q, k, stride, n_pos, scale, out)
+            },
+            wsum: |isa, w, n_q, v, stride, n_pos, out| {
+                attn_weighted_sum_kv(isa, $q, w, n_q, v, stride, n_pos, out)
+            },
+        }
+    };
+}
+
 /// The table; [`KvType::format`] indexes it.
-pub static FORMATS: [KvFormat; 2] = [
+pub static FORMATS: [KvFormat; 7] = [
     KvFormat {
         kind: KvType::F16,
         name: "f16",
+        block_len: 1,
         row_bytes: |n| n.checked_mul(2),
-        encode: |isa, src, dst| f32_to_f16_slice(isa, src, as_u16_mut(dst)),
+        encode: |isa, _, src, dst| f32_to_f16_slice(isa, src, as_u16_mut(dst)),
         decode: |isa, src, dst| f16_to_f32_slice(isa, as_u16(src), dst),
         scores: |isa, q, n_q, k, stride, n_pos, scale, out| {
             float::attn_scores_f16_group(isa, q, n_q, as_u16(k), stride / 2, n_pos, scale, out)
@@ -103,43 +157,56 @@ pub static FORMATS: [KvFormat; 2] = [
         },
     },
     KvFormat {
-        kind: KvType::Q8,
-        name: "q8_0",
-        row_bytes: |n| {
-            n.is_multiple_of(QK8_0)
-                .then(|| (n / QK8_0).checked_mul(Q8_0_BLOCK_BYTES))
-                .flatten()
-        },
-        // Rows are whole blocks, so several rows encode like the rows one by one.
-        encode: |_, src, dst| quantize_row_q8_0(src, dst),
-        decode: |_, src, dst| dequantize_row(RowFormat::Q8_0, src, dst),
+        kind: KvType::F32,
+        name: "f32",
+        block_len: 1,
+        row_bytes: |n| n.checked_mul(4),
+        encode: |_, _, src, dst| as_f32_mut(dst).copy_from_slice(src),
+        decode: |_, src, dst| dst.copy_from_slice(as_f32(src)),
         scores: |isa, q, n_q, k, stride, n_pos, scale, out| {
+            // No group kernel: f32 is the accuracy reference, not a speed option.
             let d = q.len() / n_q.max(1);
             for (qh, oh) in q
                 .chunks_exact(d.max(1))
                 .zip(out.chunks_exact_mut(n_pos.max(1)))
             {
-                float::attn_scores_q8_0(isa, qh, k, stride, n_pos, scale, &mut oh[..n_pos]);
+                let oh = &mut oh[..n_pos];
+                float::attn_scores_f32(isa, qh, as_f32(k), stride / 4, n_pos, scale, oh);
             }
         },
         wsum: |isa, w, n_q, v, stride, n_pos, out| {
             let d = out.len() / n_q.max(1);
             for (h, oh) in out.chunks_exact_mut(d.max(1)).enumerate() {
                 let wh = &w[h * n_pos..(h + 1) * n_pos];
-                float::attn_weighted_sum_q8_0(isa, wh, v, stride, n_pos, oh);
+                float::attn_weighted_sum_f32(isa, wh, as_f32(v), stride / 4, n_pos, oh);
             }
         },
     },
+    quantized!(KvType::Q8_0, KvQuant::Q8_0),
+    quantized!(KvType::Q8R, KvQuant::Q8R),
+    quantized!(KvType::Fp8, KvQuant::Fp8),
+    quantized!(KvType::Q4_0, KvQuant::Q4_0),
+    quantized!(KvType::B1, KvQuant::B1),
 ];
 
-/// The KV pool's blocks are 64-byte aligned and f16 rows start at even offsets, so these
-/// casts cannot fail in the engine; a misuse is a bug and panics.
+// The KV pool's blocks are 64-byte aligned and float rows start at multiples of their
+// element size, so these casts cannot fail in the engine; a misuse is a bug and panics.
+
 fn as_u16(b: &[u8]) -> &[u16] {
     bytemuck::cast_slice(&b[..b.len() & !1])
 }
 
 fn as_u16_mut(b: &mut [u8]) -> &mut [u16] {
     let n = b.len() & !1;
+    bytemuck::cast_slice_mut(&mut b[..n])
+}
+
+fn as_f32(b: &[u8]) -> &[f32] {
+    bytemuck::cast_slice(&b[..b.len() & !3])
+}
+
+fn as_f32_mut(b: &mut [u8]) -> &mut [f32] {
+    let n = b.len() & !3;
     bytemuck::cast_slice_mut(&mut b[..n])
 }
 
@@ -153,10 +220,67 @@ mod tests {
             assert_eq!(t.format().kind, t);
             assert_eq!(KvType::parse(t.name()), Some(t));
         }
-        assert_eq!(KvType::parse("q8"), Some(KvType::Q8));
+        let names: Vec<&str> = KvType::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["f16", "f32", "q8_0", "q8_r", "fp8", "q4_0", "b1"]);
+        assert_eq!(KvType::parse("q8"), Some(KvType::Q8_0));
         assert_eq!(KvType::parse("int3"), None);
-        assert_eq!(KvType::Q8.row_bytes(64), Some(68));
-        assert_eq!(KvType::Q8.row_bytes(40), None);
+        assert_eq!(KvType::Q8_0.row_bytes(64), Some(68));
+        assert_eq!(KvType::Q8_0.row_bytes(40), None);
         assert_eq!(KvType::F16.row_bytes(64), Some(128));
+        assert_eq!(KvType::F32.row_bytes(64), Some(256));
+        assert_eq!(KvType::Q8R.row_bytes(128), Some(132));
+        assert_eq!(KvType::Fp8.row_bytes(128), Some(136));
+        assert_eq!(KvType::Q4_0.row_bytes(128), Some(72));
+        assert_eq!(KvType::B1.row_bytes(128), Some(24));
+        for t in KvType::ALL {
+            let f = t.format();
+            assert!(matches!((f.row_bytes)(0), None | Some(0)), "{}", f.name);
+            if f.block_len > 1 {
+                assert_eq!((f.row_bytes)(f.block_len + 1), None, "{}", f.name);
+            }
+        }
+    }
+
+    /// Every entry's encode / decode / scores / wsum agree with each other on one row.
+    #[test]
+    fn entries_are_consistent() {
+        let d = 64;
+        let x: Vec<f32> = (0..2 * d)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let q: Vec<f32> = (0..d).map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0).collect();
+        for t in KvType::ALL {
+            let f = t.format();
+            let rb = (f.row_bytes)(d).unwrap();
+            // u64 storage keeps the rows aligned as the pool's are.
+            let mut store = vec![0u64; (2 * rb).div_ceil(8)];
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut store);
+            let bytes = &mut bytes[..2 * rb];
+            (f.encode)(Isa::Scalar, d, &x, bytes);
+            let mut dec = vec![0.0f32; 2 * d];
+            for (row, o) in bytes.chunks_exact(rb).zip(dec.chunks_exact_mut(d)) {
+                (f.decode)(Isa::Scalar, row, o);
+            }
+            let mut s = [0.0f32; 2];
+            (f.scores)(Isa::Scalar, &q, 1, bytes, rb, 2, 1.0, &mut s);
+            for p in 0..2 {
+                let want: f32 = q.iter().zip(&dec[p * d..]).map(|(a, b)| a * b).sum();
+                assert!(
+                    (s[p] - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "{}",
+                    f.name
+                );
+            }
+            let mut o = vec![1.0f32; d];
+            (f.wsum)(Isa::Scalar, &[0.5, 2.0], 1, bytes, rb, 2, &mut o);
+            for i in 0..d {
+                let want = 1.0 + 0.5 * dec[i] + 2.0 * dec[d + i];
+                assert!(
+                    (o[i] - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "{}",
+                    f.name
+                );
+            }
+        }
     }
 }

@@ -5,9 +5,10 @@
 //! known token prefix stays registered in the prefix cache after its last user let go,
 //! until the pool needs it back (least recently released first).
 //!
-//! Layout: `k[layer][block][position in block][kv head][head_dim]` in the format's bytes
-//! (V the same), each block padded to a multiple of 64 bytes, so a block of one head reads
-//! as rows of stride [`KvPool::row_bytes`] from [`KvPool::k_block`] + `head * head_bytes`.
+//! Layout: `k[layer][block][position in block][kv head][head_dim]` in K's format's bytes
+//! (V the same in V's format: the two are chosen independently), each block padded to a
+//! multiple of 64 bytes, so a block of one head reads as rows of stride
+//! [`KvPool::k_row_bytes`] from [`KvPool::k_block`] + `head * k_head_bytes` (V alike).
 //!
 //! Rules that keep sharing safe: a block is written only by a sequence that holds it alone
 //! and only if it is not registered (registered blocks are immutable: their rows are the
@@ -43,10 +44,12 @@ pub enum KvPoolError {
     #[error("KV block size {0} is not a power of two in 1..=1024")]
     BlockSize(usize),
     #[error(
-        "the {format} KV format needs the head dimension a multiple of its block, got {head_dim}"
+        "the {format} KV cache type stores blocks of {block} values: the model's head \
+         dimension {head_dim} is not a multiple of {block} (choose another cache type)"
     )]
     HeadDim {
         format: &'static str,
+        block: usize,
         head_dim: usize,
     },
     #[error(
@@ -98,20 +101,61 @@ struct BlockMeta {
     next: u32,
 }
 
+/// The K or the V half of the pool: its format and the sizes that follow from it.
+#[derive(Debug)]
+struct Side {
+    fmt: &'static KvFormat,
+    /// Bytes of one head's part of a row.
+    head_bytes: usize,
+    /// Bytes between two positions of a block (one row of every KV head).
+    row_bytes: usize,
+    /// Bytes of one block of one layer (rows padded to a multiple of 64).
+    block_bytes: usize,
+    data: AlignedVec<u8>,
+}
+
+impl Side {
+    fn new(
+        kv_type: KvType,
+        n_layer: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        n_blocks: usize,
+        block_tokens: usize,
+    ) -> Result<Side, KvPoolError> {
+        let fmt = kv_type.format();
+        let head_bytes = (fmt.row_bytes)(head_dim).ok_or(KvPoolError::HeadDim {
+            format: fmt.name,
+            block: fmt.block_len,
+            head_dim,
+        })?;
+        let row_bytes = head_bytes * n_kv_heads;
+        let block_bytes = (block_tokens * row_bytes).div_ceil(64) * 64;
+        Ok(Side {
+            fmt,
+            head_bytes,
+            row_bytes,
+            block_bytes,
+            data: AlignedVec::zeroed(n_layer * n_blocks * block_bytes),
+        })
+    }
+
+    fn span(&self, n_blocks: usize, layer: usize, b: u32) -> std::ops::Range<usize> {
+        let start = (layer * n_blocks + b as usize) * self.block_bytes;
+        start..start + self.block_bytes
+    }
+}
+
 /// The pool; see the module docs.
 #[derive(Debug)]
 pub struct KvPool {
-    fmt: &'static KvFormat,
     isa: Isa,
     n_layer: usize,
     n_blocks: usize,
     block_tokens: usize,
     head_dim: usize,
-    head_bytes: usize,
-    row_bytes: usize,
-    block_bytes: usize,
-    k: AlignedVec<u8>,
-    v: AlignedVec<u8>,
+    k: Side,
+    v: Side,
     meta: Vec<BlockMeta>,
     /// The tokens of each registered block (`block_tokens` per block).
     tokens: Vec<u32>,
@@ -142,31 +186,32 @@ pub(crate) fn physical_memory_bytes() -> Option<u64> {
 }
 
 impl KvPool {
-    /// Bytes a pool of `n_tokens` tokens (rounded up to whole blocks) takes.
+    /// Bytes a pool of `n_tokens` tokens (rounded up to whole blocks) takes with K stored
+    /// as `k_type` and V as `v_type`.
     pub fn bytes_for(
         n_layer: usize,
         n_kv_heads: usize,
         head_dim: usize,
-        kv_type: KvType,
+        (k_type, v_type): (KvType, KvType),
         n_tokens: usize,
         block_tokens: usize,
     ) -> u128 {
-        let row = kv_type
-            .row_bytes(n_kv_heads.saturating_mul(head_dim))
-            .unwrap_or(u64::MAX) as u128;
         let bt = block_tokens.max(1) as u128;
-        let block = (bt * row).div_ceil(64) * 64;
         let blocks = (n_tokens as u128).div_ceil(bt);
-        2 * n_layer as u128 * blocks * block
+        let side = |t: KvType| {
+            let row = t.row_bytes(head_dim).unwrap_or(u64::MAX) as u128 * n_kv_heads as u128;
+            n_layer as u128 * blocks * (bt * row).div_ceil(64) * 64
+        };
+        side(k_type).saturating_add(side(v_type))
     }
 
     /// A pool with room for `n_tokens` tokens (rounded up to whole blocks of
-    /// `block_tokens`), every byte allocated now.
+    /// `block_tokens`), K stored as `k_type` and V as `v_type`, every byte allocated now.
     pub fn new(
         n_layer: usize,
         n_kv_heads: usize,
         head_dim: usize,
-        kv_type: KvType,
+        (k_type, v_type): (KvType, KvType),
         n_tokens: usize,
         block_tokens: usize,
         isa: Isa,
@@ -183,16 +228,21 @@ impl KvPool {
         if !block_tokens.is_power_of_two() || block_tokens > 1024 {
             return Err(KvPoolError::BlockSize(block_tokens));
         }
-        let fmt = kv_type.format();
-        let head_bytes = (fmt.row_bytes)(head_dim).ok_or(KvPoolError::HeadDim {
-            format: fmt.name,
-            head_dim,
-        })?;
+        for t in [k_type, v_type] {
+            let fmt = t.format();
+            if (fmt.row_bytes)(head_dim).is_none() {
+                return Err(KvPoolError::HeadDim {
+                    format: fmt.name,
+                    block: fmt.block_len,
+                    head_dim,
+                });
+            }
+        }
         let total = Self::bytes_for(
             n_layer,
             n_kv_heads,
             head_dim,
-            kv_type,
+            (k_type, v_type),
             n_tokens,
             block_tokens,
         );
@@ -208,13 +258,12 @@ impl KvPool {
                 limit,
             });
         }
-        let row_bytes = head_bytes * n_kv_heads;
-        let block_bytes = (block_tokens * row_bytes).div_ceil(64) * 64;
         let n_blocks = n_tokens.div_ceil(block_tokens);
         if n_blocks >= NONE as usize {
             return Err(KvPoolError::Overflow { bytes: total });
         }
-        let per_kind = n_layer * n_blocks * block_bytes;
+        let side = |t| Side::new(t, n_layer, n_kv_heads, head_dim, n_blocks, block_tokens);
+        let (k, v) = (side(k_type)?, side(v_type)?);
         let meta = BlockMeta {
             refs: 0,
             node: 0,
@@ -226,17 +275,13 @@ impl KvPool {
         let mut by_key = HashMap::new();
         by_key.reserve(n_blocks);
         Ok(KvPool {
-            fmt,
             isa,
             n_layer,
             n_blocks,
             block_tokens,
             head_dim,
-            head_bytes,
-            row_bytes,
-            block_bytes,
-            k: AlignedVec::zeroed(per_kind),
-            v: AlignedVec::zeroed(per_kind),
+            k,
+            v,
             meta: vec![meta; n_blocks],
             tokens: vec![0; n_blocks * block_tokens],
             // Lowest ids first out, so a fresh pool fills from the start.
@@ -250,12 +295,22 @@ impl KvPool {
         })
     }
 
-    pub fn format(&self) -> &'static KvFormat {
-        self.fmt
+    /// K's format.
+    pub fn k_format(&self) -> &'static KvFormat {
+        self.k.fmt
     }
 
-    pub fn kv_type(&self) -> KvType {
-        self.fmt.kind
+    /// V's format.
+    pub fn v_format(&self) -> &'static KvFormat {
+        self.v.fmt
+    }
+
+    pub fn k_type(&self) -> KvType {
+        self.k.fmt.kind
+    }
+
+    pub fn v_type(&self) -> KvType {
+        self.v.fmt.kind
     }
 
     pub fn block_tokens(&self) -> usize {
@@ -271,14 +326,24 @@ impl KvPool {
         self.n_blocks * self.block_tokens
     }
 
-    /// Bytes between two positions of a block (one K or V row of every KV head).
-    pub fn row_bytes(&self) -> usize {
-        self.row_bytes
+    /// Bytes between two positions of a K block (one K row of every KV head).
+    pub fn k_row_bytes(&self) -> usize {
+        self.k.row_bytes
     }
 
-    /// Bytes of one head's part of a row.
-    pub fn head_bytes(&self) -> usize {
-        self.head_bytes
+    /// Bytes between two positions of a V block.
+    pub fn v_row_bytes(&self) -> usize {
+        self.v.row_bytes
+    }
+
+    /// Bytes of one head's part of a K row.
+    pub fn k_head_bytes(&self) -> usize {
+        self.k.head_bytes
+    }
+
+    /// Bytes of one head's part of a V row.
+    pub fn v_head_bytes(&self) -> usize {
+        self.v.head_bytes
     }
 
     pub fn head_dim(&self) -> usize {
@@ -287,7 +352,7 @@ impl KvPool {
 
     /// Bytes of K and V for every block.
     pub fn bytes(&self) -> u64 {
-        (self.k.len() + self.v.len()) as u64
+        (self.k.data.len() + self.v.data.len()) as u64
     }
 
     pub fn stats(&self) -> PoolStats {
@@ -311,58 +376,57 @@ impl KvPool {
         self.meta[b as usize].node != 0
     }
 
-    fn span(&self, layer: usize, b: u32) -> std::ops::Range<usize> {
-        let start = (layer * self.n_blocks + b as usize) * self.block_bytes;
-        start..start + self.block_bytes
-    }
-
     /// Block `b`'s K rows in `layer`.
     pub fn k_block(&self, layer: usize, b: u32) -> &[u8] {
-        &self.k[self.span(layer, b)]
+        &self.k.data[self.k.span(self.n_blocks, layer, b)]
     }
 
     /// Block `b`'s V rows in `layer`.
     pub fn v_block(&self, layer: usize, b: u32) -> &[u8] {
-        &self.v[self.span(layer, b)]
+        &self.v.data[self.v.span(self.n_blocks, layer, b)]
     }
 
     /// Whether blocks with consecutive ids are consecutive rows in memory (no padding
-    /// between blocks), so a run of them reads as one stretch of rows.
+    /// between blocks, in K and in V), so a run of them reads as one stretch of rows.
     pub fn blocks_are_contiguous(&self) -> bool {
-        self.block_bytes == self.block_tokens * self.row_bytes
+        [&self.k, &self.v]
+            .iter()
+            .all(|s| s.block_bytes == self.block_tokens * s.row_bytes)
     }
 
     /// K rows of the `count` blocks `first..first + count` of `layer` as one slice (only
     /// meaningful when [`KvPool::blocks_are_contiguous`]).
     pub fn k_run(&self, layer: usize, first: u32, count: usize) -> &[u8] {
-        let start = self.span(layer, first).start;
-        &self.k[start..start + count * self.block_bytes]
+        let start = self.k.span(self.n_blocks, layer, first).start;
+        &self.k.data[start..start + count * self.k.block_bytes]
     }
 
     /// As [`KvPool::k_run`] for V.
     pub fn v_run(&self, layer: usize, first: u32, count: usize) -> &[u8] {
-        let start = self.span(layer, first).start;
-        &self.v[start..start + count * self.block_bytes]
+        let start = self.v.span(self.n_blocks, layer, first).start;
+        &self.v.data[start..start + count * self.v.block_bytes]
     }
 
     /// Encodes `n` consecutive K and V rows (`n * kv_dim` floats each) into block `b` of
     /// `layer` from position `slot` on (the caller makes sure the block is writable).
     pub fn write_rows(&mut self, layer: usize, b: u32, slot: usize, k: &[f32], v: &[f32]) {
-        let n = k.len() / (self.row_bytes / self.head_bytes * self.head_dim);
-        debug_assert!(slot + n <= self.block_tokens, "rows past the block");
-        let start = self.span(layer, b).start + slot * self.row_bytes;
-        let r = start..start + n * self.row_bytes;
-        (self.fmt.encode)(self.isa, k, &mut self.k[r.clone()]);
-        (self.fmt.encode)(self.isa, v, &mut self.v[r]);
+        let (n_blocks, isa, hd) = (self.n_blocks, self.isa, self.head_dim);
+        for (side, x) in [(&mut self.k, k), (&mut self.v, v)] {
+            let n = x.len() / (side.row_bytes / side.head_bytes * hd);
+            debug_assert!(slot + n <= self.block_tokens, "rows past the block");
+            let start = side.span(n_blocks, layer, b).start + slot * side.row_bytes;
+            let r = start..start + n * side.row_bytes;
+            (side.fmt.encode)(isa, hd, x, &mut side.data[r]);
+        }
     }
 
     /// Decodes K (or V) row `slot` of block `b` in `layer` (`kv_dim` floats).
     pub fn read_row(&self, layer: usize, b: u32, slot: usize, is_k: bool, out: &mut [f32]) {
-        let start = self.span(layer, b).start + slot * self.row_bytes;
-        let src = if is_k { &self.k[..] } else { &self.v[..] };
-        let row = &src[start..start + self.row_bytes];
+        let side = if is_k { &self.k } else { &self.v };
+        let start = side.span(self.n_blocks, layer, b).start + slot * side.row_bytes;
+        let row = &side.data[start..start + side.row_bytes];
         for (h, o) in out.chunks_exact_mut(self.head_dim).enumerate() {
-            (self.fmt.decode)(self.isa, &row[h * self.head_bytes..][..self.head_bytes], o);
+            (side.fmt.decode)(self.isa, &row[h * side.head_bytes..][..side.head_bytes], o);
         }
     }
 
@@ -418,11 +482,13 @@ impl KvPool {
             return Some(b);
         }
         let nb = self.alloc()?;
-        let len = n_rows * self.row_bytes;
-        for layer in 0..self.n_layer {
-            let (src, dst) = (self.span(layer, b).start, self.span(layer, nb).start);
-            self.k.copy_within(src..src + len, dst);
-            self.v.copy_within(src..src + len, dst);
+        for side in [&mut self.k, &mut self.v] {
+            let len = n_rows * side.row_bytes;
+            for layer in 0..self.n_layer {
+                let src = side.span(self.n_blocks, layer, b).start;
+                let dst = side.span(self.n_blocks, layer, nb).start;
+                side.data.copy_within(src..src + len, dst);
+            }
         }
         self.release(b);
         Some(nb)

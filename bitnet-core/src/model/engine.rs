@@ -40,8 +40,10 @@ pub struct EngineOptions {
     /// Tokens one forward pass evaluates at most (sizes the activation buffers; prompts
     /// longer than this are evaluated in chunks).
     pub batch: usize,
-    /// Element format of the KV cache.
-    pub kv_type: KvType,
+    /// Element format of the K cache (`-ctk`).
+    pub k_type: KvType,
+    /// Element format of the V cache (`-ctv`), chosen independently of K's.
+    pub v_type: KvType,
     /// Positions per KV block (a power of two).
     pub block_tokens: usize,
 }
@@ -53,7 +55,8 @@ impl Default for EngineOptions {
             pin: true,
             n_ctx: 0,
             batch: 256,
-            kv_type: KvType::F16,
+            k_type: KvType::F16,
+            v_type: KvType::F16,
             block_tokens: DEFAULT_BLOCK_TOKENS,
         }
     }
@@ -202,14 +205,18 @@ impl Engine {
                 cfg.rope_freq_scale
             )));
         }
-        if opts.kv_type == KvType::Q8 && !cfg.head_dim.is_multiple_of(QK8_0) {
-            return Err(CoreError::InvalidOption {
-                option: "kv_type",
-                reason: format!(
-                    "a Q8_0 KV cache needs the head dimension a multiple of {QK8_0}, got {}",
-                    cfg.head_dim
-                ),
-            });
+        for (option, t) in [("k_type", opts.k_type), ("v_type", opts.v_type)] {
+            let f = t.format();
+            if !cfg.head_dim.is_multiple_of(f.block_len) {
+                return Err(CoreError::InvalidOption {
+                    option,
+                    reason: format!(
+                        "the {} KV cache type stores blocks of {} values: the model's head \
+                         dimension {} is not a multiple of {} (choose another cache type)",
+                        f.name, f.block_len, cfg.head_dim, f.block_len
+                    ),
+                });
+            }
         }
         let threads = if opts.threads == 0 {
             default_threads()
@@ -225,7 +232,7 @@ impl Engine {
             cfg.n_layer,
             cfg.n_head_kv,
             cfg.head_dim,
-            opts.kv_type,
+            (opts.k_type, opts.v_type),
             n_ctx,
             opts.block_tokens,
             model.isa,
@@ -324,8 +331,14 @@ impl Engine {
         self.model.config.n_vocab
     }
 
-    pub fn kv_type(&self) -> KvType {
-        self.kv.kv_type()
+    /// The K cache's element format.
+    pub fn k_type(&self) -> KvType {
+        self.kv.k_type()
+    }
+
+    /// The V cache's element format.
+    pub fn v_type(&self) -> KvType {
+        self.kv.v_type()
     }
 
     /// Bytes of the KV pool.

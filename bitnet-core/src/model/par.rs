@@ -285,10 +285,13 @@ pub(crate) struct AttnShape {
     pub(crate) n_head: usize,
     pub(crate) group: usize,
     pub(crate) head_dim: usize,
-    /// Bytes between two positions of one KV head in a block.
-    pub(crate) kv_stride: usize,
-    /// Bytes between the entries of two KV heads of one position.
-    pub(crate) kv_head_step: usize,
+    /// Bytes between two positions of one KV head in a K block.
+    pub(crate) k_stride: usize,
+    /// Bytes between the entries of two KV heads of one position in a K block.
+    pub(crate) k_head_step: usize,
+    /// As `k_stride` and `k_head_step` for V (K and V formats are chosen independently).
+    pub(crate) v_stride: usize,
+    pub(crate) v_head_step: usize,
     pub(crate) scale: f32,
     /// Positions a sequence holds at most (scores scratch: `group * max_pos` per thread).
     pub(crate) max_pos: usize,
@@ -347,7 +350,7 @@ pub(crate) fn attention(
     let n_tok = batch.tokens.len();
     let hd = sh.head_dim;
     let qd = sh.n_head * hd;
-    let fmt = kv.pool.format();
+    let (kf, vf) = (kv.pool.k_format(), kv.pool.v_format());
     let bt = sh.block_tokens;
     // A unit of work is one token's query heads that share a KV head, so each K/V row is
     // read once for all of them.
@@ -360,7 +363,8 @@ pub(crate) fn attention(
         let (tstart, tlen) = batch.table[t];
         let blocks = &batch.tables[tstart as usize..][..tlen as usize];
         let h0 = j * gs;
-        let head_off = (h0 / sh.group) * sh.kv_head_step;
+        let kvh = h0 / sh.group;
+        let (k_off, v_off) = (kvh * sh.k_head_step, kvh * sh.v_head_step);
         let qg = &q[t * qd + h0 * hd..][..width];
         let (sc, tmp) = sc.split_at_mut(gs * sh.max_pos);
         let sc = &mut sc[..gs * n_pos];
@@ -389,23 +393,14 @@ pub(crate) fn attention(
         };
         let single = gs == 1 || blocks.len() == 1 || runs().nth(1).is_none();
         for (b, count, p0, n) in runs() {
-            let k = &kv.pool.k_run(kv.layer, b, count)[head_off..];
+            let k = &kv.pool.k_run(kv.layer, b, count)[k_off..];
             if single && p0 == 0 && n == n_pos {
-                (fmt.scores)(isa, qg, gs, k, sh.kv_stride, n, sh.scale, sc);
+                (kf.scores)(isa, qg, gs, k, sh.k_stride, n, sh.scale, sc);
             } else if gs == 1 {
-                (fmt.scores)(
-                    isa,
-                    qg,
-                    1,
-                    k,
-                    sh.kv_stride,
-                    n,
-                    sh.scale,
-                    &mut sc[p0..p0 + n],
-                );
+                (kf.scores)(isa, qg, 1, k, sh.k_stride, n, sh.scale, &mut sc[p0..p0 + n]);
             } else {
                 let t = &mut tmp[..gs * n];
-                (fmt.scores)(isa, qg, gs, k, sh.kv_stride, n, sh.scale, t);
+                (kf.scores)(isa, qg, gs, k, sh.k_stride, n, sh.scale, t);
                 for h in 0..gs {
                     sc[h * n_pos + p0..][..n].copy_from_slice(&t[h * n..][..n]);
                 }
@@ -417,17 +412,17 @@ pub(crate) fn attention(
         // The weighted values, accumulated run by run (the kernels add onto `out`).
         out.fill(0.0);
         for (b, count, p0, n) in runs() {
-            let v = &kv.pool.v_run(kv.layer, b, count)[head_off..];
+            let v = &kv.pool.v_run(kv.layer, b, count)[v_off..];
             if single && p0 == 0 && n == n_pos {
-                (fmt.wsum)(isa, sc, gs, v, sh.kv_stride, n, out);
+                (vf.wsum)(isa, sc, gs, v, sh.v_stride, n, out);
             } else if gs == 1 {
-                (fmt.wsum)(isa, &sc[p0..p0 + n], 1, v, sh.kv_stride, n, out);
+                (vf.wsum)(isa, &sc[p0..p0 + n], 1, v, sh.v_stride, n, out);
             } else {
                 let t = &mut tmp[..gs * n];
                 for h in 0..gs {
                     t[h * n..][..n].copy_from_slice(&sc[h * n_pos + p0..][..n]);
                 }
-                (fmt.wsum)(isa, t, gs, v, sh.kv_stride, n, out);
+                (vf.wsum)(isa, t, gs, v, sh.v_stride, n, out);
             }
         }
     };

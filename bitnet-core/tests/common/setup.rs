@@ -20,7 +20,8 @@ pub struct Opts {
     pub pin: bool,
     pub n_ctx: usize,
     pub prefill_chunk: usize,
-    pub kv_type: KvType,
+    pub k_type: KvType,
+    pub v_type: KvType,
     pub mlock: bool,
 }
 
@@ -35,7 +36,8 @@ impl Default for Opts {
             pin: e.pin,
             n_ctx: e.n_ctx,
             prefill_chunk: e.batch,
-            kv_type: e.kv_type,
+            k_type: e.k_type,
+            v_type: e.v_type,
             mlock: l.mlock,
         }
     }
@@ -78,7 +80,8 @@ pub fn load(path: impl AsRef<Path>, o: &Opts) -> Result<Loaded, CoreError> {
         pin: o.pin,
         n_ctx: o.n_ctx,
         batch: o.prefill_chunk,
-        kv_type: o.kv_type,
+        k_type: o.k_type,
+        v_type: o.v_type,
         ..EngineOptions::default()
     };
     Ok(Loaded {

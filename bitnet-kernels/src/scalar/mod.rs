@@ -3,4 +3,5 @@
 pub mod act;
 pub mod binary;
 pub mod float;
+pub mod kv;
 pub mod ternary;

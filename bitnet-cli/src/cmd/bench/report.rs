@@ -55,9 +55,19 @@ pub struct BenchRow {
     pub prefill_tps: Option<f64>,
     #[serde(default)]
     pub decode_tps: Option<f64>,
+    /// KV cache element types (`-ctk`, `-ctv`).
+    #[serde(default = "f16_name")]
+    pub type_k: String,
+    #[serde(default = "f16_name")]
+    pub type_v: String,
     /// Tokens of context filled before the test (llama-bench's `-d`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub n_depth: usize,
+}
+
+/// The default KV cache type (reports written before the K/V type options).
+fn f16_name() -> String {
+    "f16".into()
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -82,14 +92,21 @@ impl BenchRow {
     /// The identity a row is matched on when two reports are compared.
     pub fn key(&self) -> String {
         format!(
-            "{} {} t{} b{} {}{}",
+            "{} {} t{} b{} {}{}{}",
             self.model,
             self.test_name(),
             self.threads,
             self.batch,
             self.kernel,
-            if self.mmap { "" } else { " no-mmap" }
+            if self.mmap { "" } else { " no-mmap" },
+            self.kv_note().map_or(String::new(), |n| format!(" {n}"))
         )
+    }
+
+    /// `K q8_0 V q4_0` when the KV cache is not the default f16.
+    pub fn kv_note(&self) -> Option<String> {
+        (self.type_k != "f16" || self.type_v != "f16")
+            .then(|| format!("K {} V {}", self.type_k, self.type_v))
     }
 }
 
@@ -233,6 +250,9 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
 /// The batched figures of a row, in words (empty for plain pp/tg rows).
 fn row_notes(r: &BenchRow) -> String {
     let mut notes = Vec::new();
+    if let Some(n) = r.kv_note() {
+        notes.push(n);
+    }
     if let Some(p) = r.per_seq_tps {
         notes.push(format!("{p:.2} t/s per sequence"));
     }
@@ -311,6 +331,8 @@ pub(crate) mod tests {
             n_prompt: None,
             prefill_tps: None,
             decode_tps: None,
+            type_k: "f16".into(),
+            type_v: "f16".into(),
             n_depth: 0,
         }
     }

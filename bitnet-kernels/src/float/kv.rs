@@ -1,0 +1,265 @@
+//! The quantized KV cache row formats (beside f16 and f32, which have their own kernels in
+//! [`crate::float`]): their byte layouts, reference encoders and decoders, and the two
+//! attention kernels every KV format needs, as a safe API: scores of a group of query heads
+//! against a run of key rows, and the weighted sum of a run of value rows accumulated onto
+//! the output.
+//!
+//! A row is one KV head's `d` values of one position (`d` a multiple of 32). Layouts, all
+//! little-endian:
+//! - [`KvQuant::Q8_0`]: ggml's `block_q8_0` (see [`crate::float::Q8_0_BLOCK_BYTES`]): per 32
+//!   values `d: f16` then 32 × `i8`; value j = `d * q[j]`, `d = absmax / 127`.
+//! - [`KvQuant::Q8R`]: `s: f32` (bytes 0..4), then `d` × `i8`; value j = `s * q[j]`, with
+//!   `s = absmax / 127` for the whole row (one scale per token and head, as the BitNet papers
+//!   quantize activations).
+//! - [`KvQuant::Fp8`]: per 32 values `d: f16` (bytes 0..2) then 32 OCP FP8 E4M3 codes
+//!   (bytes 2..34); value j = `d * e4m3(code[j])`, with `d = absmax / 448` (448 is E4M3's
+//!   largest finite value).
+//! - [`KvQuant::Q4_0`]: ggml's `block_q4_0` (see [`crate::float::Q4_0_BLOCK_BYTES`]).
+//! - [`KvQuant::B1`]: per 32 values `d: f16` (bytes 0..2) then `bits: u32` (bytes 2..6, bit j
+//!   = element j); value j = `+d` if bit j is set, else `-d`, with `d = mean |x|` of the
+//!   block (the scale that minimises the squared error of sign codes).
+//!
+//! The scalar kernels (`crate::scalar::kv`) are the specification; the AVX2 kernels (run on
+//! AVX-512 machines too: no 512-bit versions yet) decode exactly the same values and sum in
+//! another order, within the dot budget of [`crate::float`].
+
+use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK4_0, QK8_0};
+use crate::float::runnable;
+use crate::isa::Isa;
+use crate::scalar::kv as scalar;
+
+/// Values per block of every low-bit KV format (a head's row is a whole number of them).
+pub const QK_KV: usize = 32;
+/// Bytes of an FP8 block: f16 scale + 32 E4M3 codes.
+pub const FP8_BLOCK_BYTES: usize = 2 + QK_KV;
+/// Bytes of a B1 block: f16 scale + 32 sign bits.
+pub const B1_BLOCK_BYTES: usize = 2 + QK_KV / 8;
+/// Bytes of a Q8R row's header (its f32 scale).
+pub const Q8R_SCALE_BYTES: usize = 4;
+/// Largest finite OCP E4M3 value.
+pub const E4M3_MAX: f32 = 448.0;
+
+const _: () = assert!(FP8_BLOCK_BYTES == 34);
+const _: () = assert!(B1_BLOCK_BYTES == 6);
+const _: () = assert!(QK4_0 == QK_KV && Q4_0_BLOCK_BYTES == 18);
+const _: () = assert!(QK8_0 == QK_KV && Q8_0_BLOCK_BYTES == 34);
+
+/// A low-bit KV row format; see the module docs for the layouts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum KvQuant {
+    /// ggml Q8_0: int8 with an f16 scale per 32 values.
+    Q8_0,
+    /// int8 with one f32 scale per row.
+    Q8R,
+    /// FP8 E4M3 with an f16 scale per 32 values.
+    Fp8,
+    /// ggml Q4_0: 4-bit with an f16 scale per 32 values.
+    Q4_0,
+    /// Sign bits with an f16 scale (mean magnitude) per 32 values.
+    B1,
+}
+
+impl KvQuant {
+    pub const ALL: [KvQuant; 5] = [
+        KvQuant::Q8_0,
+        KvQuant::Q8R,
+        KvQuant::Fp8,
+        KvQuant::Q4_0,
+        KvQuant::B1,
+    ];
+
+    /// Bytes of one row of `d` values; `None` unless `d` is a positive multiple of 32.
+    pub fn row_bytes(self, d: usize) -> Option<usize> {
+        if d == 0 || !d.is_multiple_of(QK_KV) {
+            return None;
+        }
+        let nb = d / QK_KV;
+        match self {
+            KvQuant::Q8_0 => nb.checked_mul(Q8_0_BLOCK_BYTES),
+            KvQuant::Q8R => d.checked_add(Q8R_SCALE_BYTES),
+            KvQuant::Fp8 => nb.checked_mul(FP8_BLOCK_BYTES),
+            KvQuant::Q4_0 => nb.checked_mul(Q4_0_BLOCK_BYTES),
+            KvQuant::B1 => nb.checked_mul(B1_BLOCK_BYTES),
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            KvQuant::Q8_0 => "q8_0",
+            KvQuant::Q8R => "q8_r",
+            KvQuant::Fp8 => "fp8",
+            KvQuant::Q4_0 => "q4_0",
+            KvQuant::B1 => "b1",
+        }
+    }
+}
+
+fn row_bytes_or_panic(what: &str, fmt: KvQuant, d: usize) -> usize {
+    fmt.row_bytes(d).unwrap_or_else(|| {
+        panic!(
+            "{what}: {} rows hold a positive multiple of {QK_KV} values, not {d}",
+            fmt.name()
+        )
+    })
+}
+
+/// Encodes rows of `d` values: `src` is `[n][d]`, `dst` the `n` encoded rows back to back.
+/// Finite input never gives a NaN or infinity back: scales saturate at f16's largest value
+/// (FP8, B1; Q4_0 is ggml's encoder and holds magnitudes up to about 5e5), codes at the
+/// format's range. A NaN in `src` is stored as 0.
+///
+/// # Panics
+/// If `d` is not a positive multiple of 32, `src.len()` not a multiple of `d`, or `dst` not
+/// the size of those rows.
+pub fn kv_quantize(fmt: KvQuant, d: usize, src: &[f32], dst: &mut [u8]) {
+    let rb = row_bytes_or_panic("kv_quantize", fmt, d);
+    assert!(
+        src.len().is_multiple_of(d),
+        "kv_quantize: {} values are not rows of {d}",
+        src.len()
+    );
+    assert_eq!(
+        Some(dst.len()),
+        (src.len() / d).checked_mul(rb),
+        "kv_quantize: dst must hold the encoded rows"
+    );
+    for (x, row) in src.chunks_exact(d).zip(dst.chunks_exact_mut(rb)) {
+        scalar::quantize_row(fmt, x, row);
+    }
+}
+
+/// Decodes one row (`dst.len()` values) exactly as the attention kernels read it.
+///
+/// # Panics
+/// If `dst.len()` is not a positive multiple of 32 or `src` is not one such row.
+pub fn kv_dequantize(fmt: KvQuant, src: &[u8], dst: &mut [f32]) {
+    let rb = row_bytes_or_panic("kv_dequantize", fmt, dst.len());
+    assert_eq!(src.len(), rb, "kv_dequantize: src must be one row");
+    scalar::dequantize_row(fmt, src, dst);
+}
+
+/// The value of an OCP FP8 E4M3 code (the NaN codes `0x7f`/`0xff`, never written by the
+/// encoders here, read as ±480).
+pub fn e4m3_to_f32(c: u8) -> f32 {
+    scalar::e4m3_to_f32(c)
+}
+
+/// `x` as the nearest E4M3 code (ties to even), saturating at ±448; NaN gives 0.
+pub fn f32_to_e4m3(x: f32) -> u8 {
+    scalar::f32_to_e4m3(x)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(
+    what: &str,
+    fmt: KvQuant,
+    heads_len: usize,
+    n_q: usize,
+    cache_len: usize,
+    kv_stride: usize,
+    n_pos: usize,
+    other_len: usize,
+) -> usize {
+    assert!(
+        n_q > 0 && heads_len.is_multiple_of(n_q),
+        "{what}: {heads_len} values are not {n_q} heads"
+    );
+    let d = heads_len / n_q;
+    let rb = row_bytes_or_panic(what, fmt, d);
+    assert!(
+        kv_stride >= rb,
+        "{what}: stride {kv_stride} bytes < row {rb} bytes"
+    );
+    assert_eq!(
+        Some(other_len),
+        n_q.checked_mul(n_pos),
+        "{what}: scores / weights must be n_q x n_pos"
+    );
+    if n_pos > 0 {
+        let need = (n_pos - 1)
+            .checked_mul(kv_stride)
+            .and_then(|v| v.checked_add(rb))
+            .expect("cache size overflows");
+        assert!(
+            cache_len >= need,
+            "{what}: {n_pos} rows of stride {kv_stride} need {need} bytes, cache has {cache_len}"
+        );
+    }
+    d
+}
+
+/// Scores of the `n_q` query heads in `q` (`[n_q][d]`, one KV head's group) against `n_pos`
+/// rows of `fmt` at byte stride `kv_stride`: `out[h * n_pos + p] = scale * dot(q_h, k_p)`.
+/// Each key row is decoded once for the whole group.
+///
+/// # Panics
+/// If `n_q` is 0 or does not divide `q.len()`, `d` is not a multiple of 32, the stride is
+/// shorter than a row, `out.len() != n_q * n_pos` or `k` is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn attn_scores_kv(
+    isa: Isa,
+    fmt: KvQuant,
+    q: &[f32],
+    n_q: usize,
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let (ql, kl, ol) = (q.len(), k.len(), out.len());
+    check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
+    if n_pos == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if runnable(isa) != Isa::Scalar {
+        // SAFETY: runnable() returns a SIMD set only after detecting AVX2, FMA and F16C (the
+        // AVX-512 set includes them); the shapes were checked above.
+        unsafe { super::kv_x86::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) };
+        return;
+    }
+    let _ = isa;
+    scalar::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
+}
+
+/// `out_h += Σ_p w[h * n_pos + p] * v_p` for the `n_q` heads of `out` (`[n_q][d]`) over
+/// `n_pos` rows of `fmt`: it accumulates onto `out`, so a paged cache walked block by block
+/// gives the bits one call over all positions gives (on the same kernel set).
+///
+/// # Panics
+/// As [`attn_scores_kv`], with `w.len() == n_q * n_pos`.
+#[allow(clippy::too_many_arguments)]
+pub fn attn_weighted_sum_kv(
+    isa: Isa,
+    fmt: KvQuant,
+    w: &[f32],
+    n_q: usize,
+    v: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    let (ol, vl, wl) = (out.len(), v.len(), w.len());
+    check(
+        "attn_weighted_sum_kv",
+        fmt,
+        ol,
+        n_q,
+        vl,
+        kv_stride,
+        n_pos,
+        wl,
+    );
+    if n_pos == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if runnable(isa) != Isa::Scalar {
+        // SAFETY: as in attn_scores_kv.
+        unsafe { super::kv_x86::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out) };
+        return;
+    }
+    let _ = isa;
+    scalar::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out);
+}
