@@ -626,3 +626,36 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     bad.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(!status.success() && err.contains("keep"), "{err}");
 }
+
+#[test]
+fn attention_entropy_is_exported_only_when_asked_for() {
+    let body = json!({"prompt": "ROMEO:", "max_tokens": 40, "ignore_eos": true});
+    let off = Server::start(&[]);
+    let (st, b) = off.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    let (_, text) = off.get("/metrics");
+    assert!(!text.contains("bitnet_attention_entropy_nats"), "{text}");
+    drop(off);
+    let on = Server::start(&["--attn-entropy", "--attn-entropy-every", "4"]);
+    let (st, b) = on.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    let (_, text) = on.get("/metrics");
+    assert!(
+        text.contains("# TYPE bitnet_attention_entropy_nats gauge"),
+        "{text}"
+    );
+    // One sample per layer, each between 0 and ln(positions attended).
+    let layers: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("bitnet_attention_entropy_nats{layer=\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!layers.is_empty(), "{text}");
+    for h in &layers {
+        assert!(*h > 0.0 && *h < 256f64.ln(), "{h}: {text}");
+    }
+    assert!(
+        text.contains("bitnet_attention_entropy_nats{layer=\"0\"}"),
+        "{text}"
+    );
+}

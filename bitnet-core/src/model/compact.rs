@@ -11,6 +11,10 @@ use super::engine::{Engine, SeqId};
 use crate::config::RopeStyle;
 use crate::error::CoreError;
 
+/// A run of moves over one distance: its first move, the distance, and the rotation (the
+/// cos and sin rows) that carries a key down by it.
+type Run = (usize, usize, (Vec<f32>, Vec<f32>));
+
 impl Engine {
     /// Starts (or stops) accumulating, for sequence `id`, the attention mass each of its
     /// positions receives: summed over layers, heads and every query row (prompt and
@@ -105,7 +109,7 @@ impl Engine {
         // The moves `(from, to)`, in increasing order, cut into runs of one distance (the
         // distance only grows at a removed position), each with its rotation.
         let mut moves: Vec<(usize, usize)> = Vec::with_capacity(n - first);
-        let mut runs: Vec<(usize, usize, (Vec<f32>, Vec<f32>))> = Vec::new();
+        let mut runs: Vec<Run> = Vec::new();
         let mut gone = 0;
         for from in first..n {
             if gone < remove.len() && remove[gone] == from {

@@ -51,6 +51,8 @@ pub struct TurnStats {
     /// Positions the sequence holds after the reply, and at most.
     pub context_used: usize,
     pub context_size: usize,
+    /// The attention entropy figures, when `--attn-entropy` is on.
+    pub attn_entropy: Option<String>,
 }
 
 impl TurnStats {
@@ -465,6 +467,7 @@ impl ChatSession {
             context_used: self.context_used(),
             context_size: n_ctx,
             reply: reply_stats,
+            attn_entropy: crate::cmd::attn_entropy_args::entropy_figures(self.sched.engine()),
         })
     }
 
