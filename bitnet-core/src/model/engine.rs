@@ -542,6 +542,9 @@ impl Engine {
         to.tokens.extend_from_slice(&tokens);
         to.blocks.extend_from_slice(&blocks);
         to.nodes.extend_from_slice(&nodes);
+        if let Some(m) = &mut to.mass {
+            m.resize(to.tokens.len(), 0.0);
+        }
         Ok(())
     }
 
@@ -668,6 +671,10 @@ impl Engine {
         seq.tokens.extend_from_slice(&prompt[..n]);
         seq.blocks.extend_from_slice(&blocks);
         seq.nodes.extend_from_slice(&nodes);
+        if let Some(m) = &mut seq.mass {
+            // Reused rows were never attended to by this sequence: they start at zero.
+            m.resize(seq.tokens.len(), 0.0);
+        }
         Ok(n)
     }
 
