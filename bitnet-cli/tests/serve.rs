@@ -602,8 +602,11 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     assert_eq!(st, 200, "{b}");
     assert_eq!(b["usage"]["completion_tokens"], 300, "{b}");
     assert_eq!(b["choices"][0]["finish_reason"], "length", "{b}");
-    // The KV is back in the pool once the request is done.
-    assert_eq!(s.metric("bitnet_kv_cache_usage_ratio"), 0.0);
+    // The KV is back in the pool once the request is done (the gauges are published after
+    // the engine's step, which may end just after the answer went out).
+    s.wait_for(5, "the KV back in the pool", |s| {
+        s.metric("bitnet_kv_cache_usage_ratio") == 0.0
+    });
     // A --keep that leaves nothing to shift is refused at start.
     let mut bad = Command::new(env!("CARGO_BIN_EXE_bitnet"))
         .args(["serve", "-m"])
@@ -658,4 +661,25 @@ fn attention_entropy_is_exported_only_when_asked_for() {
         text.contains("bitnet_attention_entropy_nats{layer=\"0\"}"),
         "{text}"
     );
+}
+
+#[test]
+fn heavy_hitter_eviction_lets_a_request_generate_past_the_context() {
+    let s = Server::start(&[
+        "--kv-evict",
+        "h2o",
+        "--kv-budget",
+        "64",
+        "-c",
+        "128",
+        "--attn-entropy",
+    ]);
+    let body = json!({"prompt": "ROMEO:", "max_tokens": 300, "ignore_eos": true});
+    let (st, b) = s.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["usage"]["completion_tokens"], 300, "{b}");
+    assert_eq!(b["choices"][0]["finish_reason"], "length", "{b}");
+    s.wait_for(5, "the KV back in the pool", |s| {
+        s.metric("bitnet_kv_cache_usage_ratio") == 0.0
+    });
 }
