@@ -291,6 +291,46 @@ fn perplexity_through_a_sliding_window_stays_bounded() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{err}"));
     assert!(moves > 100, "{moves} moves");
+    // H2O at the same total positions: the same tokens scored, the same blocks.
+    let h2o = run_ok(
+        bitnet()
+            .args(["perplexity", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .arg("-f")
+            .arg(&part)
+            .args(["--kv-evict", "h2o", "--kv-budget", "128", "-t", "1"]),
+    );
+    let h = ppl_of(&h2o);
+    assert!(
+        h.is_finite() && (h - c).abs() / c < 0.25,
+        "h2o {h} vs chunked {c}"
+    );
+    let err = common::stderr_of(&h2o);
+    assert!(err.contains("at most 8 of 8 blocks held"), "{err}");
+    let scored = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .split(" tokens scored")
+            .next()
+            .and_then(|s| s.rsplit('(').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(scored(&h2o), scored(&windowed), "the same tokens scored");
+    let e = run_err(
+        bitnet()
+            .args(["perplexity", "-m"])
+            .arg(repo("models/shakespeare.gguf"))
+            .arg("-f")
+            .arg(&part)
+            .args([
+                "--kv-evict",
+                "h2o",
+                "--kv-budget",
+                "64",
+                "--kv-recent",
+                "58",
+            ]),
+    );
+    assert!(e.contains("heavy"), "{e}");
     // Too small a window, and a text shorter than the window, are refused.
     let e = run_err(
         bitnet()
@@ -330,6 +370,7 @@ fn generate_goes_past_the_context_with_a_window_or_a_shift() {
     for (flags, front) in [
         (&["--kv-window", "64"][..], "window"),
         (&["--context-shift", "--keep", "2"][..], "shift"),
+        (&["--kv-evict", "h2o", "--kv-budget", "64"][..], "h2o"),
     ] {
         let mut args = vec!["-p", long_prompt.as_str(), "-n", "400", "--ignore-eos"];
         args.extend_from_slice(flags);
@@ -356,4 +397,13 @@ fn generate_goes_past_the_context_with_a_window_or_a_shift() {
     assert!(e.contains("window"), "{e}");
     let e = run_err(&mut generate(&["-p", "ROMEO:", "--keep", "3"]));
     assert!(e.contains("--context-shift"), "{e}");
+    let e = run_err(&mut generate(&[
+        "-p",
+        "ROMEO:",
+        "--kv-evict",
+        "h2o",
+        "--kv-budget",
+        "500",
+    ]));
+    assert!(e.contains("budget"), "{e}");
 }

@@ -602,8 +602,11 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     assert_eq!(st, 200, "{b}");
     assert_eq!(b["usage"]["completion_tokens"], 300, "{b}");
     assert_eq!(b["choices"][0]["finish_reason"], "length", "{b}");
-    // The KV is back in the pool once the request is done.
-    assert_eq!(s.metric("bitnet_kv_cache_usage_ratio"), 0.0);
+    // The KV is back in the pool once the request is done (the gauges are published after
+    // the engine's step, which may end just after the answer went out).
+    s.wait_for(5, "the KV back in the pool", |s| {
+        s.metric("bitnet_kv_cache_usage_ratio") == 0.0
+    });
     // A --keep that leaves nothing to shift is refused at start.
     let mut bad = Command::new(env!("CARGO_BIN_EXE_bitnet"))
         .args(["serve", "-m"])
@@ -625,4 +628,58 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     let mut err = String::new();
     bad.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(!status.success() && err.contains("keep"), "{err}");
+}
+
+#[test]
+fn attention_entropy_is_exported_only_when_asked_for() {
+    let body = json!({"prompt": "ROMEO:", "max_tokens": 40, "ignore_eos": true});
+    let off = Server::start(&[]);
+    let (st, b) = off.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    let (_, text) = off.get("/metrics");
+    assert!(!text.contains("bitnet_attention_entropy_nats"), "{text}");
+    drop(off);
+    let on = Server::start(&["--attn-entropy", "--attn-entropy-every", "4"]);
+    let (st, b) = on.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    let (_, text) = on.get("/metrics");
+    assert!(
+        text.contains("# TYPE bitnet_attention_entropy_nats gauge"),
+        "{text}"
+    );
+    // One sample per layer, each between 0 and ln(positions attended).
+    let layers: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("bitnet_attention_entropy_nats{layer=\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!layers.is_empty(), "{text}");
+    for h in &layers {
+        assert!(*h > 0.0 && *h < 256f64.ln(), "{h}: {text}");
+    }
+    assert!(
+        text.contains("bitnet_attention_entropy_nats{layer=\"0\"}"),
+        "{text}"
+    );
+}
+
+#[test]
+fn heavy_hitter_eviction_lets_a_request_generate_past_the_context() {
+    let s = Server::start(&[
+        "--kv-evict",
+        "h2o",
+        "--kv-budget",
+        "64",
+        "-c",
+        "128",
+        "--attn-entropy",
+    ]);
+    let body = json!({"prompt": "ROMEO:", "max_tokens": 300, "ignore_eos": true});
+    let (st, b) = s.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["usage"]["completion_tokens"], 300, "{b}");
+    assert_eq!(b["choices"][0]["finish_reason"], "length", "{b}");
+    s.wait_for(5, "the KV back in the pool", |s| {
+        s.metric("bitnet_kv_cache_usage_ratio") == 0.0
+    });
 }

@@ -10,6 +10,7 @@
 pub mod chat;
 pub mod config;
 pub mod error;
+pub mod eviction;
 pub mod health;
 pub mod kv;
 pub mod kv_cache;

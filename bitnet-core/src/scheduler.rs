@@ -25,6 +25,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::error::CoreError;
+use crate::eviction::{MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
 use crate::model::{BatchItem, Engine, GenStats, Logits, SeqId, StopReason};
 use crate::sampling::{Sampler, SamplerConfig, StopMatcher};
 use crate::tokenizer::TextStream;
@@ -65,6 +66,16 @@ pub enum ContextPolicy {
     /// positions and at most the `window` most recent ones; when full, the oldest quarter of
     /// the window goes. Memory stays constant however long the request runs.
     Window { sinks: usize, window: usize },
+    /// H2O's heavy hitters under a fixed budget (see [`crate::eviction`]): the sequence
+    /// holds at most `budget` positions: the first `sinks`, the `recent` most recent, and
+    /// of the rest those that received the most attention mass; when full, the lightest
+    /// quarter of that rest goes ([`Engine::evict`]). The sequence tracks its attention
+    /// mass for this ([`Engine::track_attention_mass`]).
+    HeavyHitters {
+        sinks: usize,
+        recent: usize,
+        budget: usize,
+    },
 }
 
 impl ContextPolicy {
@@ -72,6 +83,7 @@ impl ContextPolicy {
     pub fn limit(self, max_len: usize) -> usize {
         match self {
             ContextPolicy::Window { sinks, window } => sinks.saturating_add(window).min(max_len),
+            ContextPolicy::HeavyHitters { budget, .. } => budget.min(max_len),
             _ => max_len,
         }
     }
@@ -99,6 +111,23 @@ impl ContextPolicy {
                      {max_len} tokens (raise -c or shrink the window)"
                 ))
             }
+            ContextPolicy::HeavyHitters { budget, .. } if budget > max_len => invalid(format!(
+                "a budget of {budget} positions does not fit a sequence of at most {max_len} \
+                 tokens (raise -c or lower the budget)"
+            )),
+            ContextPolicy::HeavyHitters { recent: 0, .. } => {
+                invalid("a heavy-hitter policy keeps at least 1 recent position".into())
+            }
+            ContextPolicy::HeavyHitters {
+                sinks,
+                recent,
+                budget,
+            } if budget < sinks.saturating_add(recent).saturating_add(MIN_HEAVY) => {
+                invalid(format!(
+                    "a budget of {budget} positions leaves fewer than {MIN_HEAVY} for heavy \
+                     hitters after {sinks} sinks and {recent} recent ones"
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -114,6 +143,8 @@ impl ContextPolicy {
                 (keep, (len - keep) / 2)
             }
             ContextPolicy::Window { sinks, window } => (sinks.min(len), (window / 4).max(1)),
+            // Chooses its positions by mass: see `Scheduler::make_room`.
+            ContextPolicy::HeavyHitters { .. } => return None,
         };
         let short = (len + need).saturating_sub(limit);
         // A prompt chunk may get less room than it asked for; it takes the rest next step.
@@ -366,6 +397,9 @@ impl Scheduler {
         let max_len = self.engine.max_seq_len();
         params.context.validate(max_len)?;
         let limit = params.context.limit(max_len);
+        if let ContextPolicy::HeavyHitters { .. } = params.context {
+            self.engine.track_attention_mass(seq, true)?;
+        }
         // The last prompt position must leave room for nothing more: generation then
         // stops at once with "context full", but a prompt past the cache can never run.
         // A shifting policy reads a longer prompt through its window.
@@ -712,6 +746,34 @@ impl Scheduler {
                 Phase::Prefill => (r.prompt.len() - r.fed).min(budget),
             };
             let len = self.engine.sequence(r.seq).map_or(0, |s| s.len());
+            if let ContextPolicy::HeavyHitters {
+                sinks,
+                recent,
+                budget,
+            } = r.params.context
+            {
+                if len + need > r.limit {
+                    let short = (len + need).saturating_sub(r.limit);
+                    let count = heavy_hitter_batch(sinks, recent, budget, short);
+                    let seq = r.seq;
+                    let mass = self
+                        .engine
+                        .sequence(seq)
+                        .ok()
+                        .and_then(|s| s.attention_mass());
+                    let victims =
+                        heavy_hitter_victims(mass.unwrap_or_default(), len, sinks, recent, count);
+                    if let Err(error) = self.engine.evict(seq, &victims) {
+                        let r = self.running.remove(i);
+                        self.release(&r);
+                        on_event(Event::Error { seq, error });
+                        continue;
+                    }
+                    self.running[i].discarded += victims.len();
+                }
+                i += 1;
+                continue;
+            }
             let plan = if len + need > r.limit {
                 r.params.context.make_room(len, need, r.limit)
             } else {

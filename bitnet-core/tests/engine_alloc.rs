@@ -47,11 +47,13 @@ fn decode_allocates_nothing() {
         std::env::temp_dir().join(format!("bitnet-engine-alloc-{}.gguf", std::process::id()));
     let spec = SynthSpec::preset("tiny-bitnet").unwrap();
     write_model(&spec, &path, |_, _| {}).unwrap();
-    for threads in [1, 2] {
+    // Sampling the attention entropy every pass must not allocate either.
+    for (threads, attn_entropy_every) in [(1, 0), (2, 0), (1, 1), (2, 1)] {
         let opts = EngineOptions {
             threads,
             pin: false,
             n_ctx: 64,
+            attn_entropy_every,
             ..EngineOptions::default()
         };
         let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());

@@ -17,6 +17,7 @@ use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
 use bitnet_core::tokenizer::Tokenizer;
 
+use super::attn_entropy_args::{AttnEntropyArgs, entropy_figures};
 use super::bench::{peak_rss, profile_table};
 use super::common::{ModelArgs, load_model};
 use super::context_args::ContextArgs;
@@ -59,8 +60,11 @@ pub struct Args {
     pub parallel: Option<usize>,
     #[command(flatten)]
     pub context: ContextArgs,
+    #[command(flatten)]
+    pub attn_entropy: AttnEntropyArgs,
     /// Also print the run's health figures: the 3-gram repetition rate of the answer,
-    /// positions removed by a context shift or window, the KV pool's blocks.
+    /// positions removed by a context shift or window, the KV pool's blocks, and with
+    /// --attn-entropy the attention entropy by layer.
     #[arg(short = 'v', long)]
     pub verbose: bool,
     #[command(flatten)]
@@ -254,11 +258,16 @@ pub fn run(args: Args) -> Result<()> {
         model.isa().name(),
         model.head_mode().name(),
     );
+    let entropy = entropy_figures(sched.engine());
     if args.verbose {
-        note!(
-            "{}",
-            health_line(&stats, start_blocks, sched.engine().kv_stats().pool)
-        );
+        let mut line = health_line(&stats, start_blocks, sched.engine().kv_stats().pool);
+        if let Some(h) = &entropy {
+            line.push_str(" | ");
+            line.push_str(h);
+        }
+        note!("{line}");
+    } else if let Some(h) = &entropy {
+        note!("{h}");
     }
     if args.profile {
         // stderr may be a closed pipe too: the run itself succeeded, so that is not an error.
@@ -273,7 +282,8 @@ pub fn run(args: Args) -> Result<()> {
 /// The model and the engine settings of the command line.
 fn load(args: &Args) -> Result<(Arc<Model>, EngineOptions)> {
     let opts = args.model_args.load_options()?;
-    let engine_opts = args.model_args.engine_options();
+    let mut engine_opts = args.model_args.engine_options();
+    args.attn_entropy.apply(&mut engine_opts)?;
     Ok((load_model(&args.model, &opts)?, engine_opts))
 }
 
@@ -418,6 +428,9 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         human_bytes(peak_rss()),
         model.isa().name(),
     );
+    if let Some(h) = entropy_figures(sched.engine()) {
+        note!("{h} (all prompts together)");
+    }
     if args.verbose {
         let end_blocks = sched.engine().kv_stats().pool;
         for (i, st) in stats.iter().enumerate() {

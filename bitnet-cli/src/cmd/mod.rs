@@ -1,5 +1,6 @@
 //! One module per subcommand, plus the options they share.
 
+pub mod attn_entropy_args;
 pub mod bench;
 pub mod chat;
 pub mod common;

@@ -19,12 +19,15 @@ use anyhow::{Context, Result, bail};
 use bitnet_core::model::Session;
 
 use super::common::{ModelArgs, load_model};
+use super::context_args::EvictArg;
 use super::limits::check_context;
+use super::perplexity_window::Bound;
 use super::prompt::read_text;
 use crate::output::{Progress, note};
 use crate::output_file::OutputFile;
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("kv_bounded").args(["kv_window", "kv_evict"])))]
 pub struct Args {
     #[arg(short = 'm', long)]
     pub model: PathBuf,
@@ -47,9 +50,26 @@ pub struct Args {
     /// tokens (plus --kv-sinks), moving the window as it fills (StreamingLLM).
     #[arg(long, value_name = "W", conflicts_with_all = ["kl_divergence_base", "chunks"])]
     pub kv_window: Option<usize>,
-    /// With --kv-window: the first N tokens always stay (attention sinks).
-    #[arg(long, value_name = "N", default_value_t = 4, requires = "kv_window")]
+    /// With --kv-window or --kv-evict: the first N tokens always stay (attention sinks).
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "kv_bounded")]
     pub kv_sinks: usize,
+    /// Read the whole text as one stream through a cache of --kv-budget positions, evicting
+    /// by attention received (H2O: sinks, --kv-recent most recent, heavy hitters); scores the
+    /// same tokens as --kv-window (budget - sinks).
+    #[arg(
+        long,
+        value_name = "POLICY",
+        requires = "kv_budget",
+        conflicts_with_all = ["kl_divergence_base", "chunks"]
+    )]
+    pub kv_evict: Option<EvictArg>,
+    /// With --kv-evict: positions the cache holds at most (sinks and recent included).
+    #[arg(long, value_name = "N", requires = "kv_evict")]
+    pub kv_budget: Option<usize>,
+    /// With --kv-evict: the most recent positions that always stay (default: half of what
+    /// the budget leaves after the sinks).
+    #[arg(long, value_name = "R", requires = "kv_evict")]
+    pub kv_recent: Option<usize>,
     #[command(flatten)]
     pub model_args: ModelArgs,
 }
@@ -141,8 +161,19 @@ pub fn run(args: Args) -> Result<()> {
     }
     engine_opts.n_ctx = n_ctx;
     let tokens = tok.encode(&text, true, false);
+    let sinks = args.kv_sinks;
     if let Some(window) = args.kv_window {
-        return run_windowed(&model, &engine_opts, &tokens, args.kv_sinks, window);
+        let bound = Bound::Window { sinks, window };
+        return run_windowed(&model, &engine_opts, &tokens, bound);
+    }
+    if let (Some(EvictArg::H2o), Some(budget)) = (args.kv_evict, args.kv_budget) {
+        let recent = args.kv_recent.unwrap_or(budget.saturating_sub(sinks) / 2);
+        let bound = Bound::HeavyHitters {
+            sinks,
+            recent,
+            budget,
+        };
+        return run_windowed(&model, &engine_opts, &tokens, bound);
     }
     let available = tokens.len() / n_ctx;
     if available == 0 {
@@ -375,16 +406,15 @@ fn kl_of(base: &[(u32, f32)], row: &[f32], lse: f64) -> (f64, u32) {
     (d.max(0.0), top.0)
 }
 
-/// `--kv-window`: see [`super::perplexity_window`].
+/// `--kv-window` and `--kv-evict`: see [`super::perplexity_window`].
 fn run_windowed(
     model: &std::sync::Arc<bitnet_core::model::Model>,
     opts: &bitnet_core::model::EngineOptions,
     tokens: &[u32],
-    sinks: usize,
-    window: usize,
+    bound: Bound,
 ) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let r = super::perplexity_window::run(model, opts, tokens, sinks, window, log_norm)?;
+    let r = super::perplexity_window::run(model, opts, tokens, bound, log_norm)?;
     let mut nll = Nll {
         sum: r.nll_sum,
         sum2: r.nll_sum2,
@@ -392,18 +422,20 @@ fn run_windowed(
     };
     nll.n = nll.n.max(1);
     note!(
-        "{} tokens read through a window of {window} + {sinks} sinks: {} moves, at most {} of {} blocks held, {:.1} s",
+        "{} tokens read through {}: {} moves, at most {} of {} blocks held, {:.1} s",
         tokens.len(),
+        bound.describe(),
         r.shifts,
         r.most_blocks,
         r.n_blocks,
         t0.elapsed().as_secs_f64()
     );
     println!(
-        "Final estimate: PPL = {:.4} +/- {:.5} ({} tokens scored, window {window}, sinks {sinks})",
+        "Final estimate: PPL = {:.4} +/- {:.5} ({} tokens scored, {})",
         nll.ppl(),
         nll.ppl_err(),
-        r.scored
+        r.scored,
+        bound.describe()
     );
     Ok(())
 }

@@ -1,16 +1,26 @@
-//! `bitnet perplexity --kv-window W [--kv-sinks N]`: perplexity of a text far longer than
-//! the cache, read as one stream through a bounded cache (StreamingLLM's attention sinks
-//! plus a sliding window). The first `N` tokens stay; when the cache holds `N + W` tokens,
-//! the oldest `W / 4` after the sinks are dropped and the rest moved down with their keys
-//! re-rotated (see `Engine::shift`), so every position the model sees is below `N + W`
-//! and memory stays constant however long the text. Every token after the first `W` is
-//! scored (each then has a full window of context).
+//! `bitnet perplexity --kv-window W [--kv-sinks N]` and `bitnet perplexity --kv-evict h2o
+//! --kv-budget B [--kv-recent R] [--kv-sinks N]`: perplexity of a text far longer than the
+//! cache, read as one stream through a bounded cache, so the two bounded policies can be
+//! compared on the same text and the same scored tokens.
 //!
-//! Dropping a quarter at a time rather than a token at a time: each move rounds the moved
-//! keys to the cache's format once more, and a token lives through at most four moves.
+//! - Window (StreamingLLM's attention sinks plus a sliding window): the first `N` tokens
+//!   stay; when the cache holds `N + W` tokens, the oldest `W / 4` after the sinks are
+//!   dropped and the rest moved down with their keys re-rotated (see `Engine::shift`).
+//! - Heavy hitters (H2O): the sequence tracks the attention mass each position receives;
+//!   when it holds `B` positions, the lightest quarter of those between the sinks and the
+//!   `R` most recent is evicted and the rest compacted (see `Engine::evict`).
+//!
+//! Either way every position the model sees is below the bound and memory stays constant
+//! however long the text. Every token after the first `bound - N` is scored (each then has
+//! a full cache of context): with `W = B - N` both modes score the same tokens.
+//!
+//! Removing a quarter at a time rather than a token at a time: each move rounds the moved
+//! keys to the cache's format once more.
 
 use anyhow::{Context, Result, bail};
+use bitnet_core::eviction::{heavy_hitter_batch, heavy_hitter_victims};
 use bitnet_core::model::{BatchItem, Engine, EngineOptions, Logits, Model};
+use bitnet_core::scheduler::ContextPolicy;
 
 use crate::output::{Progress, note};
 
@@ -25,23 +35,85 @@ pub struct WindowRun {
     pub n_blocks: usize,
 }
 
-/// Streams `tokens` through one sequence with `sinks` kept and a window of `window`.
+/// How the cache is bounded.
+#[derive(Clone, Copy, Debug)]
+pub enum Bound {
+    Window {
+        sinks: usize,
+        window: usize,
+    },
+    HeavyHitters {
+        sinks: usize,
+        recent: usize,
+        budget: usize,
+    },
+}
+
+impl Bound {
+    /// Positions the cache holds at most.
+    fn limit(self) -> usize {
+        match self {
+            Bound::Window { sinks, window } => sinks + window,
+            Bound::HeavyHitters { budget, .. } => budget,
+        }
+    }
+
+    fn sinks(self) -> usize {
+        match self {
+            Bound::Window { sinks, .. } | Bound::HeavyHitters { sinks, .. } => sinks,
+        }
+    }
+
+    /// For humans: `a window of 32 + 4 sinks`, `h2o budget 36 (4 sinks, 16 recent)`.
+    pub fn describe(self) -> String {
+        match self {
+            Bound::Window { sinks, window } => format!("a window of {window} + {sinks} sinks"),
+            Bound::HeavyHitters {
+                sinks,
+                recent,
+                budget,
+            } => format!("h2o budget {budget} ({sinks} sinks, {recent} recent)"),
+        }
+    }
+}
+
+/// Streams `tokens` through one sequence bounded by `bound`.
 pub fn run(
     model: &std::sync::Arc<Model>,
     opts: &EngineOptions,
     tokens: &[u32],
-    sinks: usize,
-    window: usize,
+    bound: Bound,
     log_norm: fn(&[f32]) -> (f64, usize),
 ) -> Result<WindowRun> {
-    if window < 16 {
-        bail!("--kv-window {window}: give at least 16 tokens");
+    let (limit, sinks) = (bound.limit(), bound.sinks());
+    // Tokens read before the first is scored: a full cache's worth after the sinks.
+    let window = limit.saturating_sub(sinks);
+    match bound {
+        Bound::Window { window, .. } if window < 16 => {
+            bail!("--kv-window {window}: give at least 16 tokens")
+        }
+        Bound::HeavyHitters {
+            sinks,
+            recent,
+            budget,
+        } => {
+            if window < 16 {
+                bail!("--kv-budget {budget}: give at least 16 tokens more than --kv-sinks");
+            }
+            ContextPolicy::HeavyHitters {
+                sinks,
+                recent,
+                budget,
+            }
+            .validate(budget)
+            .context("--kv-evict h2o")?;
+        }
+        Bound::Window { .. } => {}
     }
-    let limit = sinks + window;
     if limit > model.config().n_ctx_train {
         note!(
-            "warning: --kv-sinks + --kv-window = {limit} is past the {} positions the model \
-             was trained on",
+            "warning: a bound of {limit} positions is past the {} positions the model was \
+             trained on",
             model.config().n_ctx_train
         );
     }
@@ -57,6 +129,9 @@ pub fn run(
     let mut engine = Engine::new(model.clone(), &eo).context("creating the engine")?;
     let n_blocks = engine.available_blocks();
     let seq = engine.new_sequence();
+    if let Bound::HeavyHitters { .. } = bound {
+        engine.track_attention_mass(seq, true)?;
+    }
     let batch = engine.max_batch();
     let mut out = WindowRun {
         nll_sum: 0.0,
@@ -74,9 +149,21 @@ pub fn run(
     while fed < total {
         let len = engine.sequence(seq)?.len();
         if len == limit {
-            engine
-                .shift(seq, sinks, drop)
-                .context("moving the window")?;
+            match bound {
+                Bound::Window { .. } => engine
+                    .shift(seq, sinks, drop)
+                    .context("moving the window")?,
+                Bound::HeavyHitters {
+                    sinks,
+                    recent,
+                    budget,
+                } => {
+                    let count = heavy_hitter_batch(sinks, recent, budget, 1);
+                    let mass = engine.sequence(seq)?.attention_mass().unwrap_or_default();
+                    let victims = heavy_hitter_victims(mass, len, sinks, recent, count);
+                    engine.evict(seq, &victims).context("evicting")?;
+                }
+            }
             out.shifts += 1;
             continue;
         }
@@ -104,7 +191,8 @@ pub fn run(
         out.most_blocks = out.most_blocks.max(n_blocks - engine.available_blocks());
         progress.update(
             &format!(
-                "perplexity: {fed}/{total} tokens, window of {window} + {sinks} sinks, estimate {:.4} ({:.1} s)",
+                "perplexity: {fed}/{total} tokens, {}, estimate {:.4} ({:.1} s)",
+                bound.describe(),
                 (out.nll_sum / out.scored.max(1) as f64).exp(),
                 t0.elapsed().as_secs_f64()
             ),

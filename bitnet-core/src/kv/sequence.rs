@@ -14,6 +14,10 @@ pub struct Sequence {
     /// Positions removed from the middle by [`crate::model::Engine::shift`]: the rows no
     /// longer hold a prefix of the token text, so none of them joins the prefix cache.
     pub(crate) shifted: usize,
+    /// The attention mass each position received so far (summed over layers, heads and the
+    /// query rows that read it), when tracked ([`crate::model::Engine::track_attention_mass`]):
+    /// one entry per position, kept in step with `tokens` by every removal.
+    pub(crate) mass: Option<Vec<f32>>,
 }
 
 impl Sequence {
@@ -34,6 +38,11 @@ impl Sequence {
     /// Positions removed from the middle of this sequence so far (context shift, window).
     pub fn shifted(&self) -> usize {
         self.shifted
+    }
+
+    /// The attention mass each position received, when tracked.
+    pub fn attention_mass(&self) -> Option<&[f32]> {
+        self.mass.as_deref()
     }
 
     /// The block table.

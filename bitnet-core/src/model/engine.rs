@@ -15,10 +15,10 @@ use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, QK8_0, RopeTable};
 use bitnet_kernels::{ActScale, Isa};
 
 use super::Model;
+use super::attn_stats::AttnStats;
 use super::linear::{bit_words, padded};
 use super::par::Bufs;
 use super::profile::{OpKind, Profile, SubTimer};
-use crate::config::RopeStyle;
 use crate::error::CoreError;
 use crate::kv::pool::ROOT_NODE;
 use crate::kv::{KvPool, KvType, PoolStats, Sequence};
@@ -46,6 +46,9 @@ pub struct EngineOptions {
     pub v_type: KvType,
     /// Positions per KV block (a power of two).
     pub block_tokens: usize,
+    /// Sample the per-layer attention entropy every this many decode passes (see
+    /// [`Engine::attention_entropy`]); 0 = off, at no cost.
+    pub attn_entropy_every: usize,
 }
 
 impl Default for EngineOptions {
@@ -58,6 +61,7 @@ impl Default for EngineOptions {
             k_type: KvType::F16,
             v_type: KvType::F16,
             block_tokens: DEFAULT_BLOCK_TOKENS,
+            attn_entropy_every: 0,
         }
     }
 }
@@ -119,6 +123,8 @@ pub(crate) struct BatchScratch {
     pub(crate) tables: Vec<u32>,
     /// `(item, token index in item, batch token)` of each logits row wanted, in order.
     pub(crate) rows: Vec<(u32, u32, u32)>,
+    /// Whether each token is a decode row (its item evaluates that one token).
+    pub(crate) decode: Vec<bool>,
 }
 
 /// What the pool holds and how it is used.
@@ -161,6 +167,8 @@ pub struct Engine {
     pub(crate) head_blk: Vec<f32>,
     pub(crate) profile: Profile,
     pub(crate) timer: SubTimer,
+    /// Attention entropy and received mass, when asked for.
+    pub(crate) attn_stats: AttnStats,
     /// Tokens evaluated by forward passes since the engine started (a debug counter).
     evaluated: u64,
 }
@@ -273,7 +281,13 @@ impl Engine {
             table: Vec::with_capacity(chunk),
             tables: Vec::with_capacity(kv.n_blocks()),
             rows: Vec::with_capacity(chunk),
+            decode: Vec::with_capacity(chunk),
         };
+        let attn_stats = AttnStats::new(
+            opts.attn_entropy_every,
+            cfg.n_layer,
+            chunk * (cfg.n_head / group.max(1)),
+        );
         Ok(Engine {
             isa: model.isa,
             kv,
@@ -295,6 +309,7 @@ impl Engine {
             head_blk: vec![0.0; HEAD_BATCH * cfg.n_vocab],
             profile: Profile::new(false),
             timer: SubTimer::default(),
+            attn_stats,
             evaluated: 0,
             model,
         })
@@ -390,6 +405,24 @@ impl Engine {
         &self.profile
     }
 
+    /// The mean attention entropy (nats) of each layer's decode rows, averaged over heads
+    /// and tokens of a sampled pass and then over passes by an exponential moving average
+    /// ([`super::attn_stats::ENTROPY_EMA_WEIGHT`]); `None` when sampling is off
+    /// ([`EngineOptions::attn_entropy_every`]) or nothing was sampled yet.
+    pub fn attention_entropy(&self) -> Option<&[f32]> {
+        self.attn_stats.entropy()
+    }
+
+    /// Decode passes sampled for [`Engine::attention_entropy`] so far.
+    pub fn attention_entropy_samples(&self) -> u64 {
+        self.attn_stats.entropy_samples()
+    }
+
+    /// The sampling interval of [`Engine::attention_entropy`] (0 = off).
+    pub fn attention_entropy_every(&self) -> usize {
+        self.attn_stats.entropy_every()
+    }
+
     /// Charges sampling time to the profile.
     pub fn add_sampling_time(&mut self, secs: f64) {
         if self.profile.is_enabled() {
@@ -408,6 +441,7 @@ impl Engine {
             blocks: Vec::with_capacity(max_blocks),
             nodes: Vec::with_capacity(max_blocks),
             shifted: 0,
+            mass: None,
         });
         if let Some(index) = self.free_slots.pop() {
             let s = &mut self.slots[index as usize];
@@ -451,13 +485,14 @@ impl Engine {
     /// A new sequence holding the same positions as `src`, sharing its blocks (the first
     /// write into a shared block copies it).
     pub fn fork(&mut self, src: SeqId) -> Result<SeqId, CoreError> {
-        let (tokens, blocks, nodes, shifted) = {
+        let (tokens, blocks, nodes, shifted, mass) = {
             let from = self.sequence(src)?;
             (
                 from.tokens.clone(),
                 from.blocks.clone(),
                 from.nodes.clone(),
                 from.shifted,
+                from.mass.clone(),
             )
         };
         for &b in &blocks {
@@ -469,6 +504,13 @@ impl Engine {
         to.blocks.extend_from_slice(&blocks);
         to.nodes.extend_from_slice(&nodes);
         to.shifted = shifted;
+        // The fork's mass starts as its parent's and goes its own way (it lives in the
+        // sequence, not in the shared blocks, so copy-on-write does not touch it).
+        if let Some(m) = mass {
+            let mut own = Vec::with_capacity(self.max_pos);
+            own.extend_from_slice(&m);
+            self.sequence_mut(id)?.mass = Some(own);
+        }
         Ok(id)
     }
 
@@ -500,6 +542,9 @@ impl Engine {
         to.tokens.extend_from_slice(&tokens);
         to.blocks.extend_from_slice(&blocks);
         to.nodes.extend_from_slice(&nodes);
+        if let Some(m) = &mut to.mass {
+            m.resize(to.tokens.len(), 0.0);
+        }
         Ok(())
     }
 
@@ -547,80 +592,12 @@ impl Engine {
             return Ok(());
         }
         seq.tokens.truncate(n);
+        if let Some(m) = &mut seq.mass {
+            m.truncate(n);
+        }
         seq.nodes.truncate(n / bt);
         let keep = n.div_ceil(bt);
         let dropped: Vec<u32> = seq.blocks.drain(keep..).collect();
-        for b in dropped {
-            self.kv.release(b);
-        }
-        Ok(())
-    }
-
-    /// Removes positions `keep..keep + discard` of sequence `id`: the positions after them
-    /// move down by `discard`, their keys re-rotated to their new positions (RoPE rotations
-    /// compose, so this equals having evaluated them there), and blocks no longer needed go
-    /// back to the pool. The model then sees one contiguous context of the first `keep`
-    /// tokens and the rest, which is what llama.cpp's context shift and StreamingLLM's
-    /// window with attention sinks do. Each move rounds the moved rows to the cache's
-    /// format once, so callers discard in large chunks rather than token by token. The
-    /// sequence leaves the prefix cache for good: its rows no longer hold a prefix of text.
-    pub fn shift(&mut self, id: SeqId, keep: usize, discard: usize) -> Result<(), CoreError> {
-        let n = self.sequence(id)?.len();
-        if discard == 0 {
-            return Ok(());
-        }
-        if keep.checked_add(discard).is_none_or(|end| end > n) {
-            return Err(CoreError::InvalidOption {
-                option: "shift",
-                reason: format!(
-                    "cannot remove {discard} positions from {keep} of a sequence of {n}"
-                ),
-            });
-        }
-        let bt = self.kv.block_tokens();
-        // Every block from the first one written on must be the sequence's own.
-        for j in keep / bt..n.div_ceil(bt) {
-            let b = self.sequence(id)?.blocks[j];
-            let rows = (n - j * bt).min(bt);
-            let nb = self
-                .kv
-                .make_exclusive(b, rows)
-                .ok_or_else(|| CoreError::KvFull {
-                    needed: rows,
-                    stats: self.kv.stats(),
-                })?;
-            self.sequence_mut(id)?.blocks[j] = nb;
-        }
-        let cfg = &self.model.config;
-        let (hd, n_kv) = (cfg.head_dim, cfg.n_head_kv);
-        let style = cfg.rope;
-        let isa = self.isa;
-        let delta = -i64::try_from(discard).unwrap_or(i64::MAX);
-        let (c, s) = self.rope.shift_row(delta);
-        let blocks = self.sequence(id)?.blocks.clone();
-        let mut k = vec![0.0f32; hd * n_kv];
-        let mut v = vec![0.0f32; hd * n_kv];
-        for layer in 0..cfg.n_layer {
-            for from in keep + discard..n {
-                let to = from - discard;
-                let (fb, fs) = (blocks[from / bt], from % bt);
-                self.kv.read_row(layer, fb, fs, true, &mut k);
-                self.kv.read_row(layer, fb, fs, false, &mut v);
-                match style {
-                    RopeStyle::Neox => self.rope.apply_neox_row(isa, &mut k, hd, n_kv, (&c, &s)),
-                    RopeStyle::Normal => {
-                        self.rope.apply_normal_row(isa, &mut k, hd, n_kv, (&c, &s))
-                    }
-                }
-                self.kv.write_rows(layer, blocks[to / bt], to % bt, &k, &v);
-            }
-        }
-        let seq = self.sequence_mut(id)?;
-        seq.tokens.drain(keep..keep + discard);
-        seq.nodes.truncate(keep / bt);
-        seq.shifted += discard;
-        let want = seq.tokens.len().div_ceil(bt);
-        let dropped: Vec<u32> = seq.blocks.drain(want..).collect();
         for b in dropped {
             self.kv.release(b);
         }
@@ -694,6 +671,10 @@ impl Engine {
         seq.tokens.extend_from_slice(&prompt[..n]);
         seq.blocks.extend_from_slice(&blocks);
         seq.nodes.extend_from_slice(&nodes);
+        if let Some(m) = &mut seq.mass {
+            // Reused rows were never attended to by this sequence: they start at zero.
+            m.resize(seq.tokens.len(), 0.0);
+        }
         Ok(n)
     }
 
@@ -805,19 +786,39 @@ impl Engine {
             }
         }
         self.fill_batch(items)?;
+        let mut track = false;
+        for it in items {
+            track |= self.sequence(it.seq)?.mass.is_some();
+        }
+        let (nt, bt) = (self.pool.n_threads(), self.kv.block_tokens());
+        self.attn_stats.begin_pass(&self.batch, track, nt, bt);
         self.forward_batch(&mut on_logits)?;
+        self.attn_stats.end_pass(self.model.config.n_head);
         self.evaluated += total as u64;
         // Commit: the sequences now hold the tokens; blocks that became full join the
         // prefix cache.
-        let bt = self.kv.block_tokens();
+        let mut first_tok = 0;
         for it in items {
-            let Engine { slots, kv, .. } = self;
+            let Engine {
+                slots,
+                kv,
+                batch,
+                attn_stats,
+                ..
+            } = self;
             let seq = slots[it.seq.index as usize]
                 .seq
                 .as_mut()
                 .ok_or_else(|| Self::bad_seq(it.seq))?;
             let before = seq.tokens.len() / bt;
             seq.tokens.extend_from_slice(it.tokens);
+            if let Some(mass) = &mut seq.mass {
+                // The mass vector's capacity is the most positions a sequence holds.
+                mass.resize(seq.tokens.len(), 0.0);
+                let table_start = batch.table[first_tok].0 as usize;
+                attn_stats.add_mass(table_start, bt, mass);
+            }
+            first_tok += it.tokens.len();
             let after = if seq.shifted == 0 {
                 seq.tokens.len() / bt
             } else {
@@ -845,6 +846,7 @@ impl Engine {
         b.table.clear();
         b.tables.clear();
         b.rows.clear();
+        b.decode.clear();
         for (i, it) in items.iter().enumerate() {
             let seq = slots[it.seq.index as usize]
                 .seq
@@ -861,6 +863,7 @@ impl Engine {
                 b.block.push(seq.blocks[pos / bt]);
                 b.slot.push((pos % bt) as u32);
                 b.table.push(table);
+                b.decode.push(it.tokens.len() == 1);
                 let wanted = match it.logits {
                     Logits::None => false,
                     Logits::Last => j + 1 == it.tokens.len(),

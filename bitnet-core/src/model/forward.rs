@@ -195,6 +195,7 @@ impl Engine {
             head_blk,
             profile,
             timer,
+            attn_stats,
             ..
         } = self;
         let (m, isa, pool) = (&**model, *isa, &*pool);
@@ -343,7 +344,9 @@ impl Engine {
                 &bufs.q[..n * qd],
                 &mut bufs.att[..n * qd],
                 scores,
+                &mut attn_stats.probe(),
             );
+            attn_stats.end_layer(l, batch, n_head / cfg.gqa_group());
             stop_region(profile, pool, OpKind::Attention, t);
 
             // 5. attn_sub_norm, quantize.

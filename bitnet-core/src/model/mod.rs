@@ -8,8 +8,11 @@
 //! sequences and lays a batch out; `forward.rs` is the per-layer math over a batch;
 //! `par.rs` the parallel building blocks (products, paged attention); `session.rs` one
 //! sequence; `generate.rs` the streaming generation loop over the scheduler;
-//! `profile.rs` the per-op timer.
+//! `profile.rs` the per-op timer; `attn_stats.rs` the optional attention statistics;
+//! `compact.rs` removing positions (shift, evict) and the attention mass eviction ranks by.
 
+mod attn_stats;
+mod compact;
 mod engine;
 mod forward;
 mod generate;
@@ -29,6 +32,7 @@ use crate::config::ModelConfig;
 pub use crate::kv::KvType;
 use crate::tokenizer::Tokenizer;
 
+pub use attn_stats::ENTROPY_EMA_WEIGHT;
 pub use engine::{
     BatchItem, DEFAULT_BLOCK_TOKENS, Engine, EngineOptions, KvStats, Logits, SeqId, default_threads,
 };

@@ -14,6 +14,7 @@ use bitnet_kernels::float;
 use bitnet_kernels::{ActScale, Isa};
 
 use super::Store;
+use super::attn_stats::{AttnProbe, row_entropy};
 use super::engine::BatchScratch;
 use super::linear::{LinInput, Linear};
 use crate::kv::KvPool;
@@ -335,7 +336,7 @@ fn balanced_pairs(
 /// sqrt(d)) V`, query head `h` reading KV head `h / group`. Scores are computed block by
 /// block into one row per head, softmaxed once, then the values of each block accumulate
 /// into the output. `scratch` holds `group * (2 * max_pos + block_tokens)` floats per
-/// thread.
+/// thread. `probe` asks for statistics of the probabilities (see [`AttnProbe`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     pool: &ThreadPool,
@@ -346,6 +347,7 @@ pub(crate) fn attention(
     q: &[f32],
     att: &mut [f32],
     scratch: &mut [f32],
+    probe: &mut AttnProbe<'_>,
 ) {
     let n_tok = batch.tokens.len();
     let hd = sh.head_dim;
@@ -357,7 +359,12 @@ pub(crate) fn attention(
     let gs = sh.group;
     let per_tok = sh.n_head / gs;
     let width = gs * hd;
-    let unit = |u: usize, out: &mut [f32], sc: &mut [f32]| {
+    let bt_mass = sh.block_tokens;
+    let unit = |u: usize,
+                out: &mut [f32],
+                sc: &mut [f32],
+                ent: Option<&mut f32>,
+                mass: Option<&mut [f32]>| {
         let (t, j) = (u / per_tok, u % per_tok);
         let n_pos = batch.pos[t] + 1;
         let (tstart, tlen) = batch.table[t];
@@ -409,6 +416,18 @@ pub(crate) fn attention(
         for row in sc.chunks_exact_mut(n_pos) {
             float::softmax_inplace(isa, row);
         }
+        if let Some(e) = ent
+            && batch.decode[t]
+        {
+            *e = sc.chunks_exact(n_pos).map(row_entropy).sum();
+        }
+        if let Some(m) = mass {
+            // This sequence's stretch of the thread's stripe (see `AttnProbe::mass`).
+            let m = &mut m[tstart as usize * bt_mass..][..n_pos];
+            for row in sc.chunks_exact(n_pos) {
+                float::add_inplace(isa, m, row);
+            }
+        }
         // The weighted values, accumulated run by run (the kernels add onto `out`).
         out.fill(0.0);
         for (b, count, p0, n) in runs() {
@@ -428,18 +447,25 @@ pub(crate) fn attention(
     };
     let n_units = n_tok * per_tok;
     let scratch_len = gs * (2 * sh.max_pos + bt);
+    let stride = probe.mass_stride;
     if pool.n_threads() == 1 {
+        let mut ent = probe.entropy.as_deref_mut();
+        let mut mass = probe.mass.as_deref_mut().map(|m| &mut m[..stride]);
         for u in 0..n_units {
             unit(
                 u,
                 &mut att[u * width..(u + 1) * width],
                 &mut scratch[..scratch_len],
+                ent.as_deref_mut().map(|e| &mut e[u]),
+                mass.as_deref_mut(),
             );
         }
         return;
     }
     let d_att = DisjointSlice::new(&mut att[..n_units * width]);
     let d_sc = DisjointSlice::new(scratch);
+    let d_ent = probe.entropy.as_deref_mut().map(DisjointSlice::new);
+    let d_mass = probe.mass.as_deref_mut().map(DisjointSlice::new);
     pool.run(&|tid, nt| {
         let r = balanced_pairs(n_tok, per_tok, |t| batch.pos[t] + 1, nt, tid);
         if r.is_empty() {
@@ -447,8 +473,18 @@ pub(crate) fn attention(
         }
         let out = d_att.slice_mut(r.start * width..r.end * width);
         let sc = d_sc.slice_mut(tid * scratch_len..(tid + 1) * scratch_len);
+        let mut ent = d_ent.as_ref().map(|d| d.slice_mut(r.clone()));
+        let mut mass = d_mass
+            .as_ref()
+            .map(|d| d.slice_mut(tid * stride..(tid + 1) * stride));
         for (i, u) in r.enumerate() {
-            unit(u, &mut out[i * width..(i + 1) * width], sc);
+            unit(
+                u,
+                &mut out[i * width..(i + 1) * width],
+                sc,
+                ent.as_deref_mut().map(|e| &mut e[i]),
+                mass.as_deref_mut(),
+            );
         }
     });
 }

@@ -20,6 +20,7 @@ use bitnet_core::model::{Engine, StopReason};
 use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
 use crossterm::style::Stylize;
 
+use super::attn_entropy_args::AttnEntropyArgs;
 use super::common::{ModelArgs, load_model};
 use super::context_args::ContextArgs;
 use super::generate::SamplingArgs;
@@ -71,6 +72,8 @@ pub struct Args {
     #[command(flatten)]
     pub context: ContextArgs,
     #[command(flatten)]
+    pub attn_entropy: AttnEntropyArgs,
+    #[command(flatten)]
     pub model_args: ModelArgs,
 }
 
@@ -104,7 +107,8 @@ pub fn run(args: Args) -> Result<()> {
         n => bail!("-n {n}: give a token count >= 1, or -1 for no limit"),
     };
     let opts = args.model_args.load_options()?;
-    let engine_opts = args.model_args.engine_options();
+    let mut engine_opts = args.model_args.engine_options();
+    args.attn_entropy.apply(&mut engine_opts)?;
     let model = load_model(&args.model, &opts)?;
     if model.tokenizer().is_none() {
         bail!("the model file has no tokenizer (tokenizer.ggml.* keys): it cannot chat");
@@ -278,7 +282,7 @@ fn reply(
 }
 
 fn figures(s: &TurnStats) -> String {
-    format!(
+    let mut line = format!(
         "prompt: {} new tokens ({} kept from the cache), {:.1} tok/s | reply: {} tokens, {:.1} tok/s, stop: {} | 3-gram repetition {} | context {}/{}",
         s.evaluated,
         s.kept,
@@ -290,7 +294,12 @@ fn figures(s: &TurnStats) -> String {
             .map_or_else(|| "-".to_string(), |r| format!("{:.1}%", 100.0 * r)),
         s.context_used,
         s.context_size,
-    )
+    );
+    if let Some(h) = &s.attn_entropy {
+        line.push_str(" | ");
+        line.push_str(h);
+    }
+    line
 }
 
 fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Command) -> Result<()> {

@@ -6,7 +6,7 @@
 //! room for a reply, the oldest whole exchanges after the system prompt are dropped and the
 //! rest is read again; the caller is told how many messages went.
 //!
-//! With `--context-shift` or `--kv-window` the scheduler instead removes positions from the
+//! With `--context-shift`, `--kv-window` or `--kv-evict` the scheduler instead removes positions from the
 //! middle of the sequence as it fills (the system prompt, or the sinks, stay) and the chat
 //! goes on without reading anything again. The sequence then holds the conversation's
 //! tokens with a gap, so the session keeps the whole token list as well (`logical`): turns
@@ -51,6 +51,8 @@ pub struct TurnStats {
     /// Positions the sequence holds after the reply, and at most.
     pub context_used: usize,
     pub context_size: usize,
+    /// The attention entropy figures, when `--attn-entropy` is on.
+    pub attn_entropy: Option<String>,
 }
 
 impl TurnStats {
@@ -89,6 +91,10 @@ pub struct ChatSession {
     logical: Vec<u32>,
     removed: usize,
     front: usize,
+    /// Under `--kv-evict h2o` the removed positions are scattered, so only the last
+    /// `recent` held positions are known to be the conversation's last tokens (every
+    /// eviction spares them).
+    exact_tail: Option<usize>,
 }
 
 impl ChatSession {
@@ -108,6 +114,7 @@ impl ChatSession {
             logical: Vec::new(),
             removed: 0,
             front: 0,
+            exact_tail: None,
         }
     }
 
@@ -164,7 +171,10 @@ impl ChatSession {
         }
         let held = self.held().len();
         let cut = self.logical.len().saturating_sub(keep);
-        if self.removed == 0 || cut <= held.saturating_sub(self.front) {
+        let tail = self
+            .exact_tail
+            .map_or(held.saturating_sub(self.front), |r| r.min(held));
+        if self.removed == 0 || cut <= tail {
             self.sched
                 .engine_mut()
                 .truncate(seq, held.saturating_sub(cut))?;
@@ -351,10 +361,12 @@ impl ChatSession {
         } else {
             ContextPolicy::Stop
         };
-        if let ContextPolicy::Shift { keep } = context {
-            self.front = keep;
-        } else if let ContextPolicy::Window { sinks, .. } = context {
-            self.front = sinks;
+        self.exact_tail = None;
+        match context {
+            ContextPolicy::Shift { keep } => self.front = keep,
+            ContextPolicy::Window { sinks, .. } => self.front = sinks,
+            ContextPolicy::HeavyHitters { recent, .. } => self.exact_tail = Some(recent),
+            ContextPolicy::Stop => {}
         }
         let params = GenParams {
             max_tokens: self.settings.max_tokens,
@@ -465,6 +477,7 @@ impl ChatSession {
             context_used: self.context_used(),
             context_size: n_ctx,
             reply: reply_stats,
+            attn_entropy: crate::cmd::attn_entropy_args::entropy_figures(self.sched.engine()),
         })
     }
 

@@ -87,6 +87,9 @@ pub struct Metrics {
     pub request: Histogram,
     gauges: Mutex<Gauges>,
     repetition: Mutex<RepetitionWindow>,
+    /// Per-layer attention entropy (`--attn-entropy`): `None` while off, so the gauge is
+    /// not exported at all; empty until the first sampled step.
+    attn_entropy: Mutex<Option<Vec<f32>>>,
 }
 
 impl Default for Metrics {
@@ -103,6 +106,7 @@ impl Default for Metrics {
             request: Histogram::new(LATENCY_BUCKETS),
             gauges: Mutex::new(Gauges::default()),
             repetition: Mutex::new(RepetitionWindow::new(REPETITION_WINDOW)),
+            attn_entropy: Mutex::new(None),
         }
     }
 }
@@ -120,6 +124,15 @@ impl Metrics {
             kv_tokens: kv.tokens,
             sequences: kv.sequences,
         };
+    }
+
+    /// The engine's per-layer attention entropy (turns the gauge on; `None` = not sampled
+    /// yet). Reuses the vector, so the engine thread does not allocate per step.
+    pub fn set_attention_entropy(&self, h: Option<&[f32]>) {
+        let mut g = self.attn_entropy.lock().unwrap_or_else(|p| p.into_inner());
+        let v = g.get_or_insert_with(Vec::new);
+        v.clear();
+        v.extend_from_slice(h.unwrap_or_default());
     }
 
     /// A finished answer's tokens, for the repetition gauge.
@@ -228,6 +241,16 @@ impl Metrics {
             "Share of repeated token 3-grams in the last 64 answers (a looping model shows here).",
             rep.unwrap_or(0.0),
         );
+        if let Some(h) = &*self.attn_entropy.lock().unwrap_or_else(|p| p.into_inner()) {
+            let name = "bitnet_attention_entropy_nats";
+            let _ = writeln!(
+                out,
+                "# HELP {name} Mean Shannon entropy of each layer's attention on sampled decode steps (moving average, --attn-entropy).\n# TYPE {name} gauge"
+            );
+            for (l, v) in h.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{layer=\"{l}\"}} {v}");
+            }
+        }
         self.ttft.render(
             &mut out,
             "bitnet_time_to_first_token_seconds",

@@ -30,6 +30,7 @@ use bitnet_core::chat::ChatTemplate;
 use bitnet_core::model::Engine;
 use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
 
+use super::attn_entropy_args::AttnEntropyArgs;
 use super::common::{ModelArgs, load_model};
 use super::context_args::ContextArgs;
 use super::limits::check_context;
@@ -85,6 +86,8 @@ pub struct Args {
     pub step_delay_ms: u64,
     #[command(flatten)]
     pub context: ContextArgs,
+    #[command(flatten)]
+    pub attn_entropy: AttnEntropyArgs,
     #[command(flatten)]
     pub model_args: ModelArgs,
 }
@@ -198,7 +201,8 @@ async fn serve(args: Args, config: Config) -> Result<()> {
 /// Loads the model, makes the engine and warms it up, publishing readiness on the way.
 fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Scheduler> {
     let opts = args.model_args.load_options()?;
-    let engine_opts = args.model_args.engine_options();
+    let mut engine_opts = args.model_args.engine_options();
+    args.attn_entropy.apply(&mut engine_opts)?;
     let model = load_model(&args.model, &opts)?;
     if model.tokenizer().is_none() {
         bail!("the model file has no tokenizer (tokenizer.ggml.* keys)");

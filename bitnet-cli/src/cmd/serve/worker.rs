@@ -214,6 +214,10 @@ fn publish(sched: &Scheduler, shared: &Shared) {
         sched.n_waiting(),
         &sched.engine().kv_stats(),
     );
+    let e = sched.engine();
+    if e.attention_entropy_every() > 0 {
+        shared.metrics.set_attention_entropy(e.attention_entropy());
+    }
 }
 
 /// Acts on a command; true when it asks the loop to end.

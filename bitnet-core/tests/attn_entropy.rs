@@ -1,0 +1,178 @@
+//! The sampled attention entropy: a model whose queries are all zero attends uniformly, so
+//! every layer's entropy is ln(positions); sampling follows its interval; and turning the
+//! statistics on changes no logit.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bitnet_core::model::{BatchItem, Engine, EngineOptions, LoadOptions, Logits, Model};
+use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_kernels::Isa;
+
+fn model(tag: &str, zero_share: f32) -> (Arc<Model>, PathBuf) {
+    let path = common::tmp_dir(tag).join("model.gguf");
+    let spec = SynthSpec {
+        n_layer: 2,
+        zero_share,
+        ..SynthSpec::preset("tiny").expect("preset")
+    };
+    write_model(&spec, &path, |_, _| {}).unwrap();
+    let opts = LoadOptions {
+        isa: Some(Isa::Scalar),
+        ..LoadOptions::default()
+    };
+    (Arc::new(Model::load(&path, &opts).unwrap()), path)
+}
+
+fn engine(m: &Arc<Model>, threads: usize, every: usize) -> Engine {
+    let opts = EngineOptions {
+        threads,
+        pin: false,
+        n_ctx: 128,
+        batch: 32,
+        attn_entropy_every: every,
+        ..EngineOptions::default()
+    };
+    Engine::new(m.clone(), &opts).unwrap()
+}
+
+/// Feeds `prompt` then each of `decode` one at a time; returns every logits row.
+fn run(e: &mut Engine, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
+    let seq = e.new_sequence();
+    let mut rows = Vec::new();
+    let item = BatchItem {
+        seq,
+        tokens: prompt,
+        logits: Logits::All,
+    };
+    e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
+    for t in decode {
+        let item = BatchItem {
+            seq,
+            tokens: std::slice::from_ref(t),
+            logits: Logits::Last,
+        };
+        e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
+    }
+    e.free_sequence(seq).unwrap();
+    rows
+}
+
+#[test]
+fn zero_queries_attend_uniformly_so_the_entropy_is_ln_n() {
+    // All but about one in 2^24 weights zero: with this seed none is, so every query is
+    // zero, every score equal, and each row of n positions has entropy ln(n).
+    let (m, path) = model("entropy-uniform", 1.0 - f32::EPSILON / 2.0);
+    for threads in [1, 2] {
+        let mut e = engine(&m, threads, 4);
+        assert!(e.attention_entropy().is_none(), "nothing sampled yet");
+        let seq = e.new_sequence();
+        let prompt: Vec<u32> = (3..23).collect();
+        let item = BatchItem {
+            seq,
+            tokens: &prompt,
+            logits: Logits::Last,
+        };
+        e.forward(&[item], |_, _, _| {}).unwrap();
+        assert!(
+            e.attention_entropy().is_none(),
+            "a prompt is not a decode row"
+        );
+        // The first decode pass is sampled: 21 positions.
+        let item = BatchItem {
+            seq,
+            tokens: &[5],
+            logits: Logits::Last,
+        };
+        e.forward(&[item], |_, _, _| {}).unwrap();
+        let h = e.attention_entropy().expect("sampled").to_vec();
+        assert_eq!(h.len(), 2, "one per layer");
+        for (l, &h) in h.iter().enumerate() {
+            assert!((h - 21f32.ln()).abs() < 1e-4, "layer {l}: {h} vs ln 21");
+        }
+        // Every 4th decode pass: passes 2..4 are not sampled, the 5th is.
+        for t in 0..3 {
+            let item = BatchItem {
+                seq,
+                tokens: &[6 + t],
+                logits: Logits::Last,
+            };
+            e.forward(&[item], |_, _, _| {}).unwrap();
+        }
+        assert_eq!(e.attention_entropy_samples(), 1);
+        let item = BatchItem {
+            seq,
+            tokens: &[9],
+            logits: Logits::Last,
+        };
+        e.forward(&[item], |_, _, _| {}).unwrap();
+        assert_eq!(e.attention_entropy_samples(), 2);
+        let w = bitnet_core::model::ENTROPY_EMA_WEIGHT;
+        let want = 21f32.ln() + w * (25f32.ln() - 21f32.ln());
+        for &h in e.attention_entropy().unwrap() {
+            assert!((h - want).abs() < 1e-4, "{h} vs {want}");
+        }
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn a_real_model_gives_entropies_between_zero_and_ln_n() {
+    let (m, path) = model("entropy-bounds", 1.0 / 3.0);
+    let mut e = engine(&m, 2, 1);
+    let prompt: Vec<u32> = (3..30).collect();
+    run(&mut e, &prompt, &[7]);
+    for &h in e.attention_entropy().unwrap() {
+        assert!(h > 0.0 && h <= 28f32.ln() + 1e-4, "{h}");
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn the_statistics_change_no_logit() {
+    let (m, path) = model("entropy-logits", 1.0 / 3.0);
+    let prompt: Vec<u32> = (3..30).collect();
+    let decode = [9u32, 14, 2, 77, 31];
+    for threads in [1, 2] {
+        let off = run(&mut engine(&m, threads, 0), &prompt, &decode);
+        let on = run(&mut engine(&m, threads, 1), &prompt, &decode);
+        assert_eq!(off, on, "entropy sampling on, {threads} threads");
+        let mut e = engine(&m, threads, 0);
+        let seq = e.new_sequence();
+        e.track_attention_mass(seq, true).unwrap();
+        let mut rows = Vec::new();
+        let item = BatchItem {
+            seq,
+            tokens: &prompt,
+            logits: Logits::All,
+        };
+        e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
+        for t in &decode {
+            let item = BatchItem {
+                seq,
+                tokens: std::slice::from_ref(t),
+                logits: Logits::Last,
+            };
+            e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
+        }
+        assert_eq!(off, rows, "mass tracking on, {threads} threads");
+        // Every query row's probabilities sum to one: in all, layers x heads x rows.
+        let cfg = m.config();
+        let mass: f64 = e
+            .sequence(seq)
+            .unwrap()
+            .attention_mass()
+            .unwrap()
+            .iter()
+            .map(|&x| f64::from(x))
+            .sum();
+        let rows = (prompt.len() + decode.len()) * cfg.n_layer * cfg.n_head;
+        assert!(
+            (mass - rows as f64).abs() < 1e-2 * rows as f64,
+            "{mass} vs {rows}"
+        );
+    }
+    std::fs::remove_file(&path).ok();
+}
