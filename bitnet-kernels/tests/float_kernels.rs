@@ -124,32 +124,52 @@ fn matmul_f32_every_format_within_budget() {
     }
 }
 
+/// Q8_0 rows of random quants (every byte value, -128 included) with sane f16 scales.
+fn random_q8_rows(r: &mut rand::rngs::StdRng, n_rows: usize, row_len: usize) -> Vec<u8> {
+    let rb = RowFormat::Q8_0.row_bytes(row_len).unwrap();
+    let mut w: Vec<u8> = (0..n_rows * rb).map(|_| r.random()).collect();
+    for blk in w.chunks_exact_mut(Q8_0_BLOCK_BYTES) {
+        blk[..2].copy_from_slice(&f32_to_f16(r.random_range(1e-4..0.05)).to_le_bytes());
+    }
+    w
+}
+
+/// `n_tok` activation rows quantized to Q8_0.
+fn random_q8_acts(r: &mut rand::rngs::StdRng, n_tok: usize, row_len: usize) -> Vec<u8> {
+    let rb = RowFormat::Q8_0.row_bytes(row_len).unwrap();
+    let x = normal_vec(r, n_tok * row_len, 2.0);
+    let mut xq = vec![0u8; n_tok * rb];
+    for (xr, qr) in x.chunks_exact(row_len).zip(xq.chunks_exact_mut(rb)) {
+        quantize_row_q8_0(xr, qr);
+    }
+    xq
+}
+
 #[test]
 fn matmul_q8_0_q8_0_within_budget() {
     let mut r = rng(5);
-    for row_len in [32, 64, 96, 128, 160, 320, 2560] {
+    // Every tail of the four-block pass, the 2B-4T width and one random length.
+    let random_len = r.random_range(1..=120) * 32;
+    for row_len in [32, 64, 96, 128, 160, 320, 2560, random_len] {
         let n_rows = 9;
         let nb = row_len / 32;
         let rb = RowFormat::Q8_0.row_bytes(row_len).unwrap();
         // Weights: any bytes at all for the quants (including -128), sane f16 scales.
-        let mut w: Vec<u8> = (0..n_rows * rb).map(|_| r.random()).collect();
-        for blk in w.chunks_exact_mut(Q8_0_BLOCK_BYTES) {
-            blk[..2].copy_from_slice(&f32_to_f16(r.random_range(1e-4..0.05)).to_le_bytes());
-        }
-        for n_tok in [1usize, 2, 5] {
-            let x = normal_vec(&mut r, n_tok * row_len, 2.0);
-            let mut xq = vec![0u8; n_tok * rb];
-            for (xr, qr) in x.chunks_exact(row_len).zip(xq.chunks_exact_mut(rb)) {
-                quantize_row_q8_0(xr, qr);
-            }
+        let w = random_q8_rows(&mut r, n_rows, row_len);
+        // Every tile shape of the batched kernels (1..=9 tokens) and a long batch.
+        for n_tok in (1usize..=9).chain([17]) {
+            let xq = random_q8_acts(&mut r, n_tok, row_len);
             let rows = 1..n_rows;
             for isa in isas() {
                 let mut out = vec![f32::NAN; n_tok * rows.len()];
+                // Both operands misaligned by one byte.
                 let (wbuf, wr) = misaligned(&w);
+                let (xbuf, xr) = misaligned(&xq);
                 if n_tok == 1 {
-                    matvec_q8_0_q8_0(isa, &wbuf[wr], row_len, &xq, rows.clone(), &mut out);
+                    matvec_q8_0_q8_0(isa, &wbuf[wr], row_len, &xbuf[xr], rows.clone(), &mut out);
                 } else {
-                    matmul_q8_0_q8_0(isa, &wbuf[wr], row_len, &xq, n_tok, rows.clone(), &mut out);
+                    let (w, x) = (&wbuf[wr], &xbuf[xr]);
+                    matmul_q8_0_q8_0(isa, w, row_len, x, n_tok, rows.clone(), &mut out);
                 }
                 for t in 0..n_tok {
                     for (i, row) in rows.clone().enumerate() {
@@ -175,7 +195,40 @@ fn matmul_q8_0_q8_0_within_budget() {
                             want,
                             0.0,
                             dot_budget(nb, cond),
-                            &format!("{isa} q8 len {row_len} tok {t} row {row}"),
+                            &format!("{isa} q8 len {row_len} n_tok {n_tok} tok {t} row {row}"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A token's head row does not depend on the batch it is computed in: every kernel set gives
+/// bit for bit the single-token result for each token of a batch (so batched logits equal
+/// one sequence's logits exactly), over row ranges that start and end off any row group.
+#[test]
+fn matmul_q8_0_q8_0_batched_rows_equal_single_rows() {
+    let mut r = rng(6);
+    for row_len in [32, 224, 2560] {
+        let n_rows = 13;
+        let w = random_q8_rows(&mut r, n_rows, row_len);
+        let rb = RowFormat::Q8_0.row_bytes(row_len).unwrap();
+        for n_tok in 1usize..=9 {
+            let xq = random_q8_acts(&mut r, n_tok, row_len);
+            for rows in [0..n_rows, 3..10, 5..6] {
+                let nr = rows.len();
+                for isa in isas() {
+                    let mut batched = vec![f32::NAN; n_tok * nr];
+                    matmul_q8_0_q8_0(isa, &w, row_len, &xq, n_tok, rows.clone(), &mut batched);
+                    for t in 0..n_tok {
+                        let mut single = vec![f32::NAN; nr];
+                        let x = &xq[t * rb..(t + 1) * rb];
+                        matvec_q8_0_q8_0(isa, &w, row_len, x, rows.clone(), &mut single);
+                        assert_eq!(
+                            bits(&batched[t * nr..(t + 1) * nr]),
+                            bits(&single),
+                            "{isa} len {row_len} n_tok {n_tok} tok {t} rows {rows:?}"
                         );
                     }
                 }

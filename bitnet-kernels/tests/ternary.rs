@@ -67,24 +67,28 @@ fn int_dots_match_exact_for_every_isa_and_shape() {
 #[test]
 fn multi_token_dots_match_exact() {
     let mut rng = StdRng::seed_from_u64(2);
-    for &(rows, cols, n_tok) in &[
+    // Every token count of the batched-decode kernels (1..=9: the group kernel, each register
+    // tile, a full tile plus a tail) on rows that end off a row group, and longer batches.
+    let shapes = (1..=9).map(|n_tok| (7, 520, n_tok)).chain([
         (5, 256, 1),
-        (7, 520, 3),
         (16, 2304, 9),
         (33, 700, 17),
         (4, 4096, 8),
-    ] {
+    ]);
+    for (rows, cols, n_tok) in shapes {
         let trits = rand_trits(&mut rng, rows * cols);
         let w = TernaryMatrix::from_trits(&trits, rows, cols, 1.0).unwrap();
         let pc = w.padded_cols();
         let q: Vec<i8> = (0..n_tok)
             .flat_map(|_| rand_acts(&mut rng, cols, pc))
             .collect();
+        // The activations also one byte off their allocation's alignment.
+        let qbuf: Vec<i8> = std::iter::once(0).chain(q.iter().copied()).collect();
         for isa in Isa::available() {
-            for range in [0..rows, 1..rows - 1] {
+            for (range, q) in [(0..rows, &q[..]), (1..rows - 1, &qbuf[1..])] {
                 let n = range.len();
                 let mut got = vec![0; n_tok * n];
-                ternary_int_dots_multi(isa, &w, &q, n_tok, range.clone(), &mut got);
+                ternary_int_dots_multi(isa, &w, q, n_tok, range.clone(), &mut got);
                 for t in 0..n_tok {
                     for (i, r) in range.clone().enumerate() {
                         assert_eq!(
@@ -117,14 +121,17 @@ fn extreme_values_do_not_overflow() {
                     vec![wv as i32 * av as i32 * cols as i32; 4],
                     "{isa} w={wv} a={av}"
                 );
-                let mut got = vec![0; 8];
-                let q2 = [q.clone(), q.clone()].concat();
-                ternary_int_dots_multi(isa, &w, &q2, 2, 0..4, &mut got);
-                assert!(
-                    got.iter()
-                        .all(|&g| g == wv as i32 * av as i32 * cols as i32),
-                    "{isa}"
-                );
+                // The group kernel (2 tokens) and the register tiles (4 and 8 tokens).
+                for n_tok in [2, 4, 8] {
+                    let mut got = vec![0; 4 * n_tok];
+                    let qn = q.repeat(n_tok);
+                    ternary_int_dots_multi(isa, &w, &qn, n_tok, 0..4, &mut got);
+                    assert!(
+                        got.iter()
+                            .all(|&g| g == wv as i32 * av as i32 * cols as i32),
+                        "{isa} n_tok {n_tok}"
+                    );
+                }
             }
         }
     }

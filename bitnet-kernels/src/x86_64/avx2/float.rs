@@ -10,9 +10,10 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::float::RowFormat;
-use crate::float::formats::Q8_0_BLOCK_BYTES;
 use crate::float::qrows_x86::{self as qrows, Kernel};
 use crate::scalar::float as scalar;
+
+pub use super::q8q8::matmul_q8_0_q8_0;
 
 const F32: u8 = 0;
 const F16: u8 = 1;
@@ -263,126 +264,6 @@ pub unsafe fn matmul_f32(
             let dot = |a: &[f32], b: &[f32]| unsafe { dot_f32(a, b) };
             scalar::matmul_by_chunks(fmt, data, row_len, x, n_tok, rows, out, &dot)
         }
-    }
-}
-
-/// The f16 scale of the Q8_0 block at `p`.
-///
-/// # Safety
-/// Two bytes at `p` must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_scale(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees the scale field is readable.
-    let h = unsafe { p.cast::<u16>().read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
-}
-
-/// The f16 scales of four consecutive Q8_0 blocks at `p` as an xmm of f32.
-///
-/// # Safety
-/// The four blocks' scale fields must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_scales4(p: *const u8) -> __m128 {
-    let mut bits = 0u64;
-    for j in 0..4 {
-        // SAFETY: the caller guarantees the four scale fields are readable.
-        let h = unsafe { p.add(j * Q8_0_BLOCK_BYTES).cast::<u16>().read_unaligned() };
-        bits |= u64::from(h) << (16 * j);
-    }
-    _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
-}
-
-/// Q8_0 x Q8_0 dots of `R` weight rows with one activation row of `nb` blocks: `maddubs`
-/// with the sign trick (|w| unsigned, x with w's sign; no i16 saturation since |x| <= 127),
-/// `madd` to i32, then scaled per block in f32.
-///
-/// # Safety
-/// Each `w[r]` and `x` must point at `nb` readable Q8_0 blocks.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize) -> [f32; R] {
-    const BB: usize = Q8_0_BLOCK_BYTES;
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut b = 0;
-    // Four blocks per pass: their scales are converted together, then broadcast per block.
-    while b + 4 <= nb {
-        // SAFETY: blocks b..b + 4 are below nb for x and every row.
-        unsafe {
-            let xp = x.add(b * BB);
-            let xq = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(xp.add(j * BB + 2).cast()));
-            let dx = q8_scales4(xp);
-            for r in 0..R {
-                let wp = w[r].add(b * BB);
-                let d = _mm256_castps128_ps256(_mm_mul_ps(q8_scales4(wp), dx));
-                for (j, &xj) in xq.iter().enumerate() {
-                    let wq = _mm256_loadu_si256(wp.add(j * BB + 2).cast());
-                    let p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xj, wq));
-                    let p32 = _mm256_madd_epi16(p16, ones);
-                    let dj = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(j as i32));
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), dj, acc[r]);
-                }
-            }
-        }
-        b += 4;
-    }
-    while b < nb {
-        // SAFETY: block b is below nb for x and every row.
-        unsafe {
-            let xp = x.add(b * BB);
-            let xq = _mm256_loadu_si256(xp.add(2).cast());
-            let dx = q8_scale(xp);
-            for r in 0..R {
-                let wp = w[r].add(b * BB);
-                let wq = _mm256_loadu_si256(wp.add(2).cast());
-                let p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
-                let p32 = _mm256_madd_epi16(p16, ones);
-                let d = _mm256_set1_ps(q8_scale(wp) * dx);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d, acc[r]);
-            }
-        }
-        b += 1;
-    }
-    acc.map(|a| hsum(a))
-}
-
-/// Same contract as the scalar kernel of this name.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_q8_0_q8_0(
-    w: &[u8],
-    row_len: usize,
-    xq: &[u8],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    let nb = row_len / 32;
-    let rb = nb * Q8_0_BLOCK_BYTES;
-    let nr = rows.len();
-    assert!(w.len() >= rows.end * rb && xq.len() >= n_tok * rb && out.len() >= n_tok * nr);
-    let base = w.as_ptr();
-    let mut r = rows.start;
-    while r < rows.end {
-        let left = rows.end - r;
-        for t in 0..n_tok {
-            let xt = xq[t * rb..].as_ptr();
-            let o = t * nr + (r - rows.start);
-            // SAFETY: the rows used lie below rows.end, inside w (checked above).
-            unsafe {
-                if left >= ROWS {
-                    let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
-                    out[o..o + ROWS].copy_from_slice(&dot_q8_rows::<ROWS>(p, xt, nb));
-                } else {
-                    out[o] = dot_q8_rows::<1>([base.add(r * rb)], xt, nb)[0];
-                }
-            }
-        }
-        r += if left >= ROWS { ROWS } else { 1 };
     }
 }
 

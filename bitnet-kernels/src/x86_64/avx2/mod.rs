@@ -11,6 +11,7 @@ use crate::ternary::TernaryMatrix;
 pub mod act;
 pub mod binary;
 pub mod float;
+mod q8q8;
 pub mod ternary;
 
 /// Proof that AVX2, FMA and F16C were detected.

@@ -13,7 +13,12 @@ use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 const PREFETCH_BYTES: usize = 4096;
+/// Token rows per register tile in prefill (the tile's accumulators stay in registers).
 const TILE_TOKENS: usize = 4;
+/// Up to this many token rows (batched decode) one tile covers them all, so each row's
+/// weights are read once per call (4-row tiles would stream the weights twice at 8 tokens);
+/// the wider tile spills its i32 accumulators, which are touched once per two blocks.
+const TILE_TOKENS_MAX: usize = 8;
 const CHUNK_BLOCKS: usize = 16;
 
 /// The four code vectors of one 32-byte half.
@@ -175,7 +180,8 @@ unsafe fn tile<const T: usize>(
     }
 }
 
-/// Register-tile matmul: one row's block unpacked once for up to 4 token rows.
+/// Register-tile matmul: one row's block unpacked once for a tile of token rows (all of them
+/// up to [`TILE_TOKENS_MAX`], else [`TILE_TOKENS`] at a time).
 ///
 /// # Safety
 /// AVX2; shapes as checked by `x86_64::check_ternary`.
@@ -195,12 +201,17 @@ unsafe fn raw_dots_multi_tile(
     let chunk = blocks
         .len()
         .div_ceil(blocks.len().div_ceil(CHUNK_BLOCKS).max(1));
+    let tile_tokens = if n_tok <= TILE_TOKENS_MAX {
+        n_tok
+    } else {
+        TILE_TOKENS
+    };
     let mut kb = blocks.start;
     while kb < blocks.end {
         let nblk = chunk.min(blocks.end - kb);
         let mut t0 = 0;
         while t0 < n_tok {
-            let tt = TILE_TOKENS.min(n_tok - t0);
+            let tt = tile_tokens.min(n_tok - t0);
             for (i, r) in rows.clone().enumerate() {
                 // SAFETY: row `r` blocks kb..kb+nblk exist; tokens t0..t0+tt are in `q`;
                 // out[(t0 + t) * n + i] is in bounds for t < tt.
@@ -209,6 +220,10 @@ unsafe fn raw_dots_multi_tile(
                     let qp = q.as_ptr().add(t0 * pc + kb * BLOCK);
                     let op = out.as_mut_ptr().add(t0 * n + i);
                     match tt {
+                        8 => tile::<8>(wp, qp, pc, nblk, op, n),
+                        7 => tile::<7>(wp, qp, pc, nblk, op, n),
+                        6 => tile::<6>(wp, qp, pc, nblk, op, n),
+                        5 => tile::<5>(wp, qp, pc, nblk, op, n),
                         4 => tile::<4>(wp, qp, pc, nblk, op, n),
                         3 => tile::<3>(wp, qp, pc, nblk, op, n),
                         2 => tile::<2>(wp, qp, pc, nblk, op, n),
@@ -268,10 +283,11 @@ unsafe fn group4_multi<const T: usize>(
     out
 }
 
-/// Up to this many token rows (batched decode) the group kernel streams the weights once
-/// (cold 4-token matmul 59 -> 66 GMAC/s); beyond, the register tile is as fast or faster
-/// (prefill 128 tokens: tile 85-93, group 80-84 GMAC/s).
-const GROUP_TOKENS_MAX: usize = 8;
+/// Up to this many token rows the group kernel (4 rows against 2 tokens); beyond, the register
+/// tile, which unpacks each weight half once for all the tile's tokens instead of once per
+/// token pair, and for batched decode (up to [`TILE_TOKENS_MAX`] tokens) also reads the
+/// weights once (prefill 128 tokens: tile 85-93, group 80-84 GMAC/s).
+const GROUP_TOKENS_MAX: usize = 2;
 
 /// Activation bytes per token block of `raw_dots_multi`.
 const ACT_BLOCK_BYTES: usize = 512 << 10;

@@ -1,0 +1,309 @@
+//! AVX2 Q8_0 x Q8_0 products: the `--head q8` output head, for one token (decode) or a few
+//! (batched decode, where every sequence needs its logits).
+//!
+//! The integer core is `maddubs(|w|, sign(x, w))` then `madd` against ones: |w| is unsigned
+//! (even for a weight quant of -128), x never is -128, so the pair sums stay inside i16. One
+//! token streams four weight rows against its activations (the weights are the bound). For a
+//! batch, the same weight block serves several tokens: it is loaded, and its |w| and scale
+//! taken, once per tile of tokens, which leaves `sign`, `maddubs`, `madd`, the conversion and
+//! the scaled accumulation as the per-token work (the batch is compute bound, not stream
+//! bound, from about 4 tokens on).
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::ops::Range;
+
+use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+
+/// Weight rows per pass of the one-token kernel.
+const ROWS: usize = 4;
+/// Activation rows per pass of the batched kernel (its accumulators stay in registers).
+const TOKENS: usize = 8;
+/// How far ahead of the block in use the batched kernel prefetches the weight row stream.
+const PREFETCH_BYTES: usize = 6144;
+
+thread_local! {
+    /// The activation scales of a batched call as f32 (grown once per thread, then reused).
+    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The f16 scale of the Q8_0 block at `p`.
+///
+/// # Safety
+/// Two bytes at `p` must be readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_scale(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees the scale field is readable.
+    let h = unsafe { p.cast::<u16>().read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
+/// The f16 scales of four consecutive Q8_0 blocks at `p` as an xmm of f32.
+///
+/// # Safety
+/// The four blocks' scale fields must be readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_scales4(p: *const u8) -> __m128 {
+    let mut bits = 0u64;
+    for j in 0..4 {
+        // SAFETY: the caller guarantees the four scale fields are readable.
+        let h = unsafe { p.add(j * Q8_0_BLOCK_BYTES).cast::<u16>().read_unaligned() };
+        bits |= u64::from(h) << (16 * j);
+    }
+    _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
+}
+
+/// The i32 lanes of the dot of the quants of one weight block (`wq`, with `aw = |wq|`) and
+/// one activation block (`xq`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn block_dot(aw: __m256i, wq: __m256i, xq: __m256i) -> __m256i {
+    let p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, wq));
+    _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
+}
+
+/// Q8_0 x Q8_0 dots of `R` weight rows with one activation row of `nb` blocks, scaled per
+/// block in f32.
+///
+/// # Safety
+/// Each `w[r]` and `x` must point at `nb` readable Q8_0 blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize) -> [f32; R] {
+    const BB: usize = Q8_0_BLOCK_BYTES;
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut b = 0;
+    // Four blocks per pass: their scales are converted together, then broadcast per block.
+    while b + 4 <= nb {
+        // SAFETY: blocks b..b + 4 are below nb for x and every row.
+        unsafe {
+            let xp = x.add(b * BB);
+            let xq = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(xp.add(j * BB + 2).cast()));
+            let dx = q8_scales4(xp);
+            for r in 0..R {
+                let wp = w[r].add(b * BB);
+                let d = _mm256_castps128_ps256(_mm_mul_ps(q8_scales4(wp), dx));
+                for (j, &xj) in xq.iter().enumerate() {
+                    let wq = _mm256_loadu_si256(wp.add(j * BB + 2).cast());
+                    let p32 = block_dot(_mm256_abs_epi8(wq), wq, xj);
+                    let dj = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(j as i32));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), dj, acc[r]);
+                }
+            }
+        }
+        b += 4;
+    }
+    while b < nb {
+        // SAFETY: block b is below nb for x and every row.
+        unsafe {
+            let xp = x.add(b * BB);
+            let xq = _mm256_loadu_si256(xp.add(2).cast());
+            let dx = q8_scale(xp);
+            for r in 0..R {
+                let wp = w[r].add(b * BB);
+                let wq = _mm256_loadu_si256(wp.add(2).cast());
+                let p32 = block_dot(_mm256_abs_epi8(wq), wq, xq);
+                let d = _mm256_set1_ps(q8_scale(wp) * dx);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d, acc[r]);
+            }
+        }
+        b += 1;
+    }
+    acc.map(|a| hsum(a))
+}
+
+/// Lane `t % 4` of each 128-bit half of `d`, in every lane of that half.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane(d: __m256, t: usize) -> __m256 {
+    match t % 4 {
+        0 => _mm256_shuffle_ps::<0x00>(d, d),
+        1 => _mm256_shuffle_ps::<0x55>(d, d),
+        2 => _mm256_shuffle_ps::<0xaa>(d, d),
+        _ => _mm256_shuffle_ps::<0xff>(d, d),
+    }
+}
+
+/// Q8_0 x Q8_0 dots of one weight row with `T <= TOKENS` activation rows `rb` bytes apart:
+/// each weight block is loaded, and its |w| and scale taken, once for the `T` rows. `dx`
+/// holds the activation scales of the tile as f32, `[block][TOKENS]` (lanes past `T` unused).
+///
+/// Per block and token this is `sign`, `maddubs`, `madd`, a conversion, a shuffle and an FMA,
+/// in the same order of operations as [`dot_q8_rows`], so a token's result does not depend
+/// on the batch it was computed in.
+///
+/// # Safety
+/// `w` must point at `nb` readable Q8_0 blocks, `x` at `T` rows of `nb` blocks `rb` bytes
+/// apart, `dx` at `TOKENS * nb` floats.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_tokens<const T: usize>(
+    w: *const u8,
+    x: *const u8,
+    rb: usize,
+    dx: *const f32,
+    nb: usize,
+) -> [f32; T] {
+    const BB: usize = Q8_0_BLOCK_BYTES;
+    const { assert!(T <= TOKENS && TOKENS == 8) };
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        // SAFETY: block b is below nb for the weight row and the T activation rows; dx holds
+        // TOKENS * nb floats.
+        unsafe {
+            let wp = w.add(b * BB);
+            // Only a hint: it may point past the row (prefetches never fault).
+            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(PREFETCH_BYTES).cast());
+            let wq = _mm256_loadu_si256(wp.add(2).cast());
+            let aw = _mm256_abs_epi8(wq);
+            // The weight scale times four tokens' block scales, in both 128-bit halves (one
+            // multiply per four tokens; each token then takes its lane with a shuffle).
+            let dw = _mm256_set1_ps(q8_scale(wp));
+            let dxb = dx.add(TOKENS * b);
+            let d0 = _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb)));
+            let d1 = if T > 4 {
+                _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb.add(4))))
+            } else {
+                d0
+            };
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xq = _mm256_loadu_si256(x.add(t * rb + b * BB + 2).cast());
+                let p = _mm256_cvtepi32_ps(block_dot(aw, wq, xq));
+                *a = _mm256_fmadd_ps(p, lane(if t < 4 { d0 } else { d1 }, t), *a);
+            }
+        }
+    }
+    acc.map(|a| hsum(a))
+}
+
+/// Same contract as the scalar kernel of this name.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_q8_0_q8_0(
+    w: &[u8],
+    row_len: usize,
+    xq: &[u8],
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    let nb = row_len / QK8_0;
+    let rb = nb * Q8_0_BLOCK_BYTES;
+    let nr = rows.len();
+    assert!(w.len() >= rows.end * rb && xq.len() >= n_tok * rb && out.len() >= n_tok * nr);
+    if n_tok > 1 {
+        // SAFETY: shapes checked above.
+        return unsafe { matmul_tokens(w, nb, xq, n_tok, rows, out) };
+    }
+    let base = w.as_ptr();
+    let xt = xq.as_ptr();
+    let mut r = rows.start;
+    while r < rows.end {
+        let o = r - rows.start;
+        // SAFETY: the rows used lie below rows.end, inside w (checked above).
+        unsafe {
+            if rows.end - r >= ROWS {
+                let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
+                out[o..o + ROWS].copy_from_slice(&dot_q8_rows::<ROWS>(p, xt, nb));
+                r += ROWS;
+            } else {
+                out[o] = dot_q8_rows::<1>([base.add(r * rb)], xt, nb)[0];
+                r += 1;
+            }
+        }
+    }
+}
+
+/// The batched product: each weight row against tiles of [`TOKENS`] activation rows (the row
+/// stays in L1 between tiles).
+///
+/// # Safety
+/// AVX2/FMA/F16C; `w` holds `rows.end` rows of `nb` blocks, `xq` `n_tok` such rows, `out`
+/// `n_tok * rows.len()` floats.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn matmul_tokens(
+    w: &[u8],
+    nb: usize,
+    xq: &[u8],
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    SCALES.with(|s| {
+        let mut s = s.borrow_mut();
+        let len = n_tok.div_ceil(TOKENS) * nb * TOKENS;
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        // The activation scales once per call, as f32 (a call covers many rows), laid out
+        // `[tile][block][TOKENS]`; lanes past the last token stay zero.
+        let dx = &mut s[..len];
+        dx.fill(0.0);
+        for t in 0..n_tok {
+            for b in 0..nb {
+                let at = ((t / TOKENS) * nb + b) * TOKENS + t % TOKENS;
+                // SAFETY: block b of token t lies inside xq (checked by the caller).
+                dx[at] = unsafe { q8_scale(xq.as_ptr().add((t * nb + b) * Q8_0_BLOCK_BYTES)) };
+            }
+        }
+        // SAFETY: as this function's contract; dx holds the tiles' scales.
+        unsafe { tiles(w, nb, xq, dx, n_tok, rows, out) }
+    })
+}
+
+/// [`matmul_tokens`] with the activation scales `dx` converted (`[tile][block][TOKENS]`).
+///
+/// # Safety
+/// As [`matmul_tokens`]; `dx` holds `n_tok.div_ceil(TOKENS) * nb * TOKENS` floats.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tiles(
+    w: &[u8],
+    nb: usize,
+    xq: &[u8],
+    dx: &[f32],
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    let rb = nb * Q8_0_BLOCK_BYTES;
+    let nr = rows.len();
+    let (base, x, dxp) = (w.as_ptr(), xq.as_ptr(), dx.as_ptr());
+    for (i, r) in rows.enumerate() {
+        let mut t0 = 0;
+        while t0 < n_tok {
+            let tt = TOKENS.min(n_tok - t0);
+            // SAFETY: row r lies inside w; tokens t0..t0 + tt inside xq and dx.
+            unsafe {
+                let (wp, xp, dp) = (base.add(r * rb), x.add(t0 * rb), dxp.add(t0 * nb));
+                let mut put = |d: &[f32]| {
+                    for (t, &v) in d.iter().enumerate() {
+                        out[(t0 + t) * nr + i] = v;
+                    }
+                };
+                match tt {
+                    8 => put(&dot_q8_tokens::<8>(wp, xp, rb, dp, nb)),
+                    7 => put(&dot_q8_tokens::<7>(wp, xp, rb, dp, nb)),
+                    6 => put(&dot_q8_tokens::<6>(wp, xp, rb, dp, nb)),
+                    5 => put(&dot_q8_tokens::<5>(wp, xp, rb, dp, nb)),
+                    4 => put(&dot_q8_tokens::<4>(wp, xp, rb, dp, nb)),
+                    3 => put(&dot_q8_tokens::<3>(wp, xp, rb, dp, nb)),
+                    2 => put(&dot_q8_tokens::<2>(wp, xp, rb, dp, nb)),
+                    _ => put(&dot_q8_tokens::<1>(wp, xp, rb, dp, nb)),
+                }
+            }
+            t0 += tt;
+        }
+    }
+}
