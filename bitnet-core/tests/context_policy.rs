@@ -5,12 +5,13 @@
 
 mod common;
 
+use common::sched::{bounded_params, random_tokens, run_bounded};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::model::{Engine, EngineOptions, GenStats, LoadOptions, Model, SeqId, StopReason};
-use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{ContextPolicy, Event, GenParams, Scheduler, SchedulerOptions};
+use bitnet_core::model::{Engine, EngineOptions, LoadOptions, Model, StopReason};
+use bitnet_core::scheduler::{ContextPolicy, Scheduler, SchedulerOptions};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
@@ -42,54 +43,6 @@ fn sched(model: &Arc<Model>, n_ctx: usize) -> Scheduler {
     )
 }
 
-fn params(max_tokens: usize, context: ContextPolicy) -> GenParams {
-    GenParams {
-        max_tokens,
-        sampler: SamplerConfig {
-            temperature: 0.0,
-            ..SamplerConfig::default()
-        },
-        ignore_eos: true,
-        keep: true,
-        context,
-        ..GenParams::default()
-    }
-}
-
-fn tokens(n: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 500) as u32 + 3
-        })
-        .collect()
-}
-
-/// Steps until `seq` is done, checking after every step that its sequence never holds more
-/// than `max_len` positions and the pool never lends more than `max_blocks` blocks.
-fn run_bounded(s: &mut Scheduler, seq: SeqId, max_len: usize, max_blocks: usize) -> GenStats {
-    let mut done = None;
-    let mut steps = 0;
-    while done.is_none() {
-        s.step(&mut |ev| match ev {
-            Event::Done { seq: d, stats } if d == seq => done = Some(stats),
-            Event::Error { error, .. } => panic!("{error}"),
-            _ => {}
-        })
-        .unwrap();
-        let len = s.engine().sequence(seq).unwrap().len();
-        assert!(len <= max_len, "step {steps}: {len} positions held");
-        let used = s.engine().kv_stats().pool.used;
-        assert!(used <= max_blocks, "step {steps}: {used} blocks lent");
-        steps += 1;
-        assert!(steps < 100_000, "the request does not finish");
-    }
-    done.unwrap()
-}
-
 /// The positions a shifted sequence holds are the request's tokens with one gap: its
 /// first `front`, then its most recent ones.
 fn assert_front_and_tail(held: &[u32], all: &[u32], front: usize) {
@@ -108,13 +61,13 @@ fn a_window_generates_far_past_the_context_in_constant_blocks() {
     let mut s = sched(&m, 128);
     let bt = s.engine().kv_stats().pool.block_tokens;
     let n_blocks = s.engine().kv_stats().pool.n_blocks;
-    let prompt = tokens(10, 1);
+    let prompt = random_tokens(10, 1);
     let policy = ContextPolicy::Window {
         sinks: 4,
         window: 60,
     };
-    let seq = s.submit(&prompt, params(1000, policy)).unwrap();
-    let stats = run_bounded(&mut s, seq, 64, 64usize.div_ceil(bt) + 1);
+    let seq = s.submit(&prompt, bounded_params(1000, policy)).unwrap();
+    let stats = run_bounded(&mut s, seq, 64, 64usize.div_ceil(bt) + 1, None);
     assert_eq!(stats.stop_reason, StopReason::MaxTokens);
     assert_eq!(stats.gen_tokens, 1000, "generation went on past -c 128");
     // Every token but the last sampled one went through the sequence.
@@ -137,11 +90,14 @@ fn a_window_generates_far_past_the_context_in_constant_blocks() {
 fn a_context_shift_keeps_its_front_and_goes_on() {
     let (m, path) = model("policy-shift");
     let mut s = sched(&m, 64);
-    let prompt = tokens(20, 2);
+    let prompt = random_tokens(20, 2);
     let seq = s
-        .submit(&prompt, params(200, ContextPolicy::Shift { keep: 5 }))
+        .submit(
+            &prompt,
+            bounded_params(200, ContextPolicy::Shift { keep: 5 }),
+        )
         .unwrap();
-    let stats = run_bounded(&mut s, seq, 64, 4);
+    let stats = run_bounded(&mut s, seq, 64, 4, None);
     assert_eq!(stats.stop_reason, StopReason::MaxTokens);
     assert_eq!(stats.gen_tokens, 200);
     let all: Vec<u32> = prompt.iter().chain(&stats.tokens[..199]).copied().collect();
@@ -159,9 +115,12 @@ fn the_same_request_without_a_policy_stops_at_the_context() {
     let (m, path) = model("policy-stop");
     let mut s = sched(&m, 64);
     let seq = s
-        .submit(&tokens(20, 2), params(200, ContextPolicy::Stop))
+        .submit(
+            &random_tokens(20, 2),
+            bounded_params(200, ContextPolicy::Stop),
+        )
         .unwrap();
-    let stats = run_bounded(&mut s, seq, 64, 4);
+    let stats = run_bounded(&mut s, seq, 64, 4, None);
     assert_eq!(stats.stop_reason, StopReason::ContextFull);
     assert_eq!((stats.gen_tokens, stats.discarded_tokens), (44, 0));
     std::fs::remove_file(&path).ok();
@@ -171,17 +130,17 @@ fn the_same_request_without_a_policy_stops_at_the_context() {
 fn a_prompt_longer_than_the_window_streams_through_it() {
     let (m, path) = model("policy-long-prompt");
     let mut s = sched(&m, 64);
-    let prompt = tokens(300, 3);
+    let prompt = random_tokens(300, 3);
     let err = s
-        .submit(&prompt, params(5, ContextPolicy::Stop))
+        .submit(&prompt, bounded_params(5, ContextPolicy::Stop))
         .unwrap_err();
     assert!(err.to_string().contains("context"), "{err}");
     let policy = ContextPolicy::Window {
         sinks: 4,
         window: 32,
     };
-    let seq = s.submit(&prompt, params(5, policy)).unwrap();
-    let stats = run_bounded(&mut s, seq, 36, 3);
+    let seq = s.submit(&prompt, bounded_params(5, policy)).unwrap();
+    let stats = run_bounded(&mut s, seq, 36, 3, None);
     assert_eq!(stats.gen_tokens, 5);
     let all: Vec<u32> = prompt.iter().chain(&stats.tokens[..4]).copied().collect();
     let held = s.engine().sequence(seq).unwrap().tokens().to_vec();
@@ -189,8 +148,8 @@ fn a_prompt_longer_than_the_window_streams_through_it() {
     assert_eq!(stats.discarded_tokens, all.len() - held.len());
     // A window that moved gives the same answer on a second run (scalar kernels).
     s.engine_mut().free_sequence(seq).unwrap();
-    let again = s.submit(&prompt, params(5, policy)).unwrap();
-    let second = run_bounded(&mut s, again, 36, 3);
+    let again = s.submit(&prompt, bounded_params(5, policy)).unwrap();
+    let second = run_bounded(&mut s, again, 36, 3, None);
     assert_eq!(second.tokens, stats.tokens);
     std::fs::remove_file(&path).ok();
 }
@@ -199,7 +158,7 @@ fn a_prompt_longer_than_the_window_streams_through_it() {
 fn policies_that_cannot_work_are_refused_at_submit() {
     let (m, path) = model("policy-refused");
     let mut s = sched(&m, 64);
-    let p = tokens(8, 4);
+    let p = random_tokens(8, 4);
     for (policy, says) in [
         (
             ContextPolicy::Window {
@@ -217,7 +176,7 @@ fn policies_that_cannot_work_are_refused_at_submit() {
         ),
         (ContextPolicy::Shift { keep: 40 }, "keep less than half"),
     ] {
-        let err = s.submit(&p, params(4, policy)).unwrap_err();
+        let err = s.submit(&p, bounded_params(4, policy)).unwrap_err();
         assert!(err.to_string().contains(says), "{policy:?}: {err}");
     }
     assert!(s.is_idle(), "nothing was queued");

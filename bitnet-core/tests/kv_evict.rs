@@ -6,13 +6,12 @@
 
 mod common;
 
+use common::sched::{bounded_params, eval_last, run_bounded};
+
 use std::sync::Arc;
 
-use bitnet_core::model::{
-    BatchItem, Engine, EngineOptions, KvType, LoadOptions, Logits, Model, SeqId, StopReason,
-};
-use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{ContextPolicy, Event, GenParams, Scheduler, SchedulerOptions};
+use bitnet_core::model::{Engine, EngineOptions, KvType, LoadOptions, Model, StopReason};
+use bitnet_core::scheduler::{ContextPolicy, Scheduler, SchedulerOptions};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
@@ -62,20 +61,6 @@ fn tokens(n: usize, seed: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Evaluates `toks` after what `seq` holds; the last token's logits.
-fn eval(e: &mut Engine, seq: SeqId, toks: &[u32]) -> Vec<f32> {
-    let mut out = Vec::new();
-    for c in toks.chunks(32) {
-        let item = BatchItem {
-            seq,
-            tokens: c,
-            logits: Logits::Last,
-        };
-        e.forward(&[item], |_, _, row| out = row.to_vec()).unwrap();
-    }
-    out
-}
-
 #[test]
 fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
     // One layer: its keys and values depend only on each token and its position, so after
@@ -101,7 +86,7 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
             let mut e = engine_kv(&m, 128, threads, kv);
             let seq = e.new_sequence();
             e.track_attention_mass(seq, true).unwrap();
-            eval(&mut e, seq, &toks);
+            eval_last(&mut e, seq, &toks);
             let blocks_before = e.kv_stats().pool.used;
             let mass_before = e.sequence(seq).unwrap().attention_mass().unwrap().to_vec();
             e.evict(seq, remove).unwrap();
@@ -123,13 +108,13 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
             let bt = e.block_tokens();
             assert_eq!(s.blocks().len(), kept.len().div_ceil(bt));
             assert!(e.kv_stats().pool.used <= blocks_before);
-            let got = eval(&mut e, seq, &[next]);
+            let got = eval_last(&mut e, seq, &[next]);
 
             let mut f = engine_kv(&m, 128, threads, kv);
             let fresh = f.new_sequence();
             let mut all = kept.clone();
             all.push(next);
-            let want = eval(&mut f, fresh, &all);
+            let want = eval_last(&mut f, fresh, &all);
             let scale = want.iter().fold(1e-3f32, |a, x| a.max(x.abs()));
             let d = got
                 .iter()
@@ -151,7 +136,7 @@ fn bad_evictions_are_refused() {
     let m = model("evict-bad", 1);
     let mut e = engine(&m, 64, 1);
     let seq = e.new_sequence();
-    eval(&mut e, seq, &tokens(10, 1));
+    eval_last(&mut e, seq, &tokens(10, 1));
     assert!(e.evict(seq, &[3, 3]).is_err(), "repeated");
     assert!(e.evict(seq, &[4, 2]).is_err(), "out of order");
     assert!(e.evict(seq, &[10]).is_err(), "past the end");
@@ -169,7 +154,7 @@ fn the_mass_follows_shift_truncate_and_fork() {
         "off by default"
     );
     e.track_attention_mass(seq, true).unwrap();
-    eval(&mut e, seq, &tokens(40, 2));
+    eval_last(&mut e, seq, &tokens(40, 2));
     let mass = |e: &Engine, s| e.sequence(s).unwrap().attention_mass().unwrap().to_vec();
     let m0 = mass(&e, seq);
     assert_eq!(m0.len(), 40);
@@ -183,25 +168,11 @@ fn the_mass_follows_shift_truncate_and_fork() {
     e.truncate(seq, 20).unwrap();
     assert_eq!(mass(&e, seq), want[..20]);
     assert_eq!(mass(&e, child), m0, "the fork's own copy is untouched");
-    eval(&mut e, child, &[7]);
+    eval_last(&mut e, child, &[7]);
     assert_eq!(mass(&e, child).len(), 41);
     assert_eq!(mass(&e, seq).len(), 20);
     e.track_attention_mass(seq, false).unwrap();
     assert!(e.sequence(seq).unwrap().attention_mass().is_none());
-}
-
-fn params(max_tokens: usize, context: ContextPolicy) -> GenParams {
-    GenParams {
-        max_tokens,
-        sampler: SamplerConfig {
-            temperature: 0.0,
-            ..SamplerConfig::default()
-        },
-        ignore_eos: true,
-        keep: true,
-        context,
-        ..GenParams::default()
-    }
 }
 
 #[test]
@@ -217,28 +188,8 @@ fn heavy_hitters_generate_far_past_the_context_in_constant_blocks() {
     };
     // A prompt longer than the budget is read through it too.
     let prompt = tokens(100, 3);
-    let seq = s.submit(&prompt, params(1000, policy)).unwrap();
-    let max_blocks = 64usize.div_ceil(bt);
-    let (mut done, mut steps, mut most) = (None, 0, 0);
-    while done.is_none() {
-        s.step(&mut |ev| match ev {
-            Event::Done { seq: d, stats } if d == seq => done = Some(stats),
-            Event::Error { error, .. } => panic!("{error}"),
-            _ => {}
-        })
-        .unwrap();
-        let len = s.engine().sequence(seq).unwrap().len();
-        assert!(len <= 64, "step {steps}: {len} positions held");
-        let used = s.engine().kv_stats().pool.used;
-        assert!(used <= max_blocks, "step {steps}: {used} blocks lent");
-        if steps > 200 {
-            most = most.max(used);
-            assert_eq!(used, most, "step {steps}: the block count stays constant");
-        }
-        steps += 1;
-        assert!(steps < 100_000, "the request does not finish");
-    }
-    let stats = done.unwrap();
+    let seq = s.submit(&prompt, bounded_params(1000, policy)).unwrap();
+    let stats = run_bounded(&mut s, seq, 64, 64usize.div_ceil(bt), Some(200));
     assert_eq!(stats.stop_reason, StopReason::MaxTokens);
     assert_eq!(stats.gen_tokens, 1000, "generation went on past -c 128");
     let held = s.engine().sequence(seq).unwrap();
@@ -278,7 +229,10 @@ fn budgets_that_cannot_work_are_refused() {
             budget,
         };
         assert!(policy.validate(64).is_err(), "{why}");
-        assert!(s.submit(&[1, 2, 3], params(5, policy)).is_err(), "{why}");
+        assert!(
+            s.submit(&[1, 2, 3], bounded_params(5, policy)).is_err(),
+            "{why}"
+        );
     }
     let ok = ContextPolicy::HeavyHitters {
         sinks: 4,

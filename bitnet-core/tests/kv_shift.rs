@@ -6,9 +6,11 @@
 
 mod common;
 
+use common::sched::eval_last;
+
 use std::sync::Arc;
 
-use bitnet_core::model::{BatchItem, Engine, EngineOptions, LoadOptions, Logits, Model, SeqId};
+use bitnet_core::model::{Engine, EngineOptions, LoadOptions, Model, SeqId};
 use bitnet_core::synth::{SynthSpec, write_model};
 
 fn model(tag: &str, preset: &str) -> Arc<Model> {
@@ -33,20 +35,6 @@ fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
     (0..n as u32)
         .map(|i| (i.wrapping_mul(7919).wrapping_add(seed * 104_729 + 13)) % n_vocab as u32)
         .collect()
-}
-
-/// Evaluates `toks` after what `seq` holds; the last token's logits.
-fn eval(e: &mut Engine, seq: SeqId, toks: &[u32]) -> Vec<f32> {
-    let mut out = Vec::new();
-    for c in toks.chunks(32) {
-        let item = BatchItem {
-            seq,
-            tokens: c,
-            logits: Logits::Last,
-        };
-        e.forward(&[item], |_, _, row| out = row.to_vec()).unwrap();
-    }
-    out
 }
 
 fn row(e: &Engine, seq: SeqId, layer: usize, pos: usize, is_k: bool) -> Vec<f32> {
@@ -80,7 +68,7 @@ fn check_shift_moves_rows(preset: &str) {
     for (keep, discard) in [(16, 32), (0, 5), (4, 20), (9, 61)] {
         let mut e = engine(&m, 256);
         let seq = e.new_sequence();
-        eval(&mut e, seq, &toks);
+        eval_last(&mut e, seq, &toks);
         let old: Vec<Vec<(Vec<f32>, Vec<f32>)>> = (0..nl)
             .map(|l| {
                 (keep + discard..toks.len())
@@ -96,7 +84,7 @@ fn check_shift_moves_rows(preset: &str) {
         assert_eq!(e.sequence(seq).unwrap().tokens(), &kept[..]);
         let mut f = engine(&m, 256);
         let fresh = f.new_sequence();
-        eval(&mut f, fresh, &kept);
+        eval_last(&mut f, fresh, &kept);
         for (l, rows) in old.iter().enumerate() {
             for (i, (k_old, v_old)) in rows.iter().enumerate() {
                 let p = keep + i;
@@ -153,7 +141,7 @@ fn a_window_with_sinks_runs_in_constant_memory_and_frees_every_block() {
         if e.sequence(seq).unwrap().len() == sinks + window {
             e.shift(seq, sinks, chunk).unwrap();
         }
-        let logits = eval(&mut e, seq, &[t]);
+        let logits = eval_last(&mut e, seq, &[t]);
         assert!(logits.iter().all(|x| x.is_finite()));
         most_blocks = most_blocks.max(start - e.available_blocks());
     }
@@ -176,15 +164,15 @@ fn the_prefix_cache_never_serves_shifted_rows() {
     let toks = tokens(64, 11, nv);
     let mut e = engine(&m, 256);
     let a = e.new_sequence();
-    let before = eval(&mut e, a, &toks);
+    let before = eval_last(&mut e, a, &toks);
     // Shift, grow past where the old blocks were, and end the sequence.
     e.shift(a, 8, 24).unwrap();
-    eval(&mut e, a, &tokens(40, 12, nv));
+    eval_last(&mut e, a, &tokens(40, 12, nv));
     e.free_sequence(a).unwrap();
     // The same prompt again: whatever the cache gives must be the unshifted rows.
     let b = e.new_sequence();
     let reused = e.reuse_prefix(b, &toks).unwrap();
-    let again = eval(&mut e, b, &toks[reused..]);
+    let again = eval_last(&mut e, b, &toks[reused..]);
     assert_eq!(
         before, again,
         "reused {reused} tokens; logits bit-identical"

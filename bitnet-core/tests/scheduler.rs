@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::sched::random_tokens;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,18 +70,6 @@ fn greedy(max_tokens: usize) -> GenParams {
     }
 }
 
-fn tokens(n: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 500) as u32 + 3
-        })
-        .collect()
-}
-
 /// Steps until idle; returns each request's stats and text.
 fn run_all(s: &mut Scheduler) -> HashMap<SeqId, (GenStats, String)> {
     let mut text: HashMap<SeqId, String> = HashMap::new();
@@ -109,7 +99,9 @@ fn run_all(s: &mut Scheduler) -> HashMap<SeqId, (GenStats, String)> {
 #[test]
 fn requests_decoded_together_generate_what_they_generate_alone() {
     let (m, path) = model("sched-together");
-    let prompts: Vec<Vec<u32>> = (0..6).map(|i| tokens(3 + 11 * i, i as u64)).collect();
+    let prompts: Vec<Vec<u32>> = (0..6)
+        .map(|i| random_tokens(3 + 11 * i, i as u64))
+        .collect();
     let mut alone = Vec::new();
     for p in &prompts {
         let mut s = sched(&m, 512, 64, 8);
@@ -154,7 +146,7 @@ fn a_thousand_random_requests_with_cancels_return_every_block() {
     while submitted < 1000 || !s.is_idle() {
         while submitted < 1000 && s.n_waiting() < 8 {
             let len = 1 + next(40) as usize;
-            let p = tokens(len, submitted as u64);
+            let p = random_tokens(len, submitted as u64);
             let params = GenParams {
                 max_tokens: 1 + next(12) as usize,
                 sampler: SamplerConfig {
@@ -196,12 +188,12 @@ fn a_thousand_random_requests_with_cancels_return_every_block() {
 fn a_repeated_prefix_comes_from_the_cache() {
     let (m, path) = model("sched-prefix");
     let mut s = sched(&m, 1024, 128, 4);
-    let shared = tokens(300, 7);
+    let shared = random_tokens(300, 7);
     let a = s.submit(&shared, greedy(4)).unwrap();
     let first = run_all(&mut s).remove(&a).unwrap().0;
     assert_eq!(first.cached_tokens, 0);
     let mut p2 = shared.clone();
-    p2.extend(tokens(25, 8));
+    p2.extend(random_tokens(25, 8));
     let before = s.engine().evaluated_tokens();
     let b = s.submit(&p2, greedy(4)).unwrap();
     let second = run_all(&mut s).remove(&b).unwrap().0;
@@ -225,7 +217,7 @@ fn a_repeated_prefix_comes_from_the_cache() {
 fn a_kept_sequence_continues_with_only_its_new_tokens() {
     let (m, path) = model("sched-keep");
     let mut s = sched(&m, 512, 64, 4);
-    let turn1 = tokens(40, 1);
+    let turn1 = random_tokens(40, 1);
     let keep = GenParams {
         keep: true,
         ..greedy(5)
@@ -240,7 +232,7 @@ fn a_kept_sequence_continues_with_only_its_new_tokens() {
     );
     // The next turn: the last reply token plus the new message.
     let mut turn2 = vec![*r1.tokens.last().unwrap()];
-    turn2.extend(tokens(10, 2));
+    turn2.extend(random_tokens(10, 2));
     let before = s.engine().evaluated_tokens();
     s.submit_on(id, &turn2, keep).unwrap();
     let r2 = run_all(&mut s).remove(&id).unwrap().0;
@@ -260,7 +252,7 @@ fn too_long_is_refused_and_too_many_wait() {
     let (m, path) = model("sched-limits");
     // 128 tokens of KV in all (8 blocks of 16).
     let mut s = sched(&m, 128, 32, 8);
-    let err = s.submit(&tokens(129, 1), greedy(4)).unwrap_err();
+    let err = s.submit(&random_tokens(129, 1), greedy(4)).unwrap_err();
     assert!(err.to_string().contains("context"), "{err}");
     assert!(s.submit(&[], greedy(4)).is_err(), "an empty prompt");
     assert!(
@@ -269,7 +261,7 @@ fn too_long_is_refused_and_too_many_wait() {
     );
     // Three requests of 60 tokens each (4 blocks each): two fit at once, one waits.
     let ids: Vec<SeqId> = (0..3)
-        .map(|i| s.submit(&tokens(40, i), greedy(20)).unwrap())
+        .map(|i| s.submit(&random_tokens(40, i), greedy(20)).unwrap())
         .collect();
     s.step(&mut |_| {}).unwrap();
     assert_eq!(s.n_running(), 2);
@@ -285,7 +277,7 @@ fn too_long_is_refused_and_too_many_wait() {
 fn cancel_takes_effect_during_a_long_prefill() {
     let (m, path) = model("sched-cancel");
     let mut s = sched(&m, 512, 16, 4);
-    let id = s.submit(&tokens(300, 3), greedy(8)).unwrap();
+    let id = s.submit(&random_tokens(300, 3), greedy(8)).unwrap();
     s.step(&mut |_| {}).unwrap();
     assert_eq!(s.engine().evaluated_tokens(), 16, "one chunk per step");
     assert!(s.cancel(id));

@@ -5,6 +5,7 @@
 pub mod decode;
 pub mod metrics;
 pub mod reference;
+pub mod sched;
 pub mod setup;
 
 use std::path::PathBuf;

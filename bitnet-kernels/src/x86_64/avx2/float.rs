@@ -59,9 +59,10 @@ unsafe fn load_w<const K: u8>(p: *const u8, i: usize) -> __m256 {
     }
 }
 
+/// The sum of the eight lanes (also the Q8_0 x Q8_0 kernels' in `q8q8.rs`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
+pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))

@@ -13,6 +13,7 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::float::hsum;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 
 /// Weight rows per pass of the one-token kernel.
@@ -25,14 +26,6 @@ const PREFETCH_BYTES: usize = 6144;
 thread_local! {
     /// The activation scales of a batched call as f32 (grown once per thread, then reused).
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
 /// The f16 scale of the Q8_0 block at `p`.
