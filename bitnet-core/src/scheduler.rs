@@ -132,6 +132,43 @@ impl ContextPolicy {
         }
     }
 
+    /// Removes the positions this policy chooses from sequence `seq` of `engine` when it has
+    /// no room for `need` more under `limit`: a shift of a contiguous run (`Shift`,
+    /// `Window`), or the lightest heavy hitters (`HeavyHitters`). Returns how many positions
+    /// went (0 when there was room, or the policy removes nothing). The scheduler runs this
+    /// before every step; `bitnet perplexity` runs it over a long text.
+    pub fn make_room_in(
+        self,
+        engine: &mut Engine,
+        seq: SeqId,
+        need: usize,
+        limit: usize,
+    ) -> Result<usize, CoreError> {
+        let len = engine.sequence(seq)?.len();
+        if len + need <= limit {
+            return Ok(0);
+        }
+        if let ContextPolicy::HeavyHitters {
+            sinks,
+            recent,
+            budget,
+        } = self
+        {
+            let count = heavy_hitter_batch(sinks, recent, budget, len + need - limit);
+            let mass = engine.sequence(seq)?.attention_mass().unwrap_or_default();
+            let victims = heavy_hitter_victims(mass, len, sinks, recent, count);
+            engine.evict(seq, &victims)?;
+            return Ok(victims.len());
+        }
+        match self.make_room(len, need, limit) {
+            Some((keep, discard)) => {
+                engine.shift(seq, keep, discard)?;
+                Ok(discard)
+            }
+            None => Ok(0),
+        }
+    }
+
     /// `(keep, discard)`: the positions to remove so that a sequence of `len` positions can
     /// take `need` more under `limit` (as many as it can, at least one chunk); `None` when
     /// the policy does not shift or nothing past the kept positions is left to remove.
@@ -745,49 +782,15 @@ impl Scheduler {
                 Phase::Decode => usize::from(r.next.is_some()),
                 Phase::Prefill => (r.prompt.len() - r.fed).min(budget),
             };
-            let len = self.engine.sequence(r.seq).map_or(0, |s| s.len());
-            if let ContextPolicy::HeavyHitters {
-                sinks,
-                recent,
-                budget,
-            } = r.params.context
-            {
-                if len + need > r.limit {
-                    let short = (len + need).saturating_sub(r.limit);
-                    let count = heavy_hitter_batch(sinks, recent, budget, short);
-                    let seq = r.seq;
-                    let mass = self
-                        .engine
-                        .sequence(seq)
-                        .ok()
-                        .and_then(|s| s.attention_mass());
-                    let victims =
-                        heavy_hitter_victims(mass.unwrap_or_default(), len, sinks, recent, count);
-                    if let Err(error) = self.engine.evict(seq, &victims) {
-                        let r = self.running.remove(i);
-                        self.release(&r);
-                        on_event(Event::Error { seq, error });
-                        continue;
-                    }
-                    self.running[i].discarded += victims.len();
-                }
-                i += 1;
-                continue;
-            }
-            let plan = if len + need > r.limit {
-                r.params.context.make_room(len, need, r.limit)
-            } else {
-                None
-            };
-            if let Some((keep, discard)) = plan {
-                let seq = r.seq;
-                if let Err(error) = self.engine.shift(seq, keep, discard) {
+            let (seq, policy, limit) = (r.seq, r.params.context, r.limit);
+            match policy.make_room_in(&mut self.engine, seq, need, limit) {
+                Ok(removed) => self.running[i].discarded += removed,
+                Err(error) => {
                     let r = self.running.remove(i);
                     self.release(&r);
                     on_event(Event::Error { seq, error });
                     continue;
                 }
-                self.running[i].discarded += discard;
             }
             i += 1;
         }

@@ -21,7 +21,9 @@ use bitnet_core::model::Session;
 use super::common::{ModelArgs, load_model};
 use super::context_args::EvictArg;
 use super::limits::check_context;
-use super::perplexity_window::Bound;
+use bitnet_core::scheduler::ContextPolicy;
+
+use super::perplexity_window::describe;
 use super::prompt::read_text;
 use crate::output::{Progress, note};
 use crate::output_file::OutputFile;
@@ -163,12 +165,12 @@ pub fn run(args: Args) -> Result<()> {
     let tokens = tok.encode(&text, true, false);
     let sinks = args.kv_sinks;
     if let Some(window) = args.kv_window {
-        let bound = Bound::Window { sinks, window };
+        let bound = ContextPolicy::Window { sinks, window };
         return run_windowed(&model, &engine_opts, &tokens, bound);
     }
     if let (Some(EvictArg::H2o), Some(budget)) = (args.kv_evict, args.kv_budget) {
         let recent = args.kv_recent.unwrap_or(budget.saturating_sub(sinks) / 2);
-        let bound = Bound::HeavyHitters {
+        let bound = ContextPolicy::HeavyHitters {
             sinks,
             recent,
             budget,
@@ -411,7 +413,7 @@ fn run_windowed(
     model: &std::sync::Arc<bitnet_core::model::Model>,
     opts: &bitnet_core::model::EngineOptions,
     tokens: &[u32],
-    bound: Bound,
+    bound: ContextPolicy,
 ) -> Result<()> {
     let t0 = std::time::Instant::now();
     let r = super::perplexity_window::run(model, opts, tokens, bound, log_norm)?;
@@ -424,7 +426,7 @@ fn run_windowed(
     note!(
         "{} tokens read through {}: {} moves, at most {} of {} blocks held, {:.1} s",
         tokens.len(),
-        bound.describe(),
+        describe(bound),
         r.shifts,
         r.most_blocks,
         r.n_blocks,
@@ -435,7 +437,7 @@ fn run_windowed(
         nll.ppl(),
         nll.ppl_err(),
         r.scored,
-        bound.describe()
+        describe(bound)
     );
     Ok(())
 }

@@ -18,7 +18,6 @@
 //! keys to the cache's format once more.
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::eviction::{heavy_hitter_batch, heavy_hitter_victims};
 use bitnet_core::model::{BatchItem, Engine, EngineOptions, Logits, Model};
 use bitnet_core::scheduler::ContextPolicy;
 
@@ -35,81 +34,52 @@ pub struct WindowRun {
     pub n_blocks: usize,
 }
 
-/// How the cache is bounded.
-#[derive(Clone, Copy, Debug)]
-pub enum Bound {
-    Window {
-        sinks: usize,
-        window: usize,
-    },
-    HeavyHitters {
-        sinks: usize,
-        recent: usize,
-        budget: usize,
-    },
-}
-
-impl Bound {
-    /// Positions the cache holds at most.
-    fn limit(self) -> usize {
-        match self {
-            Bound::Window { sinks, window } => sinks + window,
-            Bound::HeavyHitters { budget, .. } => budget,
-        }
-    }
-
-    fn sinks(self) -> usize {
-        match self {
-            Bound::Window { sinks, .. } | Bound::HeavyHitters { sinks, .. } => sinks,
-        }
-    }
-
-    /// For humans: `a window of 32 + 4 sinks`, `h2o budget 36 (4 sinks, 16 recent)`.
-    pub fn describe(self) -> String {
-        match self {
-            Bound::Window { sinks, window } => format!("a window of {window} + {sinks} sinks"),
-            Bound::HeavyHitters {
-                sinks,
-                recent,
-                budget,
-            } => format!("h2o budget {budget} ({sinks} sinks, {recent} recent)"),
-        }
+/// Positions the cache holds at most under `policy`, and the sinks among them.
+fn limit_and_sinks(policy: ContextPolicy) -> (usize, usize) {
+    match policy {
+        ContextPolicy::Window { sinks, window } => (sinks + window, sinks),
+        ContextPolicy::HeavyHitters { sinks, budget, .. } => (budget, sinks),
+        ContextPolicy::Stop | ContextPolicy::Shift { .. } => (usize::MAX, 0),
     }
 }
 
-/// Streams `tokens` through one sequence bounded by `bound`.
+/// For humans: `a window of 32 + 4 sinks`, `h2o budget 36 (4 sinks, 16 recent)`.
+pub fn describe(policy: ContextPolicy) -> String {
+    match policy {
+        ContextPolicy::Window { sinks, window } => format!("a window of {window} + {sinks} sinks"),
+        ContextPolicy::HeavyHitters {
+            sinks,
+            recent,
+            budget,
+        } => format!("h2o budget {budget} ({sinks} sinks, {recent} recent)"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Streams `tokens` through one sequence bounded by `bound` (a window or H2O).
 pub fn run(
     model: &std::sync::Arc<Model>,
     opts: &EngineOptions,
     tokens: &[u32],
-    bound: Bound,
+    bound: ContextPolicy,
     log_norm: fn(&[f32]) -> (f64, usize),
 ) -> Result<WindowRun> {
-    let (limit, sinks) = (bound.limit(), bound.sinks());
+    let (limit, sinks) = limit_and_sinks(bound);
     // Tokens read before the first is scored: a full cache's worth after the sinks.
     let window = limit.saturating_sub(sinks);
     match bound {
-        Bound::Window { window, .. } if window < 16 => {
+        ContextPolicy::Window { window, .. } if window < 16 => {
             bail!("--kv-window {window}: give at least 16 tokens")
         }
-        Bound::HeavyHitters {
-            sinks,
-            recent,
-            budget,
-        } => {
-            if window < 16 {
-                bail!("--kv-budget {budget}: give at least 16 tokens more than --kv-sinks");
-            }
-            ContextPolicy::HeavyHitters {
-                sinks,
-                recent,
-                budget,
-            }
-            .validate(budget)
-            .context("--kv-evict h2o")?;
+        ContextPolicy::HeavyHitters { budget, .. } if window < 16 => {
+            bail!("--kv-budget {budget}: give at least 16 tokens more than --kv-sinks")
         }
-        Bound::Window { .. } => {}
+        ContextPolicy::Window { .. } | ContextPolicy::HeavyHitters { .. } => {}
+        ContextPolicy::Stop | ContextPolicy::Shift { .. } => {
+            bail!("internal error: a bounded perplexity run needs a window or H2O")
+        }
     }
+    bound.validate(limit).context(describe(bound))?;
     if limit > model.config().n_ctx_train {
         note!(
             "warning: a bound of {limit} positions is past the {} positions the model was \
@@ -123,13 +93,12 @@ pub fn run(
             tokens.len()
         );
     }
-    let drop = (window / 4).max(1);
     let mut eo = opts.clone();
     eo.n_ctx = limit;
     let mut engine = Engine::new(model.clone(), &eo).context("creating the engine")?;
     let n_blocks = engine.available_blocks();
     let seq = engine.new_sequence();
-    if let Bound::HeavyHitters { .. } = bound {
+    if let ContextPolicy::HeavyHitters { .. } = bound {
         engine.track_attention_mass(seq, true)?;
     }
     let batch = engine.max_batch();
@@ -149,21 +118,9 @@ pub fn run(
     while fed < total {
         let len = engine.sequence(seq)?.len();
         if len == limit {
-            match bound {
-                Bound::Window { .. } => engine
-                    .shift(seq, sinks, drop)
-                    .context("moving the window")?,
-                Bound::HeavyHitters {
-                    sinks,
-                    recent,
-                    budget,
-                } => {
-                    let count = heavy_hitter_batch(sinks, recent, budget, 1);
-                    let mass = engine.sequence(seq)?.attention_mass().unwrap_or_default();
-                    let victims = heavy_hitter_victims(mass, len, sinks, recent, count);
-                    engine.evict(seq, &victims).context("evicting")?;
-                }
-            }
+            bound
+                .make_room_in(&mut engine, seq, 1, limit)
+                .with_context(|| format!("making room in {}", describe(bound)))?;
             out.shifts += 1;
             continue;
         }
@@ -192,7 +149,7 @@ pub fn run(
         progress.update(
             &format!(
                 "perplexity: {fed}/{total} tokens, {}, estimate {:.4} ({:.1} s)",
-                bound.describe(),
+                describe(bound),
                 (out.nll_sum / out.scored.max(1) as f64).exp(),
                 t0.elapsed().as_secs_f64()
             ),
