@@ -236,11 +236,7 @@ mod tests {
     use std::io::Write;
 
     fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("bitnet-output-file-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+        bitnet_test_scratch::fresh_dir(name)
     }
 
     fn entries(dir: &Path) -> Vec<String> {

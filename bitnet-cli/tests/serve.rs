@@ -454,8 +454,7 @@ fn faults_are_openai_shaped_4xx() {
 
 #[test]
 fn api_key_guards_every_route_but_health() {
-    let dir = std::env::temp_dir().join(format!("bitnet-serve-key-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = bitnet_test_scratch::fresh_dir("serve-key");
     let key_file = dir.join("key");
     std::fs::write(&key_file, "sekrit\n").unwrap();
     let s = Server::start(&["--api-key-file", key_file.to_str().unwrap()]);

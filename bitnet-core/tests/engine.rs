@@ -23,10 +23,7 @@ const PREFILL_DECODE_TOL: f32 = 1e-5;
 const ISA_REL_L2_TOL: f32 = 0.05;
 
 fn model_path(spec: &SynthSpec, tag: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "bitnet-engine-test-{}-{tag}.gguf",
-        std::process::id()
-    ));
+    let path = bitnet_test_scratch::process_dir().join(format!("engine-test-{tag}.gguf"));
     write_model(spec, &path, |_, _| {}).expect("write synthetic model");
     path
 }

@@ -43,8 +43,7 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn decode_allocates_nothing() {
-    let path =
-        std::env::temp_dir().join(format!("bitnet-engine-alloc-{}.gguf", std::process::id()));
+    let path = bitnet_test_scratch::fresh_dir("engine-alloc").join("model.gguf");
     let spec = SynthSpec::preset("tiny-bitnet").unwrap();
     write_model(&spec, &path, |_, _| {}).unwrap();
     // Sampling the attention entropy every pass must not allocate either.

@@ -32,10 +32,7 @@ fn rel_l2_budget(t: KvType) -> f32 {
 }
 
 fn model_path(spec: &SynthSpec, tag: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!(
-        "bitnet-kv-types-test-{}-{tag}.gguf",
-        std::process::id()
-    ));
+    let path = bitnet_test_scratch::process_dir().join(format!("kv-types-test-{tag}.gguf"));
     write_model(spec, &path, |_, _| {}).expect("write synthetic model");
     path
 }

@@ -84,7 +84,7 @@ fn run(s: &mut Scheduler, n: usize, seed: &mut u64) {
 
 #[test]
 fn a_thousand_requests_leave_the_heap_flat() {
-    let path = std::env::temp_dir().join(format!("bitnet-sched-alloc-{}.gguf", std::process::id()));
+    let path = bitnet_test_scratch::fresh_dir("sched-alloc").join("model.gguf");
     let spec = SynthSpec {
         n_layer: 1,
         ..SynthSpec::preset("tiny").unwrap()

@@ -54,10 +54,9 @@ pub fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// This test process's scratch directory, removed when the process exits.
 pub fn tmp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bitnet-cli-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    bitnet_test_scratch::process_dir().to_path_buf()
 }
 
 /// A fresh empty directory under [`tmp_dir`].

@@ -3,17 +3,9 @@
 
 use super::*;
 use bitnet_gguf::{GgufFile, LoadMode};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn tmp(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "bitnet-synth-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    bitnet_test_scratch::fresh_dir("synth").join(name)
 }
 
 fn small(weight_type: TensorType) -> SynthSpec {

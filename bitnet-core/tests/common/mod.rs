@@ -53,15 +53,7 @@ pub fn read_f32s(path: &std::path::Path) -> Vec<f32> {
         .collect()
 }
 
-/// A fresh temporary directory for one test.
+/// A fresh temporary directory for one test, removed when the test process exits.
 pub fn tmp_dir(tag: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "bitnet-test-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    bitnet_test_scratch::fresh_dir(tag)
 }

@@ -158,11 +158,7 @@ mod tests {
     use super::*;
 
     fn tmp(tag: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("bitnet-convert-out-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+        bitnet_test_scratch::fresh_dir(tag)
     }
 
     #[test]

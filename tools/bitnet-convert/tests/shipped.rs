@@ -7,10 +7,7 @@ use std::path::PathBuf;
 #[test]
 fn the_shipped_gguf_is_reproduced_byte_for_byte() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::env::temp_dir()
-        .join(format!("bitnet-convert-shipped-{}", std::process::id()))
-        .join("shakespeare.gguf");
-    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let out = bitnet_test_scratch::fresh_dir("shipped").join("shakespeare.gguf");
     bitnet_convert::convert(
         &root.join("models/shakespeare-hf"),
         &out,
@@ -25,5 +22,4 @@ fn the_shipped_gguf_is_reproduced_byte_for_byte() {
         made == shipped,
         "the shipped GGUF differs from a fresh conversion"
     );
-    std::fs::remove_dir_all(out.parent().unwrap()).ok();
 }

@@ -28,18 +28,9 @@ pub fn data(rel: &str) -> Option<PathBuf> {
     }
 }
 
-/// A fresh temporary directory.
+/// A fresh temporary directory, removed when the test process exits.
 pub fn tmp_dir(tag: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "bitnet-convert-test-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    bitnet_test_scratch::fresh_dir(tag)
 }
 
 /// One tensor of a checkpoint being built.
