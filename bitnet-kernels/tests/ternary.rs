@@ -121,8 +121,9 @@ fn extreme_values_do_not_overflow() {
                     vec![wv as i32 * av as i32 * cols as i32; 4],
                     "{isa} w={wv} a={av}"
                 );
-                // The group kernel (2 tokens) and the register tiles (4 and 8 tokens).
-                for n_tok in [2, 4, 8] {
+                // The group kernel (2 tokens), the decode register tiles (4 and 8 tokens) and
+                // the prefill tiles (12 tokens: two tiles of 6).
+                for n_tok in [2, 4, 8, 12] {
                     let mut got = vec![0; 4 * n_tok];
                     let qn = q.repeat(n_tok);
                     ternary_int_dots_multi(isa, &w, &qn, n_tok, 0..4, &mut got);

@@ -14,7 +14,7 @@ use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 const PREFETCH_BYTES: usize = 4096;
 /// Token rows per register tile in prefill (the tile's accumulators stay in registers).
-const TILE_TOKENS: usize = 4;
+const TILE_TOKENS: usize = 6;
 /// Up to this many token rows (batched decode) one tile covers them all, so each row's
 /// weights are read once per call (4-row tiles would stream the weights twice at 8 tokens);
 /// the wider tile spills its i32 accumulators, which are touched once per two blocks.
@@ -129,6 +129,33 @@ pub unsafe fn raw_dots(
     }
 }
 
+/// Adds one 256-column block of one row, against `T` activation rows `qstride` apart, to
+/// the i16 sums `acc16` (each lane grows by at most 2 * 2048).
+///
+/// # Safety
+/// AVX2; the row's block at `w` and each activation row's block at `q + t * qstride`
+/// readable.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn tile_block<const T: usize>(
+    w: *const u8,
+    q: *const i8,
+    qstride: usize,
+    acc16: &mut [__m256i; T],
+) {
+    let m3 = _mm256_set1_epi8(3);
+    for h in 0..2 {
+        // SAFETY: the caller guarantees the block is readable for the row and every token.
+        unsafe {
+            let c = codes(_mm256_loadu_si256(w.add(32 * h).cast()), m3);
+            let qb = q.add(32 * h);
+            for (t, a) in acc16.iter_mut().enumerate() {
+                *a = _mm256_add_epi16(*a, half_dot16(&c, qb.add(t * qstride)));
+            }
+        }
+    }
+}
+
 /// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows.
 ///
 /// # Safety
@@ -143,36 +170,33 @@ unsafe fn tile<const T: usize>(
     out: *mut i32,
     ostride: usize,
 ) {
-    let m3 = _mm256_set1_epi8(3);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_si256(); T];
-    // i16 partial sums over up to 4 half-blocks (4 * 2048 < 32768), widened once.
+    // i16 partial sums over two blocks (4 * 2048 < 32768), widened once. Two blocks per
+    // iteration with no inner trip count keeps the body straight-line code.
     let mut b = 0;
     while b < nblk {
-        let nb = 2.min(nblk - b);
         let mut acc16 = [_mm256_setzero_si256(); T];
         // Few-token matmuls (batched decode) stream cold weights: prefetch this row ahead.
         _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 16) * BLOCK_STRIDE).cast());
         _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 17) * BLOCK_STRIDE).cast());
-        for bb in b..b + nb {
-            for h in 0..2 {
-                // SAFETY: block `bb` of the row and of each activation row is readable.
-                unsafe {
-                    let c = codes(
-                        _mm256_loadu_si256(w.add(bb * BLOCK_STRIDE + 32 * h).cast()),
-                        m3,
-                    );
-                    let qb = q.add(bb * BLOCK + 32 * h);
-                    for (t, a) in acc16.iter_mut().enumerate() {
-                        *a = _mm256_add_epi16(*a, half_dot16(&c, qb.add(t * qstride)));
-                    }
-                }
+        // SAFETY: blocks b (and b + 1 when below nblk) are readable for the row and tokens.
+        unsafe {
+            tile_block::<T>(
+                w.add(b * BLOCK_STRIDE),
+                q.add(b * BLOCK),
+                qstride,
+                &mut acc16,
+            );
+            if b + 1 < nblk {
+                let (wb, qb) = (w.add((b + 1) * BLOCK_STRIDE), q.add((b + 1) * BLOCK));
+                tile_block::<T>(wb, qb, qstride, &mut acc16);
             }
         }
         for (a, a16) in acc.iter_mut().zip(&acc16) {
             *a = _mm256_add_epi32(*a, _mm256_madd_epi16(*a16, ones));
         }
-        b += nb;
+        b += 2;
     }
     for (t, a) in acc.iter().enumerate() {
         // SAFETY: the caller guarantees `out` is writable at these T positions.
