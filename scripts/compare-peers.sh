@@ -1,0 +1,363 @@
+#!/usr/bin/env bash
+# Our speed and memory beside the peers' (issue 14), on the same files, on this machine:
+# bitnet.cpp (microsoft/BitNet, I2_S) and upstream llama.cpp (ggml-org/llama.cpp, TQ2_0).
+# This script only RUNS already built peers; it never fetches or builds them.
+#
+#   BITNET_CPP_BENCH=.../llama-bench BITNET_CPP_CLI=.../llama-cli BITNET_CPP_SRC=.../BitNet \
+#   LLAMA_CPP_BENCH=.../llama-bench  LLAMA_CPP_CLI=.../llama-cli  LLAMA_CPP_SRC=.../llama.cpp \
+#   ROUNDS=3 scripts/compare-peers.sh
+#
+# How the peers must be built (release builds, native CPU flags, outside this repository):
+#  - bitnet.cpp: github.com/microsoft/BitNet with its 3rdparty/llama.cpp submodule (the fork
+#    github.com/Eddie-Wang1120/llama.cpp) at the commit the BitNet commit pins (`git ls-tree
+#    HEAD 3rdparty/llama.cpp`). First the code generation step its setup_env.py runs for
+#    BitNet-b1.58-2B-4T on x86: `python utils/codegen_tl2.py --model bitnet_b1_58-3B
+#    --BM 160,320,320 --BK 96,96,96 --bm 32,32,32` (it writes include/bitnet-lut-kernels.h,
+#    which src/ggml-bitnet-lut.cpp includes in every build). Then CMake for the I2_S path only:
+#    `cmake -B build -DCMAKE_BUILD_TYPE=Release -DBITNET_X86_TL2=OFF` (GGML_NATIVE is on by
+#    default: -march=native) and build the targets llama-bench and llama-cli.
+#  - llama.cpp: github.com/ggml-org/llama.cpp, `cmake -B build -DCMAKE_BUILD_TYPE=Release
+#    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF`, targets llama-bench and llama-cli.
+#  The commits and compilers of the last recorded run are in bench/*-peers-build.md.
+#
+# The files (made with our `gen-model` when missing, seed 1, 2B-4T shapes, tied Q8_0
+# embedding/head so that every engine computes the head with 8-bit weights):
+#  - bitnet.cpp and ours: I2_S projections, arch bitnet-b1.58 (relu2 FFN).
+#  - llama.cpp and ours: TQ2_0 projections. llama.cpp knows no `bitnet-b1.58` architecture
+#    (only `bitnet`, the SiLU-gated 1bitLLM one), so that file is the TQ2_0 one with its
+#    architecture renamed to `bitnet` (same tensors, byte for byte): both engines then run
+#    a SiLU FFN instead of relu2, which costs the same.
+#
+# Each round runs, for each peer: ours then the peer (the order alternates every round), on
+# the peer's file with THREADS threads: the bench (pp PP and tg TG, REPS repetitions after one
+# warm-up each) and a short generation (GEN_TOKENS tokens at a CTX-token context, greedy,
+# under /usr/bin/time -v) for the peak RSS and the warm load time (the file is read into the
+# page cache first). The load time is each engine's own figure: ours is `load` of
+# `bitnet generate`; llama.cpp's `load time` runs from the start of the model load to the end
+# of its first decode (the warm-up run). The wall time of the whole short run is shown too.
+#
+# Environment:
+#   BITNET            our binary (default target/release/bitnet); BITNET_COMMIT its commit
+#                     (default: HEAD of the checkout the binary lies in, if any)
+#   BITNET_CPP_BENCH  bitnet.cpp's llama-bench; unset: bitnet.cpp is skipped
+#   BITNET_CPP_CLI    bitnet.cpp's llama-cli (memory and load rows; unset: those are skipped)
+#   BITNET_CPP_SRC    its source tree (for the commits), or BITNET_CPP_COMMIT
+#   LLAMA_CPP_BENCH, LLAMA_CPP_CLI, LLAMA_CPP_SRC or LLAMA_CPP_COMMIT: the same for llama.cpp
+#   ROUNDS (3), REPS (3), THREADS (2), PP (512), TG (128), CTX (4096), GEN_TOKENS (16)
+#   MODELS_DIR (models/peers), I2S_MODEL, TQ2_MODEL (the files; made there when missing)
+#   OUT_DIR (target/compare-peers/DATE): raw outputs and report.md
+# Prints the report (markdown) on stdout. Run it on an otherwise idle machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin="${BITNET:-${CARGO_TARGET_DIR:-target}/release/bitnet}"
+rounds="${ROUNDS:-3}"
+reps="${REPS:-3}"
+threads="${THREADS:-2}"
+pp="${PP:-512}"
+tg="${TG:-128}"
+ctx="${CTX:-4096}"
+gen="${GEN_TOKENS:-16}"
+models_dir="${MODELS_DIR:-models/peers}"
+i2s_model="${I2S_MODEL:-$models_dir/2b4t-i2_s-q8.gguf}"
+tq2_model="${TQ2_MODEL:-$models_dir/2b4t-tq2_0-q8-arch-bitnet.gguf}"
+out="${OUT_DIR:-target/compare-peers/$(date -u +%Y%m%dT%H%M%SZ)}"
+prompt="The quick brown fox jumps over the lazy dog"
+
+say() { echo "compare-peers: $*" >&2; }
+die() { say "$*"; exit 1; }
+[ -x "$bin" ] || die "our binary $bin is missing (build it, or set BITNET)"
+command -v python3 > /dev/null || die "python3 is needed to read the results"
+[ -x /usr/bin/time ] || die "/usr/bin/time (GNU time) is needed for the peak RSS"
+mkdir -p "$out" "$models_dir"
+
+# The peers that are given: name, bench, cli, model, commit.
+peers=()
+commit_of() { # SRC [submodule path]
+  local c
+  c=$(git -C "$1" rev-parse HEAD 2> /dev/null) || { echo "?"; return; }
+  if [ -n "${2:-}" ] && git -C "$1/$2" rev-parse HEAD > /dev/null 2>&1; then
+    c="$c (with $2 at $(git -C "$1/$2" rev-parse HEAD))"
+  fi
+  echo "$c"
+}
+if [ -n "${BITNET_CPP_BENCH:-}" ]; then
+  [ -x "$BITNET_CPP_BENCH" ] || die "BITNET_CPP_BENCH=$BITNET_CPP_BENCH is not executable"
+  bc_commit="${BITNET_CPP_COMMIT:-$( [ -n "${BITNET_CPP_SRC:-}" ] && commit_of "$BITNET_CPP_SRC" 3rdparty/llama.cpp || echo "?")}"
+  peers+=("bitnet.cpp")
+else
+  say "BITNET_CPP_BENCH is not set: bitnet.cpp skipped"
+fi
+if [ -n "${LLAMA_CPP_BENCH:-}" ]; then
+  [ -x "$LLAMA_CPP_BENCH" ] || die "LLAMA_CPP_BENCH=$LLAMA_CPP_BENCH is not executable"
+  lc_commit="${LLAMA_CPP_COMMIT:-$( [ -n "${LLAMA_CPP_SRC:-}" ] && commit_of "$LLAMA_CPP_SRC" || echo "?")}"
+  peers+=("llama.cpp")
+else
+  say "LLAMA_CPP_BENCH is not set: llama.cpp skipped"
+fi
+peer_bench() { case "$1" in bitnet.cpp) echo "$BITNET_CPP_BENCH" ;; llama.cpp) echo "$LLAMA_CPP_BENCH" ;; esac; }
+peer_cli() { case "$1" in bitnet.cpp) echo "${BITNET_CPP_CLI:-}" ;; llama.cpp) echo "${LLAMA_CPP_CLI:-}" ;; esac; }
+peer_model() { case "$1" in llama.cpp) echo "$tq2_model" ;; *) echo "$i2s_model" ;; esac; }
+peer_commit() { case "$1" in bitnet.cpp) echo "$bc_commit" ;; llama.cpp) echo "$lc_commit" ;; esac; }
+
+# The files.
+rename_arch() { # SRC DST OLD NEW: a copy of a GGUF file with another architecture name
+  python3 - "$@" << 'EOF'
+import os, shutil, struct, sys
+src, dst, old, new = sys.argv[1:5]
+SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+with open(src, 'rb') as f:
+    magic, ver, n_tensors, n_kv = struct.unpack('<4sIQQ', f.read(24))
+    assert magic == b'GGUF' and ver >= 2, 'not a GGUF v2+ file'
+    def rstr():
+        n, = struct.unpack('<Q', f.read(8))
+        return f.read(n)
+    def skip(t):
+        if t in SIZES:
+            f.seek(SIZES[t], 1)
+        elif t == 8:
+            rstr()
+        elif t == 9:
+            et, n = struct.unpack('<IQ', f.read(12))
+            if et in SIZES:
+                f.seek(SIZES[et] * n, 1)
+            else:
+                for _ in range(n):
+                    skip(et)
+        else:
+            raise SystemExit(f'unknown GGUF value type {t}')
+    kvs, align, renamed = [], 32, False
+    for _ in range(n_kv):
+        key = rstr().decode()
+        t, = struct.unpack('<I', f.read(4))
+        at = f.tell(); skip(t); end = f.tell(); f.seek(at)
+        raw = f.read(end - at)
+        if key == 'general.alignment':
+            align, = struct.unpack('<I', raw)
+        if key == 'general.architecture':
+            assert raw[8:].decode() == old, f'the architecture is {raw[8:].decode()!r}, not {old!r}'
+            raw, renamed = struct.pack('<Q', len(new)) + new.encode(), True
+        if key.startswith(old + '.'):
+            key = new + key[len(old):]
+        kvs.append((key.encode(), t, raw))
+    assert renamed, 'no general.architecture'
+    at = f.tell()
+    for _ in range(n_tensors):
+        rstr()
+        n_dims, = struct.unpack('<I', f.read(4))
+        f.seek(8 * n_dims + 12, 1)
+    end = f.tell(); f.seek(at); infos = f.read(end - at)
+    data = -(-end // align) * align
+    head = bytearray(struct.pack('<4sIQQ', magic, ver, n_tensors, n_kv))
+    for k, t, raw in kvs:
+        head += struct.pack('<Q', len(k)) + k + struct.pack('<I', t) + raw
+    head += infos
+    head += b'\0' * (-len(head) % align)
+    with open(dst + '.tmp', 'wb') as g:
+        g.write(head)
+        f.seek(data)
+        shutil.copyfileobj(f, g, 1 << 24)
+    os.replace(dst + '.tmp', dst)
+EOF
+}
+want_i2s=0 want_tq2=0
+for p in "${peers[@]}"; do case "$p" in bitnet.cpp) want_i2s=1 ;; llama.cpp) want_tq2=1 ;; esac; done
+[ ${#peers[@]} -gt 0 ] || want_i2s=1
+if [ $want_i2s = 1 ] && [ ! -f "$i2s_model" ]; then
+  say "making $i2s_model"
+  "$bin" gen-model --preset 2b-4t --seed 1 --embd-type q8_0 -o "$i2s_model" > /dev/null 2>&1
+fi
+if [ $want_tq2 = 1 ] && [ ! -f "$tq2_model" ]; then
+  say "making $tq2_model"
+  "$bin" gen-model --preset 2b-4t --seed 1 --embd-type q8_0 --weight-type tq2_0 \
+    -o "$tq2_model.src" > /dev/null 2>&1
+  rename_arch "$tq2_model.src" "$tq2_model" bitnet-b1.58 bitnet
+  rm -f "$tq2_model.src"
+fi
+
+# One engine's runs. Every command goes to commands.txt as it is run.
+log_cmd() { { printf '%q ' "$@"; echo; } >> "$out/commands.txt"; }
+run_bench() { # ENGINE PEER ROUND: writes $out/bench-ROUND-PEER-ENGINE.json
+  local engine=$1 peer=$2 r=$3 model dst
+  model=$(peer_model "$peer")
+  dst="$out/bench-$r-$peer-$engine.json"
+  if [ "$engine" = ours ]; then
+    local cmd=("$bin" bench -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --warmup 1
+      --head q8 --no-membw -o json)
+  else
+    local cmd=("$(peer_bench "$peer")" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json)
+  fi
+  log_cmd "${cmd[@]}"
+  "${cmd[@]}" > "$dst" 2> "$dst.err" || { say "failed: ${cmd[*]} (see $dst.err)"; rm -f "$dst"; }
+}
+run_gen() { # ENGINE PEER ROUND: writes $out/gen-ROUND-PEER-ENGINE.log (engine output + time -v)
+  local engine=$1 peer=$2 r=$3 model dst cli
+  model=$(peer_model "$peer")
+  dst="$out/gen-$r-$peer-$engine.log"
+  if [ "$engine" = ours ]; then
+    local cmd=("$bin" generate -m "$model" -p "$prompt" -n "$gen" -c "$ctx" -t "$threads"
+      --greedy --ignore-eos --head q8)
+  else
+    cli=$(peer_cli "$peer")
+    [ -n "$cli" ] || return 0
+    local cmd=("$cli" -m "$model" -p "$prompt" -n "$gen" -c "$ctx" -t "$threads" --temp 0
+      --ignore-eos)
+    # Newer llama-cli starts a conversation unless told not to; older ones lack the flag.
+    if "$cli" --help 2>&1 | grep -q -- '-no-cnv'; then cmd+=(-no-cnv); fi
+  fi
+  log_cmd /usr/bin/time -v "${cmd[@]}"
+  /usr/bin/time -v "${cmd[@]}" < /dev/null > "$dst" 2>&1 || say "failed: ${cmd[*]} (see $dst)"
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+say "writing to $out; peers: ${peers[*]:-none}; $rounds rounds"
+: > "$out/commands.txt"
+targets=("${peers[@]}")
+[ ${#targets[@]} -gt 0 ] || targets=(none)
+for r in $(seq 1 "$rounds"); do
+  for p in "${targets[@]}"; do
+    cat "$(peer_model "$p")" > /dev/null # warm: the file in the page cache
+    if [ "$p" = none ]; then
+      run_bench ours none "$r"; run_gen ours none "$r"; continue
+    fi
+    # ours, peer, ours, peer ... with the first one alternating between rounds.
+    if [ $((r % 2)) = 1 ]; then order=(ours peer); else order=(peer ours); fi
+    for e in "${order[@]}"; do say "round $r/$rounds: $e on $(peer_model "$p") (bench)"; run_bench "$e" "$p" "$r"; done
+    for e in "${order[@]}"; do say "round $r/$rounds: $e on $(peer_model "$p") (short generation)"; run_gen "$e" "$p" "$r"; done
+  done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# The report.
+{
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+  simd=$(grep -m1 -o -w 'avx512f' /proc/cpuinfo || grep -m1 -o -w 'avx2' /proc/cpuinfo || echo "no avx2")
+  echo "# Ours beside the peers: pp$pp and tg$tg, $threads threads"
+  echo
+  echo "- date: $(date -u +%FT%TZ); cpu: $cpu, $(nproc) logical cpus, widest SIMD: $simd"
+  echo "- load average (1, 5, 15 min) before: $load_before; after: $load_after"
+  if awk -v l="${load_before%% *}" 'BEGIN { exit !(l > 0.5) }'; then
+    echo "- **the machine was not idle when this began (1-min load $(echo "$load_before" | cut -d' ' -f1)): the figures are not a measurement**"
+  fi
+  echo "- ours: $bin ($("$bin" --version 2>/dev/null)), commit ${BITNET_COMMIT:-$(git -C "$(dirname "$bin")" rev-parse HEAD 2>/dev/null || echo "? (set BITNET_COMMIT)")}"
+  for p in "${peers[@]}"; do
+    c=$(peer_cli "$p")
+    echo "- $p: $(peer_bench "$p") and ${c:-no llama-cli (memory and load skipped)}; commit $(peer_commit "$p")"
+  done
+  echo "- $rounds rounds; each: ours and the peer one after the other on the peer's file (first one alternating), bench -r $reps after 1 warm-up"
+  echo
+} > "$out/report.md"
+ROUNDS="$rounds" PP="$pp" TG="$tg" CTX="$ctx" GEN="$gen" I2S="$i2s_model" TQ2="$tq2_model" \
+python3 - "$out" "${targets[@]}" >> "$out/report.md" << 'EOF'
+import glob, json, os, re, statistics, sys
+out, targets = sys.argv[1], sys.argv[2:]
+rounds = int(os.environ['ROUNDS'])
+files = {'bitnet.cpp': os.environ['I2S'], 'llama.cpp': os.environ['TQ2'], 'none': os.environ['I2S']}
+weights = {'bitnet.cpp': 'I2_S', 'llama.cpp': 'TQ2_0 (arch bitnet)', 'none': 'I2_S'}
+tests = [('pp', int(os.environ['PP'])), ('tg', int(os.environ['TG']))]
+
+def bench_samples(path, engine):
+    """{(test, n): [t/s, ...]} of one bench JSON output."""
+    res = {}
+    try:
+        d = json.load(open(path))
+    except (OSError, ValueError):
+        return res
+    if engine == 'ours':
+        for row in d['rows']:
+            res.setdefault((row['test'], row['n_tokens']), []).extend(row['samples'])
+    else:
+        for t in d:
+            key = ('pp', t['n_prompt']) if t['n_prompt'] > 0 else ('tg', t['n_gen'])
+            res.setdefault(key, []).extend(t.get('samples_ts') or [t['avg_ts']])
+    return res
+
+def gen_figures(path, engine):
+    try:
+        text = open(path, errors='replace').read()
+    except OSError:
+        return None
+    rss = re.search(r'Maximum resident set size \(kbytes\): (\d+)', text)
+    wall = re.search(r'Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)', text)
+    if engine == 'ours':
+        load = re.search(r'\bload ([\d.]+)s\b', text)
+        load_ms = float(load.group(1)) * 1000 if load else None
+    else:
+        load = re.search(r'load time =\s*([\d.]+) ms', text)
+        load_ms = float(load.group(1)) if load else None
+    status = re.search(r'Exit status: (\d+)', text)
+    if not rss or (status and status.group(1) != '0'):
+        return None
+    w = None
+    if wall:
+        h, m, s = wall.groups()
+        w = int(h or 0) * 3600 + int(m) * 60 + float(s)
+    return int(rss.group(1)) * 1024, load_ms, w
+
+def stat(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return statistics.median(xs), min(xs), max(xs), len(xs)
+
+def fmt(s, unit=''):
+    if s is None:
+        return '-', '-', '0'
+    med, lo, hi, n = s
+    spread = f'{lo:.2f} - {hi:.2f}{unit} ({(hi - lo) / med * 100:.0f}%)' if med else '-'
+    return f'{med:.2f}{unit}', spread, str(n)
+
+print('Throughput: tokens per second over all repetitions of all rounds; ours/peer > 1: ours faster.')
+print()
+print('| engine | weights | test | t/s median | spread (min - max) | samples | ours/peer |')
+print('| ------ | ------- | ---- | ---------: | ------------------ | ------: | --------: |')
+for p in targets:
+    per = {}
+    for e in ('ours', 'peer'):
+        acc = {}
+        for r in range(1, rounds + 1):
+            for k, v in bench_samples(f'{out}/bench-{r}-{p}-{e}.json', e).items():
+                acc.setdefault(k, []).extend(v)
+        per[e] = acc
+    for t, n in tests:
+        so = stat(per['ours'].get((t, n), []))
+        sp = stat(per['peer'].get((t, n), []))
+        name = os.path.basename(files[p])
+        print(f'| ours | {weights[p]} `{name}` | {t}{n} | ' + ' | '.join(fmt(so)) + ' | |')
+        if p != 'none':
+            ratio = f'{so[0] / sp[0]:.2f}' if so and sp else '-'
+            print(f'| {p} | {weights[p]} `{name}` | {t}{n} | ' + ' | '.join(fmt(sp)) + f' | {ratio} |')
+print()
+print(f"Short generation ({os.environ['GEN']} tokens, greedy, -c {os.environ['CTX']}), medians over the rounds; "
+      "ours/peer < 1: ours smaller or faster to load:")
+print()
+print('| engine | weights | peak RSS | load (own figure) | wall of the run | runs | RSS ours/peer | load ours/peer |')
+print('| ------ | ------- | -------: | ----------------: | --------------: | ---: | ------------: | -------------: |')
+for p in targets:
+    figs = {}
+    for e in ('ours', 'peer'):
+        g = [gen_figures(f'{out}/gen-{r}-{p}-{e}.log', e) for r in range(1, rounds + 1)]
+        g = [x for x in g if x]
+        figs[e] = (stat([x[0] for x in g]), stat([x[1] for x in g]), stat([x[2] for x in g]), len(g))
+    def row(engine, f, ratios=''):
+        rss, load, wall, n = f
+        rs = f'{rss[0] / 2**20:.0f} MiB' if rss else '-'
+        ls = f'{load[0]:.0f} ms' if load else '-'
+        ws = f'{wall[0]:.2f} s' if wall else '-'
+        print(f'| {engine} | {weights[p]} | {rs} | {ls} | {ws} | {n} | {ratios}')
+    row('ours', figs['ours'], ' | |')
+    if p != 'none':
+        o, q = figs['ours'], figs['peer']
+        r_rss = f'{o[0][0] / q[0][0]:.2f}' if o[0] and q[0] else '-'
+        r_load = f'{o[1][0] / q[1][0]:.2f}' if o[1] and q[1] else '-'
+        row(p, q, f'{r_rss} | {r_load} |')
+EOF
+{
+  echo
+  echo "Commands (every run, in order, also in $out/commands.txt):"
+  echo
+  echo '```'
+  awk '!seen[$0]++' "$out/commands.txt"
+  echo '```'
+} >> "$out/report.md"
+cat "$out/report.md"
