@@ -19,7 +19,10 @@ use bitnet_kernels::float::{self, QK8_0, RowFormat};
 use bitnet_kernels::{AlignedVec, BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
 use super::linear::{Linear, LinearKind, padded};
-use super::{Blob, FloatRows, HeadMode, Layer, LoadMode, LoadOptions, LoadStats, Model, Store};
+use super::{
+    Blob, FloatRows, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats, Model, Store,
+    WeightMemory,
+};
 use crate::config::{self, ActBits, ModelConfig, Proj};
 use crate::error::CoreError;
 use crate::threadpool::physical_core_count;
@@ -260,6 +263,78 @@ fn requantize_q8(
     out
 }
 
+/// The weight bytes of a loaded model by where they live (see [`WeightMemory`]).
+fn weight_memory(
+    layers: &[Layer],
+    output_norm: &[f32],
+    store: &Store,
+    embed: &FloatRows,
+    head: &FloatRows,
+) -> WeightMemory {
+    let norm_floats: usize = layers
+        .iter()
+        .map(|l| {
+            l.attn_norm.len()
+                + l.ffn_norm.len()
+                + l.attn_sub_norm.as_ref().map_or(0, Vec::len)
+                + l.ffn_sub_norm.as_ref().map_or(0, Vec::len)
+        })
+        .sum::<usize>()
+        + output_norm.len();
+    let linears = || layers.iter().flat_map(|l| l.linears());
+    let repacked = linears().map(|lin| lin.memory_bytes() as u64).sum();
+    let copied = 4 * norm_floats as u64 + store.owned.iter().map(|o| o.len() as u64).sum::<u64>();
+    // Mapped ranges read whole every token (a range shared by two users counts once) ...
+    let mut streamed: Vec<&Range<usize>> = Vec::new();
+    let float_blobs = linears().filter_map(|lin| match &lin.kind {
+        LinearKind::Float { blob, .. } => Some(blob),
+        _ => None,
+    });
+    for b in std::iter::once(&head.blob).chain(float_blobs) {
+        if let Blob::File(r) = b
+            && !streamed.contains(&r)
+        {
+            streamed.push(r);
+        }
+    }
+    // ... and the embedding, if it is read only by row.
+    let by_row = match &embed.blob {
+        Blob::File(r) if !streamed.contains(&r) => r.len() as u64,
+        _ => 0,
+    };
+    WeightMemory {
+        repacked,
+        copied,
+        mapped: streamed.iter().map(|r| r.len() as u64).sum(),
+        mapped_by_row: by_row,
+    }
+}
+
+/// The clock of [`Model::load`]'s steps.
+struct Phases {
+    last: Instant,
+    done: Vec<LoadPhase>,
+}
+
+impl Phases {
+    fn start() -> Self {
+        Phases {
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Ends step `name` (begun when the previous one ended).
+    fn end(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.done.push(LoadPhase {
+            name,
+            secs: (now - self.last).as_secs_f64(),
+        });
+        self.last = now;
+    }
+}
+
 /// Locks `bytes` in memory.
 fn mlock(bytes: &[u8], path: &Path) -> Result<(), CoreError> {
     if bytes.is_empty() {
@@ -297,6 +372,7 @@ impl Model {
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model, CoreError> {
         let path = path.as_ref();
         let t0 = Instant::now();
+        let mut phases = Phases::start();
         let isa = match opts.isa {
             Some(i) => i.require()?,
             None => Isa::from_env()?,
@@ -317,6 +393,7 @@ impl Model {
             Err(e) => return Err(e.into()),
         };
         let cfg = ModelConfig::from_gguf(&file)?;
+        phases.end("open");
         let md = file.metadata();
         let tokenizer = if md.contains("tokenizer.ggml.model") {
             Some(Tokenizer::from_metadata(md)?)
@@ -334,8 +411,11 @@ impl Model {
             });
         }
 
+        phases.end("tokenizer");
+
         let e = cfg.n_embd;
         let mut linears = load_linears(&file, &cfg, threads)?.into_iter();
+        phases.end("repack");
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for l in 0..cfg.n_layer {
             let mut next = || {
@@ -387,6 +467,8 @@ impl Model {
             return Err(bad(config::OUTPUT, "shape does not match the config"));
         }
 
+        phases.end("norms");
+
         let mut embed_blob = embed.blob.clone();
         let mut store = Store {
             file: None,
@@ -409,6 +491,7 @@ impl Model {
                 cols: head.cols,
                 row_bytes: RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0),
             };
+            phases.end("head_q8");
         }
 
         // Without a map, copy out what is still read from the file and drop its buffer.
@@ -455,6 +538,7 @@ impl Model {
                 }
             }
             drop(file);
+            phases.end("copy_out");
         } else {
             drop(blobs);
             store.file = Some(file);
@@ -475,29 +559,24 @@ impl Model {
             } else {
                 mlockall(path)?;
             }
+            phases.end("mlock");
         }
 
-        let norm_floats: usize = layers
-            .iter()
-            .map(|l| {
-                l.attn_norm.len()
-                    + l.ffn_norm.len()
-                    + l.attn_sub_norm.as_ref().map_or(0, Vec::len)
-                    + l.ffn_sub_norm.as_ref().map_or(0, Vec::len)
-            })
-            .sum::<usize>()
-            + output_norm.len();
-        let weight_bytes = layers
-            .iter()
-            .flat_map(|l| l.linears())
-            .map(|lin| lin.memory_bytes() as u64)
-            .sum::<u64>()
-            + 4 * norm_floats as u64
-            + store.owned.iter().map(|o| o.len() as u64).sum::<u64>();
+        let memory = weight_memory(&layers, &output_norm, &store, &embed, &head);
+        let weight_bytes = memory.repacked + memory.copied;
+        let mut phase_list = phases.done;
+        let load_secs = t0.elapsed().as_secs_f64();
+        let rest = load_secs - phase_list.iter().map(|p| p.secs).sum::<f64>();
+        phase_list.push(LoadPhase {
+            name: "other",
+            secs: rest.max(0.0),
+        });
         let stats = LoadStats {
-            load_secs: t0.elapsed().as_secs_f64(),
+            load_secs,
             weight_bytes,
             mapped_bytes,
+            memory,
+            phases: phase_list,
             isa,
             threads,
             head_mode: opts.head,

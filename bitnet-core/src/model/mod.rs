@@ -103,10 +103,47 @@ pub struct LoadStats {
     pub weight_bytes: u64,
     /// Bytes of the file still mapped and read at run time (embedding, head); 0 without mmap.
     pub mapped_bytes: u64,
+    /// Where the weight bytes live, and which of them a run keeps resident.
+    pub memory: WeightMemory,
+    /// Wall time of each step of the load, in order; they add up to `load_secs`.
+    pub phases: Vec<LoadPhase>,
     pub isa: Isa,
     /// Threads the load (repacking) ran on.
     pub threads: usize,
     pub head_mode: HeadMode,
+}
+
+/// One step of [`Model::load`] and its wall time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadPhase {
+    /// `open` (map and parse the header), `tokenizer`, `repack` (ternary and 1-bit
+    /// projections), `norms`, `head_q8` (`--head q8`), `copy_out` (`--no-mmap`), `mlock`.
+    pub name: &'static str,
+    pub secs: f64,
+}
+
+/// The model's weight bytes by where they live. A run keeps resident what it reads whole
+/// every token ([`WeightMemory::in_use`]); an embedding used only for row look-ups (its head
+/// being another tensor, or a re-quantized copy) costs only the rows of the tokens seen while
+/// it stays mapped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightMemory {
+    /// Ternary and 1-bit projections repacked for the kernels (private memory).
+    pub repacked: u64,
+    /// Private copies: f32 norms, a re-quantized head, and with `--no-mmap` every float
+    /// tensor copied out of the file.
+    pub copied: u64,
+    /// Mapped bytes read whole every token (a head or float projections used in place).
+    pub mapped: u64,
+    /// Mapped bytes read a row at a time (the embedding when the head is not it).
+    pub mapped_by_row: u64,
+}
+
+impl WeightMemory {
+    /// Bytes of weights a run reads whole, so keeps resident: repacked + copied + mapped.
+    pub fn in_use(&self) -> u64 {
+        self.repacked + self.copied + self.mapped
+    }
 }
 
 /// Bytes the model keeps from the file, either as a view into the open file (mmap) or as an
