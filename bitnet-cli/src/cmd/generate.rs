@@ -273,7 +273,11 @@ pub fn run(args: Args) -> Result<()> {
         note!("{}", load_figures::phases_line(load, engine_secs));
         note!(
             "{}",
-            load_figures::memory_line(&load.memory, sched.engine().kv_stats().pool.bytes)
+            load_figures::memory_line(
+                &load.memory,
+                sched.engine().kv_stats().pool.bytes,
+                peak_rss()
+            )
         );
     } else if let Some(h) = &entropy {
         note!("{h}");
