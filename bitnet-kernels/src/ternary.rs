@@ -352,7 +352,13 @@ impl TernaryMatrix {
         let mut data = AlignedVec::<u8>::zeroed_huge(groups * group_bytes);
         let mut bad = 0u8;
         for (g, group) in data.chunks_exact_mut(group_bytes).enumerate() {
+            // A group's rows are one contiguous run of the source, read as four streams.
+            let run = g * ROW_GROUP * row_bytes;
             for (b, quad) in group.chunks_exact_mut(ROW_GROUP * BLOCK_BYTES).enumerate() {
+                // Four lines of source per block, so the run ahead is fetched at the pace
+                // it is read (the 2B-4T's 521 MB on one thread, source in the page cache:
+                // 0.40 -> 0.34 s, medians).
+                prefetch_lines(bytes, run + b * ROW_GROUP * BLOCK_BYTES + I2S_PREFETCH, 4);
                 for (i, dst) in quad.chunks_exact_mut(BLOCK_BYTES).enumerate() {
                     let dst: &mut [u8; BLOCK_BYTES] = dst.try_into().expect("64 bytes");
                     let r = g * ROW_GROUP + i;
@@ -451,6 +457,29 @@ impl TernaryMatrix {
         let padding = stored - (self.rows * self.cols) as u64;
         [h[0], h[1] - padding, h[2]]
     }
+}
+
+/// How far ahead of the block being repacked the I2_S source is prefetched: the hardware
+/// prefetchers stop at each 4 KiB page, and page-cache pages are read straight from DRAM.
+const I2S_PREFETCH: usize = 2048;
+
+/// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched.
+#[inline(always)]
+fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for k in 0..n {
+        if let Some(p) = bytes.get(at + 64 * k) {
+            // SAFETY: prefetching reads nothing into the program and cannot fault; SSE is
+            // part of the x86-64 baseline; the address is inside `bytes`.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    std::ptr::from_ref(p).cast(),
+                )
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at, n);
 }
 
 /// Raw dots `out[i] = sum_c code(rows.start + i, c) * q[c]` over 256-blocks `blocks`.
