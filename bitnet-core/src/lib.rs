@@ -24,6 +24,6 @@ pub mod tokenizer;
 
 pub use error::CoreError;
 pub use model::{
-    Engine, EngineOptions, GenStats, HeadMode, LoadMode, LoadOptions, LoadStats, Model, Profile,
-    SeqId, Session, StopReason, generate,
+    Engine, EngineOptions, GenStats, HeadMode, LoadMode, LoadOptions, LoadPhase, LoadStats, Model,
+    Profile, SeqId, Session, StopReason, WeightMemory, generate,
 };

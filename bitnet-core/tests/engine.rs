@@ -508,3 +508,57 @@ fn q8_kv_cache_matches_f16_closely_and_prefill_equals_decode() {
     assert!(e <= KV_Q8_REL_L2_TOL && e > 0.0, "q8 vs f16 KV: rel-L2 {e}");
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn weight_memory_adds_up_and_says_where_the_bytes_live() {
+    // Tied F16 embedding/head, ternary projections: the head is read in place, re-quantized
+    // (then the mapped embedding is read only by row), or copied out with the embedding.
+    let path = model_path(&preset("tiny"), "weight-memory");
+    let file = bitnet_gguf::GgufFile::open(&path, bitnet_gguf::LoadMode::Mmap).unwrap();
+    let embd = file.tensor("token_embd.weight").unwrap();
+    let (embd_bytes, rows, cols) = (embd.n_bytes, embd.rows(), embd.row_len());
+    let q8_head = rows * (cols / 32 * 34);
+    drop(file);
+    for (mode, head) in [
+        (LoadMode::Mmap, HeadMode::Native),
+        (LoadMode::Mmap, HeadMode::Q8),
+        (LoadMode::Read, HeadMode::Native),
+        (LoadMode::Read, HeadMode::Q8),
+    ] {
+        let model = common::setup::load(
+            &path,
+            &common::setup::Opts {
+                mode,
+                head,
+                ..opts(1)
+            },
+        )
+        .unwrap();
+        let st = model.load_stats();
+        let m = st.memory;
+        let case = format!("{mode:?} {head:?}: {m:?}");
+        assert_eq!(m.in_use(), m.repacked + m.copied + m.mapped, "{case}");
+        assert_eq!(st.weight_bytes, m.repacked + m.copied, "{case}");
+        assert!(m.repacked > 0, "{case}");
+        let head_copy = if head == HeadMode::Q8 { q8_head } else { 0 };
+        let (mapped, by_row, copied_floats) = match (mode, head) {
+            (LoadMode::Mmap, HeadMode::Native) => (embd_bytes, 0, 0),
+            (LoadMode::Mmap, HeadMode::Q8) => (0, embd_bytes, q8_head),
+            (LoadMode::Read, _) => (0, 0, embd_bytes + head_copy),
+        };
+        assert_eq!((m.mapped, m.mapped_by_row), (mapped, by_row), "{case}");
+        // Beside the float copies, only the f32 norms are copied.
+        let norms = m.copied - copied_floats;
+        assert!(norms > 0 && norms < m.repacked, "{case}");
+        // The steps not run beside another add up to the load time.
+        let steps: f64 = st.phases.iter().filter(|p| !p.beside).map(|p| p.secs).sum();
+        assert!(
+            (steps - st.load_secs).abs() < 1e-6,
+            "{case}: {:?}",
+            st.phases
+        );
+        for name in ["open", "repack", "tokenizer"] {
+            assert!(st.phases.iter().any(|p| p.name == name), "{case}: {name}");
+        }
+    }
+}

@@ -125,10 +125,25 @@ impl GgufFile {
 
     /// [`GgufFile::release_tensor_pages`] for any byte range of the file (clamped to it).
     pub fn release_pages(&self, range: std::ops::Range<usize>) {
-        let len = self.storage.bytes().len();
-        let (s, e) = (range.start.min(len), range.end.min(len));
-        if s < e {
-            self.storage.release(s..e);
+        release_clamped(&self.storage, range);
+    }
+
+    /// Tells the OS that `range` of a map (clamped to the file) will be read a row here and
+    /// there (an embedding looked up by token), not streamed: a read then brings in just
+    /// the pages it touches (`MADV_RANDOM`: no read-around; `MADV_NOHUGEPAGE`: no 2 MiB
+    /// mapping of a large page-cache folio), so the pages a run keeps resident stay close
+    /// to the rows it read. A hint about memory, never about contents; a no-op for an owned
+    /// buffer or where the OS refuses.
+    pub fn advise_rows(&self, range: std::ops::Range<usize>) {
+        advise_rows_clamped(&self.storage, range);
+    }
+
+    /// Keeps only the file's bytes, dropping the parsed header (every metadata value and
+    /// tensor name): what a loaded model still reads once it has built what it needs from
+    /// the header (a tokenizer's vocabulary alone is 128k strings, several MiB).
+    pub fn into_data(self) -> FileData {
+        FileData {
+            storage: self.storage,
         }
     }
 
@@ -187,6 +202,51 @@ impl GgufFile {
             .max()
             .unwrap_or(self.header_len);
         self.file_size() == end.next_multiple_of(self.alignment)
+    }
+}
+
+/// The bytes of a GGUF file without its parsed header ([`GgufFile::into_data`]), with the
+/// same memory hints as [`GgufFile`].
+#[derive(Debug)]
+pub struct FileData {
+    storage: Storage,
+}
+
+impl FileData {
+    /// The whole file's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+
+    /// Whether the bytes are memory-mapped.
+    pub fn is_mmap(&self) -> bool {
+        self.storage.is_mmap()
+    }
+
+    /// See [`GgufFile::release_pages`].
+    pub fn release_pages(&self, range: std::ops::Range<usize>) {
+        release_clamped(&self.storage, range);
+    }
+
+    /// See [`GgufFile::advise_rows`].
+    pub fn advise_rows(&self, range: std::ops::Range<usize>) {
+        advise_rows_clamped(&self.storage, range);
+    }
+}
+
+fn release_clamped(storage: &Storage, range: std::ops::Range<usize>) {
+    let len = storage.bytes().len();
+    let (s, e) = (range.start.min(len), range.end.min(len));
+    if s < e {
+        storage.release(s..e);
+    }
+}
+
+fn advise_rows_clamped(storage: &Storage, range: std::ops::Range<usize>) {
+    let len = storage.bytes().len();
+    let (s, e) = (range.start.min(len), range.end.min(len));
+    if s < e {
+        storage.advise_rows(s..e);
     }
 }
 

@@ -50,7 +50,7 @@ mod value;
 mod writer;
 
 pub use error::GgufError;
-pub use file::{GgufFile, LoadMode};
+pub use file::{FileData, GgufFile, LoadMode};
 pub use metadata::Metadata;
 pub use parse::MAGIC;
 pub use tensor::{MAX_DIMS, TensorInfo};

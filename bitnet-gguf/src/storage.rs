@@ -147,6 +147,20 @@ impl Storage {
         let _ = range;
     }
 
+    /// `MADV_RANDOM` and `MADV_NOHUGEPAGE` on `range` of a map (see
+    /// `GgufFile::advise_rows`); nothing for an owned buffer. Both only change how pages
+    /// are brought in and mapped, never what a read returns.
+    pub(crate) fn advise_rows(&self, range: std::ops::Range<usize>) {
+        #[cfg(target_os = "linux")]
+        if let Storage::Mmap(m) = self {
+            for advice in [memmap2::Advice::Random, memmap2::Advice::NoHugePage] {
+                let _ = m.advise_range(advice, range.start, range.len());
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = range;
+    }
+
     pub(crate) fn is_mmap(&self) -> bool {
         matches!(self, Storage::Mmap(_))
     }

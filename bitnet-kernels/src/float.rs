@@ -18,6 +18,7 @@ pub mod kv;
 mod kv_x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod qrows_x86;
+mod requant;
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -30,6 +31,7 @@ pub use formats::{
     dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
 };
 pub use kv::{KvQuant, QK_KV, attn_scores_kv, attn_weighted_sum_kv, kv_dequantize, kv_quantize};
+pub use requant::requantize_row_q8_0;
 pub use scalar::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 /// Error budget of an f32 dot product of `n` terms, against the exact (f64) value:

@@ -108,6 +108,27 @@ pub fn unpack_i2s(bytes: &[u8], n: usize, trits: &mut [i8]) -> Result<f32, Kerne
     Ok(scale)
 }
 
+/// Two consecutive I2_S blocks (256 values, 64 bytes) in the repacked block layout of
+/// [`crate::ternary`] (byte `i` holds the codes of values `i`, `64 + i`, `128 + i`,
+/// `192 + i` at bits 0, 2, 4, 6). The codes are the same (`w + 1`) in both layouts, so this
+/// only moves bit pairs: value `j < 128` of the first block sits in byte `j % 32` at bit
+/// `6 - 2 (j / 32)`, so output byte `i < 32` takes bits 6 and 2 of input byte `i` of each
+/// block, and output byte `32 + i` bits 4 and 0. Returns the OR over all bit pairs of
+/// `code == 3` markers (`0` when every code is valid; the caller finds the culprit).
+#[inline]
+pub(crate) fn i2s_pair_to_repacked(src: &[u8; 64], dst: &mut [u8; 64]) -> u8 {
+    let (a, b) = src.split_at(32);
+    let (lo, hi) = dst.split_at_mut(32);
+    let mut bad = 0u8;
+    for i in 0..32 {
+        let (x, y) = (a[i], b[i]);
+        lo[i] = (x >> 6) | (x & 0x0c) | ((y >> 2) & 0x30) | ((y << 4) & 0xc0);
+        hi[i] = ((x >> 4) & 0x03) | ((x << 2) & 0x0c) | (y & 0x30) | (y << 6);
+        bad |= (x & (x >> 1)) | (y & (y >> 1));
+    }
+    bad & 0x55
+}
+
 /// Encodes trits (row-major, length a multiple of 256) as TQ2_0 blocks, each with scale `d`.
 pub fn pack_tq2_0(trits: &[i8], d: f32) -> Result<Vec<u8>, KernelError> {
     tq_len_check("TQ2_0", trits.len())?;

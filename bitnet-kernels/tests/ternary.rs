@@ -233,6 +233,40 @@ fn file_layouts_round_trip() {
 }
 
 #[test]
+fn i2s_whole_blocks_repack_like_the_trits() {
+    // Rows of whole 256-blocks take I2_S's bit-moving path; it must give the bytes the
+    // trit-by-trit path gives, padding rows (rows % 4 != 0) included.
+    let mut rng = StdRng::seed_from_u64(11);
+    for (rows, cols) in [(1, 256), (3, 512), (4, 768), (13, 2560), (6, 6912)] {
+        let trits = rand_trits(&mut rng, rows * cols);
+        let i2s = pack_i2s(&trits, 0.25).unwrap();
+        let fast = TernaryMatrix::from_source(TernarySource::I2S(&i2s), rows, cols).unwrap();
+        let slow = TernaryMatrix::from_trits(&trits, rows, cols, 0.25).unwrap();
+        assert_eq!(fast.packed_bytes(), slow.packed_bytes(), "{rows}x{cols}");
+        assert_eq!(fast.tensor_scale(), Some(0.25));
+    }
+}
+
+#[test]
+fn i2s_bad_code_is_reported_where_it_is() {
+    // Code 3 in the first, a middle and the last value of a whole-block (fast path) matrix
+    // and of one that is not (the general path): the same typed error with the value's index either way.
+    for (rows, cols) in [(5, 512), (3, 384)] {
+        let n = rows * cols;
+        for j in [0, n / 2 + 37, n - 1] {
+            let mut b = pack_i2s(&vec![0; n], 1.0).unwrap();
+            let (blk, k) = (j / 128, j % 128);
+            b[blk * 32 + k % 32] |= 3 << (6 - 2 * (k / 32));
+            let e = TernaryMatrix::from_source(TernarySource::I2S(&b), rows, cols).unwrap_err();
+            assert!(
+                matches!(e, KernelError::BadWeight { index, value: 2, .. } if index == j),
+                "{rows}x{cols} value {j}: {e:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn tq_per_block_scales_and_zero_blocks() {
     let mut rng = StdRng::seed_from_u64(5);
     let (rows, cols) = (9, 1024);

@@ -22,6 +22,7 @@ use super::bench::{peak_rss, profile_table};
 use super::common::{ModelArgs, load_model};
 use super::context_args::ContextArgs;
 use super::limits::{check_context, prompt_too_long};
+use super::load_figures;
 use super::prompt::PromptArgs;
 use crate::output::{human_bytes, note};
 
@@ -64,7 +65,8 @@ pub struct Args {
     pub attn_entropy: AttnEntropyArgs,
     /// Also print the run's health figures: the 3-gram repetition rate of the answer,
     /// positions removed by a context shift or window, the KV pool's blocks, and with
-    /// --attn-entropy the attention entropy by layer.
+    /// --attn-entropy the attention entropy by layer; then where the load's time went and
+    /// where the weights live (`memory: weights in use ... MiB, KV ... MiB`).
     #[arg(short = 'v', long)]
     pub verbose: bool,
     #[command(flatten)]
@@ -213,7 +215,9 @@ pub fn run(args: Args) -> Result<()> {
     if prompt_tokens.len() >= n_ctx && !args.context.shifts() {
         return Err(prompt_too_long(prompt_tokens.len(), n_ctx));
     }
+    let engine_t0 = std::time::Instant::now();
     let mut engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    let engine_secs = engine_t0.elapsed().as_secs_f64();
     engine.set_profiling(args.profile);
     let threads = engine.threads();
     let mut sched = Scheduler::new(engine, SchedulerOptions::default());
@@ -266,6 +270,15 @@ pub fn run(args: Args) -> Result<()> {
             line.push_str(h);
         }
         note!("{line}");
+        note!("{}", load_figures::phases_line(load, engine_secs));
+        note!(
+            "{}",
+            load_figures::memory_line(
+                &load.memory,
+                sched.engine().kv_stats().pool.bytes,
+                peak_rss()
+            )
+        );
     } else if let Some(h) = &entropy {
         note!("{h}");
     }

@@ -9,6 +9,7 @@ pub mod gen_model;
 pub mod generate;
 pub mod inspect;
 pub mod limits;
+pub mod load_figures;
 pub mod logits;
 pub mod perplexity;
 pub mod perplexity_window;

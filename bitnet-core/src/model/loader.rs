@@ -1,7 +1,10 @@
 //! Loading a GGUF into a [`Model`]: the config is read and checked first (a clear error
 //! before any weight byte is touched), then the ternary and 1-bit projections are repacked
-//! into the kernels' layouts (in parallel), norms copied, and the embedding and head kept as
-//! views of the file map (or copied out of the read buffer, which is then dropped).
+//! into the kernels' layouts (tensors in parallel, the tokenizer built beside them), norms
+//! copied, the head re-quantized if asked (`load_steps.rs`), and the embedding and head kept
+//! as views of the file map (or copied out, and the map dropped). Every source page that is
+//! not read again is given back as soon as possible, so the resident set stays near the
+//! weights in use ([`WeightMemory`]); each step's time is kept in [`LoadStats::phases`].
 //!
 //! `--mlock` is the one `unsafe` here (`mlock(2)` / `mlockall(2)` take raw addresses).
 
@@ -15,11 +18,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bitnet_gguf::{GgufFile, TensorInfo, TensorType};
-use bitnet_kernels::float::{self, QK8_0, RowFormat};
-use bitnet_kernels::{AlignedVec, BinaryMatrix, Isa, TernaryMatrix, TernarySource};
+use bitnet_kernels::float::{QK8_0, RowFormat};
+use bitnet_kernels::{BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
 use super::linear::{Linear, LinearKind, padded};
-use super::{Blob, FloatRows, HeadMode, Layer, LoadMode, LoadOptions, LoadStats, Model, Store};
+use super::load_steps::{copy_out, requantize_q8};
+use super::{
+    Blob, FloatRows, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats, Model, Store,
+    WeightMemory,
+};
 use crate::config::{self, ActBits, ModelConfig, Proj};
 use crate::error::CoreError;
 use crate::threadpool::physical_core_count;
@@ -79,6 +86,9 @@ fn f32_vec(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, CoreErro
     if let Some(i) = v.iter().position(|x| !x.is_finite()) {
         return Err(bad(name, format!("value {i} is not finite ({})", v[i])));
     }
+    // Copied: the mapped pages (a norm sits between two projections, and a read may map a
+    // large page-cache folio around it) need not stay resident.
+    file.release_tensor_pages(t);
     Ok(v)
 }
 
@@ -225,39 +235,95 @@ fn load_linears(
     done.into_iter().map(|(_, r)| r).collect()
 }
 
-/// The head re-quantized to Q8_0 rows (parallel over rows). `release(range)` is told each
-/// source byte range (relative to `src`) once it is converted, so a mapped source need not
-/// stay resident beside its copy.
-fn requantize_q8(
-    src: &[u8],
+/// The weight bytes of a loaded model by where they live (see [`WeightMemory`]).
+fn weight_memory(
+    layers: &[Layer],
+    output_norm: &[f32],
+    store: &Store,
+    embed: &FloatRows,
     head: &FloatRows,
-    threads: usize,
-    release: &(dyn Fn(Range<usize>) + Sync),
-) -> AlignedVec<u8> {
-    let q8_rb = RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0);
-    let mut out = AlignedVec::<u8>::zeroed(head.rows * q8_rb);
-    let per = head.rows.div_ceil(threads.max(1)).max(1);
-    std::thread::scope(|s| {
-        for (c, dst) in out.chunks_mut(per * q8_rb).enumerate() {
-            s.spawn(move || {
-                let mut row = vec![0.0f32; head.cols];
-                const RELEASE_ROWS: usize = 1024;
-                let first = c * per;
-                let n = dst.len() / q8_rb.max(1);
-                for (j, q) in dst.chunks_exact_mut(q8_rb).enumerate() {
-                    let r = first + j;
-                    let b = &src[r * head.row_bytes..(r + 1) * head.row_bytes];
-                    float::dequantize_row(head.fmt, b, &mut row);
-                    float::quantize_row_q8_0(&row, q);
-                    if (j + 1) % RELEASE_ROWS == 0 || j + 1 == n {
-                        let from = first + (j + 1 - ((j % RELEASE_ROWS) + 1));
-                        release(from * head.row_bytes..(r + 1) * head.row_bytes);
-                    }
-                }
-            });
+) -> WeightMemory {
+    let norm_floats: usize = layers
+        .iter()
+        .map(|l| {
+            l.attn_norm.len()
+                + l.ffn_norm.len()
+                + l.attn_sub_norm.as_ref().map_or(0, Vec::len)
+                + l.ffn_sub_norm.as_ref().map_or(0, Vec::len)
+        })
+        .sum::<usize>()
+        + output_norm.len();
+    let linears = || layers.iter().flat_map(|l| l.linears());
+    let repacked = linears().map(|lin| lin.memory_bytes() as u64).sum();
+    let copied = 4 * norm_floats as u64 + store.owned.iter().map(|o| o.len() as u64).sum::<u64>();
+    // Mapped ranges read whole every token, and the embedding if it is read only by row.
+    let streamed = blobs_read_whole(layers, head);
+    let by_row = match &embed.blob {
+        Blob::File(r) if !streamed.contains(r) => r.len() as u64,
+        _ => 0,
+    };
+    WeightMemory {
+        repacked,
+        copied,
+        mapped: streamed.iter().map(|r| r.len() as u64).sum(),
+        mapped_by_row: by_row,
+    }
+}
+
+/// The file ranges read whole every token: the head and float projections used in place
+/// (each range once, however many users it has).
+fn blobs_read_whole(layers: &[Layer], head: &FloatRows) -> Vec<Range<usize>> {
+    let float_blobs = layers
+        .iter()
+        .flat_map(|l| l.linears())
+        .filter_map(|lin| match &lin.kind {
+            LinearKind::Float { blob, .. } => Some(blob),
+            _ => None,
+        });
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for b in std::iter::once(&head.blob).chain(float_blobs) {
+        if let Blob::File(r) = b
+            && !out.contains(r)
+        {
+            out.push(r.clone());
         }
-    });
+    }
     out
+}
+
+/// The clock of [`Model::load`]'s steps.
+struct Phases {
+    last: Instant,
+    done: Vec<LoadPhase>,
+}
+
+impl Phases {
+    fn start() -> Self {
+        Phases {
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Ends step `name` (begun when the previous one ended).
+    fn end(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.done.push(LoadPhase {
+            name,
+            secs: (now - self.last).as_secs_f64(),
+            beside: false,
+        });
+        self.last = now;
+    }
+
+    /// Records step `name` that took `secs` on its own thread beside the next step.
+    fn beside(&mut self, name: &'static str, secs: f64) {
+        self.done.push(LoadPhase {
+            name,
+            secs,
+            beside: true,
+        });
+    }
 }
 
 /// Locks `bytes` in memory.
@@ -297,6 +363,7 @@ impl Model {
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model, CoreError> {
         let path = path.as_ref();
         let t0 = Instant::now();
+        let mut phases = Phases::start();
         let isa = match opts.isa {
             Some(i) => i.require()?,
             None => Isa::from_env()?,
@@ -317,12 +384,10 @@ impl Model {
             Err(e) => return Err(e.into()),
         };
         let cfg = ModelConfig::from_gguf(&file)?;
+        // The header is parsed into owned values: its pages are not read again.
+        file.release_pages(0..usize::try_from(file.data_offset()).unwrap_or(usize::MAX));
+        phases.end("open");
         let md = file.metadata();
-        let tokenizer = if md.contains("tokenizer.ggml.model") {
-            Some(Tokenizer::from_metadata(md)?)
-        } else {
-            None
-        };
         let chat_template = md
             .get("tokenizer.chat_template")
             .and_then(|v| v.as_str())
@@ -334,8 +399,32 @@ impl Model {
             });
         }
 
+        // The tokenizer (hash maps over the whole vocabulary, one thread's work) is built on
+        // a thread of its own while the projections are repacked; its error, if any, is
+        // still the one reported first.
+        let (tokenizer, linears) = std::thread::scope(|s| {
+            let tok = s.spawn(|| {
+                let t = Instant::now();
+                let tok = if md.contains("tokenizer.ggml.model") {
+                    Tokenizer::from_metadata(md).map(Some)
+                } else {
+                    Ok(None)
+                };
+                (tok, t.elapsed().as_secs_f64())
+            });
+            let linears = load_linears(&file, &cfg, threads);
+            (tok.join(), linears)
+        });
+        let (tokenizer, tok_secs) = match tokenizer {
+            Ok(t) => t,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        let tokenizer = tokenizer?;
+        let mut linears = linears?.into_iter();
+        phases.beside("tokenizer", tok_secs);
+        phases.end("repack");
+
         let e = cfg.n_embd;
-        let mut linears = load_linears(&file, &cfg, threads)?.into_iter();
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for l in 0..cfg.n_layer {
             let mut next = || {
@@ -387,6 +476,8 @@ impl Model {
             return Err(bad(config::OUTPUT, "shape does not match the config"));
         }
 
+        phases.end("norms");
+
         let mut embed_blob = embed.blob.clone();
         let mut store = Store {
             file: None,
@@ -400,7 +491,7 @@ impl Model {
             // the tokens seen are (a tied head), so its pages need not stay resident.
             let base = r.start;
             let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
-            let q8 = requantize_q8(&file.as_bytes()[r.clone()], &head, threads, &release);
+            let q8 = requantize_q8(isa, &file.as_bytes()[r.clone()], &head, threads, &release);
             store.owned.push(q8);
             head = FloatRows {
                 fmt: RowFormat::Q8_0,
@@ -409,6 +500,7 @@ impl Model {
                 cols: head.cols,
                 row_bytes: RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0),
             };
+            phases.end("head_q8");
         }
 
         // Without a map, copy out what is still read from the file and drop its buffer.
@@ -439,14 +531,11 @@ impl Model {
             for r in &kept {
                 // Copied a slice at a time, each slice's map pages released once copied, so
                 // the copy and its source are never both whole in memory.
-                let mut owned = AlignedVec::<u8>::zeroed(r.len());
-                const SLICE: usize = 32 << 20;
-                for (i, dst) in owned.chunks_mut(SLICE).enumerate() {
-                    let src = r.start + i * SLICE..r.start + i * SLICE + dst.len();
-                    dst.copy_from_slice(&file.as_bytes()[src.clone()]);
-                    file.release_pages(src);
-                }
-                store.owned.push(owned);
+                let base = r.start;
+                let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
+                store
+                    .owned
+                    .push(copy_out(&file.as_bytes()[r.clone()], threads, &release));
             }
             for b in blobs {
                 if let Blob::File(r) = &*b {
@@ -455,9 +544,30 @@ impl Model {
                 }
             }
             drop(file);
+            phases.end("copy_out");
         } else {
             drop(blobs);
-            store.file = Some(file);
+            // Pages read while loading can still be mapped: read-around while one tensor was
+            // read mapped some of its neighbour's, released just before. One last sweep
+            // releases everything but what is read whole from now on.
+            let mut whole: Vec<Range<usize>> = blobs_read_whole(&layers, &head);
+            whole.sort_by_key(|r| r.start);
+            let mut at = 0;
+            for r in &whole {
+                file.release_pages(at..r.start);
+                at = at.max(r.end);
+            }
+            file.release_pages(at..usize::MAX);
+            // An embedding read only a row per token (the head is another tensor or a
+            // re-quantized copy): each look-up should bring in just the pages of its row.
+            if let Blob::File(r) = &embed_blob
+                && !whole.contains(r)
+            {
+                file.advise_rows(r.clone());
+            }
+            // What the model reads from now on is the bytes; the parsed header (metadata,
+            // tensor names) is dropped.
+            store.file = Some(file.into_data());
         }
         let embed = FloatRows {
             blob: embed_blob,
@@ -475,29 +585,29 @@ impl Model {
             } else {
                 mlockall(path)?;
             }
+            phases.end("mlock");
         }
 
-        let norm_floats: usize = layers
+        let memory = weight_memory(&layers, &output_norm, &store, &embed, &head);
+        let weight_bytes = memory.repacked + memory.copied;
+        let mut phase_list = phases.done;
+        let load_secs = t0.elapsed().as_secs_f64();
+        let timed: f64 = phase_list
             .iter()
-            .map(|l| {
-                l.attn_norm.len()
-                    + l.ffn_norm.len()
-                    + l.attn_sub_norm.as_ref().map_or(0, Vec::len)
-                    + l.ffn_sub_norm.as_ref().map_or(0, Vec::len)
-            })
-            .sum::<usize>()
-            + output_norm.len();
-        let weight_bytes = layers
-            .iter()
-            .flat_map(|l| l.linears())
-            .map(|lin| lin.memory_bytes() as u64)
-            .sum::<u64>()
-            + 4 * norm_floats as u64
-            + store.owned.iter().map(|o| o.len() as u64).sum::<u64>();
+            .filter(|p| !p.beside)
+            .map(|p| p.secs)
+            .sum();
+        phase_list.push(LoadPhase {
+            name: "other",
+            secs: (load_secs - timed).max(0.0),
+            beside: false,
+        });
         let stats = LoadStats {
-            load_secs: t0.elapsed().as_secs_f64(),
+            load_secs,
             weight_bytes,
             mapped_bytes,
+            memory,
+            phases: phase_list,
             isa,
             threads,
             head_mode: opts.head,
@@ -515,5 +625,42 @@ impl Model {
             isa,
             stats,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{SynthSpec, write_model};
+
+    #[test]
+    fn repacked_bytes_do_not_depend_on_the_thread_count() {
+        for ty in [TensorType::I2_S, TensorType::TQ2_0, TensorType::TQ1_0] {
+            let spec = SynthSpec {
+                n_vocab: 300,
+                weight_type: ty,
+                ..SynthSpec::preset("tiny").unwrap()
+            };
+            let path = bitnet_test_scratch::fresh_dir("loader").join("m.gguf");
+            write_model(&spec, &path, |_, _| {}).unwrap();
+            let file = GgufFile::open(&path, bitnet_gguf::LoadMode::Mmap).unwrap();
+            let cfg = ModelConfig::from_gguf(&file).unwrap();
+            let bytes = |threads| -> Vec<Vec<u8>> {
+                load_linears(&file, &cfg, threads)
+                    .unwrap()
+                    .iter()
+                    .map(|l| match &l.kind {
+                        LinearKind::Ternary(m) => m.packed_bytes().to_vec(),
+                        _ => panic!("{ty:?} is not repacked as ternary"),
+                    })
+                    .collect()
+            };
+            let serial = bytes(1);
+            assert_eq!(serial.len(), cfg.n_layer * Proj::ALL.len());
+            for threads in [2, 3, 16] {
+                assert!(bytes(threads) == serial, "{ty:?}, {threads} threads");
+            }
+            std::fs::remove_file(&path).ok();
+        }
     }
 }

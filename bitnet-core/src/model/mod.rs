@@ -9,7 +9,8 @@
 //! `par.rs` the parallel building blocks (products, paged attention); `session.rs` one
 //! sequence; `generate.rs` the streaming generation loop over the scheduler;
 //! `profile.rs` the per-op timer; `attn_stats.rs` the optional attention statistics;
-//! `compact.rs` removing positions (shift, evict) and the attention mass eviction ranks by.
+//! `compact.rs` removing positions (shift, evict) and the attention mass eviction ranks by;
+//! `load_steps.rs` the load's parallel byte work (head re-quantization, copies out of the map).
 
 mod attn_stats;
 mod compact;
@@ -17,6 +18,7 @@ mod engine;
 mod forward;
 mod generate;
 mod linear;
+mod load_steps;
 mod loader;
 mod par;
 mod profile;
@@ -24,7 +26,7 @@ mod session;
 
 use std::ops::Range;
 
-use bitnet_gguf::GgufFile;
+use bitnet_gguf::FileData;
 use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{AlignedVec, Isa};
 
@@ -103,10 +105,52 @@ pub struct LoadStats {
     pub weight_bytes: u64,
     /// Bytes of the file still mapped and read at run time (embedding, head); 0 without mmap.
     pub mapped_bytes: u64,
+    /// Where the weight bytes live, and which of them a run keeps resident.
+    pub memory: WeightMemory,
+    /// Wall time of each step of the load, in order; those not [`LoadPhase::beside`]
+    /// another add up to `load_secs`.
+    pub phases: Vec<LoadPhase>,
     pub isa: Isa,
     /// Threads the load (repacking) ran on.
     pub threads: usize,
     pub head_mode: HeadMode,
+}
+
+/// One step of [`Model::load`] and its wall time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadPhase {
+    /// `open` (map and parse the header), `tokenizer`, `repack` (ternary and 1-bit
+    /// projections), `norms`, `head_q8` (`--head q8`), `copy_out` (`--no-mmap`), `mlock`,
+    /// `other` (the rest).
+    pub name: &'static str,
+    pub secs: f64,
+    /// Ran on a thread of its own beside the next step (the tokenizer beside `repack`), so
+    /// not part of the sum that makes up the load time.
+    pub beside: bool,
+}
+
+/// The model's weight bytes by where they live. A run keeps resident what it reads whole
+/// every token ([`WeightMemory::in_use`]); an embedding used only for row look-ups (its head
+/// being another tensor, or a re-quantized copy) costs only the rows of the tokens seen while
+/// it stays mapped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WeightMemory {
+    /// Ternary and 1-bit projections repacked for the kernels (private memory).
+    pub repacked: u64,
+    /// Private copies: f32 norms, a re-quantized head, and with `--no-mmap` every float
+    /// tensor copied out of the file.
+    pub copied: u64,
+    /// Mapped bytes read whole every token (a head or float projections used in place).
+    pub mapped: u64,
+    /// Mapped bytes read a row at a time (the embedding when the head is not it).
+    pub mapped_by_row: u64,
+}
+
+impl WeightMemory {
+    /// Bytes of weights a run reads whole, so keeps resident: repacked + copied + mapped.
+    pub fn in_use(&self) -> u64 {
+        self.repacked + self.copied + self.mapped
+    }
 }
 
 /// Bytes the model keeps from the file, either as a view into the open file (mmap) or as an
@@ -120,7 +164,8 @@ pub(crate) enum Blob {
 /// The storage [`Blob`]s point into.
 #[derive(Debug)]
 pub(crate) struct Store {
-    pub(crate) file: Option<GgufFile>,
+    /// The file's bytes while the model reads them in place (mmap mode).
+    pub(crate) file: Option<FileData>,
     pub(crate) owned: Vec<AlignedVec<u8>>,
 }
 
@@ -248,10 +293,5 @@ impl Model {
 
     pub fn head_mode(&self) -> HeadMode {
         self.head_mode
-    }
-
-    /// The GGUF file, while the model still holds it (mmap mode).
-    pub fn gguf(&self) -> Option<&GgufFile> {
-        self.store.file.as_ref()
     }
 }

@@ -1,0 +1,159 @@
+//! The load's byte work that runs on every core: re-quantizing the head to Q8_0 and copying
+//! what stays in use out of the file map (`--no-mmap`). The output is cut in fixed chunks
+//! handed to the threads as they free up, so the bytes never depend on the thread count,
+//! and each chunk's source pages are released as soon as it is done, so a mapped source
+//! and its copy are never both whole in memory.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use bitnet_kernels::float::{self, RowFormat};
+use bitnet_kernels::{AlignedVec, Isa};
+
+use super::FloatRows;
+
+/// Rows of the head converted per chunk (one release of their source pages each).
+const HEAD_CHUNK_ROWS: usize = 1024;
+/// Bytes copied per chunk.
+const COPY_CHUNK: usize = 16 << 20;
+
+/// Runs `f(k, chunk)` for every `out.chunks_mut(chunk)` (`k` its index) on `threads`
+/// threads, the calling one included; a chunk goes to whichever thread is free first.
+fn par_chunks_mut(
+    out: &mut [u8],
+    chunk: usize,
+    threads: usize,
+    f: &(dyn Fn(usize, &mut [u8]) + Sync),
+) {
+    let queue = Mutex::new(out.chunks_mut(chunk.max(1)).enumerate());
+    let work = || {
+        loop {
+            // The lock is held only to take the next chunk.
+            let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+            let Some((k, c)) = next else { break };
+            f(k, c);
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads.max(1) {
+            s.spawn(work);
+        }
+        work();
+    });
+}
+
+/// The head re-quantized to Q8_0 rows (see `float::requantize_row_q8_0`). `release(range)`
+/// is told each source byte range (relative to `src`) once it is converted.
+pub(crate) fn requantize_q8(
+    isa: Isa,
+    src: &[u8],
+    head: &FloatRows,
+    threads: usize,
+    release: &(dyn Fn(Range<usize>) + Sync),
+) -> AlignedVec<u8> {
+    let q8_rb = RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0);
+    let mut out = AlignedVec::<u8>::zeroed_huge(head.rows * q8_rb);
+    if q8_rb == 0 {
+        return out;
+    }
+    par_chunks_mut(&mut out, HEAD_CHUNK_ROWS * q8_rb, threads, &|k, dst| {
+        let first = k * HEAD_CHUNK_ROWS;
+        let from = first * head.row_bytes..(first + dst.len() / q8_rb) * head.row_bytes;
+        let mut scratch = Vec::new();
+        let rows = src[from.clone()].chunks_exact(head.row_bytes);
+        for (q, b) in dst.chunks_exact_mut(q8_rb).zip(rows) {
+            float::requantize_row_q8_0(isa, head.fmt, b, q, &mut scratch);
+        }
+        release(from);
+    });
+    out
+}
+
+/// An aligned copy of `src`; `release(range)` is told each byte range of `src` once copied.
+pub(crate) fn copy_out(
+    src: &[u8],
+    threads: usize,
+    release: &(dyn Fn(Range<usize>) + Sync),
+) -> AlignedVec<u8> {
+    let mut out = AlignedVec::<u8>::zeroed_huge(src.len());
+    par_chunks_mut(&mut out, COPY_CHUNK, threads, &|k, dst| {
+        let from = k * COPY_CHUNK..k * COPY_CHUNK + dst.len();
+        dst.copy_from_slice(&src[from.clone()]);
+        release(from);
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Blob;
+
+    fn f16_rows(rows: usize, cols: usize) -> (Vec<u8>, FloatRows) {
+        let mut state = 7u64;
+        let bytes: Vec<u8> = (0..rows * cols)
+            .flat_map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let x = state;
+                float::f32_to_f16((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5).to_le_bytes()
+            })
+            .collect();
+        let head = FloatRows {
+            fmt: RowFormat::F16,
+            blob: Blob::File(0..bytes.len()),
+            rows,
+            cols,
+            row_bytes: 2 * cols,
+        };
+        (bytes, head)
+    }
+
+    #[test]
+    fn head_bytes_do_not_depend_on_the_thread_count() {
+        // 2.5 chunks of rows: a short last chunk, more chunks than some thread counts.
+        let (src, head) = f16_rows(HEAD_CHUNK_ROWS * 5 / 2, 64);
+        let released = Mutex::new(Vec::new());
+        let release = |r: Range<usize>| released.lock().unwrap().push(r);
+        let one = requantize_q8(Isa::Scalar, &src, &head, 1, &release);
+        // The reference, row by row.
+        let mut x = vec![0.0f32; 64];
+        let mut want = vec![0u8; RowFormat::Q8_0.row_bytes(64).unwrap()];
+        for (r, row) in src.chunks_exact(128).enumerate() {
+            float::dequantize_row(RowFormat::F16, row, &mut x);
+            float::quantize_row_q8_0(&x, &mut want);
+            assert_eq!(
+                &one[r * want.len()..(r + 1) * want.len()],
+                &want[..],
+                "row {r}"
+            );
+        }
+        for isa in Isa::available() {
+            for threads in [1, 2, 3, 8] {
+                let got = requantize_q8(isa, &src, &head, threads, &release);
+                assert_eq!(&got[..], &one[..], "{isa}, {threads} threads");
+            }
+        }
+        // Every source byte was released, chunk by chunk.
+        let mut r = released.into_inner().unwrap();
+        r.sort_by_key(|r| r.start);
+        r.dedup();
+        assert_eq!(r.len(), 3);
+        assert!(r.windows(2).all(|w| w[0].end == w[1].start));
+        assert_eq!(r.last().unwrap().end, src.len());
+    }
+
+    #[test]
+    fn copies_do_not_depend_on_the_thread_count() {
+        let src: Vec<u8> = (0..COPY_CHUNK * 2 + 12345)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        for threads in [1, 2, 5] {
+            let released = Mutex::new(0usize);
+            let got = copy_out(&src, threads, &|r| *released.lock().unwrap() += r.len());
+            assert_eq!(&got[..], &src[..], "{threads} threads");
+            assert_eq!(released.into_inner().unwrap(), src.len());
+        }
+    }
+}
