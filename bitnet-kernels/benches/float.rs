@@ -97,5 +97,71 @@ fn norms(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, head, norms);
+/// One decoded token's attention over a 4,096-position f16 cache for one KV head of the
+/// 2B-4T shape (4 query heads of 128 sharing it, rows 640 values apart as in the pool): the
+/// scores, the softmax of the 4 rows and the weighted sum of values. The cache is spread
+/// over 8 layers' worth of rows (40 MiB, past L3 as the model's 300 MiB are) and each
+/// iteration reads the next layer, so the rows come from memory as in decode.
+fn attention(c: &mut Criterion) {
+    const D: usize = 128;
+    const G: usize = 4;
+    const STRIDE: usize = 5 * D;
+    const N_POS: usize = 4096;
+    const LAYERS: usize = 8;
+    let f16 = |v: &[f32]| -> Vec<u16> {
+        let mut h = vec![0u16; v.len()];
+        f32_to_f16_slice(Isa::Scalar, v, &mut h);
+        h
+    };
+    let k = f16(&values(LAYERS * N_POS * STRIDE, 6));
+    let v = f16(&values(LAYERS * N_POS * STRIDE, 7));
+    let q = values(G * D, 8);
+    let mut sc = vec![0.0f32; G * N_POS];
+    let mut out = vec![0.0f32; G * D];
+    let layer_len = N_POS * STRIDE;
+    let mut g = c.benchmark_group("attention_f16_4096pos_group4");
+    g.sample_size(20).measurement_time(Duration::from_secs(2));
+    // Bytes of this KV head's K and V rows read per call.
+    g.throughput(Throughput::Bytes((2 * N_POS * D * 2) as u64));
+    for isa in Isa::available() {
+        let mut layer = 0;
+        g.bench_function(format!("scores_softmax_wsum/{isa}"), |b| {
+            b.iter(|| {
+                layer = (layer + 1) % LAYERS;
+                let kl = &k[layer * layer_len..][..layer_len];
+                let vl = &v[layer * layer_len..][..layer_len];
+                attn_scores_f16_group(isa, &q, G, kl, STRIDE, N_POS, 0.088, &mut sc);
+                for row in sc.chunks_exact_mut(N_POS) {
+                    softmax_inplace(isa, row);
+                }
+                out.fill(0.0);
+                attn_weighted_sum_f16_group(isa, &sc, G, vl, STRIDE, N_POS, black_box(&mut out));
+            })
+        });
+        g.bench_function(format!("softmax/{isa}"), |b| {
+            b.iter(|| {
+                for row in sc.chunks_exact_mut(N_POS) {
+                    softmax_inplace(isa, black_box(row));
+                }
+            })
+        });
+        g.bench_function(format!("scores/{isa}"), |b| {
+            b.iter(|| {
+                layer = (layer + 1) % LAYERS;
+                let kl = &k[layer * layer_len..][..layer_len];
+                attn_scores_f16_group(isa, &q, G, kl, STRIDE, N_POS, 0.088, black_box(&mut sc));
+            })
+        });
+        g.bench_function(format!("wsum/{isa}"), |b| {
+            b.iter(|| {
+                layer = (layer + 1) % LAYERS;
+                let vl = &v[layer * layer_len..][..layer_len];
+                attn_weighted_sum_f16_group(isa, &sc, G, vl, STRIDE, N_POS, black_box(&mut out));
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, head, norms, attention);
 criterion_main!(benches);

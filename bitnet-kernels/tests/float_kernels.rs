@@ -576,7 +576,7 @@ fn grouped_attention_matches_the_f64_reference() {
     let mut r = rng(12);
     for n_q in 1..=8usize {
         for (d, kv_stride) in [(64usize, 64usize), (128, 160), (80, 80), (17, 20), (5, 5)] {
-            for n_pos in [0usize, 1, 2, 3, 7, 33] {
+            for n_pos in [0usize, 1, 2, 3, 7, 33, 70] {
                 let q = normal_vec(&mut r, n_q * d, 1.0);
                 let len = if n_pos == 0 {
                     0
