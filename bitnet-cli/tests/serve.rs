@@ -492,7 +492,8 @@ fn health_is_503_while_warming_up() {
 
 #[test]
 fn full_queue_gets_503_and_the_server_stays_healthy() {
-    let s = Server::start(&["--parallel", "1", "--queue", "1", "--step-delay-ms", "15"]);
+    // llama.cpp's `-np 1` (not `-n p`): one running, one waiting, the third refused.
+    let s = Server::start(&["-np", "1", "--queue", "1", "--step-delay-ms", "15"]);
     let long = json!({"prompt": "ROMEO:", "max_tokens": 150, "ignore_eos": true, "stream": true});
     // One running, one waiting.
     let mut a = open_stream(&s, "/v1/completions", &long);
