@@ -2,10 +2,12 @@
 # The server's load run (README, "bitnet serve" figures): one `bitnet serve` on loopback over
 # a 2-layer model of the 2B-4T widths (generated, seed 1), driven by bitnet-loadtest with
 # streaming clients at each concurrency in one run, while the server's RSS is sampled every
-# second. At the end the server's /metrics must show no sequence and no KV block held, and no
-# request may have failed. Writes bench/YYYY-MM-DD-COMMIT-serve-load.{md,json}.
+# second. Writes bench/YYYY-MM-DD-COMMIT-serve-load.{md,json}, then fails (exit 1, saying
+# why) if any request failed, if the server's /metrics still shows a sequence, a request or a
+# KV block held a few seconds after the last request, or if the server panicked or died.
 #
 #   scripts/serve-load.sh
+#   CONCURRENCY=4 DURATION=5s scripts/serve-load.sh     # a smoke run of the checks
 #
 # Environment: CONCURRENCY (default 1,8,16), DURATION (per concurrency, default 120s),
 # MAX_TOKENS (default 64), THREADS (server threads, default 2), PARALLEL (sequences decoded
@@ -62,9 +64,25 @@ t0=$(date +%s)
 done) >"$work/rss.txt" &
 sampler=$!
 
+fail() {
+    echo "serve-load: FAIL: $*" >&2
+    exit 1
+}
+
 "$loadtest" --url "$url" --concurrency "$concurrency" --duration "$duration" --stream \
-    --ignore-eos --max-tokens "$max_tokens" -o json >"$work/load.json"
-curl -sf "$url/metrics" >"$work/metrics.txt"
+    --ignore-eos --max-tokens "$max_tokens" -o json >"$work/load.json" ||
+    fail "bitnet-loadtest failed (server log: $work/serve.err)"
+# The gauges are published after each engine step, which may end just after the last answer
+# went out: give them a few seconds to reach zero before judging.
+gauge() {
+    sed -n "s/^$1 //p" "$work/metrics.txt"
+}
+for _ in $(seq 50); do
+    curl -sf "$url/metrics" >"$work/metrics.txt" || fail "GET /metrics failed"
+    [ "$(gauge bitnet_kv_sequences)" = 0 ] && [ "$(gauge bitnet_requests_processing)" = 0 ] &&
+        [ "$(gauge bitnet_kv_cache_usage_ratio)" = 0 ] && break
+    sleep 0.2
+done
 kill "$sampler" 2>/dev/null || true
 sampler=""
 
@@ -83,6 +101,13 @@ def metric(name):
     m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", metrics, re.M)
     return float(m.group(1)) if m else None
 
+# A run where every request failed has no latencies (null) and no rate to compare with.
+def num(v, spec, scale=1):
+    return "-" if v is None else format(v / scale, spec)
+
+def pair(p, spec, scale=1):
+    return f"{num(p['p50'], spec, scale)} / {num(p['p99'], spec, scale)}"
+
 # RSS after warm-up: from the end of the first run's first 10 s to the end.
 after = [r for t, r in rss if t >= 10] or [r for _, r in rss]
 lines = [
@@ -97,9 +122,8 @@ for r in runs:
     errors = r["requests_failed"]
     lines.append(
         f"| {c} | {r['requests_ok'] + errors} | {errors} | {r['requests_per_s']:.2f} | {tps:.1f} | "
-        f"{tps / base:.2f}x | {r['ttft_ms']['p50']:.0f} / {r['ttft_ms']['p99']:.0f} | "
-        f"{r['inter_token_ms']['p50']:.1f} / {r['inter_token_ms']['p99']:.1f} | "
-        f"{r['e2e_ms']['p50'] / 1000:.2f} / {r['e2e_ms']['p99'] / 1000:.2f} |")
+        f"{f'{tps / base:.2f}x' if base else '-'} | {pair(r['ttft_ms'], '.0f')} | "
+        f"{pair(r['inter_token_ms'], '.1f')} | {pair(r['e2e_ms'], '.2f', 1000)} |")
 summary = {
     "rss_kib_after_warmup_min": min(after) if after else None,
     "rss_kib_after_warmup_max": max(after) if after else None,
@@ -125,3 +149,36 @@ EOF
     fi
     echo "date: $(date -u +%FT%TZ), commit: $commit, cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 } >>"bench/$stamp-serve-load.md"
+
+# The checks, after the record is written so a failed run can still be read; every problem
+# is named before the exit.
+ok=1
+python3 - "$work" <<'EOF' || ok=0
+import json, re, sys
+
+work = sys.argv[1]
+metrics = open(f"{work}/metrics.txt").read()
+problems = []
+for r in json.load(open(f"{work}/load.json")):
+    if r["requests_failed"]:
+        problems.append(f"{r['requests_failed']} failed requests at {r['level']:g} clients: {r['errors']}")
+for name in ["bitnet_kv_sequences", "bitnet_requests_processing", "bitnet_kv_cache_usage_ratio"]:
+    m = re.search(rf"^{name} ([0-9.eE+-]+)$", metrics, re.M)
+    if m is None:
+        problems.append(f"/metrics has no {name}")
+    elif float(m.group(1)) != 0:
+        problems.append(f"{name} is {m.group(1)} at the end, not 0 (something still held)")
+for p in problems:
+    print(f"serve-load: FAIL: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+EOF
+if ! kill -0 "$server" 2>/dev/null; then
+    echo "serve-load: FAIL: the server died during the run (log: $work/serve.err)" >&2
+    ok=0
+fi
+if grep -n panicked "$work/serve.err" >&2; then
+    echo "serve-load: FAIL: the server panicked (above; log: $work/serve.err)" >&2
+    ok=0
+fi
+[ "$ok" = 1 ] || exit 1
+echo "serve-load: OK: no failed request, nothing held at the end, no panic" >&2

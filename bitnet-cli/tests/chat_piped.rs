@@ -89,7 +89,7 @@ fn commands_work_from_a_script() {
     let dir = scratch("chat-piped-commands");
     let saved = dir.join("conv.json");
     let script = format!(
-        "/system You speak in verse.\nGood morrow\n/regen\n/set temp 0\n/set max-tokens 4\nAnd you?\n/undo\n/show\n/save {}\n/clear\n/show\n/load {}\n/show\n/stats\nLast one\n/bye\nnever read\n",
+        "/help\n/system You speak in verse.\nGood morrow\n/regen\n/set temp 0\n/set max-tokens 4\nAnd you?\n/undo\n/show\n/save {}\n/clear\n/show\n/load {}\n/show\n/stats\nLast one\n/bye\nnever read\n",
         saved.display(),
         saved.display()
     );
@@ -97,6 +97,18 @@ fn commands_work_from_a_script() {
     assert!(out.status.success(), "{}", stderr_of(&out));
     let stdout = stdout_of(&out);
     let err = stderr_of(&out);
+    // /help lists every command, one a line, on stdout (and is not sent as a message: the
+    // figures below count three replies).
+    assert!(stdout.starts_with("commands:\n"), "{stdout}");
+    for cmd in [
+        "/help", "/clear", "/regen", "/undo", "/system", "/set", "/show", "/save", "/load",
+        "/stats", "/bye",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.trim_start().starts_with(cmd)),
+            "/help lists {cmd}: {stdout}"
+        );
+    }
     // /show after /undo: system + the first exchange.
     let shows: Vec<&str> = stdout
         .lines()

@@ -42,6 +42,20 @@ fn parallel_prompts_print_each_answer_in_order_as_alone() {
     let from_file = generate(&["--parallel", "3", "-f", file.to_str().unwrap()]);
     assert_eq!(stdout_of(&from_file), want);
 
+    // llama.cpp's `-np N` and `-np=N` are --parallel, not `-n p`.
+    let mut np = vec!["-np", "2"];
+    let mut np_eq = vec!["-np=3"];
+    for p in &prompts {
+        np.extend(["-p", p]);
+        np_eq.extend(["-p", p]);
+    }
+    let out = generate(&np);
+    assert_eq!(stdout_of(&out), want);
+    assert!(stderr_of(&out).contains("3 prompts, 2 at a time"));
+    let out = generate(&np_eq);
+    assert_eq!(stdout_of(&out), want);
+    assert!(stderr_of(&out).contains("3 prompts, 3 at a time"));
+
     // Several -p without --parallel is an error that says what to do.
     let err = run_err(
         bitnet()

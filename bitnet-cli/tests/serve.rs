@@ -234,6 +234,22 @@ fn completions_chat_models_tokenize_and_metrics() {
         "{c}"
     );
     assert_eq!(c["choices"][0]["finish_reason"], "stop");
+    // `stop` may be a single string: the same as a list of that one string.
+    let (st, one) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "ROMEO:", "max_tokens": 60, "seed": 1, "stop": "\n"}),
+    );
+    assert_eq!(st, 200, "{one}");
+    let (_, listed) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "ROMEO:", "max_tokens": 60, "seed": 1, "stop": ["\n"]}),
+    );
+    assert_eq!(one["choices"][0]["finish_reason"], "stop", "{one}");
+    assert_eq!(one["choices"][0]["text"], listed["choices"][0]["text"]);
+    assert!(
+        !one["choices"][0]["text"].as_str().unwrap().contains('\n'),
+        "{one}"
+    );
 
     // logit_bias: banning every token but one forces it.
     let (_, tk) = s.post("/tokenize", &json!({"content": "the"}));
@@ -287,6 +303,36 @@ fn completions_chat_models_tokenize_and_metrics() {
     assert!(
         texts.iter().any(|t| *t != texts[0]),
         "n answers differ: {texts:?}"
+    );
+
+    // The n answers fork one evaluation of the prompt: the first answer evaluates the P
+    // prompt tokens the prefix cache lacks (usage's cached_tokens are the first answer's),
+    // each other answer only the last one again (for logits of its own), sharing the rest.
+    let (evaluated, cached) = (
+        s.metric("bitnet_prompt_tokens_total"),
+        s.metric("bitnet_prompt_tokens_cached_total"),
+    );
+    let (st, three) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "JULIET: O Romeo, Romeo, wherefore art thou", "max_tokens": 3,
+                "n": 3, "seed": 5}),
+    );
+    assert_eq!(st, 200, "{three}");
+    assert_eq!(three["choices"].as_array().unwrap().len(), 3);
+    let p = three["usage"]["prompt_tokens"].as_f64().unwrap();
+    let c = three["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_f64()
+        .unwrap();
+    assert!(p > 5.0 && c < p - 1.0, "{three}");
+    assert_eq!(
+        s.metric("bitnet_prompt_tokens_total") - evaluated,
+        (p - c) + 2.0,
+        "{three}"
+    );
+    assert_eq!(
+        s.metric("bitnet_prompt_tokens_cached_total") - cached,
+        c + 2.0 * (p - 1.0),
+        "{three}"
     );
 
     // Tokenize and detokenize round-trip.
@@ -427,6 +473,18 @@ fn faults_are_openai_shaped_4xx() {
     assert_openai_error(st, &b, 400, Some("messages"));
     let (st, b) = s.post("/v1/chat/completions", &json!({"messages": "hi"}));
     assert_openai_error(st, &b, 400, Some("messages"));
+    let (st, b) = s.post("/v1/chat/completions", &json!({"messages": []}));
+    assert_openai_error(st, &b, 400, Some("messages"));
+    // A conversation whose prompt alone is longer than the 256-token context.
+    let long_message = "ROMEO and JULIET ".repeat(150);
+    let (_, t) = s.post("/tokenize", &json!({"content": long_message}));
+    assert!(t["tokens"].as_array().unwrap().len() > 256, "{t}");
+    let (st, b) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": long_message}]}),
+    );
+    assert_openai_error(st, &b, 400, Some("messages"));
+    assert_eq!(b["error"]["code"], "context_length_exceeded");
     let (st, b) = s.post(
         "/v1/chat/completions",
         &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}),
@@ -457,7 +515,17 @@ fn api_key_guards_every_route_but_health() {
     let dir = bitnet_test_scratch::fresh_dir("serve-key");
     let key_file = dir.join("key");
     std::fs::write(&key_file, "sekrit\n").unwrap();
-    let s = Server::start(&["--api-key-file", key_file.to_str().unwrap()]);
+    // The key from a file (its first line), or on the command line.
+    check_api_key(&Server::start(&[
+        "--api-key-file",
+        key_file.to_str().unwrap(),
+    ]));
+    check_api_key(&Server::start(&["--api-key", "sekrit"]));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `s` was started with the key "sekrit".
+fn check_api_key(s: &Server) {
     let body = json!({"prompt": "a", "max_tokens": 2}).to_string();
     let (st, b) = s.post_raw("/v1/completions", body.as_bytes(), None);
     assert_openai_error(st, &b, 401, None);
@@ -475,7 +543,44 @@ fn api_key_guards_every_route_but_health() {
         Err(ureq::Error::Status(401, _))
     ));
     assert_eq!(s.get("/health").0, 200);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_request_past_the_timeout_gets_504_or_an_error_event() {
+    // 200 tokens at 50 ms a step take 10 s, well past the 1 s --timeout.
+    let s = Server::start(&["--timeout", "1", "--step-delay-ms", "50"]);
+    let long = json!({"prompt": "ROMEO:", "max_tokens": 200, "ignore_eos": true});
+    let t0 = Instant::now();
+    let (st, b) = s.post("/v1/completions", &long);
+    assert_openai_error(st, &b, 504, None);
+    assert_eq!(b["error"]["type"], "timeout_error", "{b}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // Streaming: the 200 status went out with the first event, so the timeout is an error
+    // event, then the end of the stream, and no finish chunk.
+    let mut stream_req = long.clone();
+    stream_req["stream"] = json!(true);
+    let ev = read_events(open_stream(&s, "/v1/completions", &stream_req));
+    assert_eq!(ev.last().unwrap(), "[DONE]", "{ev:?}");
+    let err: Value = serde_json::from_str(&ev[ev.len() - 2]).unwrap();
+    assert_eq!(err["error"]["type"], "timeout_error", "{err}");
+    assert!(
+        ev.len() < 150,
+        "cut before its 200 tokens: {} events",
+        ev.len()
+    );
+    assert!(
+        ev[..ev.len() - 2]
+            .iter()
+            .map(|e| serde_json::from_str::<Value>(e).unwrap())
+            .all(|c| c["choices"][0]["finish_reason"].is_null()),
+        "{ev:?}"
+    );
+    // Both sequences were cancelled and their KV is back.
+    s.wait_for(5, "the timed-out sequences freed", |s| {
+        s.metric("bitnet_kv_sequences") == 0.0 && s.metric("bitnet_requests_processing") == 0.0
+    });
+    assert_eq!(s.metric("bitnet_requests_cancelled_total"), 2.0);
+    assert_eq!(s.metric("bitnet_kv_cache_usage_ratio"), 0.0);
 }
 
 #[test]
@@ -492,7 +597,8 @@ fn health_is_503_while_warming_up() {
 
 #[test]
 fn full_queue_gets_503_and_the_server_stays_healthy() {
-    let s = Server::start(&["--parallel", "1", "--queue", "1", "--step-delay-ms", "15"]);
+    // llama.cpp's `-np 1` (not `-n p`): one running, one waiting, the third refused.
+    let s = Server::start(&["-np", "1", "--queue", "1", "--step-delay-ms", "15"]);
     let long = json!({"prompt": "ROMEO:", "max_tokens": 150, "ignore_eos": true, "stream": true});
     // One running, one waiting.
     let mut a = open_stream(&s, "/v1/completions", &long);

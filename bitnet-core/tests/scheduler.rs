@@ -1,5 +1,6 @@
 //! The scheduler: many requests through one engine, each with its own sampler and limits;
-//! admission by KV room, chunked prefill, cancellation, prefix reuse, continuations.
+//! admission by KV room, chunked prefill, cancellation, prefix reuse, continuations, and
+//! followers that fork a leader's prompt (OpenAI's `n`).
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 
 use bitnet_core::model::{Engine, EngineOptions, GenStats, LoadOptions, Model, SeqId, StopReason};
 use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
+use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions, SubmitOptions};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
@@ -297,5 +298,77 @@ fn cancel_takes_effect_during_a_long_prefill() {
     assert!(s.is_idle());
     assert_eq!(s.engine().kv_stats().pool.used, 0);
     assert!(!s.cancel(id), "a finished request cannot be cancelled");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn followers_fork_the_leaders_prompt_and_sample_as_if_alone() {
+    let (m, path) = model("sched-follow");
+    // A 16-token budget per step: the 50-token prompt takes several steps, so the followers
+    // are admitted only after waiting for the leader.
+    let (n, prompt_len, max_tokens) = (3usize, 50usize, 6usize);
+    let prompt = random_tokens(prompt_len, 21);
+    let sampled = |seed: u64| GenParams {
+        max_tokens,
+        sampler: SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..SamplerConfig::default()
+        },
+        // Every answer runs to max_tokens, so the tokens evaluated are known.
+        ignore_eos: true,
+        ..GenParams::default()
+    };
+    let mut s = sched(&m, 512, 16, 8);
+    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let leader = s.submit(&prompt, sampled(100)).unwrap();
+    let mut ids = vec![leader];
+    for i in 1..n {
+        let extra = SubmitOptions {
+            after: Some(leader),
+            ..SubmitOptions::default()
+        };
+        ids.push(
+            s.submit_with(&prompt, sampled(100 + i as u64), extra)
+                .unwrap(),
+        );
+    }
+    let mut done = run_all(&mut s);
+    // The prompt once; each follower reads only the prompt's last token again (for logits
+    // of its own), then every answer feeds back all its sampled tokens but the last.
+    assert_eq!(
+        s.engine().evaluated_tokens() as usize,
+        prompt_len + (n - 1) + n * (max_tokens - 1),
+        "the prompt is evaluated once for all {n} answers"
+    );
+    let mut answers = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let (st, text) = done.remove(id).unwrap();
+        assert_eq!(st.stop_reason, StopReason::MaxTokens, "answer {i}");
+        assert_eq!(st.prompt_tokens, prompt_len, "answer {i}");
+        let want_cached = if i == 0 { 0 } else { prompt_len - 1 };
+        assert_eq!(
+            st.cached_tokens, want_cached,
+            "answer {i}: forked from the leader"
+        );
+        // The same tokens as a request with that seed on an engine of its own.
+        let mut alone = sched(&m, 512, 16, 8);
+        let a = alone.submit(&prompt, sampled(100 + i as u64)).unwrap();
+        let (alone_st, alone_text) = run_all(&mut alone).remove(&a).unwrap();
+        assert_eq!(st.tokens, alone_st.tokens, "answer {i}: other tokens");
+        assert_eq!(text, alone_text, "answer {i}: other text");
+        answers.push(st.tokens);
+    }
+    assert!(
+        answers.iter().any(|a| *a != answers[0]),
+        "the seeds give different answers: {answers:?}"
+    );
+    let st = s.engine().kv_stats();
+    assert_eq!(st.sequences, 0, "every sequence freed");
+    assert_eq!(st.pool.used, 0, "blocks still held: {st:?}");
+    assert_eq!(st.pool.free + st.pool.cached, n_blocks);
     std::fs::remove_file(&path).ok();
 }

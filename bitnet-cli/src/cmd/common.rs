@@ -72,14 +72,19 @@ pub fn parse_kv_type(name: &str) -> Result<KvType, String> {
     })
 }
 
-/// llama.cpp spells the cache-type flags with one dash and several letters (`-ctk q8_0`),
-/// which clap's short options cannot be: those two are rewritten to their long names before
-/// parsing (`-ctk=q8_0` too).
+/// llama.cpp spells some flags with one dash and several letters (`-ctk q8_0`, `-np 8`),
+/// which clap's short options cannot be (`-np` would be read as `-n p`): those are rewritten
+/// to their long names before parsing (`-ctk=q8_0` too). `-np` becomes `--np`, the visible
+/// alias of `--parallel`, so a command without it names the flag as the user typed it.
 pub fn llama_flag_names(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     args.into_iter()
         .map(|a| {
             let Some(s) = a.to_str() else { return a };
-            for (short, long) in [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")] {
+            for (short, long) in [
+                ("-ctk", "--cache-type-k"),
+                ("-ctv", "--cache-type-v"),
+                ("-np", "--np"),
+            ] {
                 if s == short {
                     return long.into();
                 }
@@ -165,4 +170,38 @@ pub fn watch_mapped_file(path: &Path) {
 fn vocab_only(path: &Path) -> bool {
     GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
         .is_ok_and(|f| f.tensors().is_empty() && f.metadata().get("tokenizer.ggml.model").is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewrite(args: &[&str]) -> Vec<String> {
+        llama_flag_names(args.iter().map(OsString::from))
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn llama_multi_letter_flags_become_long_ones() {
+        assert_eq!(
+            rewrite(&["bitnet", "serve", "-np", "8", "-ctk", "q8_0", "-ctv=q4_0"]),
+            [
+                "bitnet",
+                "serve",
+                "--np",
+                "8",
+                "--cache-type-k",
+                "q8_0",
+                "--cache-type-v=q4_0"
+            ]
+        );
+        assert_eq!(rewrite(&["-np=3"]), ["--np=3"]);
+        // Only the whole flag: `-n` with a value glued on, or longer words, are left alone.
+        assert_eq!(
+            rewrite(&["-n", "-np4", "-npx", "-ctkq", "--np", "np"]),
+            ["-n", "-np4", "-npx", "-ctkq", "--np", "np"]
+        );
+    }
 }

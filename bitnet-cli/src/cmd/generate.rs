@@ -2,7 +2,7 @@
 //! produced (whole UTF-8 only) and ends with a line of figures on stderr: load time, prompt
 //! tokens/s, generation tokens/s, peak memory, the seed. A closed pipe ends it quietly.
 //! Options follow llama.cpp's where they overlap (`-f`, `-n -1`, `--temp`, `-s -1`,
-//! `--ignore-eos`, `-c/--ctx-size`, `-b/--batch-size`). `--parallel N` generates several
+//! `--ignore-eos`, `-c/--ctx-size`, `-b/--batch-size`, `-np`). `--parallel N` generates several
 //! prompts (`-p` repeated, or `-f FILE` with one prompt a line) together on one engine and
 //! prints each answer in order.
 
@@ -56,7 +56,8 @@ pub struct Args {
     #[arg(long)]
     pub profile: bool,
     /// Generate the prompts (several -p, or -f FILE with one prompt a line) together,
-    /// at most N at a time; the answers are printed in order. -c is shared by all of them.
+    /// at most N at a time (llama.cpp's -np); the answers are printed in order. -c is
+    /// shared by all of them.
     #[arg(long = "parallel", visible_alias = "np", value_name = "N")]
     pub parallel: Option<usize>,
     #[command(flatten)]
