@@ -5,7 +5,9 @@
 # perplexity, mean KL divergence and top-1 agreement against the f16 run on the shipped
 # trained model's held-out text.
 #
-#   scripts/kv-table.sh [PAIR ...]        PAIR is K/V, e.g. q8_0/q4_0 (default: the table's)
+#   scripts/kv-table.sh [PAIR ...]        PAIR is K/V[+MOD...], e.g. q8_0/q4_0 or b1/b1+rot
+#                                         (default: the table's); MOD: rot (--kv-rotate kv),
+#                                         rotk / rotv (one side), xnor (--kv-xnor)
 #
 # Environment: REPS (bench repetitions, default 3), THREADS (default 2), JOBS (build jobs),
 # SKIP_BENCH=1 (accuracy only), BIG (the 2B-4T-shaped file; generated if missing). Writes
@@ -28,8 +30,26 @@ mkdir -p "$work" bench
 if [ "$#" -gt 0 ]; then
   pairs=("$@")
 else
-  pairs=(f16/f16 f32/f32 q8_0/q8_0 q8_r/q8_r fp8/fp8 q4_0/q4_0 q8_0/q4_0 b1/b1 q8_0/b1 b1/q8_0)
+  pairs=(f16/f16 f32/f32 q8_0/q8_0 q8_r/q8_r fp8/fp8 q4_0/q4_0 q8_0/q4_0 b1/b1 q8_0/b1 b1/q8_0
+    q8_0/q8_0+rot q4_0/q4_0+rot b1/b1+rot q8_0/b1+rot b1/q8_0+rot b1/q8_0+xnor b1/q8_0+rot+xnor)
 fi
+
+# The K type, the V type, the extra flags and a file tag of a PAIR.
+split_pair() {
+  local kv=${1%%+*} mods=${1#*+} m
+  k=${kv%/*} v=${kv#*/} flags=() tag=${1//\//-}
+  tag=${tag//+/-}
+  [ "$mods" = "$1" ] && return 0
+  for m in ${mods//+/ }; do
+    case $m in
+      rot) flags+=(--kv-rotate kv) ;;
+      rotk) flags+=(--kv-rotate k) ;;
+      rotv) flags+=(--kv-rotate v) ;;
+      xnor) flags+=(--kv-xnor) ;;
+      *) echo "unknown modifier $m in $1" >&2; exit 2 ;;
+    esac
+  done
+}
 
 "$bin" inspect --json -c 4096 "$big" > "$work/inspect.json"
 
@@ -37,9 +57,9 @@ fi
 ppl=("$bin" perplexity -m "$small" -f "$text" -c 256 -t "$threads")
 "${ppl[@]}" --kl-divergence-base "$work/f16.kld" > "$work/ppl-f16-f16.txt" 2>/dev/null
 for pair in "${pairs[@]}"; do
-  k=${pair%/*} v=${pair#*/}
-  "${ppl[@]}" -ctk "$k" -ctv "$v" --kl-divergence-base "$work/f16.kld" --kl-divergence \
-    > "$work/ppl-$k-$v.txt" 2>/dev/null
+  split_pair "$pair"
+  "${ppl[@]}" -ctk "$k" -ctv "$v" "${flags[@]}" --kl-divergence-base "$work/f16.kld" \
+    --kl-divergence > "$work/ppl-$tag.txt" 2>/dev/null
 done
 
 # Speed: decode of 32 tokens after filling 512 and 4,096 tokens of context.
@@ -47,9 +67,10 @@ bench=("$bin" bench -m "$big" -p 0 -n 32 -d 512,4096 -t "$threads" -r "$reps" --
   --head q8 --no-membw)
 if [ -z "${SKIP_BENCH:-}" ]; then
   for pair in "${pairs[@]}"; do
-    k=${pair%/*} v=${pair#*/}
+    split_pair "$pair"
     echo "load before $pair: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    "${bench[@]}" -ctk "$k" -ctv "$v" --json-report "$work/bench-$k-$v.json" > /dev/null
+    "${bench[@]}" -ctk "$k" -ctv "$v" "${flags[@]}" --json-report "$work/bench-$tag.json" \
+      > /dev/null
   done
 fi
 
@@ -61,30 +82,34 @@ import json, os, re, sys
 work, out, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
 kv = {t["type"]: t for t in json.load(open(f"{work}/inspect.json"))["memory"]["kv_types"]}
 
-def ppl_of(k, v):
-    text = open(f"{work}/ppl-{k}-{v}.txt").read()
+def tag_of(pair):
+    return pair.replace("/", "-").replace("+", "-")
+
+def ppl_of(pair):
+    text = open(f"{work}/ppl-{tag_of(pair)}.txt").read()
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
     kld = re.search(r"Mean KLD: ([0-9.eE+-]+) \+/- ([0-9.eE+-]+) \| same top token: ([0-9.]+)%", text)
     return (float(m.group(1)), float(m.group(2)),
             float(kld.group(1)) if kld else None, float(kld.group(3)) if kld else None)
 
-def tg_of(k, v):
-    path = f"{work}/bench-{k}-{v}.json"
+def tg_of(pair):
+    path = f"{work}/bench-{tag_of(pair)}.json"
     if not os.path.exists(path):
         return {}
     rows = json.load(open(path))["rows"]
     return {r.get("n_depth", 0): (r["mean_tps"], r["stddev_tps"]) for r in rows}
 
-base_ppl = ppl_of("f16", "f16")[0]
+base_ppl = ppl_of("f16/f16")[0]
 records = []
 for pair in pairs:
-    k, v = pair.split("/")
+    kv, *mods = pair.split("+")
+    k, v = kv.split("/")
     per_tok = (kv[k]["bytes_per_token_per_layer"] + kv[v]["bytes_per_token_per_layer"]) // 2
     at4k = (kv[k]["kv_bytes"] + kv[v]["kv_bytes"]) // 2
-    p, se, kld, top1 = ppl_of(k, v)
-    tg = tg_of(k, v)
+    p, se, kld, top1 = ppl_of(pair)
+    tg = tg_of(pair)
     records.append({
-        "k": k, "v": v, "bytes_per_token_per_layer": per_tok, "kv_bytes_4096": at4k,
+        "k": k, "v": v, "mods": " ".join(mods) or "-", "bytes_per_token_per_layer": per_tok, "kv_bytes_4096": at4k,
         "tg_d512": tg.get(512), "tg_d4096": tg.get(4096),
         "ppl": p, "ppl_se": se, "ppl_delta_pct": 100 * (p - base_ppl) / base_ppl,
         "mean_kld": kld, "top1_pct": top1,
@@ -94,14 +119,14 @@ def tps(x):
     return f"{x[0]:.2f} ± {x[1]:.2f}" if x else "-"
 
 lines = [
-    "| K | V | bytes/token/layer | KV @ 4,096 | tg32 @ d512 | tg32 @ d4096 | PPL | ΔPPL vs f16 | mean KLD | same top-1 |",
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    "| K | V | flags | bytes/token/layer | KV @ 4,096 | tg32 @ d512 | tg32 @ d4096 | PPL | ΔPPL vs f16 | mean KLD | same top-1 |",
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
 for r in records:
     kld = "-" if r["mean_kld"] is None else f"{r['mean_kld']:.6f}"
     top = "-" if r["top1_pct"] is None else f"{r['top1_pct']:.2f}%"
     lines.append(
-        f"| {r['k']} | {r['v']} | {r['bytes_per_token_per_layer']} | "
+        f"| {r['k']} | {r['v']} | {r['mods']} | {r['bytes_per_token_per_layer']} | "
         f"{r['kv_bytes_4096'] / 2**20:.1f} MiB | {tps(r['tg_d512'])} | {tps(r['tg_d4096'])} | "
         f"{r['ppl']:.4f} ± {r['ppl_se']:.4f} | {r['ppl_delta_pct']:+.2f}% | {kld} | {top} |")
 open(out + ".md", "w").write("\n".join(lines) + "\n")
@@ -112,6 +137,7 @@ EOF
   echo
   echo "bytes: \`$bin inspect --json -c 4096 $big\` (2B-4T shape: 30 layers, 5 KV heads of 128)"
   echo "speed: \`${bench[*]} -ctk K -ctv V\`"
-  echo "accuracy: \`${ppl[*]} [-ctk K -ctv V] --kl-divergence-base f16.kld [--kl-divergence]\`"
+  echo "accuracy: \`${ppl[*]} [-ctk K -ctv V] [--kv-rotate kv] [--kv-xnor] --kl-divergence-base f16.kld [--kl-divergence]\`"
+  echo "flags: rot = --kv-rotate kv (rotk/rotv: one side), xnor = --kv-xnor"
   echo "date: $(date -u +%FT%TZ), commit: $commit, cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores, load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >> "bench/$stamp-kv-types.md"

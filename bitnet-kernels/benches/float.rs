@@ -163,5 +163,69 @@ fn attention(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, head, norms, attention);
+/// Scores of one GQA group of the 2B-4T shape (4 query heads of 128 over one KV head; rows
+/// 5 heads apart) against 4,096 b1 keys: the float query against the decoded signs (the
+/// default path) and the XNOR/popcount path, its query quantization included. Plus the
+/// Hadamard rotation of one 128-value head row (`--kv-rotate`'s per-row cost).
+fn kv_b1(c: &mut Criterion) {
+    const D: usize = 128;
+    const N_POS: usize = 4096;
+    const GROUP: usize = 4;
+    let rb = KvQuant::B1.row_bytes(D).unwrap();
+    let stride = 5 * rb;
+    let keys = values(N_POS * D, 6);
+    let mut rows = vec![0u8; N_POS * rb];
+    kv_quantize(KvQuant::B1, D, &keys, &mut rows);
+    let mut k = vec![0u8; N_POS * stride];
+    for (p, row) in rows.chunks_exact(rb).enumerate() {
+        k[p * stride..][..rb].copy_from_slice(row);
+    }
+    let q = values(GROUP * D, 7);
+    let mut out = vec![0.0f32; GROUP * N_POS];
+    let (mut bits, mut qs) = (
+        vec![0u32; GROUP * D / QK_KV],
+        vec![0.0f32; GROUP * D / QK_KV],
+    );
+    let scale = 1.0 / (D as f32).sqrt();
+    let mut g = c.benchmark_group("kv_b1_scores_4096x128_g4");
+    g.sample_size(30).measurement_time(Duration::from_secs(2));
+    g.throughput(Throughput::Elements((GROUP * N_POS) as u64));
+    for isa in Isa::available() {
+        g.bench_function(format!("float_query/{isa}"), |b| {
+            b.iter(|| {
+                attn_scores_kv(
+                    isa,
+                    KvQuant::B1,
+                    black_box(&q),
+                    GROUP,
+                    &k,
+                    stride,
+                    N_POS,
+                    scale,
+                    &mut out,
+                );
+                black_box(&out);
+            })
+        });
+        g.bench_function(format!("xnor/{isa}"), |b| {
+            b.iter(|| {
+                b1_sign_query(black_box(&q), &mut bits, &mut qs);
+                attn_scores_b1_xnor(isa, &bits, &qs, GROUP, &k, stride, N_POS, scale, &mut out);
+                black_box(&out);
+            })
+        });
+    }
+    g.finish();
+    let mut row = values(D, 8);
+    let mut g = c.benchmark_group("hadamard_128");
+    g.sample_size(20).measurement_time(Duration::from_secs(1));
+    for isa in Isa::available() {
+        g.bench_function(format!("{isa}"), |b| {
+            b.iter(|| hadamard_rows(isa, D, black_box(&mut row)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, head, norms, attention, kv_b1);
 criterion_main!(benches);

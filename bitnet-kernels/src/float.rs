@@ -12,7 +12,12 @@
 
 #[cfg(target_arch = "x86_64")]
 mod attn_group_x86;
+#[cfg(target_arch = "x86_64")]
+mod b1_xnor_x86;
 pub mod formats;
+pub mod hadamard;
+#[cfg(target_arch = "x86_64")]
+mod hadamard_x86;
 pub mod kv;
 #[cfg(target_arch = "x86_64")]
 mod kv_x86;
@@ -30,7 +35,11 @@ pub use formats::{
     Q4_0_BLOCK_BYTES, Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK4_0, QK8_0, RowFormat,
     dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
 };
-pub use kv::{KvQuant, QK_KV, attn_scores_kv, attn_weighted_sum_kv, kv_dequantize, kv_quantize};
+pub use hadamard::{hadamard_rows, hadamard_supported};
+pub use kv::{
+    KvQuant, QK_KV, attn_scores_b1_xnor, attn_scores_kv, attn_weighted_sum_kv, b1_sign_query,
+    kv_dequantize, kv_quantize,
+};
 pub use requant::requantize_row_q8_0;
 pub use scalar::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 

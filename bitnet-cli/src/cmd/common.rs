@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use std::sync::Arc;
 
-use bitnet_core::model::{EngineOptions, HeadMode, KvType, LoadMode, LoadOptions, Model};
+use bitnet_core::model::{EngineOptions, HeadMode, KvRotate, KvType, LoadMode, LoadOptions, Model};
 use bitnet_gguf::GgufFile;
 use bitnet_kernels::Isa;
 
@@ -59,6 +59,14 @@ pub struct ModelArgs {
     #[arg(long = "cache-type-v", value_name = "TYPE", value_parser = parse_kv_type,
           default_value = "f16")]
     pub cache_type_v: KvType,
+    /// Store K and/or V Hadamard-rotated (off, k, v, kv, or auto: the sides whose type has
+    /// fewer than 8 bits, q4_0 and b1); needs a power-of-two head dimension.
+    #[arg(long = "kv-rotate", value_name = "SIDES", value_parser = parse_kv_rotate,
+          default_value = "off")]
+    pub kv_rotate: KvRotate,
+    /// Score b1 keys by XNOR/popcount against a sign-quantized query (needs -ctk b1).
+    #[arg(long = "kv-xnor")]
+    pub kv_xnor: bool,
 }
 
 /// A KV cache type by its llama.cpp name (`f16`, `q8_0`, ...).
@@ -69,6 +77,14 @@ pub fn parse_kv_type(name: &str) -> Result<KvType, String> {
             "unknown KV cache type {name:?} (one of {})",
             names.join(", ")
         )
+    })
+}
+
+/// A `--kv-rotate` value (`off`, `k`, `v`, `kv`, `auto`).
+pub fn parse_kv_rotate(name: &str) -> Result<KvRotate, String> {
+    KvRotate::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = KvRotate::ALL.iter().map(|r| r.name()).collect();
+        format!("unknown --kv-rotate {name:?} (one of {})", names.join(", "))
     })
 }
 
@@ -133,6 +149,8 @@ impl ModelArgs {
                 .map_or(EngineOptions::default().batch, |b| b as usize),
             k_type: self.cache_type_k,
             v_type: self.cache_type_v,
+            kv_rotate: self.kv_rotate,
+            kv_xnor: self.kv_xnor,
             ..EngineOptions::default()
         }
     }

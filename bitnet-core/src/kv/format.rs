@@ -83,11 +83,83 @@ impl KvType {
     }
 }
 
+/// Which sides of the KV cache are stored Hadamard-rotated (`--kv-rotate`; see
+/// [`crate::kv::KvPool::set_rotation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvRotate {
+    /// Neither (plain rows).
+    #[default]
+    Off,
+    /// K only.
+    K,
+    /// V only.
+    V,
+    /// K and V.
+    Kv,
+    /// The sides whose type has fewer than 8 bits per value (`q4_0`, `b1`).
+    Auto,
+}
+
+impl KvRotate {
+    pub const ALL: [KvRotate; 5] = [
+        KvRotate::Off,
+        KvRotate::K,
+        KvRotate::V,
+        KvRotate::Kv,
+        KvRotate::Auto,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvRotate::Off => "off",
+            KvRotate::K => "k",
+            KvRotate::V => "v",
+            KvRotate::Kv => "kv",
+            KvRotate::Auto => "auto",
+        }
+    }
+
+    /// `off`, `k`, `v`, `kv` or `auto` (`none`, `on` and `both` are accepted too).
+    pub fn parse(name: &str) -> Option<KvRotate> {
+        match name {
+            "none" => Some(KvRotate::Off),
+            "on" | "both" => Some(KvRotate::Kv),
+            _ => KvRotate::ALL.into_iter().find(|r| r.name() == name),
+        }
+    }
+
+    /// Whether K and whether V are rotated when they are stored as `k` and `v`.
+    pub fn sides(self, k: KvType, v: KvType) -> (bool, bool) {
+        let low = |t: KvType| matches!(t, KvType::Q4_0 | KvType::B1);
+        match self {
+            KvRotate::Off => (false, false),
+            KvRotate::K => (true, false),
+            KvRotate::V => (false, true),
+            KvRotate::Kv => (true, true),
+            KvRotate::Auto => (low(k), low(v)),
+        }
+    }
+}
+
 /// Scores of `n_q` query heads (`q` is `[n_q][d]`) against `n_pos` key rows at byte stride
 /// `stride`: `out[h * n_pos + p] = scale * dot(q_h, k_p)`.
 pub type ScoresFn = fn(
     isa: Isa,
     q: &[f32],
+    n_q: usize,
+    k: &[u8],
+    stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+);
+
+/// Scores of `n_q` sign-quantized query heads (`qbits`, `qscales`: `[n_q][d / 32]` from
+/// `bitnet_kernels::float::b1_sign_query`) by XNOR/popcount, as [`ScoresFn`] otherwise.
+pub type XnorScoresFn = fn(
+    isa: Isa,
+    qbits: &[u32],
+    qscales: &[f32],
     n_q: usize,
     k: &[u8],
     stride: usize,
@@ -117,12 +189,17 @@ pub struct KvFormat {
     pub decode: fn(isa: Isa, src: &[u8], dst: &mut [f32]),
     pub scores: ScoresFn,
     pub wsum: WsumFn,
+    /// Keys scored against a sign-quantized query (`--kv-xnor`), for sign formats only.
+    pub xnor_scores: Option<XnorScoresFn>,
 }
 
 /// The entry of a quantized family format: everything goes through `bitnet_kernels`'
 /// `kv_*` API for that [`KvQuant`] (grouped AVX2 kernels, scalar reference elsewhere).
 macro_rules! quantized {
     ($kind:expr, $q:expr) => {
+        quantized!($kind, $q, None)
+    };
+    ($kind:expr, $q:expr, $xnor:expr) => {
         KvFormat {
             kind: $kind,
             name: $q.name(),
@@ -136,6 +213,7 @@ macro_rules! quantized {
             wsum: |isa, w, n_q, v, stride, n_pos, out| {
                 attn_weighted_sum_kv(isa, $q, w, n_q, v, stride, n_pos, out)
             },
+            xnor_scores: $xnor,
         }
     };
 }
@@ -155,6 +233,7 @@ pub static FORMATS: [KvFormat; 7] = [
         wsum: |isa, w, n_q, v, stride, n_pos, out| {
             float::attn_weighted_sum_f16_group(isa, w, n_q, as_u16(v), stride / 2, n_pos, out)
         },
+        xnor_scores: None,
     },
     KvFormat {
         kind: KvType::F32,
@@ -181,12 +260,19 @@ pub static FORMATS: [KvFormat; 7] = [
                 float::attn_weighted_sum_f32(isa, wh, as_f32(v), stride / 4, n_pos, oh);
             }
         },
+        xnor_scores: None,
     },
     quantized!(KvType::Q8_0, KvQuant::Q8_0),
     quantized!(KvType::Q8R, KvQuant::Q8R),
     quantized!(KvType::Fp8, KvQuant::Fp8),
     quantized!(KvType::Q4_0, KvQuant::Q4_0),
-    quantized!(KvType::B1, KvQuant::B1),
+    quantized!(
+        KvType::B1,
+        KvQuant::B1,
+        Some(|isa, qbits, qscales, n_q, k, stride, n_pos, scale, out| {
+            float::attn_scores_b1_xnor(isa, qbits, qscales, n_q, k, stride, n_pos, scale, out)
+        })
+    ),
 ];
 
 // The KV pool's blocks are 64-byte aligned and float rows start at multiples of their
@@ -238,6 +324,25 @@ mod tests {
             if f.block_len > 1 {
                 assert_eq!((f.row_bytes)(f.block_len + 1), None, "{}", f.name);
             }
+        }
+    }
+
+    #[test]
+    fn rotation_names_and_sides() {
+        for r in KvRotate::ALL {
+            assert_eq!(KvRotate::parse(r.name()), Some(r));
+        }
+        assert_eq!(KvRotate::parse("on"), Some(KvRotate::Kv));
+        assert_eq!(KvRotate::parse("x"), None);
+        use KvType::*;
+        assert_eq!(KvRotate::Auto.sides(Q4_0, Q8_0), (true, false));
+        assert_eq!(KvRotate::Auto.sides(F16, B1), (false, true));
+        assert_eq!(KvRotate::Auto.sides(Q8_0, Fp8), (false, false));
+        assert_eq!(KvRotate::Kv.sides(F32, F32), (true, true));
+        assert_eq!(KvRotate::Off.sides(B1, B1), (false, false));
+        // Only a sign format has an XNOR scoring path.
+        for t in KvType::ALL {
+            assert_eq!(t.format().xnor_scores.is_some(), t == B1, "{}", t.name());
         }
     }
 

@@ -6,6 +6,6 @@ pub mod format;
 pub mod pool;
 mod sequence;
 
-pub use format::{FORMATS, KvFormat, KvType};
+pub use format::{FORMATS, KvFormat, KvRotate, KvType};
 pub use pool::{KvPool, KvPoolError, PoolStats};
 pub use sequence::Sequence;

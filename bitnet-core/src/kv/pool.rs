@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 
-use bitnet_kernels::{AlignedVec, Isa};
+use bitnet_kernels::{AlignedVec, Isa, float};
 use thiserror::Error;
 
 use super::format::{KvFormat, KvType};
@@ -63,6 +63,16 @@ pub enum KvPoolError {
     },
     #[error("a KV cache of {bytes} bytes does not fit the address space")]
     Overflow { bytes: u128 },
+    #[error(
+        "--kv-rotate applies a Hadamard transform to head rows of a power-of-two length: the \
+         model's head dimension {head_dim} is not one (leave the rotation off)"
+    )]
+    RotateHeadDim { head_dim: usize },
+    #[error(
+        "the KV cache's rotation is chosen before it holds any rows (rotated and plain rows \
+         cannot be mixed)"
+    )]
+    RotateInUse,
 }
 
 /// Occupancy of the pool.
@@ -111,6 +121,9 @@ struct Side {
     row_bytes: usize,
     /// Bytes of one block of one layer (rows padded to a multiple of 64).
     block_bytes: usize,
+    /// Rows are stored Hadamard-rotated (`H / sqrt(head_dim)` applied to each head's row
+    /// before encoding; see [`KvPool::set_rotation`]).
+    rotated: bool,
     data: AlignedVec<u8>,
 }
 
@@ -136,6 +149,7 @@ impl Side {
             head_bytes,
             row_bytes,
             block_bytes,
+            rotated: false,
             data: AlignedVec::zeroed(n_layer * n_blocks * block_bytes),
         })
     }
@@ -156,6 +170,8 @@ pub struct KvPool {
     head_dim: usize,
     k: Side,
     v: Side,
+    /// Rows being rotated before they are encoded (grown to the largest write, then kept).
+    rot_scratch: Vec<f32>,
     meta: Vec<BlockMeta>,
     /// The tokens of each registered block (`block_tokens` per block).
     tokens: Vec<u32>,
@@ -282,6 +298,7 @@ impl KvPool {
             head_dim,
             k,
             v,
+            rot_scratch: Vec::new(),
             meta: vec![meta; n_blocks],
             tokens: vec![0; n_blocks * block_tokens],
             // Lowest ids first out, so a fresh pool fills from the start.
@@ -307,6 +324,38 @@ impl KvPool {
 
     pub fn k_type(&self) -> KvType {
         self.k.fmt.kind
+    }
+
+    /// Stores K (`k`) and V (`v`) rows Hadamard-rotated from now on: each head's row `x` is
+    /// kept as `H x / sqrt(head_dim)` (encoded in the side's format), which spreads a row's
+    /// outliers over all its values before a low-bit format scales them. The transform is
+    /// orthonormal and its own inverse, so attention stays exact: scores need the query
+    /// rotated the same way ([`KvPool::k_rotated`]), and a weighted sum of rotated values
+    /// is rotated back once per head ([`KvPool::v_rotated`]). [`KvPool::write_rows`] takes
+    /// and [`KvPool::read_row`] gives plain rows either way. Chosen once, before any block
+    /// is used, so the rows of every sequence (and of the prefix cache) agree.
+    pub fn set_rotation(&mut self, k: bool, v: bool) -> Result<(), KvPoolError> {
+        if (k || v) && !bitnet_kernels::float::hadamard_supported(self.head_dim) {
+            return Err(KvPoolError::RotateHeadDim {
+                head_dim: self.head_dim,
+            });
+        }
+        if self.free.len() != self.n_blocks {
+            return Err(KvPoolError::RotateInUse);
+        }
+        self.k.rotated = k;
+        self.v.rotated = v;
+        Ok(())
+    }
+
+    /// Whether K rows are stored rotated (queries must be rotated before scoring them).
+    pub fn k_rotated(&self) -> bool {
+        self.k.rotated
+    }
+
+    /// Whether V rows are stored rotated (attention outputs are rotated back per head).
+    pub fn v_rotated(&self) -> bool {
+        self.v.rotated
     }
 
     pub fn v_type(&self) -> KvType {
@@ -411,11 +460,20 @@ impl KvPool {
     /// `layer` from position `slot` on (the caller makes sure the block is writable).
     pub fn write_rows(&mut self, layer: usize, b: u32, slot: usize, k: &[f32], v: &[f32]) {
         let (n_blocks, isa, hd) = (self.n_blocks, self.isa, self.head_dim);
+        let scratch = &mut self.rot_scratch;
         for (side, x) in [(&mut self.k, k), (&mut self.v, v)] {
             let n = x.len() / (side.row_bytes / side.head_bytes * hd);
             debug_assert!(slot + n <= self.block_tokens, "rows past the block");
             let start = side.span(n_blocks, layer, b).start + slot * side.row_bytes;
             let r = start..start + n * side.row_bytes;
+            let x = if side.rotated {
+                scratch.clear();
+                scratch.extend_from_slice(x);
+                float::hadamard_rows(isa, hd, scratch);
+                &scratch[..]
+            } else {
+                x
+            };
             (side.fmt.encode)(isa, hd, x, &mut side.data[r]);
         }
     }
@@ -427,6 +485,10 @@ impl KvPool {
         let row = &side.data[start..start + side.row_bytes];
         for (h, o) in out.chunks_exact_mut(self.head_dim).enumerate() {
             (side.fmt.decode)(self.isa, &row[h * side.head_bytes..][..side.head_bytes], o);
+            if side.rotated {
+                // H is its own inverse: this gives the plain row back.
+                float::hadamard_rows(self.isa, self.head_dim, o);
+            }
         }
     }
 

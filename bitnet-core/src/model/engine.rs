@@ -21,7 +21,7 @@ use super::par::Bufs;
 use super::profile::{OpKind, Profile, SubTimer};
 use crate::error::CoreError;
 use crate::kv::pool::ROOT_NODE;
-use crate::kv::{KvPool, KvType, PoolStats, Sequence};
+use crate::kv::{KvPool, KvRotate, KvType, PoolStats, Sequence};
 use crate::threadpool::{PinPolicy, ThreadPool};
 
 /// Tokens per head call when many rows want logits.
@@ -44,6 +44,13 @@ pub struct EngineOptions {
     pub k_type: KvType,
     /// Element format of the V cache (`-ctv`), chosen independently of K's.
     pub v_type: KvType,
+    /// Which of K and V are stored Hadamard-rotated (`--kv-rotate`; see
+    /// [`KvPool::set_rotation`]). An explicit side with a head dimension that is not a
+    /// power of two is an error; `Auto` then rotates nothing.
+    pub kv_rotate: KvRotate,
+    /// Score `b1` keys by XNOR/popcount against a sign-quantized query (`--kv-xnor`)
+    /// instead of the float query; needs `k_type` B1.
+    pub kv_xnor: bool,
     /// Positions per KV block (a power of two).
     pub block_tokens: usize,
     /// Sample the per-layer attention entropy every this many decode passes (see
@@ -60,6 +67,8 @@ impl Default for EngineOptions {
             batch: 256,
             k_type: KvType::F16,
             v_type: KvType::F16,
+            kv_rotate: KvRotate::Off,
+            kv_xnor: false,
             block_tokens: DEFAULT_BLOCK_TOKENS,
             attn_entropy_every: 0,
         }
@@ -171,6 +180,8 @@ pub struct Engine {
     pub(crate) attn_stats: AttnStats,
     /// Tokens evaluated by forward passes since the engine started (a debug counter).
     evaluated: u64,
+    /// B1 keys scored by XNOR/popcount (`EngineOptions::kv_xnor`).
+    pub(crate) kv_xnor: bool,
 }
 
 // The model is shared across threads (a server hands it to its engine thread).
@@ -236,7 +247,17 @@ impl Engine {
         } else {
             PinPolicy::None
         };
-        let kv = KvPool::new(
+        if opts.kv_xnor && opts.k_type.format().xnor_scores.is_none() {
+            return Err(CoreError::InvalidOption {
+                option: "kv_xnor",
+                reason: format!(
+                    "XNOR/popcount scoring reads sign-bit keys: it needs the b1 K cache type \
+                     (K is {})",
+                    opts.k_type.name()
+                ),
+            });
+        }
+        let mut kv = KvPool::new(
             cfg.n_layer,
             cfg.n_head_kv,
             cfg.head_dim,
@@ -245,6 +266,12 @@ impl Engine {
             opts.block_tokens,
             model.isa,
         )?;
+        let (rot_k, rot_v) = opts.kv_rotate.sides(opts.k_type, opts.v_type);
+        let auto_skips = opts.kv_rotate == KvRotate::Auto
+            && !bitnet_kernels::float::hadamard_supported(cfg.head_dim);
+        if !auto_skips {
+            kv.set_rotation(rot_k, rot_v)?;
+        }
         let pool = ThreadPool::new(threads, pin)?;
         let max_pos = kv.capacity_tokens();
         let chunk = opts.batch.min(max_pos).max(1);
@@ -272,7 +299,8 @@ impl Engine {
         ];
         let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
         let group = cfg.gqa_group();
-        let per_thread = group * (2 * max_pos + kv.block_tokens());
+        let per_thread = group * (2 * max_pos + kv.block_tokens())
+            + super::par::xnor_scratch(opts.kv_xnor, group, cfg.head_dim);
         let batch = BatchScratch {
             tokens: Vec::with_capacity(chunk),
             pos: Vec::with_capacity(chunk),
@@ -311,6 +339,7 @@ impl Engine {
             timer: SubTimer::default(),
             attn_stats,
             evaluated: 0,
+            kv_xnor: opts.kv_xnor,
             model,
         })
     }
@@ -354,6 +383,16 @@ impl Engine {
     /// The V cache's element format.
     pub fn v_type(&self) -> KvType {
         self.kv.v_type()
+    }
+
+    /// Whether K and whether V rows are stored Hadamard-rotated.
+    pub fn kv_rotated(&self) -> (bool, bool) {
+        (self.kv.k_rotated(), self.kv.v_rotated())
+    }
+
+    /// Whether b1 keys are scored by XNOR/popcount.
+    pub fn kv_xnor(&self) -> bool {
+        self.kv_xnor
     }
 
     /// Bytes of the KV pool.

@@ -196,6 +196,7 @@ impl Engine {
             profile,
             timer,
             attn_stats,
+            kv_xnor,
             ..
         } = self;
         let (m, isa, pool) = (&**model, *isa, &*pool);
@@ -248,7 +249,12 @@ impl Engine {
             scale: 1.0 / (hd as f32).sqrt(),
             max_pos: kv.capacity_tokens(),
             block_tokens: kv.block_tokens(),
+            v_rotated: kv.v_rotated(),
+            xnor: *kv_xnor,
         };
+        // Keys stored rotated are scored by queries rotated the same way (H is orthonormal:
+        // the scores do not change in exact arithmetic).
+        let q_rotated = kv.k_rotated();
         let tm: &SubTimer = timer;
 
         for (l, layer) in m.layers.iter().enumerate() {
@@ -314,6 +320,9 @@ impl Engine {
                                 rope.apply_normal(isa, k, hd, n_kv, pos);
                             }
                         });
+                        if q_rotated {
+                            float::hadamard_rows(isa, hd, q);
+                        }
                     }
                 });
                 charge(profile, pool, tm, OpKind::Rope, t);

@@ -31,7 +31,7 @@ use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::ModelConfig;
-pub use crate::kv::KvType;
+pub use crate::kv::{KvRotate, KvType};
 use crate::tokenizer::Tokenizer;
 
 pub use attn_stats::ENTROPY_EMA_WEIGHT;

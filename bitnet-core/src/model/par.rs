@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use bitnet_kernels::float;
+use bitnet_kernels::float::{self, QK_KV};
 use bitnet_kernels::{ActScale, Isa};
 
 use super::Store;
@@ -297,6 +297,20 @@ pub(crate) struct AttnShape {
     /// Positions a sequence holds at most (scores scratch: `group * max_pos` per thread).
     pub(crate) max_pos: usize,
     pub(crate) block_tokens: usize,
+    /// V rows are stored rotated: each head's output is rotated back.
+    pub(crate) v_rotated: bool,
+    /// B1 keys are scored by XNOR/popcount against the sign-quantized query.
+    pub(crate) xnor: bool,
+}
+
+/// Floats of attention scratch per thread the XNOR path adds: a group's sign words and
+/// block scales.
+pub(crate) fn xnor_scratch(on: bool, group: usize, head_dim: usize) -> usize {
+    if on {
+        2 * group * head_dim.div_ceil(QK_KV)
+    } else {
+        0
+    }
 }
 
 /// The `tid`-th of `nt` ranges of (token, unit) pairs, balanced by attended positions: pair
@@ -353,6 +367,7 @@ pub(crate) fn attention(
     let hd = sh.head_dim;
     let qd = sh.n_head * hd;
     let (kf, vf) = (kv.pool.k_format(), kv.pool.v_format());
+    let xnor = if sh.xnor { kf.xnor_scores } else { None };
     let bt = sh.block_tokens;
     // A unit of work is one token's query heads that share a KV head, so each K/V row is
     // read once for all of them.
@@ -373,6 +388,19 @@ pub(crate) fn attention(
         let kvh = h0 / sh.group;
         let (k_off, v_off) = (kvh * sh.k_head_step, kvh * sh.v_head_step);
         let qg = &q[t * qd + h0 * hd..][..width];
+        let (sc, xq) = sc.split_at_mut(gs * (2 * sh.max_pos + sh.block_tokens));
+        // The XNOR path scores the group's sign-quantized query, made once per unit.
+        let xq = xnor.map(|f| {
+            let (bits, scales) = xq[..xnor_scratch(true, gs, hd)].split_at_mut(gs * hd / QK_KV);
+            let bits: &mut [u32] = bytemuck::cast_slice_mut(bits);
+            float::b1_sign_query(qg, bits, scales);
+            (f, &*bits, &*scales)
+        });
+        let score = |k: &[u8], n_q: usize, q: &[f32], n: usize, out: &mut [f32]| match xq {
+            // The XNOR kernels score whole groups only (n_q is gs or, for gs == 1, 1).
+            Some((f, bits, scales)) => f(isa, bits, scales, n_q, k, sh.k_stride, n, sh.scale, out),
+            None => (kf.scores)(isa, q, n_q, k, sh.k_stride, n, sh.scale, out),
+        };
         let (sc, tmp) = sc.split_at_mut(gs * sh.max_pos);
         let sc = &mut sc[..gs * n_pos];
         // The sequence's blocks are walked as runs of consecutive ids: with contiguous
@@ -402,12 +430,12 @@ pub(crate) fn attention(
         for (b, count, p0, n) in runs() {
             let k = &kv.pool.k_run(kv.layer, b, count)[k_off..];
             if single && p0 == 0 && n == n_pos {
-                (kf.scores)(isa, qg, gs, k, sh.k_stride, n, sh.scale, sc);
+                score(k, gs, qg, n, sc);
             } else if gs == 1 {
-                (kf.scores)(isa, qg, 1, k, sh.k_stride, n, sh.scale, &mut sc[p0..p0 + n]);
+                score(k, 1, qg, n, &mut sc[p0..p0 + n]);
             } else {
                 let t = &mut tmp[..gs * n];
-                (kf.scores)(isa, qg, gs, k, sh.k_stride, n, sh.scale, t);
+                score(k, gs, qg, n, t);
                 for h in 0..gs {
                     sc[h * n_pos + p0..][..n].copy_from_slice(&t[h * n..][..n]);
                 }
@@ -444,9 +472,13 @@ pub(crate) fn attention(
                 (vf.wsum)(isa, t, gs, v, sh.v_stride, n, out);
             }
         }
+        if sh.v_rotated {
+            // Σ_p w_p H v_p = H Σ_p w_p v_p, and H is its own inverse.
+            float::hadamard_rows(isa, hd, out);
+        }
     };
     let n_units = n_tok * per_tok;
-    let scratch_len = gs * (2 * sh.max_pos + bt);
+    let scratch_len = gs * (2 * sh.max_pos + bt) + xnor_scratch(sh.xnor, gs, hd);
     let stride = probe.mass_stride;
     if pool.n_threads() == 1 {
         let mut ent = probe.entropy.as_deref_mut();

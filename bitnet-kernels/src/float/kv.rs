@@ -263,3 +263,77 @@ pub fn attn_weighted_sum_kv(
     let _ = isa;
     scalar::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out);
 }
+
+/// The sign-quantized query of [`attn_scores_b1_xnor`]: per 32 values of `q`, sign bits
+/// (bit j set when `q[j] >= 0`, as B1 keys store theirs) in `bits` and the mean magnitude in
+/// `scales`.
+///
+/// # Panics
+/// If `q.len()` is not `32 * bits.len()` or `scales.len() != bits.len()`.
+pub fn b1_sign_query(q: &[f32], bits: &mut [u32], scales: &mut [f32]) {
+    assert!(
+        q.len() == bits.len() * QK_KV && scales.len() == bits.len(),
+        "b1_sign_query: {} values need {} words and scales, got {} and {}",
+        q.len(),
+        q.len() / QK_KV,
+        bits.len(),
+        scales.len()
+    );
+    scalar::b1_sign_query(q, bits, scales);
+}
+
+/// Scores of `n_q` sign-quantized query heads (`qbits` and `qscales`, `[n_q][d / 32]` each,
+/// from [`b1_sign_query`]) against `n_pos` B1 key rows at byte stride `kv_stride`, by
+/// XNOR/popcount: `out[h * n_pos + p] = scale * Σ_b s_q * s_k * (2 popcount(!(q_b ^ k_b)) -
+/// 32)`. Every kernel set gives the scalar reference's bits. A 1-bit query loses most of
+/// the query's information; this is an opt-in speed path, see the README's KV section for
+/// what it costs.
+///
+/// # Panics
+/// As [`attn_scores_kv`] for B1 rows of `32 * qbits.len() / n_q` values, and if
+/// `qscales.len() != qbits.len()`.
+#[allow(clippy::too_many_arguments)]
+pub fn attn_scores_b1_xnor(
+    isa: Isa,
+    qbits: &[u32],
+    qscales: &[f32],
+    n_q: usize,
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    assert_eq!(
+        qbits.len(),
+        qscales.len(),
+        "attn_scores_b1_xnor: one scale per sign word"
+    );
+    let (ql, kl, ol) = (qbits.len() * QK_KV, k.len(), out.len());
+    check(
+        "attn_scores_b1_xnor",
+        KvQuant::B1,
+        ql,
+        n_q,
+        kl,
+        kv_stride,
+        n_pos,
+        ol,
+    );
+    if n_pos == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if runnable(isa) != Isa::Scalar && kv_stride <= i32::MAX as usize / 8 {
+        // SAFETY: runnable() returns a SIMD set only after detecting AVX2, FMA and F16C; the
+        // shapes were checked above and eight strides fit the gathers' i32 offsets.
+        unsafe {
+            super::b1_xnor_x86::attn_scores_b1_xnor(
+                qbits, qscales, n_q, k, kv_stride, n_pos, scale, out,
+            )
+        };
+        return;
+    }
+    let _ = isa;
+    scalar::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
+}

@@ -3,5 +3,6 @@
 pub mod act;
 pub mod binary;
 pub mod float;
+pub mod hadamard;
 pub mod kv;
 pub mod ternary;

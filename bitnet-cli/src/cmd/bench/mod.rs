@@ -26,7 +26,9 @@ use anyhow::{Context, Result, bail};
 use std::sync::Arc;
 
 use bitnet_core::config::ModelConfig;
-use bitnet_core::model::{BatchItem, Engine, EngineOptions, KvType, Logits, Model, SeqId};
+use bitnet_core::model::{
+    BatchItem, Engine, EngineOptions, KvRotate, KvType, Logits, Model, SeqId,
+};
 use bitnet_gguf::GgufFile;
 
 use self::report::{BenchReport, BenchRow, Format, MachineInfo, TestKind, mean_stddev};
@@ -120,6 +122,13 @@ pub struct Args {
     #[arg(long = "cache-type-v", value_delimiter = ',', value_parser = super::common::parse_kv_type,
           default_value = "f16")]
     pub cache_type_v: Vec<KvType>,
+    /// Hadamard rotation of the KV cache (off, k, v, kv, auto), as on the other commands.
+    #[arg(long = "kv-rotate", value_name = "SIDES", value_parser = super::common::parse_kv_rotate,
+          default_value = "off")]
+    pub kv_rotate: KvRotate,
+    /// Score b1 keys by XNOR/popcount (needs -ctk b1), as on the other commands.
+    #[arg(long = "kv-xnor")]
+    pub kv_xnor: bool,
     /// Positions per KV cache block (a power of two).
     #[arg(long, default_value_t = bitnet_core::model::DEFAULT_BLOCK_TOKENS)]
     pub kv_block: usize,
@@ -227,6 +236,8 @@ pub fn run(args: Args) -> Result<()> {
                 no_pin: false,
                 cache_type_k: KvType::F16,
                 cache_type_v: KvType::F16,
+                kv_rotate: KvRotate::Off,
+                kv_xnor: false,
             };
             let opts = model_args.load_options()?;
             reset_peak_rss();
@@ -367,6 +378,8 @@ fn bench_model(
         block_tokens: args.kv_block,
         k_type: type_k,
         v_type: type_v,
+        kv_rotate: args.kv_rotate,
+        kv_xnor: args.kv_xnor,
         ..EngineOptions::default()
     };
     check_context(model, &engine_opts)?;
@@ -374,6 +387,20 @@ fn bench_model(
     let threads = engine.threads();
     let n_vocab = model.n_vocab() as u32;
     let bandwidth = bandwidths.iter().find(|b| b.threads == threads).copied();
+    let kv_extra = {
+        let (rk, rv) = engine.kv_rotated();
+        let rot = match (rk, rv) {
+            (true, true) => Some("rotate kv"),
+            (true, false) => Some("rotate k"),
+            (false, true) => Some("rotate v"),
+            (false, false) => None,
+        };
+        let parts: Vec<&str> = rot
+            .into_iter()
+            .chain(engine.kv_xnor().then_some("xnor"))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(" "))
+    };
     let make_row = |test, n_tokens: usize, batch: usize, samples: Vec<f64>| {
         let (mean_tps, stddev_tps) = mean_stddev(&samples);
         // Batched decode streams the weights once per step for all its sequences.
@@ -407,6 +434,7 @@ fn bench_model(
             decode_tps: None,
             type_k: type_k.name().to_owned(),
             type_v: type_v.name().to_owned(),
+            kv_extra: kv_extra.clone(),
             n_depth: 0,
         }
     };

@@ -60,6 +60,9 @@ pub struct BenchRow {
     pub type_k: String,
     #[serde(default = "f16_name")]
     pub type_v: String,
+    /// How the KV cache is stored or scored beyond its types (`rotate kv`, `xnor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_extra: Option<String>,
     /// Tokens of context filled before the test (llama-bench's `-d`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub n_depth: usize,
@@ -105,8 +108,12 @@ impl BenchRow {
 
     /// `K q8_0 V q4_0` when the KV cache is not the default f16.
     pub fn kv_note(&self) -> Option<String> {
-        (self.type_k != "f16" || self.type_v != "f16")
-            .then(|| format!("K {} V {}", self.type_k, self.type_v))
+        let extra = self
+            .kv_extra
+            .as_deref()
+            .map_or(String::new(), |e| format!(" {e}"));
+        (self.type_k != "f16" || self.type_v != "f16" || !extra.is_empty())
+            .then(|| format!("K {} V {}{extra}", self.type_k, self.type_v))
     }
 }
 
@@ -333,6 +340,7 @@ pub(crate) mod tests {
             decode_tps: None,
             type_k: "f16".into(),
             type_v: "f16".into(),
+            kv_extra: None,
             n_depth: 0,
         }
     }
