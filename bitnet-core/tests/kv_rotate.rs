@@ -20,6 +20,11 @@ use common::setup::{Loaded, Opts, load};
 /// transforms (a few ulp per value), amplified by the random tiny model's layers (or the
 /// model's noise floor, see the test).
 const EXACT_TOL: f32 = 2e-4;
+/// One flipped 8-bit activation code on the model that quantizes its activations per token
+/// (tiny-bitnet, tagged [`TAG_ACT_QUANT`]): measured 4.3e-3 relative, allowed up to 1e-2.
+const ACT_FLIP_TOL: f32 = 1e-2;
+/// The tag of the spec whose projections quantize activations to 8 bits (see [`specs`]).
+const TAG_ACT_QUANT: &str = "g2";
 /// Prefill and decode read the same encoded rows; only summation order differs.
 const PREFILL_DECODE_TOL: f32 = 1e-5;
 
@@ -115,7 +120,17 @@ fn rotation_with_an_f32_cache_keeps_the_logits() {
         )
         .unwrap();
         let floor = max_rel_diff(&prefill(&scalar, &toks), &want);
-        let tol = EXACT_TOL.max(floor * 1.01);
+        // With BITNET_KERNEL=scalar both runs above use the scalar kernels and the floor
+        // measures 0, yet a rounding difference in the rotation can still flip one 8-bit
+        // activation code (measured 4.3e-3 on tiny-bitnet, the same as the SIMD-vs-scalar
+        // floor): a model that quantizes activations is allowed one such flip. A wrong
+        // rotation moves the logits by O(1).
+        let act_flip = if tag == TAG_ACT_QUANT {
+            ACT_FLIP_TOL
+        } else {
+            0.0
+        };
+        let tol = EXACT_TOL.max(floor * 1.01).max(act_flip);
         eprintln!("{tag}: scalar vs SIMD kernels {floor:e}");
         for rot in [KvRotate::K, KvRotate::V, KvRotate::Kv] {
             let m = load_with(&path, KvType::F32, KvType::F32, rot, false);
