@@ -14,7 +14,8 @@ use bitnet_core::model::{KvRotate, KvType};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 use bitnet_kernels::float::hadamard_rows;
-use common::setup::{Loaded, Opts, load};
+use common::metrics::max_rel_diff;
+use common::setup::{Loaded, Opts, decode_all, load, prefill_all, spread_prompt};
 
 /// f32 rows, rotated or not: the same scores and outputs up to the rounding of the
 /// transforms (a few ulp per value), amplified by the random tiny model's layers (or the
@@ -52,33 +53,6 @@ fn load_with(path: &PathBuf, k: KvType, v: KvType, rot: KvRotate, xnor: bool) ->
     m
 }
 
-fn prompt(n: usize, n_vocab: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i * 7919 + 13) % n_vocab) as u32).collect()
-}
-
-fn prefill(model: &Loaded, toks: &[u32]) -> Vec<f32> {
-    let mut s = model.session(0).unwrap();
-    s.eval(toks, true).unwrap().to_vec()
-}
-
-fn decode(model: &Loaded, toks: &[u32]) -> Vec<f32> {
-    let mut s = model.session(0).unwrap();
-    let mut out = Vec::new();
-    for &t in toks {
-        out.extend_from_slice(s.eval(&[t], false).unwrap());
-    }
-    out
-}
-
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-        / scale
-}
-
 /// tiny-bitnet (head_dim 64, GQA 2) and tiny with head_dim 32 and GQA 4.
 fn specs() -> Vec<(SynthSpec, &'static str)> {
     let tiny = SynthSpec::preset("tiny").unwrap();
@@ -100,8 +74,8 @@ fn rotation_with_an_f32_cache_keeps_the_logits() {
     for (spec, tag) in specs() {
         let path = model_path(&spec, &format!("exact-{tag}"));
         let plain = load_with(&path, KvType::F32, KvType::F32, KvRotate::Off, false);
-        let toks = prompt(40, plain.n_vocab());
-        let want = prefill(&plain, &toks);
+        let toks = spread_prompt(40, plain.n_vocab());
+        let want = prefill_all(&plain, &toks);
         // This model's noise floor: the same plain cache read by the scalar kernels (only
         // the summation order differs). tiny-bitnet quantizes activations to 8 bits per
         // token, so a rounding difference can flip one code and move the logits by far
@@ -119,7 +93,7 @@ fn rotation_with_an_f32_cache_keeps_the_logits() {
             },
         )
         .unwrap();
-        let floor = max_rel_diff(&prefill(&scalar, &toks), &want);
+        let floor = max_rel_diff(&prefill_all(&scalar, &toks), &want);
         // With BITNET_KERNEL=scalar both runs above use the scalar kernels and the floor
         // measures 0, yet a rounding difference in the rotation can still flip one 8-bit
         // activation code (measured 4.3e-3 on tiny-bitnet, the same as the SIMD-vs-scalar
@@ -134,7 +108,7 @@ fn rotation_with_an_f32_cache_keeps_the_logits() {
         eprintln!("{tag}: scalar vs SIMD kernels {floor:e}");
         for rot in [KvRotate::K, KvRotate::V, KvRotate::Kv] {
             let m = load_with(&path, KvType::F32, KvType::F32, rot, false);
-            let got = prefill(&m, &toks);
+            let got = prefill_all(&m, &toks);
             let d = max_rel_diff(&got, &want);
             eprintln!("{tag} f32 rotate {}: max rel diff {d:e}", rot.name());
             assert!(d <= tol, "{tag} rotate {}: {d} > {tol}", rot.name());
@@ -150,17 +124,17 @@ fn rotation_changes_q4_0_logits_and_prefill_still_equals_decode() {
     for (spec, tag) in specs() {
         let path = model_path(&spec, &format!("q4-{tag}"));
         let plain = load_with(&path, KvType::Q4_0, KvType::Q4_0, KvRotate::Off, false);
-        let toks = prompt(40, plain.n_vocab());
-        let off = prefill(&plain, &toks);
+        let toks = spread_prompt(40, plain.n_vocab());
+        let off = prefill_all(&plain, &toks);
         for rot in [KvRotate::Kv, KvRotate::Auto] {
             let m = load_with(&path, KvType::Q4_0, KvType::Q4_0, rot, false);
-            let on = prefill(&m, &toks);
+            let on = prefill_all(&m, &toks);
             assert!(on.iter().all(|x| x.is_finite()), "{tag}: non-finite");
             let d = max_rel_diff(&on, &off);
             eprintln!("{tag} q4_0 rotate {}: max rel diff {d:e}", rot.name());
             // Far beyond rounding: other values were quantized.
             assert!(d > 100.0 * EXACT_TOL, "{tag} rotate {}: {d}", rot.name());
-            let dec = decode(&m, &toks);
+            let dec = decode_all(&m, &toks);
             let pd = max_rel_diff(&on, &dec);
             assert!(pd <= PREFILL_DECODE_TOL, "{tag}: prefill vs decode {pd}");
         }
@@ -242,11 +216,11 @@ fn xnor_scoring_runs_differs_from_float_scoring_and_prefill_equals_decode() {
     for (spec, tag) in specs() {
         let path = model_path(&spec, &format!("xnor-{tag}"));
         let float_q = load_with(&path, KvType::B1, KvType::Q8_0, KvRotate::Off, false);
-        let toks = prompt(40, float_q.n_vocab());
-        let base = prefill(&float_q, &toks);
+        let toks = spread_prompt(40, float_q.n_vocab());
+        let base = prefill_all(&float_q, &toks);
         for rot in [KvRotate::Off, KvRotate::K] {
             let m = load_with(&path, KvType::B1, KvType::Q8_0, rot, true);
-            let a = prefill(&m, &toks);
+            let a = prefill_all(&m, &toks);
             assert!(a.iter().all(|x| x.is_finite()), "{tag}: non-finite");
             let n = m.n_vocab();
             assert!(
@@ -259,7 +233,7 @@ fn xnor_scoring_runs_differs_from_float_scoring_and_prefill_equals_decode() {
                 "{tag} rotate {}: same as the float query ({d})",
                 rot.name()
             );
-            let b = decode(&m, &toks);
+            let b = decode_all(&m, &toks);
             let pd = max_rel_diff(&a, &b);
             assert!(pd <= PREFILL_DECODE_TOL, "{tag}: prefill vs decode {pd}");
         }

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use bitnet_core::CoreError;
 use bitnet_core::model::KvType;
 use bitnet_core::synth::{SynthSpec, write_model};
-use common::setup::{Loaded, Opts, load};
+use common::metrics::max_rel_diff;
+use common::setup::{Opts, decode_all, load, prefill_all, spread_prompt};
 
 /// Prefill and decode read the same encoded rows; only summation order differs.
 const PREFILL_DECODE_TOL: f32 = 1e-5;
@@ -48,33 +49,6 @@ fn opts(k: KvType, v: KvType) -> Opts {
     }
 }
 
-fn prompt(n: usize, n_vocab: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i * 7919 + 13) % n_vocab) as u32).collect()
-}
-
-fn prefill_all(model: &Loaded, toks: &[u32]) -> Vec<f32> {
-    let mut s = model.session(0).unwrap();
-    s.eval(toks, true).unwrap().to_vec()
-}
-
-fn decode_all(model: &Loaded, toks: &[u32]) -> Vec<f32> {
-    let mut s = model.session(0).unwrap();
-    let mut out = Vec::new();
-    for &t in toks {
-        out.extend_from_slice(s.eval(&[t], false).unwrap());
-    }
-    out
-}
-
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-        / scale
-}
-
 fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
     let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
@@ -96,7 +70,7 @@ fn pairs() -> Vec<(KvType, KvType)> {
 fn check_spec(spec: &SynthSpec, tag: &str) {
     let path = model_path(spec, tag);
     let base = load(&path, &opts(KvType::F16, KvType::F16)).unwrap();
-    let toks = prompt(40, base.n_vocab());
+    let toks = spread_prompt(40, base.n_vocab());
     let reference = prefill_all(&base, &toks);
     for (k, v) in pairs() {
         let what = format!("{tag} K {} V {}", k.name(), v.name());

@@ -77,3 +77,9 @@ impl std::fmt::Display for Agreement {
         )
     }
 }
+
+/// Largest absolute difference relative to the largest magnitude in `a`.
+pub fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    max_abs_diff(a, b) / scale
+}

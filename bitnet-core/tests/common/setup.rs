@@ -89,3 +89,24 @@ pub fn load(path: impl AsRef<Path>, o: &Opts) -> Result<Loaded, CoreError> {
         engine,
     })
 }
+
+/// `n` deterministic token ids spread over the vocabulary.
+pub fn spread_prompt(n: usize, n_vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 7919 + 13) % n_vocab) as u32).collect()
+}
+
+/// The logits of every token of `toks` evaluated as one prompt in a fresh session.
+pub fn prefill_all(model: &Loaded, toks: &[u32]) -> Vec<f32> {
+    let mut s = model.session(0).unwrap();
+    s.eval(toks, true).unwrap().to_vec()
+}
+
+/// The logits of `toks` decoded one token at a time in a fresh session.
+pub fn decode_all(model: &Loaded, toks: &[u32]) -> Vec<f32> {
+    let mut s = model.session(0).unwrap();
+    let mut out = Vec::new();
+    for &t in toks {
+        out.extend_from_slice(s.eval(&[t], false).unwrap());
+    }
+    out
+}
