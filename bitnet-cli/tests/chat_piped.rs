@@ -294,3 +294,68 @@ fn a_context_shift_goes_on_without_reading_the_conversation_again() {
     assert_eq!(json.matches("\"role\": \"user\"").count(), 6, "{json}");
     assert_eq!(json.matches("\"role\": \"system\"").count(), 1, "{json}");
 }
+
+/// BitNet's template ends its generation prompt with a space, which the whole conversation
+/// joins to the reply's first word. With token healing the prompt's last space is not
+/// evaluated (the reply's first token carries it), the sequence a chat builds turn by turn
+/// holds as many tokens as the conversation read at once (the third turn keeps and evaluates
+/// as many as a fresh chat loading the same conversation; the token-level check is in
+/// bitnet-core's chat_template tests), and the replies are kept without the healed space.
+#[test]
+fn bitnet_template_turns_hold_the_whole_conversations_tokens() {
+    let dir = scratch("chat-piped-heal");
+    let saved = dir.join("conv.json");
+    let args = ["-n", "8", "-v", "--temp", "0", "--chat-template", "bitnet"];
+    let turns = chat(
+        &args,
+        &format!(
+            "Hello there\nWho art thou?\n/save {}\nAnd then?\n",
+            saved.display()
+        ),
+    );
+    assert!(turns.status.success(), "{}", stderr_of(&turns));
+    let f = figures(&turns);
+    assert_eq!(f.len(), 3, "{}", stderr_of(&turns));
+    // The first prompt is healed: its trailing space token is not evaluated.
+    let rendered = bitnet()
+        .args(["tokenize", "--parse-special", "--show-count", "-m"])
+        .arg(shipped_model())
+        .args(["-p", "User: Hello there<|eot_id|>Assistant: "])
+        .output()
+        .unwrap();
+    let n_rendered: usize = stdout_of(&rendered)
+        .lines()
+        .find_map(|l| l.strip_prefix("Total number of tokens: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("token count");
+    assert_eq!(
+        f[0].0 + 1,
+        n_rendered,
+        "the prompt's last space is healed: {f:?}"
+    );
+    for w in f.windows(2) {
+        assert_eq!(
+            w[1].1, w[0].2,
+            "each turn keeps what the last one left: {f:?}"
+        );
+    }
+    let fresh = chat(&args, &format!("/load {}\nAnd then?\n", saved.display()));
+    assert!(fresh.status.success(), "{}", stderr_of(&fresh));
+    let g = figures(&fresh);
+    assert_eq!(g.len(), 1, "{}", stderr_of(&fresh));
+    assert_eq!(g[0].1, 0, "a loaded conversation is read afresh");
+    assert_eq!(
+        f[2].0 + f[2].1,
+        g[0].0,
+        "turn by turn, the sequence holds the whole conversation's tokens: {f:?} vs {g:?}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&saved).unwrap()).unwrap();
+    for m in json.as_array().unwrap() {
+        let content = m["content"].as_str().unwrap();
+        assert!(
+            !content.starts_with(' '),
+            "{m}: the healed space is not kept"
+        );
+    }
+}

@@ -788,3 +788,33 @@ fn heavy_hitter_eviction_lets_a_request_generate_past_the_context() {
         s.metric("bitnet_kv_cache_usage_ratio") == 0.0
     });
 }
+
+/// A chat template whose generation prompt ends in a space (BitNet's "Assistant: ") is
+/// healed as the chat heals it: the space token is not part of the evaluated prompt, and the
+/// reply does not begin with it.
+#[test]
+fn a_chat_prompt_ending_in_a_space_is_healed() {
+    let s = Server::start(&["--chat-template", "bitnet"]);
+    let (st, tokens) = s.post(
+        "/tokenize",
+        &json!({"content": "User: Hello there<|eot_id|>Assistant: ",
+                "add_special": true, "parse_special": true}),
+    );
+    assert_eq!(st, 200, "{tokens}");
+    let rendered = tokens["tokens"].as_array().unwrap().len();
+    for seed in 1..4 {
+        let (st, r) = s.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Hello there"}],
+                    "max_tokens": 4, "seed": seed}),
+        );
+        assert_eq!(st, 200, "{r}");
+        assert_eq!(
+            r["usage"]["prompt_tokens"].as_u64().unwrap() as usize + 1,
+            rendered,
+            "the trailing space is healed: {r}"
+        );
+        let content = r["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(!content.starts_with(' '), "{content:?}");
+    }
+}

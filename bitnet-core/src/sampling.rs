@@ -229,6 +229,8 @@ pub struct Sampler {
     candidates: Vec<Candidate>,
     probs: Vec<f32>,
     counts: Vec<u32>,
+    /// The only tokens the next sample may pick (sorted), when restricted.
+    next_allowed: Option<Vec<u32>>,
 }
 
 impl Sampler {
@@ -250,6 +252,7 @@ impl Sampler {
             candidates: Vec::with_capacity(n_vocab),
             probs: Vec::with_capacity(n_vocab),
             counts,
+            next_allowed: None,
         })
     }
 
@@ -284,6 +287,40 @@ impl Sampler {
     /// ignored). NaN logits count as impossible. If the row is longer than the vocabulary
     /// the excess is ignored; an empty row yields token 0.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        match self.next_allowed.take() {
+            Some(allowed) => self.sample_among(&allowed, logits, history),
+            None => self.sample_row(logits, history),
+        }
+    }
+
+    /// Lets the next [`Sampler::sample`] pick only among `allowed` (the others count as
+    /// impossible); the samples after it are free again. Token healing uses this: the
+    /// reply's first token must begin with the text taken off the end of the prompt.
+    /// An empty list lifts the restriction.
+    pub fn restrict_next(&mut self, mut allowed: Vec<u32>) {
+        allowed.sort_unstable();
+        allowed.dedup();
+        self.next_allowed = (!allowed.is_empty()).then_some(allowed);
+    }
+
+    /// Samples with every token outside `allowed` (sorted) made impossible. When every
+    /// allowed logit is already impossible (NaN or -inf), the first allowed token is taken:
+    /// the restriction holds even on a broken row.
+    fn sample_among(&mut self, allowed: &[u32], logits: &[f32], history: &[u32]) -> u32 {
+        let n = logits.len().min(self.n_vocab);
+        let mut masked = vec![f32::NEG_INFINITY; n];
+        for &t in allowed.iter().filter(|&&t| (t as usize) < n) {
+            masked[t as usize] = logits[t as usize];
+        }
+        let token = self.sample_row(&masked, history);
+        if allowed.binary_search(&token).is_ok() {
+            token
+        } else {
+            allowed[0]
+        }
+    }
+
+    fn sample_row(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let n = logits.len().min(self.n_vocab);
         if self.cfg.temperature == 0.0
             && self.cfg.logit_bias.is_empty()

@@ -211,6 +211,11 @@ pub struct SubmitOptions {
     /// Share the prompt of this request (same prompt tokens): wait until its prompt is
     /// evaluated, then fork its sequence instead of evaluating the prompt again.
     pub after: Option<SeqId>,
+    /// Token healing: the first generated token must begin with this text, and the text is
+    /// left out of what is reported. A chat whose prompt ends in text the reply's first
+    /// token would absorb (BitNet's "Assistant: " with its trailing space) takes that text
+    /// off the prompt and passes it here (see [`crate::chat::HealedPrompt`]).
+    pub heal: String,
 }
 
 /// Log probabilities at one generated position: of the raw logits (temperature 1, before
@@ -295,6 +300,8 @@ struct Request {
     sampler: Sampler,
     stop: StopMatcher,
     text: TextStream,
+    /// What is left to take off the front of the reported text (token healing).
+    unheal: String,
     /// What the repetition penalties see: the prompt and the generated tokens.
     history: Vec<u32>,
     generated: Vec<u32>,
@@ -391,6 +398,24 @@ impl Scheduler {
         tokens: &[u32],
         params: GenParams,
     ) -> Result<(), CoreError> {
+        self.submit_on_with(seq, tokens, params, SubmitOptions::default())
+    }
+
+    /// [`Scheduler::submit_on`] with extras (log probabilities, token healing); a shared
+    /// prompt (`after`) does not apply to a continuation and is refused.
+    pub fn submit_on_with(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        params: GenParams,
+        extra: SubmitOptions,
+    ) -> Result<(), CoreError> {
+        if extra.after.is_some() {
+            return Err(CoreError::InvalidOption {
+                option: "after",
+                reason: "a continuation of a kept sequence cannot share another prompt".into(),
+            });
+        }
         if self.find(seq).is_some() {
             return Err(CoreError::InvalidOption {
                 option: "sequence",
@@ -403,9 +428,9 @@ impl Scheduler {
                 return Err(CoreError::EmptyInput);
             };
             self.engine.truncate(seq, held.len() - 1)?;
-            return self.enqueue(seq, &[last], params, SubmitOptions::default());
+            return self.enqueue(seq, &[last], params, extra);
         }
-        self.enqueue(seq, tokens, params, SubmitOptions::default())
+        self.enqueue(seq, tokens, params, extra)
     }
 
     fn enqueue(
@@ -458,7 +483,10 @@ impl Scheduler {
         let total = (base + prompt.len())
             .saturating_add(params.max_tokens)
             .min(limit);
-        let sampler = Sampler::new(params.sampler.clone(), n_vocab)?;
+        let mut sampler = Sampler::new(params.sampler.clone(), n_vocab)?;
+        if !extra.heal.is_empty() {
+            sampler.restrict_next(self.healing_tokens(&extra.heal)?);
+        }
         let stop = StopMatcher::new(params.stop.clone());
         let mut history = Vec::with_capacity(total.min(1 << 20));
         history.extend_from_slice(self.engine.sequence(seq)?.tokens());
@@ -475,6 +503,7 @@ impl Scheduler {
             sampler,
             stop,
             text: TextStream::default(),
+            unheal: extra.heal.clone(),
             history,
             generated: Vec::with_capacity(params.max_tokens.min(total)),
             params,
@@ -488,6 +517,28 @@ impl Scheduler {
             prompt_secs: 0.0,
         });
         Ok(())
+    }
+
+    /// The tokens a healed reply may start with: every text token whose piece begins with
+    /// `heal`. None is an error (the text cannot be healed with this vocabulary).
+    fn healing_tokens(&self, heal: &str) -> Result<Vec<u32>, CoreError> {
+        let model = self.engine.model();
+        let Some(tk) = model.tokenizer() else {
+            return Err(CoreError::InvalidOption {
+                option: "heal",
+                reason: "token healing needs the model's tokenizer".into(),
+            });
+        };
+        let allowed: Vec<u32> = (0..self.engine.n_vocab().min(tk.n_vocab()) as u32)
+            .filter(|&t| !tk.is_control(t) && tk.token_to_piece(t).starts_with(heal.as_bytes()))
+            .collect();
+        if allowed.is_empty() {
+            return Err(CoreError::InvalidOption {
+                option: "heal",
+                reason: format!("no token of the vocabulary begins with {heal:?}"),
+            });
+        }
+        Ok(allowed)
     }
 
     fn find(&self, seq: SeqId) -> Option<&Request> {
@@ -744,8 +795,9 @@ impl Scheduler {
             });
             if let Some(tk) = tokenizer {
                 let piece = r.text.push(tk, t);
+                let piece = unheal(&mut r.unheal, &piece);
                 if !piece.is_empty() {
-                    let feed = r.stop.feed(&piece);
+                    let feed = r.stop.feed(piece);
                     if !feed.emit.is_empty() {
                         on_event(Event::Text {
                             seq: r.seq,
@@ -811,7 +863,7 @@ impl Scheduler {
             let mut reason = reason;
             if reason != StopReason::StopString {
                 let rest = r.text.finish();
-                let feed = r.stop.feed(&rest);
+                let feed = r.stop.feed(unheal(&mut r.unheal, &rest));
                 if !feed.emit.is_empty() {
                     on_event(Event::Text {
                         seq: r.seq,
@@ -845,6 +897,28 @@ impl Scheduler {
             let _ = self.engine.free_sequence(r.seq);
         }
     }
+}
+
+/// Takes what is left of the healed text off the front of `piece` (it begins with that
+/// text, or with a part of it when it ends within it).
+fn unheal<'a>(left: &mut String, piece: &'a str) -> &'a str {
+    if left.is_empty() || piece.is_empty() {
+        return piece;
+    }
+    let mut n = left
+        .bytes()
+        .zip(piece.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    while !left.is_char_boundary(n) {
+        n -= 1;
+    }
+    left.drain(..n);
+    if n < piece.len() {
+        // The text goes on past what was healed: nothing more to take off.
+        left.clear();
+    }
+    &piece[n..]
 }
 
 fn stats_of(r: &Request, reason: StopReason) -> GenStats {

@@ -2,8 +2,8 @@
 //! the family's published template gives; a file's own template runs with the Python
 //! methods and globals Hugging Face templates use; bad templates are clear errors, never a
 //! panic or a hang; and a conversation continued turn by turn holds the same tokens as the
-//! whole conversation rendered at once (for BitNet's template, whose prompt ends with a
-//! space, the same text), on every built-in template, at every turn.
+//! whole conversation rendered at once, on every built-in template, at every turn (BitNet's
+//! template, whose generation prompt ends with a space, through token healing).
 
 use std::path::PathBuf;
 
@@ -287,19 +287,30 @@ fn generated_tokens(tok: &Tokenizer, text: &str) -> Vec<u32> {
 /// next prompt) and checks every turn against rendering the conversation whole: the texts
 /// always; with a tokenizer, that nothing held is recomputed and that the sequence (the
 /// tokens kept plus the new turn's) is exactly the whole conversation's tokens, or with
-/// `exact_tokens` false, spells exactly their text.
-fn check_turn_by_turn(tname: &str, tok: Option<&Tokenizer>, exact_tokens: bool) {
+/// `exact_tokens` false, spells exactly their text. `heal` is the text each generation
+/// prompt must be healed of (the reply's first token then begins with it).
+fn check_turn_by_turn(tname: &str, tok: Option<&Tokenizer>, exact_tokens: bool, heal: &str) {
     let template = ChatTemplate::resolve(None, tok, Some(tname)).unwrap();
     let replies = ["Hi there, friend.", "I am an assistant!", "Fine."];
-    let users = ["Hello", "Who are you", "How are you?"];
+    let users = ["Hello", "Who are you", "How are you?", "Bye"];
     let mut conv = Conversation::new(template.clone());
     conv.push(Message::system("You are a helpful assistant"));
     let mut held: Vec<u32> = Vec::new();
-    for (turn, (user, reply)) in users.iter().zip(replies).enumerate() {
+    for (turn, user) in users.iter().enumerate() {
         conv.push(Message::user(*user));
+        let mut healed = "";
         if let Some(tok) = tok {
-            let whole = conv.prompt_tokens(tok).unwrap();
+            let whole = conv.reply_prompt(tok).unwrap();
+            assert_eq!(whole.heal, heal, "{tname} turn {turn}: the healed text");
+            let unhealed = conv.prompt_tokens(tok).unwrap();
+            assert_eq!(
+                whole.tokens[..],
+                unhealed[..unhealed.len() - usize::from(!heal.is_empty())],
+                "{tname} turn {turn}: healing takes off the last token only"
+            );
             let next = conv.next_turn(tok, &held).unwrap();
+            assert_eq!(next.heal, whole.heal);
+            healed = heal;
             assert_eq!(
                 next.keep,
                 held.len(),
@@ -308,27 +319,36 @@ fn check_turn_by_turn(tname: &str, tok: Option<&Tokenizer>, exact_tokens: bool) 
             held.extend_from_slice(&next.tokens);
             if exact_tokens {
                 assert_eq!(
-                    held, whole,
+                    held, whole.tokens,
                     "{tname} turn {turn}: the sequence is the whole conversation's tokens"
                 );
             } else {
                 assert_eq!(
                     spell(tok, &held),
-                    spell(tok, &whole),
+                    spell(tok, &whole.tokens),
                     "{tname} turn {turn}: the sequence spells the whole conversation"
                 );
             }
             if turn == 0 {
                 assert_eq!(
-                    held, whole,
+                    held, whole.tokens,
                     "{tname}: the first prompt is the whole tokenization"
                 );
             }
         }
+        let Some(reply) = replies.get(turn) else {
+            break;
+        };
         let prompt_text = conv.prompt_text().unwrap();
         let generated = as_generated(tname, reply);
         if let Some(tok) = tok {
-            held.extend(evaluated_reply(tok, tname, &template, &generated));
+            // The model generates the healed text and the reply; the reply alone is kept.
+            let ids = evaluated_reply(tok, tname, &template, &format!("{healed}{generated}"));
+            assert!(
+                tok.token_to_piece(ids[0]).starts_with(healed.as_bytes()),
+                "{tname} turn {turn}: the reply's first token begins with the healed text"
+            );
+            held.extend(ids);
         }
         conv.push(Message::assistant(generated.clone()));
         conv.push(Message::user("next"));
@@ -359,27 +379,25 @@ fn evaluated_reply(tok: &Tokenizer, tname: &str, template: &ChatTemplate, reply:
 #[test]
 fn turn_by_turn_equals_whole_on_every_builtin() {
     for b in BUILTIN_TEMPLATES {
-        check_turn_by_turn(b.name, None, false);
+        check_turn_by_turn(b.name, None, false, "");
     }
     // Token level, with the vocabularies these formats are used with: Llama 3's for
     // llama3, BitNet 2B-4T (which uses it) and plain; Llama 2's SentencePiece for llama2;
     // for ChatML, Falcon3 and Zephyr, Llama 3's with their markers as special tokens.
     if let Some(bpe) = shared_vocab("llama-bpe") {
-        check_turn_by_turn("llama3", Some(&bpe), true);
-        check_turn_by_turn("plain", Some(&bpe), true);
+        check_turn_by_turn("llama3", Some(&bpe), true, "");
+        check_turn_by_turn("plain", Some(&bpe), true, "");
         // BitNet's generation prompt ends with a space ("Assistant: "), a token of its own
-        // there; the whole conversation joins it to the reply's first word (" Hi"), which
-        // the model, having read the space, generated without one. The sequence keeps the
-        // reply as generated (re-reading it every turn would cost the whole reply), so it
-        // spells the whole conversation but is not its tokenization.
-        check_turn_by_turn("bitnet", Some(&bpe), false);
+        // there, which the whole conversation joins to the reply's first word (" Hi"): the
+        // prompt is healed of it and the reply's first token carries it.
+        check_turn_by_turn("bitnet", Some(&bpe), true, " ");
     }
     if let Some(spm) = shared_vocab("llama-spm") {
-        check_turn_by_turn("llama2", Some(&spm), true);
+        check_turn_by_turn("llama2", Some(&spm), true, "");
     }
     if let Some(marked) = llama3_with_markers() {
         for name in ["chatml", "falcon3", "zephyr"] {
-            check_turn_by_turn(name, Some(&marked), true);
+            check_turn_by_turn(name, Some(&marked), true, "");
         }
     }
 }
@@ -456,13 +474,14 @@ fn a_reply_the_template_trims_is_kept_up_to_where_the_text_changed() {
     let mut conv =
         Conversation::new(ChatTemplate::resolve(None, Some(&tok), Some("bitnet")).unwrap());
     conv.push(Message::user("Hello"));
-    let prompt = conv.prompt_tokens(&tok).unwrap();
+    let healed = conv.reply_prompt(&tok).unwrap();
+    let prompt = healed.tokens;
     let reply = "Well met, good friend. \n\n";
     let mut held = prompt.clone();
-    held.extend(generated_tokens(&tok, reply));
+    held.extend(generated_tokens(&tok, &format!("{}{reply}", healed.heal)));
     conv.push(Message::assistant(reply));
     conv.push(Message::user("And you?"));
-    let whole = conv.prompt_tokens(&tok).unwrap();
+    let whole = conv.reply_prompt(&tok).unwrap().tokens;
     let next = conv.next_turn(&tok, &held).unwrap();
     assert!(
         next.keep > prompt.len() + 3,

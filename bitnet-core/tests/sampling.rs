@@ -535,3 +535,61 @@ fn top_p_on_a_large_vocab_matches_the_fully_sorted_path() {
         }
     }
 }
+
+/// `restrict_next` (token healing): the next sample picks only allowed tokens, greedy or
+/// not, with the allowed tokens' own relative odds; the sample after it is free again.
+#[test]
+fn a_restriction_holds_for_the_next_sample_only() {
+    let mut rng = Xoshiro256::new(5);
+    let n = 64;
+    let allowed = vec![40u32, 3, 17, 3];
+    for cfg in [
+        unfiltered(0.0, 1),
+        unfiltered(1.0, 2),
+        SamplerConfig::default(),
+    ] {
+        let mut s = Sampler::new(cfg.clone(), n).unwrap();
+        for _ in 0..50 {
+            let mut logits = random_logits(&mut rng, n);
+            // The best token overall is not allowed.
+            logits[60] = 100.0;
+            s.restrict_next(allowed.clone());
+            let t = s.sample(&logits, &[]);
+            assert!(allowed.contains(&t), "{cfg:?}: {t} is not allowed");
+            if cfg.temperature == 0.0 {
+                let best = *allowed
+                    .iter()
+                    .max_by(|&&a, &&b| logits[a as usize].total_cmp(&logits[b as usize]))
+                    .unwrap();
+                assert_eq!(t, best, "greedy takes the best allowed token");
+            }
+            assert_eq!(
+                s.sample(&logits, &[]),
+                60,
+                "{cfg:?}: the next sample is free"
+            );
+        }
+    }
+    // Among the allowed, the odds are the softmax over them alone.
+    let logits: Vec<f32> = (0..n).map(|i| (i % 7) as f32 * 0.5).collect();
+    let mut s = Sampler::new(unfiltered(1.0, 9), n).unwrap();
+    let draws = 20_000;
+    let mut hits = [0usize; 3];
+    let ids = [3u32, 17, 40];
+    for _ in 0..draws {
+        s.restrict_next(ids.to_vec());
+        let t = s.sample(&logits, &[]);
+        hits[ids.iter().position(|&i| i == t).expect("allowed")] += 1;
+    }
+    let sub: Vec<f32> = ids.iter().map(|&i| logits[i as usize]).collect();
+    for (p, h) in softmax(&sub, 1.0).iter().zip(hits) {
+        let f = h as f64 / draws as f64;
+        assert!((f - p).abs() < 0.02, "frequency {f} vs probability {p}");
+    }
+    // A row whose allowed logits are all impossible still yields an allowed token.
+    let mut broken = vec![f32::NAN; n];
+    broken[60] = 1.0;
+    let mut s = Sampler::new(unfiltered(0.0, 1), n).unwrap();
+    s.restrict_next(vec![17, 9]);
+    assert_eq!(s.sample(&broken, &[]), 9);
+}

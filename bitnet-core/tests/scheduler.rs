@@ -372,3 +372,63 @@ fn followers_fork_the_leaders_prompt_and_sample_as_if_alone() {
     assert_eq!(st.pool.free + st.pool.cached, n_blocks);
     std::fs::remove_file(&path).ok();
 }
+
+/// Token healing: with `heal`, the first generated token is one whose text begins with the
+/// healed text even when another is far likelier, the reported text leaves the healed text
+/// out, and the tokens after the first are free again; a text no token begins with is
+/// refused, on a new request and on a continuation.
+#[test]
+fn a_healed_request_starts_with_a_token_carrying_the_healed_text() {
+    let (m, _path) = model("sched-heal");
+    let tk = m.tokenizer().expect("the tiny model has a vocabulary");
+    let plain = tk.token_id("q").expect("a plain letter token");
+    let spaced = tk.token_id("\u{2581}q").expect("a space-led token");
+    assert_eq!(tk.token_to_piece(spaced), b" q");
+    let biased = |bias: f32| {
+        let mut p = greedy(4);
+        p.sampler.logit_bias = vec![(plain, bias), (spaced, bias / 2.0)];
+        p
+    };
+    let prompt = random_tokens(9, 3);
+    // Not healed: the biased plain token comes first.
+    let mut s = sched(&m, 256, 64, 4);
+    let free = s.submit(&prompt, biased(60.0)).unwrap();
+    let (stats, _) = run_all(&mut s).remove(&free).unwrap();
+    assert_eq!(stats.tokens[0], plain);
+    // Healed of a space: the best space-led token comes first, then the plain one again.
+    let heal = SubmitOptions {
+        heal: " ".into(),
+        ..SubmitOptions::default()
+    };
+    let mut s = sched(&m, 256, 64, 4);
+    let id = s.submit_with(&prompt, biased(60.0), heal.clone()).unwrap();
+    let (stats, text) = run_all(&mut s).remove(&id).unwrap();
+    assert_eq!(stats.tokens[0], spaced, "{stats:?}");
+    assert_eq!(stats.tokens[1..], [plain, plain, plain]);
+    assert_eq!(text, "qqqq", "the healed space is not reported");
+    // The same on a continuation of a kept sequence.
+    let mut s = sched(&m, 256, 64, 4);
+    let keep = GenParams {
+        keep: true,
+        ..greedy(2)
+    };
+    let id = s.submit(&prompt, keep).unwrap();
+    run_all(&mut s);
+    s.submit_on_with(id, &random_tokens(4, 8), biased(60.0), heal.clone())
+        .unwrap();
+    let (stats, text) = run_all(&mut s).remove(&id).unwrap();
+    assert_eq!((stats.tokens[0], text.as_str()), (spaced, "qqqq"));
+    // A text no token begins with, and a shared prompt on a continuation, are refused.
+    let snowman = SubmitOptions {
+        heal: "\u{2603}".into(),
+        ..SubmitOptions::default()
+    };
+    let err = s.submit_with(&prompt, greedy(2), snowman).unwrap_err();
+    assert!(err.to_string().contains("begins with"), "{err}");
+    let after = SubmitOptions {
+        after: Some(id),
+        ..SubmitOptions::default()
+    };
+    assert!(s.submit_on_with(id, &prompt, greedy(2), after).is_err());
+    assert!(s.is_idle());
+}

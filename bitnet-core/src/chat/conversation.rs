@@ -9,6 +9,7 @@
 //! chat does; otherwise the sequence is cut back to the longest common token prefix. The
 //! result is always the conversation's text, never a stale or doubled one.
 
+use super::healing::{HealedPrompt, heal_prompt};
 use super::{ChatError, ChatTemplate, Message};
 use crate::tokenizer::Tokenizer;
 
@@ -19,6 +20,9 @@ pub struct TurnTokens {
     pub keep: usize,
     /// Tokens to evaluate after them.
     pub tokens: Vec<u32>,
+    /// Text the reply's first token must begin with (token healing, see
+    /// [`super::HealedPrompt`]); empty for most templates.
+    pub heal: String,
 }
 
 /// The messages of one chat, rendered with one template.
@@ -85,10 +89,22 @@ impl Conversation {
         Ok(tokenize_prompt(tok, &text, self.template.bos_text()))
     }
 
-    /// How a sequence holding `held` continues into the prompt for the next reply.
+    /// The prompt for the next reply as the sequence evaluates it: its tokens, healed where
+    /// the template's generation prompt ends in text the reply would absorb.
+    pub fn reply_prompt(&self, tok: &Tokenizer) -> Result<HealedPrompt, ChatError> {
+        let text = self.prompt_text()?;
+        let tokens = tokenize_prompt(tok, &text, self.template.bos_text());
+        Ok(heal_prompt(tok, &text, self.template.bos_text(), tokens))
+    }
+
+    /// How a sequence holding `held` continues into the prompt for the next reply
+    /// ([`Conversation::reply_prompt`]).
     pub fn next_turn(&self, tok: &Tokenizer, held: &[u32]) -> Result<TurnTokens, ChatError> {
-        let full = self.prompt_tokens(tok)?;
-        Ok(continuation(tok, held, &full))
+        let prompt = self.reply_prompt(tok)?;
+        Ok(TurnTokens {
+            heal: prompt.heal,
+            ..continuation(tok, held, &prompt.tokens)
+        })
     }
 }
 
@@ -112,6 +128,7 @@ pub fn continuation(tok: &Tokenizer, held: &[u32], full: &[u32]) -> TurnTokens {
         return TurnTokens {
             keep: common,
             tokens: full[common..].to_vec(),
+            heal: String::new(),
         };
     }
     let piece = |t: u32| tok.token_to_piece_special(t, true);
@@ -146,5 +163,6 @@ pub fn continuation(tok: &Tokenizer, held: &[u32], full: &[u32]) -> TurnTokens {
     TurnTokens {
         keep: best.0,
         tokens: full[best.1..].to_vec(),
+        heal: String::new(),
     }
 }

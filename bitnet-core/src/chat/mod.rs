@@ -7,15 +7,18 @@
 //!   or one of the built-in templates ([`builtin`]) when a file has none or the user picks
 //!   one.
 //! - [`Conversation`]: the messages of one chat and the text its sequence holds, so that a
-//!   new turn evaluates only its own tokens.
+//!   new turn evaluates only its own tokens; a generation prompt ending in whitespace is
+//!   healed ([`HealedPrompt`]) so that the sequence holds exactly the conversation's tokens.
 
 mod builtin;
 mod conversation;
+mod healing;
 mod template;
 mod time;
 
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
 pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
+pub use healing::{HealedPrompt, heal_prompt};
 pub use template::ChatTemplate;
 
 use thiserror::Error;

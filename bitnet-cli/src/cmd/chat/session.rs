@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail};
 use bitnet_core::chat::{Conversation, Message};
 use bitnet_core::model::{GenStats, Model, SeqId, StopReason};
 use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{ContextPolicy, Event, GenParams, Scheduler};
+use bitnet_core::scheduler::{ContextPolicy, Event, GenParams, Scheduler, SubmitOptions};
 
 use crate::cmd::context_args::ContextArgs;
 use bitnet_core::tokenizer::Tokenizer;
@@ -390,20 +390,26 @@ impl ChatSession {
             if self.seq.is_none() {
                 // Read afresh: the whole conversation.
                 turn.keep = 0;
-                turn.tokens = self.conv.prompt_tokens(self.tokenizer())?;
+                turn.tokens = self.conv.reply_prompt(self.tokenizer())?.tokens;
             }
         }
         let start_held = self.held().len();
+        // The reply's first token completes a prompt healed of its trailing space.
+        let extra = SubmitOptions {
+            heal: turn.heal.clone(),
+            ..SubmitOptions::default()
+        };
         let seq = match self.seq {
             Some(seq) => {
                 if !self.shifting() {
                     self.sched.engine_mut().truncate(seq, turn.keep)?;
                 }
-                self.sched.submit_on(seq, &turn.tokens, params)?;
+                self.sched
+                    .submit_on_with(seq, &turn.tokens, params, extra)?;
                 seq
             }
             None => {
-                let seq = self.sched.submit(&turn.tokens, params)?;
+                let seq = self.sched.submit_with(&turn.tokens, params, extra)?;
                 self.seq = Some(seq);
                 seq
             }

@@ -16,12 +16,14 @@ use super::sse;
 use super::state::AppState;
 use super::worker::{Command, Job, Out};
 
-/// Runs `req` on `prompt` and answers it; `prompt_param` names the field a too-long prompt
-/// is blamed on.
+/// Runs `req` on `prompt` and answers it; `heal` is the text the first generated token must
+/// begin with (token healing; empty for none); `prompt_param` names the field a too-long
+/// prompt is blamed on.
 pub async fn complete(
     state: Arc<AppState>,
     api: Api,
     prompt: Vec<u32>,
+    heal: String,
     mut req: GenRequest,
     prompt_param: &'static str,
 ) -> ApiResult<Response> {
@@ -67,6 +69,7 @@ pub async fn complete(
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
         prompt: prompt.clone(),
+        heal,
         params: req.params.clone(),
         n: req.n,
         logprobs: req.logprobs,
@@ -74,7 +77,7 @@ pub async fn complete(
     };
     state
         .commands
-        .send(Command::Submit(job))
+        .send(Command::Submit(Box::new(job)))
         .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
     let head = Head::new(api, &state.config.model_name);
     if req.stream {

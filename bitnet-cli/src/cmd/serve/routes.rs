@@ -12,7 +12,7 @@ use axum::http::{StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bitnet_core::chat::Message;
+use bitnet_core::chat::{HealedPrompt, Message, heal_prompt};
 use serde_json::{Value, json};
 
 use super::completion::complete;
@@ -101,7 +101,15 @@ async fn completions(
         fresh_seed(),
     )?;
     let prompt = completion_prompt(&obj, tok)?;
-    complete(state.clone(), Api::Completion, prompt, req, "prompt").await
+    complete(
+        state.clone(),
+        Api::Completion,
+        prompt,
+        String::new(),
+        req,
+        "prompt",
+    )
+    .await
 }
 
 async fn chat_completions(
@@ -131,6 +139,12 @@ async fn chat_completions(
     let bos = loaded.template.bos_text();
     let add_bos = bos.is_empty() || !text.starts_with(bos);
     let prompt = tok.encode(&text, add_bos, true);
+    // A generation prompt ending in a space the reply's first word would carry
+    // (BitNet's "Assistant: ") is healed, as the chat does.
+    let HealedPrompt {
+        tokens: prompt,
+        heal,
+    } = heal_prompt(tok, &text, bos, prompt);
     if prompt.is_empty() {
         return Err(ApiError::invalid(
             "the conversation renders to nothing",
@@ -142,7 +156,7 @@ async fn chat_completions(
             req.params.stop.push(s.clone());
         }
     }
-    complete(state.clone(), Api::Chat, prompt, req, "messages").await
+    complete(state.clone(), Api::Chat, prompt, heal, req, "messages").await
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {

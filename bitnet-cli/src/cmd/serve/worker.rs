@@ -22,6 +22,8 @@ use crate::output::note;
 #[derive(Debug)]
 pub struct Job {
     pub prompt: Vec<u32>,
+    /// Text the first generated token must begin with (token healing).
+    pub heal: String,
     pub params: GenParams,
     pub n: usize,
     /// Log probabilities with this many alternatives per token.
@@ -53,7 +55,7 @@ pub enum Out {
 
 #[derive(Debug)]
 pub enum Command {
-    Submit(Job),
+    Submit(Box<Job>),
     /// Shutdown deadline passed: end every request now.
     CancelAll,
     /// The server has stopped: cancel what is left and end the loop.
@@ -245,6 +247,7 @@ fn handle(
                 let extra = SubmitOptions {
                     logprobs: job.logprobs,
                     after: leader,
+                    heal: job.heal.clone(),
                 };
                 match sched.submit_with(&job.prompt, params, extra) {
                     Ok(seq) => {
