@@ -102,8 +102,8 @@ def tg_of(pair):
 base_ppl = ppl_of("f16/f16")[0]
 records = []
 for pair in pairs:
-    kv, *mods = pair.split("+")
-    k, v = kv.split("/")
+    kv_pair, *mods = pair.split("+")
+    k, v = kv_pair.split("/")
     per_tok = (kv[k]["bytes_per_token_per_layer"] + kv[v]["bytes_per_token_per_layer"]) // 2
     at4k = (kv[k]["kv_bytes"] + kv[v]["kv_bytes"]) // 2
     p, se, kld, top1 = ppl_of(pair)
