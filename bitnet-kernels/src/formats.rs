@@ -166,6 +166,23 @@ pub fn unpack_tq2_0_block(blk: &[u8], trits: &mut [i8]) -> Result<f32, KernelErr
     Ok(f16_to_f32(u16::from_le_bytes([blk[64], blk[65]])))
 }
 
+/// One TQ2_0 block's 64 bytes of 2-bit codes moved into the repacked block layout (value `i`
+/// at byte `i % 64`, bits `2 * (i / 64)`), codes unchanged. TQ2_0 keeps value `j` at byte
+/// `32 * (j / 128) + j % 32`, bits `2 * (j / 32 % 4)`, so repacked byte `b` (and `32 + b`)
+/// gathers the even (odd) fields of source bytes `b` and `32 + b`. Returns nonzero when some
+/// code is 3 (invalid).
+#[inline]
+pub fn tq2_0_to_repacked(src: &[u8; 64], dst: &mut [u8; 64]) -> u8 {
+    let mut bad = 0u8;
+    for b in 0..32 {
+        let (x, y) = (src[b], src[32 + b]);
+        bad |= (x & (x >> 1) | y & (y >> 1)) & 0x55;
+        dst[b] = (x & 0x03) | ((x >> 2) & 0x0C) | ((y << 4) & 0x30) | ((y << 2) & 0xC0);
+        dst[32 + b] = ((x >> 2) & 0x03) | ((x >> 4) & 0x0C) | ((y << 2) & 0x30) | (y & 0xC0);
+    }
+    bad
+}
+
 fn tq_len_check(format: &'static str, n: usize) -> Result<(), KernelError> {
     if n.is_multiple_of(TQ_BLOCK) {
         Ok(())

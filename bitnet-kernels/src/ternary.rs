@@ -286,6 +286,9 @@ impl TernaryMatrix {
                 let bpb = if tq2 { TQ2_0_BYTES } else { TQ1_0_BYTES };
                 let nb = cols / TQ_BLOCK;
                 check_len(name, rows, cols, rows * nb * bpb, bytes.len())?;
+                if tq2 && let Some(m) = Self::from_tq2_0_blocks(bytes, rows, cols) {
+                    return Ok(m);
+                }
                 let mut m = TernaryMatrix::empty(rows, cols);
                 let mut row = vec![0i8; cols];
                 let mut ds = vec![0f32; rows * nb];
@@ -380,6 +383,70 @@ impl TernaryMatrix {
             data,
             scale,
             block_scales: None,
+        })
+    }
+
+    /// TQ2_0 rows (whole 256-blocks, `bytes` checked by the caller): each 64-byte block of
+    /// 2-bit codes becomes one repacked block by bit moves alone, written once, and the
+    /// scales are gathered as the general path does (one per tensor when every block that
+    /// holds a nonzero weight has the same `d`). `None` if some code is 3 (invalid) or some
+    /// `d` is not finite: the caller's general path then says which and where.
+    fn from_tq2_0_blocks(bytes: &[u8], rows: usize, cols: usize) -> Option<Self> {
+        let blocks = cols / BLOCK;
+        let groups = rows.div_ceil(ROW_GROUP);
+        let group_bytes = blocks * ROW_GROUP * BLOCK_BYTES;
+        let mut data = AlignedVec::<u8>::zeroed_huge(groups * group_bytes);
+        let mut ds = vec![0f32; rows * blocks];
+        let mut common: Option<u16> = None;
+        let mut uniform = true;
+        let mut bad = 0u8;
+        for (g, group) in data.chunks_exact_mut(group_bytes).enumerate() {
+            for (b, quad) in group.chunks_exact_mut(ROW_GROUP * BLOCK_BYTES).enumerate() {
+                for (i, dst) in quad.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+                    let dst: &mut [u8; BLOCK_BYTES] = dst.try_into().expect("64 bytes");
+                    let r = g * ROW_GROUP + i;
+                    if r >= rows {
+                        // Padding rows: code 1, weight 0.
+                        dst.fill(0x55);
+                        continue;
+                    }
+                    let at = (r * blocks + b) * TQ2_0_BYTES;
+                    let blk: &[u8; TQ2_0_BYTES] =
+                        bytes[at..at + TQ2_0_BYTES].try_into().expect("66 bytes");
+                    let (codes, d) = blk.split_at(BLOCK_BYTES);
+                    bad |= formats::tq2_0_to_repacked(codes.try_into().expect("64"), dst);
+                    let d_bits = u16::from_le_bytes([d[0], d[1]]);
+                    let d = scalar::float::f16_to_f32(d_bits);
+                    if !d.is_finite() {
+                        return None;
+                    }
+                    ds[r * blocks + b] = d;
+                    // A block of zero weights (all code 1) takes no part in the common scale.
+                    if dst.iter().any(|&c| c != 0x55) {
+                        match common {
+                            None => common = Some(d_bits),
+                            Some(c) if c == d_bits => {}
+                            Some(_) => uniform = false,
+                        }
+                    }
+                }
+            }
+        }
+        if bad != 0 {
+            return None;
+        }
+        let (scale, block_scales) = if uniform {
+            (common.map_or(0.0, scalar::float::f16_to_f32), None)
+        } else {
+            (1.0, Some(ds))
+        };
+        Some(TernaryMatrix {
+            rows,
+            cols,
+            blocks,
+            data,
+            scale,
+            block_scales,
         })
     }
 

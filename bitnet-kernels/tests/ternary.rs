@@ -248,6 +248,52 @@ fn i2s_whole_blocks_repack_like_the_trits() {
 }
 
 #[test]
+fn tq2_0_blocks_repack_like_the_trits() {
+    // TQ2_0 takes a bit-moving path; it must give the bytes the trit-by-trit path gives,
+    // padding rows (rows % 4 != 0) included, and the scales the format carries.
+    let mut rng = StdRng::seed_from_u64(12);
+    for (rows, cols) in [(1, 256), (3, 512), (4, 768), (13, 2560), (6, 6912)] {
+        let trits = rand_trits(&mut rng, rows * cols);
+        let tq2 = pack_tq2_0(&trits, 0.25).unwrap();
+        let fast = TernaryMatrix::from_source(TernarySource::Tq2_0(&tq2), rows, cols).unwrap();
+        let slow = TernaryMatrix::from_trits(&trits, rows, cols, 0.25).unwrap();
+        assert_eq!(fast.packed_bytes(), slow.packed_bytes(), "{rows}x{cols}");
+        assert_eq!(fast.tensor_scale(), Some(0.25));
+    }
+    // A d per block, every code and every field position: per-block scales.
+    let (rows, cols) = (5, 1024);
+    let trits: Vec<i8> = (0..rows * cols).map(|i| (i % 3) as i8 - 1).collect();
+    let mut bytes = Vec::new();
+    let mut ds = Vec::new();
+    for (i, blk) in trits.chunks(256).enumerate() {
+        let d = 0.125 * (1 + i % 3) as f32;
+        ds.push(d);
+        bytes.extend(pack_tq2_0(blk, d).unwrap());
+    }
+    let w = TernaryMatrix::from_source(TernarySource::Tq2_0(&bytes), rows, cols).unwrap();
+    assert_eq!(w.tensor_scale(), None);
+    for (i, (&t, &v)) in trits.iter().zip(&dequant_all(&w)).enumerate() {
+        assert_eq!(v, t as f32 * ds[i / 256], "value {i}");
+    }
+    // Code 3 anywhere, and a non-finite d, are the typed errors of the general path.
+    let n = rows * cols;
+    for j in [0, 1, 33, 64, 127, 128, 255, n / 2 + 37, n - 1] {
+        let mut b = pack_tq2_0(&vec![0; n], 1.0).unwrap();
+        let (blk, k) = (j / 256, j % 256);
+        b[blk * 66 + 32 * (k / 128) + k % 32] |= 3 << (2 * (k % 128 / 32));
+        let e = TernaryMatrix::from_source(TernarySource::Tq2_0(&b), rows, cols).unwrap_err();
+        assert!(
+            matches!(e, KernelError::BadWeight { index, value: 2, .. } if index == j),
+            "value {j}: {e:?}"
+        );
+    }
+    let mut b = pack_tq2_0(&trits, 1.0).unwrap();
+    b[3 * 66 + 64..3 * 66 + 66].copy_from_slice(&0x7C00u16.to_le_bytes());
+    let e = TernaryMatrix::from_source(TernarySource::Tq2_0(&b), rows, cols).unwrap_err();
+    assert!(matches!(e, KernelError::NonFinite { .. }), "{e:?}");
+}
+
+#[test]
 fn i2s_bad_code_is_reported_where_it_is() {
     // Code 3 in the first, a middle and the last value of a whole-block (fast path) matrix
     // and of one that is not (the general path): the same typed error with the value's index either way.

@@ -139,55 +139,6 @@ unsafe fn wsum_group_avx512<const G: usize>(
     }
 }
 
-/// Scores of `G` heads against positions `p0..p0 + P`, 256 bits wide (tail lanes scalar).
-///
-/// # Safety
-/// AVX2 + FMA + F16C; as [`scores_tile_avx512`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_tile_avx2<const G: usize, const P: usize>(
-    q: *const f32,
-    d: usize,
-    k: *const u16,
-    kv_stride: usize,
-    p0: usize,
-) -> [[f32; G]; P] {
-    let mut acc = [[_mm256_setzero_ps(); G]; P];
-    let mut c = 0;
-    while c + 8 <= d {
-        // SAFETY: lanes c..c + 8 <= d of each position and head (caller's contract).
-        unsafe {
-            let kv: [__m256; P] = std::array::from_fn(|j| {
-                let row = k.add((p0 + j) * kv_stride + c);
-                _mm256_cvtph_ps(_mm_loadu_si128(row.cast()))
-            });
-            for h in 0..G {
-                let qv = _mm256_loadu_ps(q.add(h * d + c));
-                for j in 0..P {
-                    acc[j][h] = _mm256_fmadd_ps(qv, kv[j], acc[j][h]);
-                }
-            }
-        }
-        c += 8;
-    }
-    let hsum = |v: __m256| {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    };
-    let mut out = acc.map(|a| a.map(hsum));
-    for (j, oj) in out.iter_mut().enumerate() {
-        for (h, o) in oj.iter_mut().enumerate() {
-            for i in c..d {
-                // SAFETY: element i < d of position p0 + j and head h (caller's contract).
-                let (kh, qi) = unsafe { (*k.add((p0 + j) * kv_stride + i), *q.add(h * d + i)) };
-                *o += qi * crate::scalar::float::f16_to_f32(kh);
-            }
-        }
-    }
-    out
-}
-
 /// How many positions ahead the grouped score kernels prefetch K rows.
 const PREFETCH_POS: usize = 16;
 
@@ -212,13 +163,15 @@ fn reduce8_avx2(a: [__m256; 8]) -> __m256 {
     )
 }
 
-/// Scores of `G` heads against the `P = 8 / G` positions `p0..p0 + P`: lane `j * G + h` of
-/// the result is `dot(q_h, k_{p0 + j})`. Eight independent accumulators keep both FMA pipes
-/// busy (one head against one position is a chain bound by FMA latency), and one
-/// reduction serves all eight sums.
+/// Scores of `G` heads against the positions `p0..p0 + P` (`G * P <= 8`; full tiles take
+/// `P = 8 / G`, the last positions `P = 1`): lane `j * G + h` of the result is
+/// `dot(q_h, k_{p0 + j})`, lanes past `G * P` are 0. Eight independent accumulators keep
+/// both FMA pipes busy (one head against one position is a chain bound by FMA latency), and
+/// one reduction serves all eight sums. Lanes past the last multiple of 8 are scalar.
 ///
 /// # Safety
-/// AVX2 + FMA + F16C; `G * P == 8`; as [`scores_tile_avx2`] for positions `p0..p0 + P`.
+/// AVX2 + FMA + F16C; `q` holds `G * d` floats (head `h` at `h * d`); `k` holds `d` halves
+/// of each position `p0..p0 + P`, position `p` at `p * kv_stride`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scores_tile8_avx2<const G: usize, const P: usize>(
@@ -228,7 +181,7 @@ unsafe fn scores_tile8_avx2<const G: usize, const P: usize>(
     kv_stride: usize,
     p0: usize,
 ) -> [f32; 8] {
-    debug_assert_eq!(G * P, 8);
+    debug_assert!(G * P <= 8);
     let mut acc = [_mm256_setzero_ps(); 8];
     let mut c = 0;
     while c + 8 <= d {
@@ -263,7 +216,7 @@ unsafe fn scores_tile8_avx2<const G: usize, const P: usize>(
 }
 
 /// # Safety
-/// As [`scores_tile_avx2`] for every position below `n_pos`; `out` holds `G * n_pos`;
+/// As [`scores_tile8_avx2`] for every position below `n_pos`; `out` holds `G * n_pos`;
 /// `G * P == 8`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scores_group_avx2<const G: usize, const P: usize>(
@@ -300,8 +253,8 @@ unsafe fn scores_group_avx2<const G: usize, const P: usize>(
     }
     while p < n_pos {
         // SAFETY: position p < n_pos lies inside k (checked by the safe API).
-        let s = unsafe { scores_tile_avx2::<G, 1>(q.as_ptr(), d, k.as_ptr(), kv_stride, p) };
-        for (h, &v) in s[0].iter().enumerate() {
+        let s = unsafe { scores_tile8_avx2::<G, 1>(q.as_ptr(), d, k.as_ptr(), kv_stride, p) };
+        for (h, &v) in s[..G].iter().enumerate() {
             out[h * n_pos + p] = scale * v;
         }
         p += 1;
