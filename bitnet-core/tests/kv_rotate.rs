@@ -156,16 +156,17 @@ fn the_pool_stores_rotated_rows_and_reads_plain_ones() {
     // Stored: H k per head for K, v as it is for V.
     let mut hk = k.clone();
     hadamard_rows(Isa::Scalar, hd, &mut hk);
-    let stored: Vec<f32> = pool.k_block(0, b)[..hd * n_kv * 4]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    assert_eq!(stored, hk);
-    let stored_v: Vec<f32> = pool.v_block(0, b)[..hd * n_kv * 4]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    assert_eq!(stored_v, v);
+    // Each head's row is the first of its stretch of the block.
+    let first_rows = |block: &dyn Fn(usize) -> Vec<u8>| -> Vec<f32> {
+        (0..n_kv)
+            .flat_map(|h| block(h)[..hd * 4].to_vec())
+            .collect::<Vec<u8>>()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    assert_eq!(first_rows(&|h| pool.k_block(0, h, b).to_vec()), hk);
+    assert_eq!(first_rows(&|h| pool.v_block(0, h, b).to_vec()), v);
     // Read back plain (H is its own inverse), within rounding.
     let mut back = vec![0.0f32; hd * n_kv];
     pool.read_row(0, b, 0, true, &mut back);

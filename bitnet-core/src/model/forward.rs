@@ -237,15 +237,14 @@ impl Engine {
         }
         profile.stop(OpKind::Embed, t);
 
-        // A block is position-major: `[pos][kv head][head_dim]` in the format's bytes.
+        // One KV head's rows of a block are next to each other: `[pos][head_dim]` in the
+        // format's bytes (see `KvPool`).
         let attn = AttnShape {
             n_head,
             group: cfg.gqa_group(),
             head_dim: hd,
-            k_stride: kv.k_row_bytes(),
-            k_head_step: kv.k_head_bytes(),
-            v_stride: kv.v_row_bytes(),
-            v_head_step: kv.v_head_bytes(),
+            k_stride: kv.k_head_bytes(),
+            v_stride: kv.v_head_bytes(),
             scale: 1.0 / (hd as f32).sqrt(),
             max_pos: kv.capacity_tokens(),
             block_tokens: kv.block_tokens(),

@@ -286,13 +286,10 @@ pub(crate) struct AttnShape {
     pub(crate) n_head: usize,
     pub(crate) group: usize,
     pub(crate) head_dim: usize,
-    /// Bytes between two positions of one KV head in a K block.
+    /// Bytes between two positions of one KV head's K rows.
     pub(crate) k_stride: usize,
-    /// Bytes between the entries of two KV heads of one position in a K block.
-    pub(crate) k_head_step: usize,
-    /// As `k_stride` and `k_head_step` for V (K and V formats are chosen independently).
+    /// As `k_stride` for V (K and V formats are chosen independently).
     pub(crate) v_stride: usize,
-    pub(crate) v_head_step: usize,
     pub(crate) scale: f32,
     /// Positions a sequence holds at most (scores scratch: `group * max_pos` per thread).
     pub(crate) max_pos: usize,
@@ -386,7 +383,6 @@ pub(crate) fn attention(
         let blocks = &batch.tables[tstart as usize..][..tlen as usize];
         let h0 = j * gs;
         let kvh = h0 / sh.group;
-        let (k_off, v_off) = (kvh * sh.k_head_step, kvh * sh.v_head_step);
         let qg = &q[t * qd + h0 * hd..][..width];
         let (sc, xq) = sc.split_at_mut(gs * (2 * sh.max_pos + sh.block_tokens));
         // The XNOR path scores the group's sign-quantized query, made once per unit.
@@ -428,7 +424,7 @@ pub(crate) fn attention(
         };
         let single = gs == 1 || blocks.len() == 1 || runs().nth(1).is_none();
         for (b, count, p0, n) in runs() {
-            let k = &kv.pool.k_run(kv.layer, b, count)[k_off..];
+            let k = kv.pool.k_run(kv.layer, kvh, b, count);
             if single && p0 == 0 && n == n_pos {
                 score(k, gs, qg, n, sc);
             } else if gs == 1 {
@@ -459,7 +455,7 @@ pub(crate) fn attention(
         // The weighted values, accumulated run by run (the kernels add onto `out`).
         out.fill(0.0);
         for (b, count, p0, n) in runs() {
-            let v = &kv.pool.v_run(kv.layer, b, count)[v_off..];
+            let v = kv.pool.v_run(kv.layer, kvh, b, count);
             if single && p0 == 0 && n == n_pos {
                 (vf.wsum)(isa, sc, gs, v, sh.v_stride, n, out);
             } else if gs == 1 {
