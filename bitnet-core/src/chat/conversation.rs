@@ -9,7 +9,7 @@
 //! chat does; otherwise the sequence is cut back to the longest common token prefix. The
 //! result is always the conversation's text, never a stale or doubled one.
 
-use super::healing::{HealedPrompt, heal_prompt};
+use super::healing::{HealedPrompt, healed_prompt_tokens};
 use super::{ChatError, ChatTemplate, Message};
 use crate::tokenizer::Tokenizer;
 
@@ -93,8 +93,7 @@ impl Conversation {
     /// the template's generation prompt ends in text the reply would absorb.
     pub fn reply_prompt(&self, tok: &Tokenizer) -> Result<HealedPrompt, ChatError> {
         let text = self.prompt_text()?;
-        let tokens = tokenize_prompt(tok, &text, self.template.bos_text());
-        Ok(heal_prompt(tok, &text, self.template.bos_text(), tokens))
+        Ok(healed_prompt_tokens(tok, &text, self.template.bos_text()))
     }
 
     /// How a sequence holding `held` continues into the prompt for the next reply

@@ -33,6 +33,12 @@ pub struct HealedPrompt {
 /// may hold the merged token for some words only (" I" but not " H").
 const PROBES: [&str; 6] = ["Hello", "I", "The", "A", "a", "Yes"];
 
+/// Tokenizes a rendered generation prompt as [`tokenize_prompt`] does and heals it: what a
+/// chat or a server evaluates for the next reply.
+pub fn healed_prompt_tokens(tok: &Tokenizer, text: &str, bos_text: &str) -> HealedPrompt {
+    heal_prompt(tok, text, bos_text, tokenize_prompt(tok, text, bos_text))
+}
+
 /// Heals the prompt `text` (tokenized as `tokens` by [`tokenize_prompt`]): see the module
 /// docs.
 pub fn heal_prompt(tok: &Tokenizer, text: &str, bos_text: &str, tokens: Vec<u32>) -> HealedPrompt {

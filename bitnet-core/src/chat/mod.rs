@@ -18,7 +18,7 @@ mod time;
 
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
 pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
-pub use healing::{HealedPrompt, heal_prompt};
+pub use healing::{HealedPrompt, heal_prompt, healed_prompt_tokens};
 pub use template::ChatTemplate;
 
 use thiserror::Error;

@@ -12,7 +12,7 @@ use axum::http::{StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bitnet_core::chat::{HealedPrompt, Message, heal_prompt};
+use bitnet_core::chat::{HealedPrompt, Message, healed_prompt_tokens};
 use serde_json::{Value, json};
 
 use super::completion::complete;
@@ -135,16 +135,13 @@ async fn chat_completions(
         .template
         .render(&messages, true)
         .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
-    // The template may write the BOS itself (`{{ bos_token }}`): add it only if not.
-    let bos = loaded.template.bos_text();
-    let add_bos = bos.is_empty() || !text.starts_with(bos);
-    let prompt = tok.encode(&text, add_bos, true);
-    // A generation prompt ending in a space the reply's first word would carry
-    // (BitNet's "Assistant: ") is healed, as the chat does.
+    // Tokenized as the chat does: no second BOS when the template writes one, and a
+    // generation prompt ending in a space the reply's first word would carry (BitNet's
+    // "Assistant: ") healed.
     let HealedPrompt {
         tokens: prompt,
         heal,
-    } = heal_prompt(tok, &text, bos, prompt);
+    } = healed_prompt_tokens(tok, &text, loaded.template.bos_text());
     if prompt.is_empty() {
         return Err(ApiError::invalid(
             "the conversation renders to nothing",
