@@ -380,7 +380,7 @@ impl Scheduler {
         extra: SubmitOptions,
     ) -> Result<SeqId, CoreError> {
         let seq = self.engine.new_sequence();
-        match self.enqueue(seq, prompt, params, extra) {
+        match self.enqueue(seq, prompt, params, extra, false) {
             Ok(()) => Ok(seq),
             Err(e) => {
                 let _ = self.engine.free_sequence(seq);
@@ -422,23 +422,25 @@ impl Scheduler {
                 reason: format!("sequence {seq} already has a request"),
             });
         }
-        let held = self.engine.sequence(seq)?.tokens().to_vec();
         if tokens.is_empty() {
-            let Some(&last) = held.last() else {
+            let Some(&last) = self.engine.sequence(seq)?.tokens().last() else {
                 return Err(CoreError::EmptyInput);
             };
-            self.engine.truncate(seq, held.len() - 1)?;
-            return self.enqueue(seq, &[last], params, extra);
+            return self.enqueue(seq, &[last], params, extra, true);
         }
-        self.enqueue(seq, tokens, params, extra)
+        self.enqueue(seq, tokens, params, extra, false)
     }
 
+    /// Checks a request and queues it. With `again`, `prompt` is the sequence's last token,
+    /// evaluated again: it is cut from the cache only once everything else has been checked,
+    /// so a refused request leaves the sequence as it was.
     fn enqueue(
         &mut self,
         seq: SeqId,
         prompt: &[u32],
         params: GenParams,
         extra: SubmitOptions,
+        again: bool,
     ) -> Result<(), CoreError> {
         if prompt.is_empty() {
             return Err(CoreError::EmptyInput);
@@ -455,7 +457,7 @@ impl Scheduler {
                 n_vocab,
             });
         }
-        let base = self.engine.sequence(seq)?.len();
+        let base = self.engine.sequence(seq)?.len() - usize::from(again);
         let max_len = self.engine.max_seq_len();
         params.context.validate(max_len)?;
         let limit = params.context.limit(max_len);
@@ -488,6 +490,9 @@ impl Scheduler {
             sampler.restrict_next(self.healing_tokens(&extra.heal)?);
         }
         let stop = StopMatcher::new(params.stop.clone());
+        if again {
+            self.engine.truncate(seq, base)?;
+        }
         let mut history = Vec::with_capacity(total.min(1 << 20));
         history.extend_from_slice(self.engine.sequence(seq)?.tokens());
         history.extend_from_slice(prompt);

@@ -430,5 +430,24 @@ fn a_healed_request_starts_with_a_token_carrying_the_healed_text() {
         ..SubmitOptions::default()
     };
     assert!(s.submit_on_with(id, &prompt, greedy(2), after).is_err());
+    // A refused continuation that would evaluate the last token again (no new tokens)
+    // leaves the sequence whole: the same request, healed of a space, then runs.
+    let kept = GenParams {
+        keep: true,
+        ..greedy(2)
+    };
+    let id = s.submit(&prompt, kept).unwrap();
+    run_all(&mut s);
+    let held = s.engine().sequence(id).unwrap().len();
+    let snowman = SubmitOptions {
+        heal: "\u{2603}".into(),
+        ..SubmitOptions::default()
+    };
+    let err = s.submit_on_with(id, &[], greedy(2), snowman).unwrap_err();
+    assert!(err.to_string().contains("begins with"), "{err}");
+    assert_eq!(s.engine().sequence(id).unwrap().len(), held);
+    s.submit_on_with(id, &[], biased(60.0), heal).unwrap();
+    let (stats, _) = run_all(&mut s).remove(&id).unwrap();
+    assert_eq!(stats.tokens[0], spaced, "{stats:?}");
     assert!(s.is_idle());
 }

@@ -165,6 +165,63 @@ fn attention(c: &mut Criterion) {
     g.finish();
 }
 
+/// The attention of [`attention`] over each low-bit KV format: one KV head's 4,096 rows next
+/// to each other (as in the head-major pool), 40 layers' worth so the rows come from memory,
+/// scores and weighted sum timed apart. Throughput is the bytes of K (or V) rows read.
+fn attention_kv(c: &mut Criterion) {
+    const D: usize = 128;
+    const G: usize = 4;
+    const N_POS: usize = 4096;
+    const LAYERS: usize = 40;
+    let q = values(G * D, 8);
+    let mut sc = values(G * N_POS, 9);
+    for row in sc.chunks_exact_mut(N_POS) {
+        softmax_inplace(Isa::Scalar, row);
+    }
+    let mut out = vec![0.0f32; G * D];
+    for fmt in KvQuant::ALL {
+        let rb = fmt.row_bytes(D).unwrap();
+        let layer_len = N_POS * rb;
+        let mut rows = vec![0u8; LAYERS * layer_len];
+        kv_quantize(fmt, D, &values(LAYERS * N_POS * D, 6), &mut rows);
+        let mut g = c.benchmark_group(format!("attention_{}_4096pos_group4", fmt.name()));
+        g.sample_size(20).measurement_time(Duration::from_secs(2));
+        g.throughput(Throughput::Bytes(layer_len as u64));
+        for isa in Isa::available() {
+            let mut layer = 0;
+            g.bench_function(format!("scores/{isa}"), |b| {
+                b.iter(|| {
+                    layer = (layer + 1) % LAYERS;
+                    let kl = &rows[layer * layer_len..][..layer_len];
+                    attn_scores_kv(isa, fmt, &q, G, kl, rb, N_POS, 0.088, black_box(&mut sc));
+                })
+            });
+            if fmt.has_int8_query_scores() {
+                let (mut codes, mut qs) = (vec![0i8; G * D], vec![0.0f32; G * D / QK_KV]);
+                g.bench_function(format!("scores_int8_query/{isa}"), |b| {
+                    b.iter(|| {
+                        layer = (layer + 1) % LAYERS;
+                        let kl = &rows[layer * layer_len..][..layer_len];
+                        int8_query(black_box(&q), &mut codes, &mut qs);
+                        let out = black_box(&mut sc);
+                        attn_scores_kv_int8_query(
+                            isa, fmt, &codes, &qs, G, kl, rb, N_POS, 0.088, out,
+                        );
+                    })
+                });
+            }
+            g.bench_function(format!("wsum/{isa}"), |b| {
+                b.iter(|| {
+                    layer = (layer + 1) % LAYERS;
+                    let vl = &rows[layer * layer_len..][..layer_len];
+                    attn_weighted_sum_kv(isa, fmt, &sc, G, vl, rb, N_POS, black_box(&mut out));
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
 /// Scores of one GQA group of the 2B-4T shape (4 query heads of 128 over one KV head; rows
 /// 5 heads apart) against 4,096 b1 keys: the float query against the decoded signs (the
 /// default path) and the XNOR/popcount path, its query quantization included. Plus the
@@ -229,5 +286,5 @@ fn kv_b1(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, head, norms, attention, kv_b1);
+criterion_group!(benches, head, norms, attention, attention_kv, kv_b1);
 criterion_main!(benches);

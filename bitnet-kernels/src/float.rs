@@ -20,6 +20,8 @@ pub mod hadamard;
 mod hadamard_x86;
 pub mod kv;
 #[cfg(target_arch = "x86_64")]
+mod kv_int8_x86;
+#[cfg(target_arch = "x86_64")]
 mod kv_x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod qrows_x86;
@@ -37,8 +39,8 @@ pub use formats::{
 };
 pub use hadamard::{hadamard_rows, hadamard_supported};
 pub use kv::{
-    KvQuant, QK_KV, attn_scores_b1_xnor, attn_scores_kv, attn_weighted_sum_kv, b1_sign_query,
-    kv_dequantize, kv_quantize,
+    KvQuant, QK_KV, attn_scores_b1_xnor, attn_scores_kv, attn_scores_kv_int8_query,
+    attn_weighted_sum_kv, b1_sign_query, int8_query, kv_dequantize, kv_quantize,
 };
 pub use requant::requantize_row_q8_0;
 pub use scalar::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};

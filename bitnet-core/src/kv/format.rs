@@ -168,6 +168,20 @@ pub type XnorScoresFn = fn(
     out: &mut [f32],
 );
 
+/// Scores of `n_q` int8 query heads (`codes` `[n_q][d]`, `scales` `[n_q][d / 32]` from
+/// `bitnet_kernels::float::int8_query`) by integer block dots, as [`ScoresFn`] otherwise.
+pub type Int8ScoresFn = fn(
+    isa: Isa,
+    codes: &[i8],
+    scales: &[f32],
+    n_q: usize,
+    k: &[u8],
+    stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+);
+
 /// `out[h] += Σ_p w[h * n_pos + p] * v_p` for `n_q` heads (`out` is `[n_q][d]`).
 pub type WsumFn =
     fn(isa: Isa, w: &[f32], n_q: usize, v: &[u8], stride: usize, n_pos: usize, out: &mut [f32]);
@@ -191,6 +205,9 @@ pub struct KvFormat {
     pub wsum: WsumFn,
     /// Keys scored against a sign-quantized query (`--kv-xnor`), for sign formats only.
     pub xnor_scores: Option<XnorScoresFn>,
+    /// Keys scored against an int8 query, for integer-coded formats: the engine's default
+    /// for them (llama.cpp scores its Q8_0 and Q4_0 keys the same way).
+    pub int8_scores: Option<Int8ScoresFn>,
 }
 
 /// The entry of a quantized family format: everything goes through `bitnet_kernels`'
@@ -214,6 +231,15 @@ macro_rules! quantized {
                 attn_weighted_sum_kv(isa, $q, w, n_q, v, stride, n_pos, out)
             },
             xnor_scores: $xnor,
+            int8_scores: if $q.has_int8_query_scores() {
+                Some(|isa, codes, scales, n_q, k, stride, n_pos, scale, out| {
+                    float::attn_scores_kv_int8_query(
+                        isa, $q, codes, scales, n_q, k, stride, n_pos, scale, out,
+                    )
+                })
+            } else {
+                None
+            },
         }
     };
 }
@@ -234,6 +260,7 @@ pub static FORMATS: [KvFormat; 7] = [
             float::attn_weighted_sum_f16_group(isa, w, n_q, as_u16(v), stride / 2, n_pos, out)
         },
         xnor_scores: None,
+        int8_scores: None,
     },
     KvFormat {
         kind: KvType::F32,
@@ -261,6 +288,7 @@ pub static FORMATS: [KvFormat; 7] = [
             }
         },
         xnor_scores: None,
+        int8_scores: None,
     },
     quantized!(KvType::Q8_0, KvQuant::Q8_0),
     quantized!(KvType::Q8R, KvQuant::Q8R),

@@ -280,6 +280,15 @@ pub(crate) struct KvView<'a> {
     pub(crate) layer: usize,
 }
 
+/// How a unit's query group meets the keys: as floats, or quantized for the K format's
+/// XNOR or int8 scoring (see `crate::kv::KvFormat`).
+#[derive(Clone, Copy)]
+enum Query<'a> {
+    Float,
+    Xnor(crate::kv::format::XnorScoresFn, &'a [u32], &'a [f32]),
+    Int8(crate::kv::format::Int8ScoresFn, &'a [i8], &'a [f32]),
+}
+
 /// Shape of one attention call.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct AttnShape {
@@ -300,11 +309,15 @@ pub(crate) struct AttnShape {
     pub(crate) xnor: bool,
 }
 
-/// Floats of attention scratch per thread the XNOR path adds: a group's sign words and
-/// block scales.
-pub(crate) fn xnor_scratch(on: bool, group: usize, head_dim: usize) -> usize {
-    if on {
-        2 * group * head_dim.div_ceil(QK_KV)
+/// Floats of attention scratch per thread a quantized query takes: for the XNOR path a
+/// group's sign words and block scales; for int8 query scoring (`int8`, keys with integer
+/// codes) the group's codes (four to a float) and block scales.
+pub(crate) fn query_scratch(xnor: bool, int8: bool, group: usize, head_dim: usize) -> usize {
+    let nb = head_dim.div_ceil(QK_KV);
+    if xnor {
+        2 * group * nb
+    } else if int8 {
+        group * nb * (QK_KV / 4 + 1)
     } else {
         0
     }
@@ -365,40 +378,73 @@ pub(crate) fn attention(
     let qd = sh.n_head * hd;
     let (kf, vf) = (kv.pool.k_format(), kv.pool.v_format());
     let xnor = if sh.xnor { kf.xnor_scores } else { None };
+    let int8 = if xnor.is_none() { kf.int8_scores } else { None };
     let bt = sh.block_tokens;
-    // A unit of work is one token's query heads that share a KV head, so each K/V row is
-    // read once for all of them.
+    // A unit of work is one token's query heads that share a KV head (or half of them, see
+    // below), so each K/V row is read once for all of them.
     let gs = sh.group;
-    let per_tok = sh.n_head / gs;
-    let width = gs * hd;
+    // Decoding a token or two leaves fewer units than the threads can share evenly (the
+    // 2B-4T shape's 5 KV heads run 3:2 on 2 threads, so the layer waits on 3). Each group
+    // is then split into two units of half its heads: both read the group's rows, but its
+    // arithmetic, which bounds the quantized formats, is shared out. No bit changes: every
+    // kernel keeps each head's sums to itself, the same for groups of 2 or 4 heads as of 4
+    // or 8 (not so for 1 against 2, whose f16 kernels differ: groups of 2 are not split).
+    // The attention probe counts whole groups, so it keeps them.
+    let nt = pool.n_threads();
+    let units = n_tok * (sh.n_head / gs);
+    let split = nt > 1
+        && matches!(gs, 4 | 8)
+        && !units.is_multiple_of(nt)
+        && units < 4 * nt
+        && probe.entropy.is_none()
+        && probe.mass.is_none();
+    let parts = if split { 2 } else { 1 };
+    let heads = gs / parts;
+    let per_tok = sh.n_head / heads;
+    let width = heads * hd;
     let bt_mass = sh.block_tokens;
     let unit = |u: usize,
                 out: &mut [f32],
                 sc: &mut [f32],
                 ent: Option<&mut f32>,
                 mass: Option<&mut [f32]>| {
-        let (t, j) = (u / per_tok, u % per_tok);
+        let (t, j, part) = (u / per_tok, u % per_tok / parts, u % parts);
         let n_pos = batch.pos[t] + 1;
         let (tstart, tlen) = batch.table[t];
         let blocks = &batch.tables[tstart as usize..][..tlen as usize];
-        let h0 = j * gs;
+        let h0 = j * gs + part * heads;
         let kvh = h0 / sh.group;
         let qg = &q[t * qd + h0 * hd..][..width];
         let (sc, xq) = sc.split_at_mut(gs * (2 * sh.max_pos + sh.block_tokens));
-        // The XNOR path scores the group's sign-quantized query, made once per unit.
-        let xq = xnor.map(|f| {
-            let (bits, scales) = xq[..xnor_scratch(true, gs, hd)].split_at_mut(gs * hd / QK_KV);
+        // A quantized query (sign bits for the XNOR path, int8 codes for integer keys) is
+        // made once per unit.
+        let qscratch = &mut xq[..query_scratch(xnor.is_some(), int8.is_some(), heads, hd)];
+        let query = if let Some(f) = xnor {
+            let (bits, scales) = qscratch.split_at_mut(heads * hd / QK_KV);
             let bits: &mut [u32] = bytemuck::cast_slice_mut(bits);
             float::b1_sign_query(qg, bits, scales);
-            (f, &*bits, &*scales)
-        });
-        let score = |k: &[u8], n_q: usize, q: &[f32], n: usize, out: &mut [f32]| match xq {
-            // The XNOR kernels score whole groups only (n_q is gs or, for gs == 1, 1).
-            Some((f, bits, scales)) => f(isa, bits, scales, n_q, k, sh.k_stride, n, sh.scale, out),
-            None => (kf.scores)(isa, q, n_q, k, sh.k_stride, n, sh.scale, out),
+            Query::Xnor(f, &*bits, &*scales)
+        } else if let Some(f) = int8 {
+            let (codes, scales) = qscratch.split_at_mut(heads * hd / 4);
+            let codes: &mut [i8] = bytemuck::cast_slice_mut(codes);
+            float::int8_query(qg, codes, scales);
+            Query::Int8(f, &*codes, &*scales)
+        } else {
+            Query::Float
+        };
+        let score = |k: &[u8], n_q: usize, q: &[f32], n: usize, out: &mut [f32]| match query {
+            // The quantized-query kernels score whole groups only (n_q is the unit's heads or,
+            // 1), so their query is the group's.
+            Query::Xnor(f, bits, scales) => {
+                f(isa, bits, scales, n_q, k, sh.k_stride, n, sh.scale, out)
+            }
+            Query::Int8(f, codes, scales) => {
+                f(isa, codes, scales, n_q, k, sh.k_stride, n, sh.scale, out)
+            }
+            Query::Float => (kf.scores)(isa, q, n_q, k, sh.k_stride, n, sh.scale, out),
         };
         let (sc, tmp) = sc.split_at_mut(gs * sh.max_pos);
-        let sc = &mut sc[..gs * n_pos];
+        let sc = &mut sc[..heads * n_pos];
         // The sequence's blocks are walked as runs of consecutive ids: with contiguous
         // blocks a run is one stretch of rows, so it takes one kernel call for scores and
         // one for values (a fresh sequence is usually a single run: one call each, straight
@@ -422,17 +468,17 @@ pub(crate) fn attention(
                 Some((blocks[start], i - start, p0, (i * bt).min(n_pos) - p0))
             })
         };
-        let single = gs == 1 || blocks.len() == 1 || runs().nth(1).is_none();
+        let single = heads == 1 || blocks.len() == 1 || runs().nth(1).is_none();
         for (b, count, p0, n) in runs() {
             let k = kv.pool.k_run(kv.layer, kvh, b, count);
             if single && p0 == 0 && n == n_pos {
-                score(k, gs, qg, n, sc);
-            } else if gs == 1 {
+                score(k, heads, qg, n, sc);
+            } else if heads == 1 {
                 score(k, 1, qg, n, &mut sc[p0..p0 + n]);
             } else {
-                let t = &mut tmp[..gs * n];
-                score(k, gs, qg, n, t);
-                for h in 0..gs {
+                let t = &mut tmp[..heads * n];
+                score(k, heads, qg, n, t);
+                for h in 0..heads {
                     sc[h * n_pos + p0..][..n].copy_from_slice(&t[h * n..][..n]);
                 }
             }
@@ -457,15 +503,15 @@ pub(crate) fn attention(
         for (b, count, p0, n) in runs() {
             let v = kv.pool.v_run(kv.layer, kvh, b, count);
             if single && p0 == 0 && n == n_pos {
-                (vf.wsum)(isa, sc, gs, v, sh.v_stride, n, out);
-            } else if gs == 1 {
+                (vf.wsum)(isa, sc, heads, v, sh.v_stride, n, out);
+            } else if heads == 1 {
                 (vf.wsum)(isa, &sc[p0..p0 + n], 1, v, sh.v_stride, n, out);
             } else {
-                let t = &mut tmp[..gs * n];
-                for h in 0..gs {
+                let t = &mut tmp[..heads * n];
+                for h in 0..heads {
                     t[h * n..][..n].copy_from_slice(&sc[h * n_pos + p0..][..n]);
                 }
-                (vf.wsum)(isa, t, gs, v, sh.v_stride, n, out);
+                (vf.wsum)(isa, t, heads, v, sh.v_stride, n, out);
             }
         }
         if sh.v_rotated {
@@ -474,7 +520,8 @@ pub(crate) fn attention(
         }
     };
     let n_units = n_tok * per_tok;
-    let scratch_len = gs * (2 * sh.max_pos + bt) + xnor_scratch(sh.xnor, gs, hd);
+    let scratch_len =
+        gs * (2 * sh.max_pos + bt) + query_scratch(xnor.is_some(), int8.is_some(), gs, hd);
     let stride = probe.mass_stride;
     if pool.n_threads() == 1 {
         let mut ent = probe.entropy.as_deref_mut();

@@ -148,7 +148,7 @@ const PREFETCH_POS: usize = 16;
 /// AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn reduce8_avx2(a: [__m256; 8]) -> __m256 {
+pub(crate) fn reduce8_avx2(a: [__m256; 8]) -> __m256 {
     // Pairwise adds within 128-bit halves, then the two halves of each sum added: 7 adds
     // and 2 permutes for 8 sums instead of 8 separate horizontal sums.
     let t0 = _mm256_hadd_ps(a[0], a[1]);
@@ -269,7 +269,7 @@ const WSUM_TILE_POS: usize = 32;
 /// Positions are taken a tile at a time, each output slice passing over the tile's rows, so
 /// every V row comes from memory once (a pass over all positions per slice would fetch each
 /// row's lines again for every slice, from far below L1); the next tile's rows are
-/// prefetched meanwhile.
+/// prefetched during the first pass.
 ///
 /// # Safety
 /// AVX2 + FMA + F16C; shapes as [`wsum_group_avx512`].
@@ -286,15 +286,6 @@ unsafe fn wsum_group_avx2<const G: usize>(
     let mut t0 = 0;
     while t0 < n_pos {
         let t1 = (t0 + WSUM_TILE_POS).min(n_pos);
-        for p in t1..(t1 + WSUM_TILE_POS).min(n_pos) {
-            let row = v.as_ptr().wrapping_add(p * kv_stride);
-            let mut c = 0;
-            while c < d {
-                // A hint: it reads nothing and never faults, even past the end.
-                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(c).cast());
-                c += 32;
-            }
-        }
         let mut c = 0;
         while c < full {
             let two = c + 16 <= full;
@@ -310,6 +301,15 @@ unsafe fn wsum_group_avx2<const G: usize>(
                 }
             }
             for p in t0..t1 {
+                if c % 32 == 0 && p + WSUM_TILE_POS < n_pos {
+                    // The next tile's rows, a line of each per pass that starts one: asked
+                    // for all at once at the tile's start, the requests outnumbered the
+                    // misses a core keeps in flight and most were dropped (the sum read V
+                    // from memory at 5 GB/s, against 8-13 for the scores).
+                    let line = v.as_ptr().wrapping_add((p + WSUM_TILE_POS) * kv_stride + c);
+                    // A hint: it reads nothing and never faults.
+                    _mm_prefetch::<_MM_HINT_T0>(line.cast());
+                }
                 // SAFETY: lanes c..c + 8 (and c + 8..c + 16 when `two`) lie below full <= d
                 // of position p < n_pos, inside v.
                 let (v0, v1) = unsafe {

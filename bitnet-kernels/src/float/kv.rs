@@ -22,6 +22,10 @@
 //! The scalar kernels (`crate::scalar::kv`) are the specification; the AVX2 kernels (run on
 //! AVX-512 machines too: no 512-bit versions yet) decode exactly the same values and sum in
 //! another order, within the dot budget of [`crate::float`].
+//!
+//! Keys of the integer formats (Q8_0, Q8R, Q4_0) can also be scored against an int8 query
+//! ([`int8_query`], [`attn_scores_kv_int8_query`]), as llama.cpp does on the CPU: exact
+//! integer dots per block, then the two block scales. The engine does so by default.
 
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK4_0, QK8_0};
 use crate::float::runnable;
@@ -81,6 +85,12 @@ impl KvQuant {
             KvQuant::Q4_0 => nb.checked_mul(Q4_0_BLOCK_BYTES),
             KvQuant::B1 => nb.checked_mul(B1_BLOCK_BYTES),
         }
+    }
+
+    /// Whether keys of this format can be scored against an int8 query
+    /// ([`attn_scores_kv_int8_query`]): their values are small integers times a scale.
+    pub const fn has_int8_query_scores(self) -> bool {
+        matches!(self, KvQuant::Q8_0 | KvQuant::Q8R | KvQuant::Q4_0)
     }
 
     pub const fn name(self) -> &'static str {
@@ -336,4 +346,87 @@ pub fn attn_scores_b1_xnor(
     }
     let _ = isa;
     scalar::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
+}
+
+/// The int8 query of [`attn_scores_kv_int8_query`]: per 32 values of `q`, the scale
+/// `d = absmax / 127` in `scales` and the codes `round(q / d)` in `codes` (ggml's Q8_0 rule,
+/// with an f32 scale; NaN values read as 0).
+///
+/// # Panics
+/// If `q.len()` is not a multiple of 32, `codes.len() != q.len()` or `scales.len()` is not
+/// `q.len() / 32`.
+pub fn int8_query(q: &[f32], codes: &mut [i8], scales: &mut [f32]) {
+    assert!(
+        q.len().is_multiple_of(QK_KV) && codes.len() == q.len() && scales.len() == q.len() / QK_KV,
+        "int8_query: {} values need as many codes and {} scales, got {} and {}",
+        q.len(),
+        q.len() / QK_KV,
+        codes.len(),
+        scales.len()
+    );
+    scalar::int8_query(q, codes, scales);
+}
+
+/// Scores of `n_q` int8 query heads (`codes` `[n_q][d]` and `scales` `[n_q][d / 32]`, from
+/// [`int8_query`]) against `n_pos` key rows of `fmt` (one with
+/// [`KvQuant::has_int8_query_scores`]) at byte stride `kv_stride`:
+/// `out[h * n_pos + p] = scale * Σ_b s_k,b * s_q,b * (integer dot of block b)`. Each block's
+/// dot is exact; SIMD kernels sum the scaled blocks in another order, within the dot budget
+/// of the scaled terms. This is how llama.cpp scores Q8_0 and Q4_0 keys on the CPU: the
+/// query's quantization costs about what the keys' does, and the integer dots take a
+/// quarter of the multiplies of decoding the keys to floats.
+///
+/// # Panics
+/// As [`attn_scores_kv`] for rows of `codes.len() / n_q` values, if `fmt` has no integer
+/// codes, or if `scales` is not one per 32 codes.
+#[allow(clippy::too_many_arguments)]
+pub fn attn_scores_kv_int8_query(
+    isa: Isa,
+    fmt: KvQuant,
+    codes: &[i8],
+    scales: &[f32],
+    n_q: usize,
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    assert!(
+        fmt.has_int8_query_scores(),
+        "attn_scores_kv_int8_query: {} keys hold no integer codes",
+        fmt.name()
+    );
+    assert_eq!(
+        codes.len(),
+        scales.len() * QK_KV,
+        "attn_scores_kv_int8_query: one scale per 32 codes"
+    );
+    let (ql, kl, ol) = (codes.len(), k.len(), out.len());
+    check(
+        "attn_scores_kv_int8_query",
+        fmt,
+        ql,
+        n_q,
+        kl,
+        kv_stride,
+        n_pos,
+        ol,
+    );
+    if n_pos == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if runnable(isa) != Isa::Scalar {
+        // SAFETY: runnable() returns a SIMD set only after detecting AVX2, FMA and F16C (the
+        // AVX-512 set includes them); the shapes were checked above.
+        unsafe {
+            super::kv_int8_x86::attn_scores_int8_query(
+                fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out,
+            )
+        };
+        return;
+    }
+    let _ = isa;
+    scalar::attn_scores_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);
 }

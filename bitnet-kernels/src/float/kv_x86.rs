@@ -35,7 +35,7 @@ const Q80: u8 = 4;
 /// Two bytes at `p` readable; AVX2/FMA/F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16_splat(p: *const u8) -> __m256 {
+pub(crate) unsafe fn f16_splat(p: *const u8) -> __m256 {
     // SAFETY: the caller guarantees the two bytes are readable.
     let h = unsafe { p.cast::<i16>().read_unaligned() };
     _mm256_cvtph_ps(_mm_set1_epi16(h))
@@ -115,7 +115,7 @@ unsafe fn half_block<const F: u8>(row: *const u8, b: usize, half: usize) -> [__m
 /// of a position's bytes (the other KV heads sit between), and at depth the cache comes
 /// from DRAM: the hardware prefetchers do not keep up with that pattern (measured at about
 /// 1 GB/s without these hints, against 15 GB/s of streaming bandwidth on the 2-core EPYC).
-const PREFETCH_ROWS: usize = 16;
+pub(crate) const PREFETCH_ROWS: usize = 16;
 
 /// Positions the weighted sum reads per tile: every 16-lane pass over a tile finds its rows
 /// in L1/L2, so DRAM sees each row once.
@@ -141,7 +141,7 @@ const fn row_bytes<const F: u8>(d: usize) -> usize {
 /// pointer arithmetic must stay in bounds).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn prefetch_row(row: *const u8, bytes: usize) {
+pub(crate) unsafe fn prefetch_row(row: *const u8, bytes: usize) {
     let mut off = 0;
     while off < bytes {
         // SAFETY: off < bytes, inside the row (the caller's contract).
@@ -155,7 +155,7 @@ unsafe fn prefetch_row(row: *const u8, bytes: usize) {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
+pub(crate) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
