@@ -110,7 +110,8 @@ unsafe fn scores_tile<const F: u8, const G: usize, const P: usize>(
 }
 
 /// Scores of `G` int8 query heads (`codes` `[G][d]`, `scales` `[G][d / 32]`) against `n_pos`
-/// rows; `out` is `[G][n_pos]`. Rows are taken `8 / G` at a time.
+/// rows; `out` is `[G][n_pos]`. Rows are taken `P` at a time (`8 / G` for a group, 4 for one
+/// head).
 ///
 /// # Safety
 /// AVX2/FMA/F16C; shapes as the safe API checks them; `G` is 1, 2, 4 or 8.
