@@ -5,8 +5,9 @@
 //! one more entry, not more `match` arms in the engine. K and V pick their entries
 //! independently (`-ctk`, `-ctv`).
 //!
-//! Strides are always in bytes: position `p` of a block starts at byte `p * stride`, and
-//! head `h` of a position at byte `h * head_bytes` within it. The quantized layouts are
+//! Strides are always in bytes: in a run of one KV head's rows (the pool is head-major, see
+//! `KvPool`), position `p` starts at byte `p * stride`. Keys of the integer formats are
+//! scored against an int8 query by default (`int8_scores`). The quantized layouts are
 //! documented in `bitnet_kernels::float::kv`.
 
 use bitnet_kernels::Isa;
