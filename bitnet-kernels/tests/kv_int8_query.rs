@@ -195,42 +195,23 @@ fn int8_query_scores_stay_within_the_query_rounding_of_the_float_scores() {
     }
 }
 
+/// Scores one row of `fmt` with `d` values against `n_codes` codes and `n_scales` scales.
+fn score_one(fmt: KvQuant, d: usize, n_codes: usize, n_scales: usize) {
+    let (codes, qs) = (vec![0i8; n_codes], vec![0.0f32; n_scales]);
+    let k = vec![0u8; fmt.row_bytes(d).unwrap()];
+    let mut out = vec![0.0f32; 1];
+    let isa = bitnet_kernels::Isa::Scalar;
+    attn_scores_kv_int8_query(isa, fmt, &codes, &qs, 1, &k, k.len(), 1, 1.0, &mut out);
+}
+
 #[test]
 #[should_panic(expected = "hold no integer codes")]
 fn fp8_keys_are_refused() {
-    let (codes, qs) = (vec![0i8; 32], vec![0.0f32; 1]);
-    let k = vec![0u8; KvQuant::Fp8.row_bytes(32).unwrap()];
-    let mut out = vec![0.0f32; 1];
-    attn_scores_kv_int8_query(
-        bitnet_kernels::Isa::Scalar,
-        KvQuant::Fp8,
-        &codes,
-        &qs,
-        1,
-        &k,
-        k.len(),
-        1,
-        1.0,
-        &mut out,
-    );
+    score_one(KvQuant::Fp8, 32, 32, 1);
 }
 
 #[test]
 #[should_panic(expected = "one scale per 32 codes")]
 fn a_missing_query_scale_is_refused() {
-    let (codes, qs) = (vec![0i8; 64], vec![0.0f32; 1]);
-    let k = vec![0u8; KvQuant::Q8_0.row_bytes(64).unwrap()];
-    let mut out = vec![0.0f32; 1];
-    attn_scores_kv_int8_query(
-        bitnet_kernels::Isa::Scalar,
-        KvQuant::Q8_0,
-        &codes,
-        &qs,
-        1,
-        &k,
-        k.len(),
-        1,
-        1.0,
-        &mut out,
-    );
+    score_one(KvQuant::Q8_0, 64, 64, 1);
 }

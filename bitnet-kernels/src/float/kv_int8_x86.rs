@@ -13,22 +13,7 @@ use std::arch::x86_64::*;
 use crate::float::attn_group_x86::reduce8_avx2;
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
-use crate::float::kv_x86::{PREFETCH_ROWS, f16_splat, prefetch_row};
-
-const Q80: u8 = 0;
-const Q8R: u8 = 1;
-const Q40: u8 = 2;
-
-/// The bytes of a head's row of format `F` with `d` values.
-#[inline(always)]
-const fn row_bytes<const F: u8>(d: usize) -> usize {
-    let nb = d / QK_KV;
-    match F {
-        Q80 => nb * Q8_0_BLOCK_BYTES,
-        Q8R => Q8R_SCALE_BYTES + d,
-        _ => nb * Q4_0_BLOCK_BYTES,
-    }
-}
+use crate::float::kv_x86::{PREFETCH_ROWS, Q8R, Q40, Q80, f16_splat, prefetch_row, row_bytes};
 
 /// Block `b` of the row at `row`: its scale in every lane and its 32 integer values in
 /// order, the ones `crate::scalar::kv::block_ints` gives.

@@ -20,11 +20,11 @@ use std::arch::x86_64::*;
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
 
-const Q8R: u8 = 0;
+pub(crate) const Q8R: u8 = 0;
 const FP8: u8 = 1;
-const Q40: u8 = 2;
+pub(crate) const Q40: u8 = 2;
 const B1: u8 = 3;
-const Q80: u8 = 4;
+pub(crate) const Q80: u8 = 4;
 
 /// The f16 at `p` as f32 in every lane. Broadcast before the conversion: a scalar
 /// conversion compiled to a `vpinsrw` merging into a live register, a false dependency that
@@ -123,7 +123,7 @@ const WSUM_TILE: usize = 64;
 
 /// The bytes of a head's row of format `F` with `d` values.
 #[inline(always)]
-const fn row_bytes<const F: u8>(d: usize) -> usize {
+pub(crate) const fn row_bytes<const F: u8>(d: usize) -> usize {
     let nb = d / QK_KV;
     match F {
         Q80 => nb * Q8_0_BLOCK_BYTES,

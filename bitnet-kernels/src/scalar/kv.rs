@@ -155,32 +155,14 @@ pub fn quantize_row(fmt: KvQuant, x: &[f32], row: &mut [u8]) {
 pub fn block_values(fmt: KvQuant, row: &[u8], b: usize) -> (f32, [f32; QK_KV]) {
     let mut v = [0.0f32; QK_KV];
     match fmt {
-        KvQuant::Q8_0 => {
-            let blk = &row[Q8_0_BLOCK_BYTES * b..][..Q8_0_BLOCK_BYTES];
-            for (o, &q) in v.iter_mut().zip(&blk[2..]) {
-                *o = f32::from(q as i8);
-            }
-            (f16_at(blk, 0), v)
-        }
-        KvQuant::Q8R => {
-            let qs = &row[Q8R_SCALE_BYTES + QK_KV * b..][..QK_KV];
-            for (o, &q) in v.iter_mut().zip(qs) {
-                *o = f32::from(q as i8);
-            }
-            (f32::from_le_bytes([row[0], row[1], row[2], row[3]]), v)
+        KvQuant::Q8_0 | KvQuant::Q8R | KvQuant::Q4_0 => {
+            let (s, ints) = block_ints(fmt, row, b);
+            (s, ints.map(f32::from))
         }
         KvQuant::Fp8 => {
             let blk = &row[FP8_BLOCK_BYTES * b..][..FP8_BLOCK_BYTES];
             for (o, &c) in v.iter_mut().zip(&blk[2..]) {
                 *o = e4m3_to_f32(c);
-            }
-            (f16_at(blk, 0), v)
-        }
-        KvQuant::Q4_0 => {
-            let blk = &row[Q4_0_BLOCK_BYTES * b..][..Q4_0_BLOCK_BYTES];
-            for (j, &q) in blk[2..].iter().enumerate() {
-                v[j] = f32::from(q & 0x0f) - 8.0;
-                v[j + QK_KV / 2] = f32::from(q >> 4) - 8.0;
             }
             (f16_at(blk, 0), v)
         }
