@@ -209,6 +209,32 @@ fn attention_kv(c: &mut Criterion) {
                         );
                     })
                 });
+                // The engine's split of a group over 2 threads: two calls of half the heads.
+                g.bench_function(format!("scores_int8_query_2x2heads/{isa}"), |b| {
+                    b.iter(|| {
+                        layer = (layer + 1) % LAYERS;
+                        let kl = &rows[layer * layer_len..][..layer_len];
+                        int8_query(black_box(&q), &mut codes, &mut qs);
+                        let out = black_box(&mut sc);
+                        for (half, o) in out.chunks_exact_mut(G / 2 * N_POS).enumerate() {
+                            let (c, s) =
+                                (&codes[half * D * G / 2..], &qs[half * G / 2 * D / QK_KV..]);
+                            let (c, s) = (&c[..D * G / 2], &s[..G / 2 * D / QK_KV]);
+                            attn_scores_kv_int8_query(
+                                isa,
+                                fmt,
+                                c,
+                                s,
+                                G / 2,
+                                kl,
+                                rb,
+                                N_POS,
+                                0.088,
+                                o,
+                            );
+                        }
+                    })
+                });
             }
             g.bench_function(format!("wsum/{isa}"), |b| {
                 b.iter(|| {

@@ -215,3 +215,64 @@ fn fp8_keys_are_refused() {
 fn a_missing_query_scale_is_refused() {
     score_one(KvQuant::Q8_0, 64, 64, 1);
 }
+
+/// The engine splits a GQA group over threads (two units of half its heads) and walks a
+/// sequence's cache a run of rows at a time, and asserts bit-identical logits whatever the
+/// split: so a head's score against a row must not depend on the heads it is scored with,
+/// nor on how many rows the call takes.
+#[test]
+fn a_heads_scores_do_not_depend_on_its_group_or_the_row_count() {
+    let mut r = rng(53);
+    for fmt in INT_FORMATS {
+        for d in [64usize, 128] {
+            let nb = d / QK_KV;
+            let rb = fmt.row_bytes(d).unwrap();
+            let n_pos = 70;
+            let x = key_rows(&mut r, n_pos, d);
+            let mut cache = vec![0u8; n_pos * rb];
+            for p in 0..n_pos {
+                kv_quantize(fmt, d, &x[p * d..][..d], &mut cache[p * rb..][..rb]);
+            }
+            let q = normal_vec(&mut r, 8 * d, 1.0);
+            let mut codes = vec![0i8; 8 * d];
+            let mut qs = vec![0.0f32; 8 * nb];
+            int8_query(&q, &mut codes, &mut qs);
+            for isa in isas() {
+                let mut whole = vec![f32::NAN; 8 * n_pos];
+                attn_scores_kv_int8_query(
+                    isa, fmt, &codes, &qs, 8, &cache, rb, n_pos, 0.3, &mut whole,
+                );
+                for g in [1usize, 2, 4] {
+                    for rows in [1usize, 3, 6, n_pos] {
+                        for h0 in (0..8).step_by(g) {
+                            let mut part = vec![f32::NAN; g * rows];
+                            attn_scores_kv_int8_query(
+                                isa,
+                                fmt,
+                                &codes[h0 * d..][..g * d],
+                                &qs[h0 * nb..][..g * nb],
+                                g,
+                                &cache,
+                                rb,
+                                rows,
+                                0.3,
+                                &mut part,
+                            );
+                            for h in 0..g {
+                                for p in 0..rows {
+                                    assert_eq!(
+                                        part[h * rows + p].to_bits(),
+                                        whole[(h0 + h) * n_pos + p].to_bits(),
+                                        "{isa} {} d={d} group {g} rows {rows} head {} pos {p}",
+                                        fmt.name(),
+                                        h0 + h
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
