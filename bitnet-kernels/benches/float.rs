@@ -71,6 +71,28 @@ fn head(c: &mut Criterion) {
         });
     }
     g.finish();
+
+    // Batched decode's head: several tokens against each weight row (multiply-adds a second).
+    let mut g = c.benchmark_group("head_matmul_32000x2560");
+    g.sample_size(10).measurement_time(Duration::from_secs(3));
+    for n_tok in [4usize, 8] {
+        let x = values(n_tok * HIDDEN, 12);
+        let mut xq = vec![0u8; n_tok * rb];
+        for (xr, qr) in x.chunks_exact(HIDDEN).zip(xq.chunks_exact_mut(rb)) {
+            quantize_row_q8_0(xr, qr);
+        }
+        let mut out = vec![0.0f32; n_tok * HEAD_ROWS];
+        g.throughput(Throughput::Elements((n_tok * HEAD_ROWS * HIDDEN) as u64));
+        for isa in Isa::available() {
+            g.bench_function(format!("q8_0xq8_0_{n_tok}tok/{isa}"), |b| {
+                b.iter(|| {
+                    matmul_q8_0_q8_0(isa, &q8, HIDDEN, &xq, n_tok, 0..HEAD_ROWS, &mut out);
+                    black_box(&out);
+                })
+            });
+        }
+    }
+    g.finish();
 }
 
 fn norms(c: &mut Criterion) {
@@ -241,6 +263,19 @@ fn attention_kv(c: &mut Criterion) {
                     layer = (layer + 1) % LAYERS;
                     let vl = &rows[layer * layer_len..][..layer_len];
                     attn_weighted_sum_kv(isa, fmt, &sc, G, vl, rb, N_POS, black_box(&mut out));
+                })
+            });
+            g.bench_function(format!("wsum_2x2heads/{isa}"), |b| {
+                b.iter(|| {
+                    layer = (layer + 1) % LAYERS;
+                    let vl = &rows[layer * layer_len..][..layer_len];
+                    let o = black_box(&mut out);
+                    for (w, o) in sc
+                        .chunks_exact(G / 2 * N_POS)
+                        .zip(o.chunks_exact_mut(G / 2 * D))
+                    {
+                        attn_weighted_sum_kv(isa, fmt, w, G / 2, vl, rb, N_POS, o);
+                    }
                 })
             });
         }

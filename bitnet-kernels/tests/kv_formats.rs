@@ -267,7 +267,7 @@ fn weighted_sums_accumulate_block_by_block_bit_exactly() {
         let rb = fmt.row_bytes(d).unwrap();
         let x = normal_vec(&mut r, n_pos * d, 2.0);
         let (cache, _) = encode(fmt, d, &x);
-        for n_q in [1usize, 3, 4] {
+        for n_q in [1usize, 2, 3, 4] {
             let w = normal_vec(&mut r, n_q * n_pos, 0.3);
             let start = normal_vec(&mut r, n_q * d, 1.0);
             for isa in isas() {
@@ -334,7 +334,7 @@ fn simd_kernels_match_the_scalar_reference() {
                 for p in 0..n_pos {
                     kv_dequantize(fmt, &cache[p * stride..][..rb], &mut exact[p * d..][..d]);
                 }
-                for n_q in [1usize, 4, 5, 8] {
+                for n_q in [1usize, 2, 4, 5, 8] {
                     let q = normal_vec(&mut r, n_q * d, 1.0);
                     let w = normal_vec(&mut r, n_q * n_pos, 0.1);
                     let (mut s0, mut o0) = (vec![0.0; n_q * n_pos], vec![0.5; n_q * d]);

@@ -204,7 +204,9 @@ unsafe fn scores_g<const F: u8, const G: usize>(
     }
 }
 
-/// `out[h] += Σ_p w[h][p] v_p` for `G` heads, 16 output lanes per pass.
+/// `out[h] += Σ_p w[h][p] v_p` for `G` heads, 16 output lanes per pass, or a whole block (32)
+/// for one or two heads (their 8 accumulators still fit): the block's scale and bytes are
+/// then read and decoded once per position instead of once per half.
 ///
 /// # Safety
 /// AVX2/FMA/F16C; shapes as the safe API checks them.
@@ -219,18 +221,26 @@ unsafe fn wsum_g<const F: u8, const G: usize>(
     let d = out.len() / G;
     let nb = d / QK_KV;
     let rb = row_bytes::<F>(d);
-    // Tiles of positions, each walked once per 16 output lanes: every lane still sums its
-    // positions in order, so the bits do not depend on the tiling (or on block boundaries).
+    let halves: usize = if G <= 2 { 2 } else { 1 };
+    // Tiles of positions, each walked once per pass of output lanes: every lane still sums
+    // its positions in order, so the bits do not depend on the tiling (or on block
+    // boundaries, or on the lanes a pass takes).
     let mut p0 = 0;
     while p0 < n_pos {
         let tile = p0..(p0 + WSUM_TILE).min(n_pos);
         for b in 0..nb {
-            for half in 0..2 {
-                let lane0 = QK_KV * b + 16 * half;
-                // SAFETY: lanes lane0..lane0 + 16 lie below d of every head's output row.
-                let mut acc: [[__m256; 2]; G] = std::array::from_fn(|h| unsafe {
+            for half0 in (0..2).step_by(halves) {
+                let lane0 = QK_KV * b + 16 * half0;
+                // SAFETY: lanes lane0..lane0 + 16 * halves lie below d of every head's output row.
+                let mut acc: [[__m256; 4]; G] = std::array::from_fn(|h| unsafe {
                     let o = out.as_ptr().add(h * d + lane0);
-                    [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))]
+                    std::array::from_fn(|i| {
+                        if i < 2 * halves {
+                            _mm256_loadu_ps(o.add(8 * i))
+                        } else {
+                            _mm256_setzero_ps()
+                        }
+                    })
                 });
                 for p in tile.clone() {
                     if lane0 == 0 && p + PREFETCH_ROWS < n_pos {
@@ -239,20 +249,29 @@ unsafe fn wsum_g<const F: u8, const G: usize>(
                             prefetch_row(v.as_ptr().add((p + PREFETCH_ROWS) * kv_stride), rb)
                         };
                     }
+                    let row = v.as_ptr().wrapping_add(p * kv_stride);
                     // SAFETY: row p < n_pos lies inside v (checked by the safe API).
-                    let x = unsafe { half_block::<F>(v.as_ptr().add(p * kv_stride), b, half) };
+                    let x0 = unsafe { half_block::<F>(row, b, half0) };
+                    let x1 = if halves == 2 {
+                        // SAFETY: as above.
+                        unsafe { half_block::<F>(row, b, 1) }
+                    } else {
+                        x0
+                    };
+                    let x = [x0[0], x0[1], x1[0], x1[1]];
                     for h in 0..G {
                         let c = _mm256_set1_ps(w[h * n_pos + p]);
-                        acc[h][0] = _mm256_fmadd_ps(c, x[0], acc[h][0]);
-                        acc[h][1] = _mm256_fmadd_ps(c, x[1], acc[h][1]);
+                        for i in 0..2 * halves {
+                            acc[h][i] = _mm256_fmadd_ps(c, x[i], acc[h][i]);
+                        }
                     }
                 }
                 for h in 0..G {
-                    // SAFETY: as for the loads.
-                    unsafe {
-                        let o = out.as_mut_ptr().add(h * d + lane0);
-                        _mm256_storeu_ps(o, acc[h][0]);
-                        _mm256_storeu_ps(o.add(8), acc[h][1]);
+                    for i in 0..2 * halves {
+                        // SAFETY: as for the loads.
+                        unsafe {
+                            _mm256_storeu_ps(out.as_mut_ptr().add(h * d + lane0 + 8 * i), acc[h][i])
+                        };
                     }
                 }
             }
