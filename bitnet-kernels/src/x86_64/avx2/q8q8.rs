@@ -8,18 +8,12 @@
 //! taken, once per tile of tokens, which leaves `sign`, `maddubs`, `madd`, the conversion and
 //! the scaled accumulation as the per-token work (the batch is compute bound, not stream
 //! bound, from about 4 tokens on).
-//!
-//! Both kernels gather four dots (four rows of one token, or one row of four tokens) into
-//! one vector with two rounds of `vphaddd` ([`quad`]): lane `l` holds dot `l`'s sum over
-//! the block's first 16 values, lane `l + 4` over its last 16. The conversion, the block
-//! scale and the FMA are then paid once per four dots instead of once per dot, and every
-//! dot sums the same exact half-block integers in block order whichever kernel and which
-//! lane computes it, so a token's logits do not depend on its batch.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::float::hsum;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 
 /// Weight rows per pass of the one-token kernel.
@@ -63,7 +57,7 @@ unsafe fn q8_scales4(p: *const u8) -> __m128 {
 }
 
 /// The i32 lanes of the dot of the quants of one weight block (`wq`, with `aw = |wq|`) and
-/// one activation block (`xq`): lane `i` sums the products of bytes `4i..4i + 4`.
+/// one activation block (`xq`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn block_dot(aw: __m256i, wq: __m256i, xq: __m256i) -> __m256i {
@@ -71,72 +65,41 @@ fn block_dot(aw: __m256i, wq: __m256i, xq: __m256i) -> __m256i {
     _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
 }
 
-/// Four [`block_dot`]s gathered into one vector: lane `l` is dot `l`'s sum over the block's
-/// first 16 values, lane `l + 4` over its last 16 (exact).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn quad(d: [__m256i; 4]) -> __m256 {
-    let s = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
-    _mm256_cvtepi32_ps(s)
-}
-
-/// The four dots of a quad accumulator: its two half-block sums added.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn quad_sums(acc: __m256) -> [f32; 4] {
-    let v = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-    let mut out = [0.0f32; 4];
-    // SAFETY: `out` holds 4 floats.
-    unsafe { _mm_storeu_ps(out.as_mut_ptr(), v) };
-    out
-}
-
-/// Q8_0 x Q8_0 dots of four weight rows with one activation row of `nb` blocks, scaled per
-/// block in f32 (a row may repeat: the tail of a row range).
+/// Q8_0 x Q8_0 dots of `R` weight rows with one activation row of `nb` blocks, scaled per
+/// block in f32.
 ///
 /// # Safety
 /// Each `w[r]` and `x` must point at `nb` readable Q8_0 blocks.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q8_rows(w: [*const u8; ROWS], x: *const u8, nb: usize) -> [f32; ROWS] {
+unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize) -> [f32; R] {
     const BB: usize = Q8_0_BLOCK_BYTES;
     let row_bytes = nb * BB;
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); R];
     let mut b = 0;
-    // Four blocks per pass: the four rows' scales of those blocks are converted together
-    // and transposed to one vector of the rows' scales per block.
+    // Four blocks per pass: their scales are converted together, then broadcast per block.
     while b + 4 <= nb {
         // SAFETY: blocks b..b + 4 are below nb for x and every row.
         unsafe {
             let xp = x.add(b * BB);
+            let xq = [0, 1, 2, 3].map(|j| _mm256_loadu_si256(xp.add(j * BB + 2).cast()));
             let dx = q8_scales4(xp);
-            let [mut d0, mut d1, mut d2, mut d3] = w.map(|wr| q8_scales4(wr.add(b * BB)));
-            _MM_TRANSPOSE4_PS(&mut d0, &mut d1, &mut d2, &mut d3);
-            let dw = [d0, d1, d2, d3];
-            for r in 0..ROWS {
+            for r in 0..R {
+                let wp = w[r].add(b * BB);
                 // Rows are short (2.7 KB for 2560 columns) and four are read side by side,
                 // so the hardware stream prefetcher loses the stream at every pass: fetch the
-                // same stretch of the next pass's rows (ROWS rows further) ahead of use.
-                let pf = w[r].add(b * BB).wrapping_add(ROWS * row_bytes);
+                // same stretch of the next pass's rows (R rows further) ahead of use.
+                let pf = wp.wrapping_add(R * row_bytes);
                 _mm_prefetch::<_MM_HINT_T0>(pf.cast());
                 _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64).cast());
                 _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(128).cast());
-            }
-            let dxs = [
-                _mm_shuffle_ps::<0x00>(dx, dx),
-                _mm_shuffle_ps::<0x55>(dx, dx),
-                _mm_shuffle_ps::<0xaa>(dx, dx),
-                _mm_shuffle_ps::<0xff>(dx, dx),
-            ];
-            for j in 0..4 {
-                let xq = _mm256_loadu_si256(xp.add(j * BB + 2).cast());
-                let dots = w.map(|wr| {
-                    let wq = _mm256_loadu_si256(wr.add((b + j) * BB + 2).cast());
-                    block_dot(_mm256_abs_epi8(wq), wq, xq)
-                });
-                // Each row's weight scale times the token's, as the batched kernel takes it.
-                let d = _mm_mul_ps(dw[j], dxs[j]);
-                acc = _mm256_fmadd_ps(quad(dots), _mm256_set_m128(d, d), acc);
+                let d = _mm256_castps128_ps256(_mm_mul_ps(q8_scales4(wp), dx));
+                for (j, &xj) in xq.iter().enumerate() {
+                    let wq = _mm256_loadu_si256(wp.add(j * BB + 2).cast());
+                    let p32 = block_dot(_mm256_abs_epi8(wq), wq, xj);
+                    let dj = _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(j as i32));
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), dj, acc[r]);
+                }
             }
         }
         b += 4;
@@ -146,25 +109,39 @@ unsafe fn dot_q8_rows(w: [*const u8; ROWS], x: *const u8, nb: usize) -> [f32; RO
         unsafe {
             let xp = x.add(b * BB);
             let xq = _mm256_loadu_si256(xp.add(2).cast());
-            let dx = _mm_set1_ps(q8_scale(xp));
-            let dots = w.map(|wr| {
-                let wq = _mm256_loadu_si256(wr.add(b * BB + 2).cast());
-                block_dot(_mm256_abs_epi8(wq), wq, xq)
-            });
-            let dw = w.map(|wr| q8_scale(wr.add(b * BB)));
-            let d = _mm_mul_ps(_mm_setr_ps(dw[0], dw[1], dw[2], dw[3]), dx);
-            acc = _mm256_fmadd_ps(quad(dots), _mm256_set_m128(d, d), acc);
+            let dx = q8_scale(xp);
+            for r in 0..R {
+                let wp = w[r].add(b * BB);
+                let wq = _mm256_loadu_si256(wp.add(2).cast());
+                let p32 = block_dot(_mm256_abs_epi8(wq), wq, xq);
+                let d = _mm256_set1_ps(q8_scale(wp) * dx);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d, acc[r]);
+            }
         }
         b += 1;
     }
-    quad_sums(acc)
+    acc.map(|a| hsum(a))
+}
+
+/// Lane `t % 4` of each 128-bit half of `d`, in every lane of that half.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn lane(d: __m256, t: usize) -> __m256 {
+    match t % 4 {
+        0 => _mm256_shuffle_ps::<0x00>(d, d),
+        1 => _mm256_shuffle_ps::<0x55>(d, d),
+        2 => _mm256_shuffle_ps::<0xaa>(d, d),
+        _ => _mm256_shuffle_ps::<0xff>(d, d),
+    }
 }
 
 /// Q8_0 x Q8_0 dots of one weight row with `T <= TOKENS` activation rows `rb` bytes apart:
-/// each weight block is loaded, and its |w| and scale taken, once for the `T` rows, and the
-/// tokens' dots are gathered four to a vector (the last quad repeats the last token; its
-/// scale lanes are zero). `dx` holds the activation scales of the tile as f32,
-/// `[block][TOKENS]` (lanes past `T` zero).
+/// each weight block is loaded, and its |w| and scale taken, once for the `T` rows. `dx`
+/// holds the activation scales of the tile as f32, `[block][TOKENS]` (lanes past `T` unused).
+///
+/// Per block and token this is `sign`, `maddubs`, `madd`, a conversion, a shuffle and an FMA,
+/// in the same order of operations as [`dot_q8_rows`], so a token's result does not depend
+/// on the batch it was computed in.
 ///
 /// # Safety
 /// `w` must point at `nb` readable Q8_0 blocks, `x` at `T` rows of `nb` blocks `rb` bytes
@@ -180,8 +157,7 @@ unsafe fn dot_q8_tokens<const T: usize>(
 ) -> [f32; T] {
     const BB: usize = Q8_0_BLOCK_BYTES;
     const { assert!(T <= TOKENS && TOKENS == 8) };
-    let quads = T.div_ceil(4);
-    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
         // SAFETY: block b is below nb for the weight row and the T activation rows; dx holds
         // TOKENS * nb floats.
@@ -191,22 +167,24 @@ unsafe fn dot_q8_tokens<const T: usize>(
             _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(PREFETCH_BYTES).cast());
             let wq = _mm256_loadu_si256(wp.add(2).cast());
             let aw = _mm256_abs_epi8(wq);
+            // The weight scale times four tokens' block scales, in both 128-bit halves (one
+            // multiply per four tokens; each token then takes its lane with a shuffle).
             let dw = _mm256_set1_ps(q8_scale(wp));
             let dxb = dx.add(TOKENS * b);
-            for (k, a) in acc.iter_mut().enumerate().take(quads) {
-                let dots: [__m256i; 4] = std::array::from_fn(|l| {
-                    let t = (4 * k + l).min(T - 1);
-                    let xq = _mm256_loadu_si256(x.add(t * rb + b * BB + 2).cast());
-                    block_dot(aw, wq, xq)
-                });
-                // The weight scale times four tokens' block scales, in both halves.
-                let d = _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb.add(4 * k))));
-                *a = _mm256_fmadd_ps(quad(dots), d, *a);
+            let d0 = _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb)));
+            let d1 = if T > 4 {
+                _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb.add(4))))
+            } else {
+                d0
+            };
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xq = _mm256_loadu_si256(x.add(t * rb + b * BB + 2).cast());
+                let p = _mm256_cvtepi32_ps(block_dot(aw, wq, xq));
+                *a = _mm256_fmadd_ps(p, lane(if t < 4 { d0 } else { d1 }, t), *a);
             }
         }
     }
-    let sums = [quad_sums(acc[0]), quad_sums(acc[1])];
-    std::array::from_fn(|t| sums[t / 4][t % 4])
+    acc.map(|a| hsum(a))
 }
 
 /// Same contract as the scalar kernel of this name.
@@ -237,12 +215,14 @@ pub unsafe fn matmul_q8_0_q8_0(
         let o = r - rows.start;
         // SAFETY: the rows used lie below rows.end, inside w (checked above).
         unsafe {
-            // The last rows of the range take a pass of their own with the last row
-            // repeated (a row's dot does not depend on its lane).
-            let n = ROWS.min(rows.end - r);
-            let p = [0, 1, 2, 3].map(|j| base.add((r + j.min(n - 1)) * rb));
-            out[o..o + n].copy_from_slice(&dot_q8_rows(p, xt, nb)[..n]);
-            r += n;
+            if rows.end - r >= ROWS {
+                let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
+                out[o..o + ROWS].copy_from_slice(&dot_q8_rows::<ROWS>(p, xt, nb));
+                r += ROWS;
+            } else {
+                out[o] = dot_q8_rows::<1>([base.add(r * rb)], xt, nb)[0];
+                r += 1;
+            }
         }
     }
 }
