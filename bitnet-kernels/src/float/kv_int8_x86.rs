@@ -1,12 +1,13 @@
 //! AVX2 scoring of integer-coded keys (Q8_0, Q8R, Q4_0) against an int8 query
 //! (`crate::float::kv::attn_scores_kv_int8_query`). Each key block is loaded once for the GQA
-//! group as 32 signed bytes (Q4_0's nibbles unpacked and centred), and each head's block dot
-//! is `vpmaddubsw` + `vpmaddwd` over all 32 values (the sign trick: `|k|` times `q` carrying
-//! `k`'s sign, which keeps the unsigned operand of `vpmaddubsw` in range), exact in i32
-//! lanes, then scaled by the key's and the query's block scales into a float accumulator.
-//! Decoding the keys to floats instead (`kv_x86`) takes four FMAs for those 32 values per
-//! head, plus the conversions: the attention at depth was bound by that arithmetic, not by
-//! the bytes.
+//! group as 32 bytes (Q8_0 and Q8R signed codes, Q4_0 unsigned nibbles), and each (head, row)
+//! block dot is `vpmaddubsw` + `vpmaddwd` over all 32 values, exact in i32 lanes (Q8_0 and
+//! Q8R through the sign trick: `|k|` times `q` carrying `k`'s sign keeps the unsigned operand
+//! of `vpmaddubsw` in range; Q4_0's 8 comes off through the query's block sums). Four such
+//! dots are gathered into one vector before the conversion and the scaling by the key's and
+//! the query's block scales ([`scores_tile`]). Decoding the keys to floats instead (`kv_x86`)
+//! takes four FMAs for those 32 values per head, plus the conversions: the attention at depth
+//! is bound by that arithmetic, not by the bytes.
 
 use std::arch::x86_64::*;
 
