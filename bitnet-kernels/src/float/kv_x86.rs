@@ -6,8 +6,8 @@
 //!
 //! At depth the rows come from DRAM, one head's slice of every position: the kernels
 //! prefetch rows ahead, and the weighted sum walks positions in L1-sized tiles so each row
-//! is fetched once for all its 16-lane passes (together 2.3x faster than without, q8_0 at
-//! 4,096 positions).
+//! is fetched once for all its passes over the output lanes (together 2.3x faster than
+//! without, q8_0 at 4,096 positions).
 //!
 //! AVX-512 machines run these too (no 512-bit versions yet: the machine they were written
 //! on has no AVX-512 to test them).
@@ -117,8 +117,8 @@ unsafe fn half_block<const F: u8>(row: *const u8, b: usize, half: usize) -> [__m
 /// 1 GB/s without these hints, against 15 GB/s of streaming bandwidth on the 2-core EPYC).
 pub(crate) const PREFETCH_ROWS: usize = 16;
 
-/// Positions the weighted sum reads per tile: every 16-lane pass over a tile finds its rows
-/// in L1/L2, so DRAM sees each row once.
+/// Positions the weighted sum reads per tile: every pass over a tile (16 or 32 output lanes)
+/// finds its rows in L1/L2, so DRAM sees each row once.
 const WSUM_TILE: usize = 64;
 
 /// The bytes of a head's row of format `F` with `d` values.
