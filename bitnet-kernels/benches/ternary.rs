@@ -4,7 +4,7 @@
 //! - `cold`: decode over >= 1 GiB of weights (many matrices, cycled so nothing stays in the
 //!   260 MiB LLC), Throughput = weight bytes, next to `plain_read`, a SIMD sum over the same
 //!   bytes: the ratio of the two is the figure we track (target >= 0.85);
-//! - `prefill`: matmul with 128 and 512 token rows, Throughput = MACs;
+//! - `prefill`: matmul with 8 (batched decode), 128 and 512 token rows, Throughput = MACs;
 //! - `binary`: 1-bit x int8 and XNOR-popcount matvec; `tl_proto`: the table-lookup prototype.
 //!
 //! Sample counts are small (a shared machine). For a plain table use the example instead:
@@ -241,7 +241,8 @@ fn prefill(c: &mut Criterion) {
     let mut g = config(c, "prefill");
     for &(name, rows, cols) in &SHAPES[..4] {
         let w = matrix(rows, cols, 11);
-        for n_tok in [128usize, 512] {
+        // 8 tokens: a batched-decode step's matmul (weights here stay cached: compute only).
+        for n_tok in [8usize, 128, 512] {
             let (q, a) = acts(n_tok, cols, w.padded_cols(), 13);
             g.throughput(Throughput::Elements((n_tok * rows * cols) as u64));
             for isa in isas() {

@@ -22,6 +22,8 @@ pub mod kv;
 #[cfg(target_arch = "x86_64")]
 mod kv_int8_x86;
 #[cfg(target_arch = "x86_64")]
+mod kv_q4_wsum_x86;
+#[cfg(target_arch = "x86_64")]
 mod kv_x86;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod qrows_x86;

@@ -9,6 +9,7 @@ mod float_util;
 
 use bitnet_kernels::float::kv::{E4M3_MAX, e4m3_to_f32, f32_to_e4m3};
 use bitnet_kernels::float::*;
+use bitnet_kernels::scalar::kv::{Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX};
 use float_util::*;
 
 /// Q8R: each value is within half a step (`absmax / 127 / 2`) of its input.
@@ -113,6 +114,29 @@ fn value_budget(fmt: KvQuant, x: f64, amax: f64) -> f64 {
         }
         KvQuant::B1 => f64::INFINITY,
     }
+}
+
+/// The Q4_0 weighted sum's budget for its integer weights (output value `i` of one head): in
+/// each tile of `Q4_0_WSUM_TILE` positions the weights `w_p s_p` (times the block's integers
+/// `n_p - 8`) are rounded to multiples of `m / 127`, `m` the tile's largest, so each is at
+/// most `m / 254` off (with slack for the f32 product).
+fn q4_0_weight_rounding(w: &[f32], cache: &[u8], stride: usize, n_pos: usize, i: usize) -> f64 {
+    let (b, j) = (i / QK_KV, i % QK_KV);
+    let blk = |p: usize| &cache[p * stride + Q4_0_BLOCK_BYTES * b..][..Q4_0_BLOCK_BYTES];
+    let c = |p: usize| {
+        f64::from(w[p]) * f64::from(f16_to_f32(u16::from_le_bytes([blk(p)[0], blk(p)[1]])))
+    };
+    let mut budget = 0.0;
+    for t0 in (0..n_pos).step_by(Q4_0_WSUM_TILE) {
+        let tile = t0..(t0 + Q4_0_WSUM_TILE).min(n_pos);
+        let m = tile.clone().map(|p| c(p).abs()).fold(0.0, f64::max);
+        for p in tile {
+            let q = blk(p)[2 + j % (QK_KV / 2)];
+            let nib = if j < QK_KV / 2 { q & 0x0f } else { q >> 4 };
+            budget += m / (2.0 * f64::from(Q4_0_WSUM_WEIGHT_MAX)) * (f64::from(nib) - 8.0).abs();
+        }
+    }
+    budget * 1.001
 }
 
 fn test_rows(r: &mut rand::rngs::StdRng, d: usize) -> Vec<Vec<f32>> {
@@ -238,7 +262,10 @@ fn attention_kernels_match_the_f64_reference() {
                                 let wh = &w[h * n_pos..][..n_pos];
                                 let (want, cond) = dot64(wh.iter().copied(), &col);
                                 let st = f64::from(start[h * d + i]);
-                                let tol = dot_budget(n_pos + 1, cond + st.abs());
+                                let mut tol = dot_budget(n_pos + 1, cond + st.abs());
+                                if fmt == KvQuant::Q4_0 {
+                                    tol += q4_0_weight_rounding(wh, cache, stride, n_pos, i);
+                                }
                                 let got = o[h * d + i];
                                 assert_close(
                                     got,
@@ -273,7 +300,15 @@ fn weighted_sums_accumulate_block_by_block_bit_exactly() {
             for isa in isas() {
                 let mut whole = start.clone();
                 attn_weighted_sum_kv(isa, fmt, &w, n_q, &cache, rb, n_pos, &mut whole);
-                for split in [1usize, 5, 16, 63, 100] {
+                // Q4_0's integer weights are tiled from a call's first position: its calls
+                // give one call's bits when they start at multiples of the tile (as the
+                // engine's blocks of 16 tokens or more do).
+                let splits: &[usize] = if fmt == KvQuant::Q4_0 {
+                    &[Q4_0_WSUM_TILE, 2 * Q4_0_WSUM_TILE, 4 * Q4_0_WSUM_TILE]
+                } else {
+                    &[1, 5, 16, 63, 100]
+                };
+                for &split in splits {
                     let mut parts = start.clone();
                     for b0 in (0..n_pos).step_by(split) {
                         let n = split.min(n_pos - b0);
@@ -374,6 +409,72 @@ fn simd_kernels_match_the_scalar_reference() {
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The Q4_0 integer-weighted sum of every kernel set gives its scalar reference's bits:
+/// partial tiles, every group size (3: one head at a time), tiles whose weights are all 0
+/// (they add nothing), and a NaN or infinite weight (its tile's outputs become NaN).
+#[test]
+fn q4_0_integer_weighted_sum_matches_its_reference_bit_for_bit() {
+    use bitnet_kernels::Isa;
+    let mut r = rng(44);
+    let d = 64;
+    let fmt = KvQuant::Q4_0;
+    let rb = fmt.row_bytes(d).unwrap();
+    for n_pos in [1usize, 15, 16, 17, 40] {
+        let x = normal_vec(&mut r, n_pos * d, 2.0);
+        let (cache, _) = encode(fmt, d, &x);
+        for n_q in [1usize, 2, 3, 4, 8] {
+            let mut w = normal_vec(&mut r, n_q * n_pos, 0.3);
+            if n_pos > 16 {
+                // Head 0's first tile all zero.
+                w[..16].fill(0.0);
+            }
+            for poison in [None, Some(f32::NAN), Some(f32::INFINITY)] {
+                let mut w = w.clone();
+                if let Some(v) = poison {
+                    w[(n_q - 1) * n_pos + n_pos / 2] = v;
+                }
+                let start = normal_vec(&mut r, n_q * d, 1.0);
+                let mut want = start.clone();
+                attn_weighted_sum_kv(Isa::Scalar, fmt, &w, n_q, &cache, rb, n_pos, &mut want);
+                if poison.is_some() {
+                    assert!(want[(n_q - 1) * d..].iter().all(|v| v.is_nan()));
+                }
+                if n_pos > 16 && poison.is_none() {
+                    // The zero tile leaves head 0 as the second tile alone makes it.
+                    let mut tail = start.clone();
+                    let wt: Vec<f32> = (0..n_q)
+                        .flat_map(|h| w[h * n_pos + 16..(h + 1) * n_pos].iter().copied())
+                        .collect();
+                    attn_weighted_sum_kv(
+                        Isa::Scalar,
+                        fmt,
+                        &wt,
+                        n_q,
+                        &cache[16 * rb..],
+                        rb,
+                        n_pos - 16,
+                        &mut tail,
+                    );
+                    assert_eq!(
+                        bits(&want[..d]),
+                        bits(&tail[..d]),
+                        "zero tile n_pos={n_pos}"
+                    );
+                }
+                for isa in isas() {
+                    let mut got = start.clone();
+                    attn_weighted_sum_kv(isa, fmt, &w, n_q, &cache, rb, n_pos, &mut got);
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{isa} n_pos={n_pos} n_q={n_q} poison={poison:?}"
+                    );
                 }
             }
         }

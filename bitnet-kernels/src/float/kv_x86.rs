@@ -346,6 +346,12 @@ pub(crate) unsafe fn attn_weighted_sum(
     n_pos: usize,
     out: &mut [f32],
 ) {
+    if fmt == KvQuant::Q4_0 {
+        // SAFETY: as below.
+        return unsafe {
+            super::kv_q4_wsum_x86::attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out)
+        };
+    }
     if let Some((_, f)) = kernels_of(fmt, n_q) {
         // SAFETY: the caller guarantees the CPU features and the shapes.
         unsafe { f(w, v, kv_stride, n_pos, out) };
