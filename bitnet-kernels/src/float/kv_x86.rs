@@ -347,6 +347,8 @@ pub(crate) unsafe fn attn_weighted_sum(
     out: &mut [f32],
 ) {
     if fmt == KvQuant::Q4_0 {
+        // Q4_0 values take the integer-weighted sum (nibbles multiplied as bytes), not this
+        // module's decode-to-float kernel (which still scores Q4_0 keys against a float query).
         // SAFETY: as below.
         return unsafe {
             super::kv_q4_wsum_x86::attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out)
