@@ -9,7 +9,7 @@ mod float_util;
 
 use bitnet_kernels::float::kv::{E4M3_MAX, e4m3_to_f32, f32_to_e4m3};
 use bitnet_kernels::float::*;
-use bitnet_kernels::scalar::kv::{Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX};
+use bitnet_kernels::scalar::kv::{Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX, block_ints};
 use float_util::*;
 
 /// Q8R: each value is within half a step (`absmax / 127 / 2`) of its input.
@@ -122,18 +122,17 @@ fn value_budget(fmt: KvQuant, x: f64, amax: f64) -> f64 {
 /// most `m / 254` off (with slack for the f32 product).
 fn q4_0_weight_rounding(w: &[f32], cache: &[u8], stride: usize, n_pos: usize, i: usize) -> f64 {
     let (b, j) = (i / QK_KV, i % QK_KV);
-    let blk = |p: usize| &cache[p * stride + Q4_0_BLOCK_BYTES * b..][..Q4_0_BLOCK_BYTES];
-    let c = |p: usize| {
-        f64::from(w[p]) * f64::from(f16_to_f32(u16::from_le_bytes([blk(p)[0], blk(p)[1]])))
-    };
+    let block = |p: usize| block_ints(KvQuant::Q4_0, &cache[p * stride..], b);
     let mut budget = 0.0;
     for t0 in (0..n_pos).step_by(Q4_0_WSUM_TILE) {
         let tile = t0..(t0 + Q4_0_WSUM_TILE).min(n_pos);
-        let m = tile.clone().map(|p| c(p).abs()).fold(0.0, f64::max);
+        let m = tile
+            .clone()
+            .map(|p| (f64::from(w[p]) * f64::from(block(p).0)).abs())
+            .fold(0.0, f64::max);
         for p in tile {
-            let q = blk(p)[2 + j % (QK_KV / 2)];
-            let nib = if j < QK_KV / 2 { q & 0x0f } else { q >> 4 };
-            budget += m / (2.0 * f64::from(Q4_0_WSUM_WEIGHT_MAX)) * (f64::from(nib) - 8.0).abs();
+            let n = f64::from(block(p).1[j]);
+            budget += m / (2.0 * f64::from(Q4_0_WSUM_WEIGHT_MAX)) * n.abs();
         }
     }
     budget * 1.001

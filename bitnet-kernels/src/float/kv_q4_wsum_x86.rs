@@ -92,8 +92,8 @@ fn tile_weights(c: [__m256; 2], bytes: &mut [i8; TILE]) -> Option<TileStep> {
 ///
 /// # Safety
 /// AVX2/FMA/F16C; `w.len() == G * n_pos`, `out.len() == G * d` with `d` a multiple of 32,
-/// rows `0..n_pos` of `d` Q4_0 values `kv_stride` bytes apart readable at `v`, and
-/// `15 * kv_stride` within `i32` (the safe API and the caller check these).
+/// rows `0..n_pos` of `d` Q4_0 values `kv_stride` bytes apart readable at `v` (the safe API
+/// checks these).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn wsum_q4_0_g<const G: usize>(
     w: &[f32],
@@ -102,6 +102,10 @@ unsafe fn wsum_q4_0_g<const G: usize>(
     n_pos: usize,
     out: &mut [f32],
 ) {
+    if (TILE - 1).saturating_mul(kv_stride) > i32::MAX as usize {
+        // The scale gather takes i32 offsets; rows this far apart take the reference (same bits).
+        return crate::scalar::kv::attn_weighted_sum_q4_0(w, G, v, kv_stride, n_pos, out);
+    }
     let d = out.len() / G;
     let nb = d / QK_KV;
     let rb = nb * Q4_0_BLOCK_BYTES;
@@ -241,36 +245,13 @@ unsafe fn wsum_q4_0_g<const G: usize>(
     }
 }
 
-/// `crate::scalar::kv::attn_weighted_sum_q4_0`, 256 bits wide.
-///
-/// # Safety
-/// As [`wsum_q4_0_g`], for any `n_q` (`w.len() == n_q * n_pos`, `out.len() == n_q * d`).
-pub(crate) unsafe fn attn_weighted_sum_q4_0(
-    w: &[f32],
-    n_q: usize,
-    v: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    if (TILE - 1).saturating_mul(kv_stride) > i32::MAX as usize {
-        // The scale gather takes i32 offsets; rows this far apart take the reference (same bits).
-        return crate::scalar::kv::attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out);
-    }
-    // SAFETY: forwarded; one head of the group has the group's shapes.
-    unsafe {
-        match n_q {
-            1 => wsum_q4_0_g::<1>(w, v, kv_stride, n_pos, out),
-            2 => wsum_q4_0_g::<2>(w, v, kv_stride, n_pos, out),
-            4 => wsum_q4_0_g::<4>(w, v, kv_stride, n_pos, out),
-            8 => wsum_q4_0_g::<8>(w, v, kv_stride, n_pos, out),
-            _ => {
-                let d = out.len() / n_q;
-                for h in 0..n_q {
-                    let (wh, oh) = (&w[h * n_pos..][..n_pos], &mut out[h * d..][..d]);
-                    wsum_q4_0_g::<1>(wh, v, kv_stride, n_pos, oh);
-                }
-            }
-        }
-    }
+/// The kernel for a group of `g` heads (1, 2, 4 or 8), as an entry of `kv_x86`'s table.
+pub(crate) fn wsum_kernel(g: usize) -> Option<super::kv_x86::WsumKernel> {
+    Some(match g {
+        1 => wsum_q4_0_g::<1>,
+        2 => wsum_q4_0_g::<2>,
+        4 => wsum_q4_0_g::<4>,
+        8 => wsum_q4_0_g::<8>,
+        _ => return None,
+    })
 }

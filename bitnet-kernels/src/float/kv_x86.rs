@@ -281,7 +281,7 @@ unsafe fn wsum_g<const F: u8, const G: usize>(
 }
 
 type ScoresKernel = unsafe fn(&[f32], &[u8], usize, usize, f32, &mut [f32]);
-type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
+pub(crate) type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
 
 /// The kernels of format `F` for a group of `g` heads, if there are any.
 fn kernels<const F: u8>(g: usize) -> Option<(ScoresKernel, WsumKernel)> {
@@ -299,7 +299,11 @@ fn kernels_of(fmt: KvQuant, g: usize) -> Option<(ScoresKernel, WsumKernel)> {
         KvQuant::Q8_0 => kernels::<Q80>(g),
         KvQuant::Q8R => kernels::<Q8R>(g),
         KvQuant::Fp8 => kernels::<FP8>(g),
-        KvQuant::Q4_0 => kernels::<Q40>(g),
+        // Q4_0 values take the integer-weighted sum (nibbles multiplied as bytes); this
+        // module's decode-to-float kernel still scores Q4_0 keys against a float query.
+        KvQuant::Q4_0 => {
+            kernels::<Q40>(g).and_then(|(s, _)| Some((s, super::kv_q4_wsum_x86::wsum_kernel(g)?)))
+        }
         KvQuant::B1 => kernels::<B1>(g),
     }
 }
@@ -346,14 +350,6 @@ pub(crate) unsafe fn attn_weighted_sum(
     n_pos: usize,
     out: &mut [f32],
 ) {
-    if fmt == KvQuant::Q4_0 {
-        // Q4_0 values take the integer-weighted sum (nibbles multiplied as bytes), not this
-        // module's decode-to-float kernel (which still scores Q4_0 keys against a float query).
-        // SAFETY: as below.
-        return unsafe {
-            super::kv_q4_wsum_x86::attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out)
-        };
-    }
     if let Some((_, f)) = kernels_of(fmt, n_q) {
         // SAFETY: the caller guarantees the CPU features and the shapes.
         unsafe { f(w, v, kv_stride, n_pos, out) };

@@ -284,30 +284,24 @@ pub fn attn_weighted_sum_q4_0(
     out: &mut [f32],
 ) {
     let d = out.len() / n_q;
-    let nb = d / QK_KV;
+    let rb = KvQuant::Q4_0.row_bytes(d).expect("checked by the safe API");
     for t0 in (0..n_pos).step_by(Q4_0_WSUM_TILE) {
         let n = Q4_0_WSUM_TILE.min(n_pos - t0);
+        let row = |p: usize| &v[(t0 + p) * kv_stride..][..rb];
         for h in 0..n_q {
-            for b in 0..nb {
-                let blk = |p: usize| {
-                    &v[(t0 + p) * kv_stride + Q4_0_BLOCK_BYTES * b..][..Q4_0_BLOCK_BYTES]
-                };
-                let c: Vec<f32> = (0..n)
-                    .map(|p| w[h * n_pos + t0 + p] * f16_at(blk(p), 0))
+            for (b, ob) in out[h * d..][..d].chunks_exact_mut(QK_KV).enumerate() {
+                // Each position's block scale and integers `n - 8`.
+                let blocks: Vec<(f32, [i8; QK_KV])> = (0..n)
+                    .map(|p| block_ints(KvQuant::Q4_0, row(p), b))
                     .collect();
-                let (step, k) = match q4_0_wsum_weights(&c) {
-                    Some(sk) => sk,
-                    None => continue,
+                let c: Vec<f32> = (0..n)
+                    .map(|p| w[h * n_pos + t0 + p] * blocks[p].0)
+                    .collect();
+                let Some((step, k)) = q4_0_wsum_weights(&c) else {
+                    continue;
                 };
-                let ob = &mut out[h * d + QK_KV * b..][..QK_KV];
                 for (j, o) in ob.iter_mut().enumerate() {
-                    let sum: i32 = (0..n)
-                        .map(|p| {
-                            let q = blk(p)[2 + j % (QK_KV / 2)];
-                            let nib = if j < QK_KV / 2 { q & 0x0f } else { q >> 4 };
-                            k[p] * (i32::from(nib) - 8)
-                        })
-                        .sum();
+                    let sum: i32 = (0..n).map(|p| k[p] * i32::from(blocks[p].1[j])).sum();
                     *o = step.mul_add(sum as f32, *o);
                 }
             }
