@@ -1,7 +1,8 @@
 //! Decoding one token on 2 threads splits each GQA group's heads over two units when the
-//! groups do not divide evenly among the threads; every head's sums stay its own, so the
-//! logits are the bits of the 1-thread run, on every kernel set and KV type (and for the
-//! XNOR and int8 query paths).
+//! groups do not divide evenly among the threads, or, for rows past 512 positions, shares
+//! out the row's chunks; every head's sums stay its own and chunks merge in one order, so
+//! the logits are the bits of the 1-thread run, on every kernel set and KV type (and for
+//! the XNOR and int8 query paths).
 
 mod common;
 
@@ -12,14 +13,14 @@ use bitnet_core::model::{BatchItem, Engine, EngineOptions, LoadOptions, Logits, 
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
-/// Groups of 4 query heads over 3 KV heads of 64: 3 units a decoded token, which 2 threads
-/// cannot share evenly.
-fn model(isa: Isa) -> Arc<Model> {
+/// Groups of 4 query heads over KV heads of 64 (`n_embd / 256` of them).
+fn model(isa: Isa, n_embd: usize) -> Arc<Model> {
     let path = common::tmp_dir(&format!("attn-split-{isa}")).join("model.gguf");
     let spec = SynthSpec {
-        n_embd: 768,
-        n_head: 12,
-        n_head_kv: 3,
+        n_embd,
+        n_head: n_embd / 64,
+        n_head_kv: n_embd / 256,
+        n_ctx: 2048,
         ..SynthSpec::preset("tiny").expect("preset")
     };
     write_model(&spec, &path, |_, _| {}).unwrap();
@@ -33,13 +34,18 @@ fn model(isa: Isa) -> Arc<Model> {
     m
 }
 
-/// The logits of a 40-token prompt and 4 decoded tokens (the prompt's last row, then one
-/// row per decoded token).
-fn run(m: &Arc<Model>, threads: usize, k: KvType, v: KvType, xnor: bool) -> Vec<Vec<f32>> {
+/// The logits of a `prompt_len`-token prompt and 4 decoded tokens (the prompt's last row,
+/// then one row per decoded token).
+fn run(
+    m: &Arc<Model>,
+    threads: usize,
+    (k, v, xnor): (KvType, KvType, bool),
+    prompt_len: u32,
+) -> Vec<Vec<f32>> {
     let opts = EngineOptions {
         threads,
         pin: false,
-        n_ctx: 128,
+        n_ctx: prompt_len as usize + 8,
         batch: 64,
         k_type: k,
         v_type: v,
@@ -48,19 +54,28 @@ fn run(m: &Arc<Model>, threads: usize, k: KvType, v: KvType, xnor: bool) -> Vec<
     };
     let mut e = Engine::new(m.clone(), &opts).unwrap();
     let seq = e.new_sequence();
-    let prompt: Vec<u32> = (0..40).map(|i| (i * 37 + 5) % 512).collect();
+    let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 37 + 5) % 512).collect();
     let mut rows = Vec::new();
-    let mut feed = |e: &mut Engine, tokens: &[u32]| {
+    let mut feed = |e: &mut Engine, tokens: &[u32], logits: Logits| {
         let item = BatchItem {
             seq,
             tokens,
-            logits: Logits::Last,
+            logits,
         };
         e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
     };
-    feed(&mut e, &prompt);
+    // In pieces of the engine's batch (64 tokens), the last one asking for logits.
+    let pieces = prompt.len().div_ceil(64);
+    for (i, piece) in prompt.chunks(64).enumerate() {
+        let logits = if i + 1 == pieces {
+            Logits::Last
+        } else {
+            Logits::None
+        };
+        feed(&mut e, piece, logits);
+    }
     for t in [9u32, 140, 2, 77] {
-        feed(&mut e, &[t]);
+        feed(&mut e, &[t], Logits::Last);
     }
     rows
 }
@@ -72,16 +87,47 @@ fn split_groups_give_the_bits_of_one_thread() {
         .filter(|&i| i <= Isa::from_env().expect("BITNET_KERNEL names a runnable set"))
         .collect();
     for isa in isas {
-        let m = model(isa);
+        // 3 KV heads: 3 units a decoded token, which 2 threads cannot share evenly.
+        let m = model(isa, 768);
         let mut cases: Vec<(KvType, KvType, bool)> =
             KvType::ALL.into_iter().map(|t| (t, t, false)).collect();
         cases.push((KvType::B1, KvType::Q8_0, true));
-        for (k, v, xnor) in cases {
-            let one = run(&m, 1, k, v, xnor);
-            let two = run(&m, 2, k, v, xnor);
+        for case in cases {
+            let one = run(&m, 1, case, 40);
+            let two = run(&m, 2, case, 40);
             assert_eq!(one.len(), 5);
             assert!(one.iter().flatten().all(|x| x.is_finite()));
-            assert_eq!(one, two, "{isa} K {k:?} V {v:?} xnor {xnor}");
+            assert_eq!(one, two, "{isa} {case:?}");
+        }
+    }
+}
+
+/// Rows past 512 positions are attended in chunks merged after. Decoding one token on 2
+/// threads hands the chunks of each row to both threads and merges them on the caller;
+/// one thread runs them in turn: the same bits, on every kernel set. The 1,030-token
+/// prompt makes rows of three chunks (512, 512 and the rest), so the merge folds a chunk
+/// into an already merged pair.
+#[test]
+fn shared_chunks_give_the_bits_of_one_thread() {
+    let isas: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|&i| i <= Isa::from_env().expect("BITNET_KERNEL names a runnable set"))
+        .collect();
+    for isa in isas {
+        // One KV head, to keep the long prompt cheap; the merge does not depend on the
+        // format, so one case for each way keys are scored (float, int8 and XNOR queries),
+        // with q4_0's integer-weighted values among them.
+        let m = model(isa, 256);
+        let cases = [
+            (KvType::F16, KvType::F16, false),
+            (KvType::Q8_0, KvType::Q4_0, false),
+            (KvType::B1, KvType::Q8_0, true),
+        ];
+        for case in cases {
+            let one = run(&m, 1, case, 1030);
+            let two = run(&m, 2, case, 1030);
+            assert!(one.iter().flatten().all(|x| x.is_finite()));
+            assert_eq!(one, two, "{isa} {case:?}");
         }
     }
 }

@@ -313,3 +313,57 @@ fn chunked_prefill_and_rollback_match_one_batch() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Rows longer than 512 positions are attended in chunks, each softmaxed on its own and
+/// merged after. A 700-token prompt (rows up to 700 long: two chunks) against the
+/// reference with the engine's f16 K/V emulated, its rows past 512 held to the error of
+/// the rows before, and its last 100 tokens decoded one at a time against the prefill's
+/// rows: on 1 thread (chunks in turn) and 2 (one decoded token
+/// leaves too few units for 2 threads, so its chunks are shared between them).
+#[test]
+fn long_rows_attended_in_chunks_match_the_reference() {
+    let spec = SynthSpec {
+        n_ctx: 1024,
+        ..tiny("tiny", TensorType::I2_S)
+    };
+    let path = generate(&spec);
+    let prompt: Vec<u32> = (0..700u32).map(|i| (i * 131 + 7) % 300).collect();
+    let f = GgufFile::open(&path, FileMode::Read).unwrap();
+    let cfg = ModelConfig::from_gguf(&f).unwrap();
+    let mut reference = RefModel::new(&f, &cfg);
+    reference.emu = Emulation::f16_kv_cache();
+    let want = reference.logits(&prompt);
+    let nv = cfg.n_vocab;
+    let split = 600;
+    for threads in [1, 2] {
+        let model = common::setup::load(&path, &opts(threads, None, LoadMode::Mmap)).unwrap();
+        let mut s = model.session(1024).unwrap();
+        let pre = s.eval(&prompt, true).unwrap().to_vec();
+        // Float summation order flips int8 activation steps now and then, and the flips
+        // add up along the prompt: the rows of one chunk (the first 512) set the level the
+        // chunked rows are held to. A merge that weighed the chunks wrongly would be off by
+        // tenths.
+        let one_chunk = compare(&pre[..512 * nv], &want[..512 * nv], nv);
+        let chunked = compare(&pre[512 * nv..], &want[512 * nv..], nv);
+        eprintln!(
+            "{threads} threads vs f16-KV reference: rows 0..512 {one_chunk}; rows 512..700 {chunked}"
+        );
+        assert!(one_chunk.rel_l2 <= 0.02, "{threads} threads: {one_chunk}");
+        assert!(
+            chunked.rel_l2 <= 2.0 * one_chunk.rel_l2,
+            "{threads} threads: {chunked} against {one_chunk}"
+        );
+        assert!(chunked.cosine >= 0.9999 && chunked.top1 as f64 >= 0.97 * chunked.rows as f64);
+
+        let mut s = model.session(1024).unwrap();
+        s.eval(&prompt[..split], false).unwrap();
+        let mut dec = Vec::new();
+        for &t in &prompt[split..] {
+            dec.extend_from_slice(s.eval(&[t], false).unwrap());
+        }
+        let a = compare(&dec, &pre[split * nv..], nv);
+        eprintln!("{threads} threads, decode past 512 vs prefill: {a}");
+        assert!(a.rel_l2 <= DECODE_MAX_REL_L2, "{threads} threads: {a}");
+    }
+    std::fs::remove_file(&path).unwrap();
+}

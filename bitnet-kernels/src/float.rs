@@ -263,20 +263,29 @@ pub fn rmsnorm(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// In-place softmax, max-subtracted. A row with no finite maximum (all `-inf`, as a fully
-/// masked row would be) becomes all zeros rather than NaN.
-pub fn softmax_inplace(isa: Isa, x: &mut [f32]) {
+/// masked row would be) becomes all zeros rather than NaN; a NaN anywhere makes the row NaN.
+///
+/// Returns the row's statistics before normalizing, `(max, sum of exp(x - max))`, so that
+/// a row softmaxed in pieces can be put back together (an empty or fully masked row gives
+/// `(-inf, 0)`: it carries no weight).
+pub fn softmax_inplace(isa: Isa, x: &mut [f32]) -> (f32, f32) {
     if x.is_empty() {
-        return;
+        return (f32::NEG_INFINITY, 0.0);
     }
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     if !max.is_finite() {
         if max == f32::NEG_INFINITY {
+            // The maximum skips NaNs: a row with no finite value but a NaN is NaN, and its
+            // sum says so to whoever merges it.
+            if x.iter().any(|v| v.is_nan()) {
+                x.fill(f32::NAN);
+                return (f32::NEG_INFINITY, f32::NAN);
+            }
             x.fill(0.0);
-        } else {
-            // +inf or NaN present: the plain formula's NaNs are the honest answer.
-            scalar::softmax_inplace(x);
+            return (f32::NEG_INFINITY, 0.0);
         }
-        return;
+        // +inf or NaN present: the plain formula's NaNs are the honest answer.
+        return scalar::softmax_inplace(x);
     }
     dispatch!(isa, softmax_inplace(x))
 }

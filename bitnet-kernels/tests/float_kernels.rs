@@ -291,9 +291,17 @@ fn softmax_matches_f64_reference() {
                 x[n / 2] = f32::NEG_INFINITY; // a masked position
             }
             let want = softmax64(&x);
+            let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let sum: f64 = x
+                .iter()
+                .map(|&v| (f64::from(v) - f64::from(max)).exp())
+                .sum();
             for isa in isas() {
                 let mut y = x.clone();
-                softmax_inplace(isa, &mut y);
+                // The statistics let rows softmaxed piecewise be merged (attention chunks).
+                let (m, s) = softmax_inplace(isa, &mut y);
+                assert_eq!(m, max, "{isa} softmax max n={n}");
+                assert_close(s, sum, 1e-4, 0.0, &format!("{isa} softmax sum n={n}"));
                 for i in 0..n {
                     let tol = f64::from(SOFTMAX_REL_TOL);
                     assert_close(
@@ -309,7 +317,28 @@ fn softmax_matches_f64_reference() {
     }
     for isa in isas() {
         let mut y = vec![f32::NEG_INFINITY; 33];
-        softmax_inplace(isa, &mut y);
+        let stats = softmax_inplace(isa, &mut y);
+        assert_eq!(
+            stats,
+            (f32::NEG_INFINITY, 0.0),
+            "{isa}: a masked row weighs nothing"
+        );
+        for nan_at in [0, 5, 32] {
+            let mut y = vec![f32::NEG_INFINITY; 33];
+            y[nan_at] = f32::NAN;
+            let (_, sum) = softmax_inplace(isa, &mut y);
+            assert!(
+                sum.is_nan() && y.iter().all(|v| v.is_nan()),
+                "{isa}: NaN at {nan_at}"
+            );
+            let mut y = vec![0.5f32; 33];
+            y[nan_at] = f32::NAN;
+            let (_, sum) = softmax_inplace(isa, &mut y);
+            assert!(
+                sum.is_nan() && y.iter().all(|v| v.is_nan()),
+                "{isa}: NaN at {nan_at}"
+            );
+        }
         assert!(
             y.iter().all(|&v| v == 0.0),
             "{isa}: fully masked row gives zeros"

@@ -299,13 +299,14 @@ impl Engine {
         ];
         let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
         let group = cfg.gqa_group();
-        let per_thread = group * (2 * max_pos + kv.block_tokens())
-            + super::par::query_scratch(
-                opts.kv_xnor,
-                opts.k_type.format().int8_scores.is_some(),
-                group,
-                cfg.head_dim,
-            );
+        let per_thread = super::par::attention_scratch(
+            group,
+            cfg.head_dim,
+            max_pos,
+            kv.block_tokens(),
+            opts.kv_xnor,
+            opts.k_type.format().int8_scores.is_some(),
+        );
         let batch = BatchScratch {
             tokens: Vec::with_capacity(chunk),
             pos: Vec::with_capacity(chunk),

@@ -285,8 +285,9 @@ pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// `x = exp(x - max) / sum`. The caller guarantees at least one finite element.
-pub fn softmax_inplace(x: &mut [f32]) {
+/// `x = exp(x - max) / sum`, returning `(max, sum)`. The caller guarantees at least one
+/// finite element.
+pub fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut sum = 0.0f64;
     for v in x.iter_mut() {
@@ -297,6 +298,7 @@ pub fn softmax_inplace(x: &mut [f32]) {
     for v in x.iter_mut() {
         *v *= inv;
     }
+    (max, sum as f32)
 }
 
 #[inline]

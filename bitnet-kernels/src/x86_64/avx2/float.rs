@@ -379,7 +379,7 @@ pub unsafe fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn softmax_inplace(x: &mut [f32]) {
+pub unsafe fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
     let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
     let mut vmax = ninf;
     map8(x, f32::NEG_INFINITY, |v| {
@@ -397,8 +397,10 @@ pub unsafe fn softmax_inplace(x: &mut [f32]) {
         sum = _mm256_add_ps(sum, e);
         e
     });
-    let inv = _mm256_set1_ps(1.0 / hsum(sum));
+    let sum = hsum(sum);
+    let inv = _mm256_set1_ps(1.0 / sum);
     map8(x, 0.0, |v| _mm256_mul_ps(v, inv));
+    (_mm256_cvtss_f32(vmax), sum)
 }
 
 #[inline]

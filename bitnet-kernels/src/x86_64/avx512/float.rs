@@ -450,7 +450,7 @@ pub unsafe fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn softmax_inplace(x: &mut [f32]) {
+pub unsafe fn softmax_inplace(x: &mut [f32]) -> (f32, f32) {
     let n = x.len();
     let p = x.as_mut_ptr();
     let mut vmax = _mm512_set1_ps(f32::NEG_INFINITY);
@@ -462,7 +462,8 @@ pub unsafe fn softmax_inplace(x: &mut [f32]) {
         vmax = _mm512_max_ps(vmax, v);
         i += 16;
     }
-    let vmax = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    let max = _mm512_reduce_max_ps(vmax);
+    let vmax = _mm512_set1_ps(max);
     let mut sum = _mm512_setzero_ps();
     i = 0;
     while i < n {
@@ -476,7 +477,8 @@ pub unsafe fn softmax_inplace(x: &mut [f32]) {
         }
         i += 16;
     }
-    let inv = _mm512_set1_ps(1.0 / _mm512_reduce_add_ps(sum));
+    let sum = _mm512_reduce_add_ps(sum);
+    let inv = _mm512_set1_ps(1.0 / sum);
     i = 0;
     while i < n {
         let m = mask16(n - i);
@@ -487,6 +489,7 @@ pub unsafe fn softmax_inplace(x: &mut [f32]) {
         }
         i += 16;
     }
+    (max, sum)
 }
 
 /// Element-wise `dst[i] = f(dst[i], src[i])` with masked tails; `src` may be `dst` itself
