@@ -15,6 +15,7 @@ fn model(tag: &str, zero_share: f32) -> (Arc<Model>, PathBuf) {
     let path = common::tmp_dir(tag).join("model.gguf");
     let spec = SynthSpec {
         n_layer: 2,
+        n_ctx: 1024,
         zero_share,
         ..SynthSpec::preset("tiny").expect("preset")
     };
@@ -172,6 +173,94 @@ fn the_statistics_change_no_logit() {
         assert!(
             (mass - rows as f64).abs() < 1e-2 * rows as f64,
             "{mass} vs {rows}"
+        );
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+/// Rows past 512 positions are attended in chunks; the statistics then scale each chunk's
+/// probabilities by its share of the row. A 600-token prompt (fed 128 at a time) and
+/// decoded tokens at positions 600 and up (rows of two chunks): with zero queries the
+/// entropy is still ln(positions); on a real model the statistics change no logit (with
+/// them on, a decoded token's chunks run in turn on one thread; with them off, on both),
+/// and the tracked mass still sums to one per query row.
+#[test]
+fn chunked_rows_keep_the_statistics_exact() {
+    let engine_long = |m: &Arc<Model>, threads: usize, every: usize| {
+        let opts = EngineOptions {
+            threads,
+            pin: false,
+            n_ctx: 640,
+            batch: 128,
+            attn_entropy_every: every,
+            ..EngineOptions::default()
+        };
+        Engine::new(m.clone(), &opts).unwrap()
+    };
+    let prompt: Vec<u32> = (0..600).map(|i| 3 + (i * 7) % 200).collect();
+    let decode = [9u32, 14, 2];
+    // The prompt in pieces, then the decoded tokens: the decoded tokens' logits.
+    let feed = |e: &mut Engine, seq| {
+        for piece in prompt.chunks(128) {
+            let item = BatchItem {
+                seq,
+                tokens: piece,
+                logits: Logits::None,
+            };
+            e.forward(&[item], |_, _, _| {}).unwrap();
+        }
+        let mut rows = Vec::new();
+        for t in &decode {
+            let item = BatchItem {
+                seq,
+                tokens: std::slice::from_ref(t),
+                logits: Logits::Last,
+            };
+            e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
+        }
+        rows
+    };
+
+    let (m, path) = model("entropy-chunks-uniform", 1.0 - f32::EPSILON / 2.0);
+    for threads in [1, 2] {
+        let mut e = engine_long(&m, threads, 1);
+        let seq = e.new_sequence();
+        feed(&mut e, seq);
+        // The last decoded token attends to 603 positions (EMA over 601..603: within 0.005).
+        for &h in e.attention_entropy().unwrap() {
+            assert!(
+                (h - 603f32.ln()).abs() < 5e-3,
+                "{threads} threads: {h} vs ln 603"
+            );
+        }
+    }
+    std::fs::remove_file(&path).ok();
+
+    let (m, path) = model("entropy-chunks-logits", 1.0 / 3.0);
+    for threads in [1, 2] {
+        let mut e = engine_long(&m, threads, 0);
+        let seq = e.new_sequence();
+        let off = feed(&mut e, seq);
+        let mut e = engine_long(&m, threads, 1);
+        let seq = e.new_sequence();
+        assert_eq!(off, feed(&mut e, seq), "entropy on, {threads} threads");
+        let mut e = engine_long(&m, threads, 0);
+        let seq = e.new_sequence();
+        e.track_attention_mass(seq, true).unwrap();
+        assert_eq!(off, feed(&mut e, seq), "mass on, {threads} threads");
+        let cfg = m.config();
+        let mass: f64 = e
+            .sequence(seq)
+            .unwrap()
+            .attention_mass()
+            .unwrap()
+            .iter()
+            .map(|&x| f64::from(x))
+            .sum();
+        let rows = (prompt.len() + decode.len()) * cfg.n_layer * cfg.n_head;
+        assert!(
+            (mass - rows as f64).abs() < 1e-3 * rows as f64,
+            "{threads} threads: {mass} vs {rows}"
         );
     }
     std::fs::remove_file(&path).ok();
