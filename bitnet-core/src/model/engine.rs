@@ -164,7 +164,9 @@ pub struct Engine {
     pub(crate) batch: BatchScratch,
     /// Blocked outputs of up to three projections of a group.
     pub(crate) blk: [Vec<f32>; 3],
-    /// Attention scores, `group * max_pos` per thread, plus as much again for a run's copy.
+    /// Attention scratch, [`super::par::attention_scratch`] floats per thread: scores, a
+    /// run's copy, a chunk's output and statistics, the quantized query, and the thread's
+    /// share of the chunk results left for merging.
     pub(crate) scores: Vec<f32>,
     /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
     pub(crate) hn: Vec<f32>,

@@ -1,8 +1,10 @@
 //! The parallel building blocks of the forward pass. Every product cuts its output rows
-//! into chunks the pool's threads take as they go ([`matmul_group`]); attention splits (token, head) pairs with the work
-//! balanced by the number of positions each pair attends to ([`attention`]); per-token work
+//! into chunks the pool's threads take as they go ([`matmul_group`]); attention splits
+//! (token, KV head) units, or chunks of their rows, with the work balanced by the positions
+//! each attends to ([`attention`]); per-token work
 //! (norms, quantization, rope, residual adds) splits the tokens of a batch ([`per_token`]).
-//! No reduction is ever split across threads, so results do not depend on the thread count.
+//! The one reduction split across threads, attention over a long row, is cut by the row's
+//! length alone and merged in a fixed order; so results do not depend on the thread count.
 //!
 //! A chunk of a product's rows for `n` tokens is written as one contiguous block
 //! `[n][rows of the chunk]` (the layout the kernels produce); [`Blocked`] reads a token's
@@ -323,37 +325,34 @@ pub(crate) fn query_scratch(xnor: bool, int8: bool, group: usize, head_dim: usiz
     }
 }
 
-/// The `tid`-th of `nt` contiguous ranges of `n_units` units of work, balanced by
-/// `cost(unit)` (the positions a unit attends to).
-fn balanced_units(
-    n_units: usize,
-    cost: impl Fn(usize) -> usize,
+/// The `tid`-th of `nt` contiguous ranges of units of work, balanced by their costs (the
+/// positions each attends to), which `costs()` yields in unit order.
+fn balanced_units<I: Iterator<Item = usize>>(
+    costs: impl Fn() -> I,
     nt: usize,
     tid: usize,
 ) -> Range<usize> {
-    let cost = |u: usize| cost(u) as u128;
-    let total: u128 = (0..n_units).map(cost).sum();
+    let total: u128 = costs().map(|c| c as u128).sum();
     let bound = |k: usize| -> usize {
         if k == 0 {
             return 0;
         }
-        if k >= nt {
-            return n_units;
-        }
         let target = total * k as u128 / nt as u128;
-        let mut acc = 0u128;
-        for u in 0..n_units {
-            if acc >= target {
-                return u;
+        let (mut acc, mut n) = (0u128, 0);
+        for c in costs() {
+            if k < nt && acc >= target {
+                return n;
             }
-            acc += cost(u);
+            acc += c as u128;
+            n += 1;
         }
-        n_units
+        n
     };
     bound(tid)..bound(tid + 1)
 }
 
-/// Rows of at most this many positions are attended in one piece. Longer rows are cut
+/// Rows of at most this many positions (rounded up to a whole KV block) are attended in
+/// one piece. Longer rows are cut
 /// into chunks, each scored, softmaxed and summed on its own, then merged
 /// ([`fold_chunk`]): the chunks are what the threads share when a step has too few
 /// (token, KV head) units to keep them all busy, as one decoded token over a long context
@@ -705,8 +704,8 @@ impl AttnCtx<'_> {
 /// attends to positions `0..=pos` of its sequence, `att[t][h] = softmax(q[t][h] . K /
 /// sqrt(d)) V`, query head `h` reading KV head `h / group`. Scores are computed block by
 /// block into one row per head, softmaxed once, then the values of each block accumulate
-/// into the output; rows longer than [`ATTN_CHUNK_MIN`] go in chunks merged after
-/// ([`fold_chunk`]). `scratch` holds [`attention_scratch`] floats per thread. `probe` asks
+/// into the output; rows longer than [`ATTN_CHUNK_MIN`] (rounded up to a block) go in
+/// chunks, each softmaxed and summed on its own and merged after ([`fold_chunk`]). `scratch` holds [`attention_scratch`] floats per thread. `probe` asks
 /// for statistics of the probabilities (see [`AttnProbe`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
@@ -751,7 +750,8 @@ pub(crate) fn attention(
     // threads can share evenly (the 2B-4T shape's 5 KV heads run 3:2 on 2 threads, so the
     // layer waits on 3). Rows cut into chunks are then shared chunk by chunk; shorter rows
     // split each group into two units of half its heads: both read the group's rows, but
-    // its arithmetic, which bounds the quantized formats, is shared out. Neither changes a
+    // its arithmetic, which bounds the quantized formats, is shared out (only when no row
+    // of the step is chunked: then every row goes by chunks). Neither changes a
     // bit: chunks merge the same way wherever they run, and every kernel keeps each head's
     // sums to itself, the same for groups of 2 or 4 heads as of 4 or 8 (not so for 1
     // against 2, whose f16 kernels differ: groups of 2 are not split). The attention probe
@@ -794,7 +794,8 @@ pub(crate) fn attention(
     let d_mass = probe.mass.as_deref_mut().map(DisjointSlice::new);
     let tl = ctx.thread_len;
     pool.run(&|tid, nt| {
-        let r = balanced_units(n_units, |u| batch.pos[u / per_tok] + 1, nt, tid);
+        let costs = || (0..n_units).map(|u| batch.pos[u / per_tok] + 1);
+        let r = balanced_units(costs, nt, tid);
         if r.is_empty() {
             return;
         }
@@ -833,44 +834,35 @@ fn attention_by_chunks(
     let groups = sh.n_head / gs;
     let n_tok = batch.tokens.len();
     let chunks_of = |t: usize| row_chunks(batch.pos[t] + 1, bt);
-    // Unit u is chunk c of group j of token t, in that order.
-    let locate = |mut u: usize| -> (usize, usize, usize) {
-        for t in 0..n_tok {
-            let nc = chunks_of(t);
-            if u < groups * nc {
-                return (t, u / nc, u % nc);
-            }
-            u -= groups * nc;
-        }
-        unreachable!("attention: unit past the batch")
+    // The units in order: chunk c (positions lo..hi) of group j of token t, as (t, j, lo, hi).
+    let units = || {
+        (0..n_tok).flat_map(move |t| {
+            let n_pos = batch.pos[t] + 1;
+            let cl = chunk_len(n_pos, bt);
+            let nc = n_pos.div_ceil(cl);
+            (0..groups)
+                .flat_map(move |j| (0..nc).map(move |c| (t, j, c * cl, ((c + 1) * cl).min(n_pos))))
+        })
     };
     let n_units: usize = (0..n_tok).map(|t| groups * chunks_of(t)).sum();
     let slot = partial_len(gs, hd);
     let width = gs * hd;
-    let piece = |(t, _, c): (usize, usize, usize)| {
-        let n_pos = batch.pos[t] + 1;
-        let cl = chunk_len(n_pos, bt);
-        (c * cl, ((c + 1) * cl).min(n_pos))
-    };
     let d_part = DisjointSlice::new(&mut partials[..n_units * slot]);
     let d_sc = DisjointSlice::new(&mut *scratch);
     let tl = ctx.thread_len;
     pool.run(&|tid, nt| {
-        let cost = |u| {
-            let (lo, hi) = piece(locate(u));
-            hi - lo
-        };
-        let r = balanced_units(n_units, cost, nt, tid);
+        let r = balanced_units(|| units().map(|(_, _, lo, hi)| hi - lo), nt, tid);
         if r.is_empty() {
             return;
         }
         let parts = d_part.slice_mut(r.start * slot..r.end * slot);
         let us = ctx.split(d_sc.slice_mut(tid * tl..(tid + 1) * tl));
-        for (i, u) in r.enumerate() {
-            let (t, j, c) = locate(u);
+        let mine = units().skip(r.start).take(r.len());
+        for (i, (t, j, lo, hi)) in mine.enumerate() {
             let (out, st) = parts[i * slot..(i + 1) * slot].split_at_mut(width);
+            // Quantized again for each chunk: a few hundred values against a chunk's
+            // hundreds of rows, and the same codes every time.
             let query = ctx.query(t, j * gs, gs, &mut *us.query);
-            let (lo, hi) = piece((t, j, c));
             let sc = &mut us.sc[..gs * (hi - lo)];
             ctx.attend(query, t, j * gs, gs, (lo, hi), sc, us.tmp, out, st);
         }
@@ -908,7 +900,8 @@ mod tests {
             for nt in 1..5 {
                 let mut next = 0;
                 for tid in 0..nt {
-                    let r = balanced_units(n_tok * n_head, |u| pos0 + u / n_head + 1, nt, tid);
+                    let costs = || (0..n_tok * n_head).map(|u| pos0 + u / n_head + 1);
+                    let r = balanced_units(costs, nt, tid);
                     assert_eq!(r.start, next);
                     next = r.end;
                 }
