@@ -39,6 +39,28 @@ fn engine(m: &Arc<Model>, threads: usize, every: usize) -> Engine {
     Engine::new(m.clone(), &opts).unwrap()
 }
 
+/// Every query row's probabilities sum to one, so the mass tracked over `n_tokens` tokens
+/// is layers x heads x tokens, within `rel`.
+fn assert_mass_sums_to_one_per_row(
+    e: &Engine,
+    seq: bitnet_core::model::SeqId,
+    n_tokens: usize,
+    rel: f64,
+    what: &str,
+) {
+    let cfg = e.model().config();
+    let mass: f64 = e
+        .sequence(seq)
+        .unwrap()
+        .attention_mass()
+        .unwrap()
+        .iter()
+        .map(|&x| f64::from(x))
+        .sum();
+    let rows = (n_tokens * cfg.n_layer * cfg.n_head) as f64;
+    assert!((mass - rows).abs() < rel * rows, "{what}: {mass} vs {rows}");
+}
+
 /// Feeds `prompt` then each of `decode` one at a time; returns every logits row.
 fn run(e: &mut Engine, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
     let seq = e.new_sequence();
@@ -159,21 +181,8 @@ fn the_statistics_change_no_logit() {
             e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
         }
         assert_eq!(off, rows, "mass tracking on, {threads} threads");
-        // Every query row's probabilities sum to one: in all, layers x heads x rows.
-        let cfg = m.config();
-        let mass: f64 = e
-            .sequence(seq)
-            .unwrap()
-            .attention_mass()
-            .unwrap()
-            .iter()
-            .map(|&x| f64::from(x))
-            .sum();
-        let rows = (prompt.len() + decode.len()) * cfg.n_layer * cfg.n_head;
-        assert!(
-            (mass - rows as f64).abs() < 1e-2 * rows as f64,
-            "{mass} vs {rows}"
-        );
+        let n = prompt.len() + decode.len();
+        assert_mass_sums_to_one_per_row(&e, seq, n, 1e-2, &format!("{threads} threads"));
     }
     std::fs::remove_file(&path).ok();
 }
@@ -248,20 +257,8 @@ fn chunked_rows_keep_the_statistics_exact() {
         let seq = e.new_sequence();
         e.track_attention_mass(seq, true).unwrap();
         assert_eq!(off, feed(&mut e, seq), "mass on, {threads} threads");
-        let cfg = m.config();
-        let mass: f64 = e
-            .sequence(seq)
-            .unwrap()
-            .attention_mass()
-            .unwrap()
-            .iter()
-            .map(|&x| f64::from(x))
-            .sum();
-        let rows = (prompt.len() + decode.len()) * cfg.n_layer * cfg.n_head;
-        assert!(
-            (mass - rows as f64).abs() < 1e-3 * rows as f64,
-            "{threads} threads: {mass} vs {rows}"
-        );
+        let n = prompt.len() + decode.len();
+        assert_mass_sums_to_one_per_row(&e, seq, n, 1e-3, &format!("{threads} threads"));
     }
     std::fs::remove_file(&path).ok();
 }

@@ -80,13 +80,15 @@ fn run(
     rows
 }
 
+/// The kernel sets this run may use (`BITNET_KERNEL` caps them).
+fn kernel_sets() -> Vec<Isa> {
+    let cap = Isa::from_env().expect("BITNET_KERNEL names a runnable set");
+    Isa::available().into_iter().filter(|&i| i <= cap).collect()
+}
+
 #[test]
 fn split_groups_give_the_bits_of_one_thread() {
-    let isas: Vec<Isa> = Isa::available()
-        .into_iter()
-        .filter(|&i| i <= Isa::from_env().expect("BITNET_KERNEL names a runnable set"))
-        .collect();
-    for isa in isas {
+    for isa in kernel_sets() {
         // 3 KV heads: 3 units a decoded token, which 2 threads cannot share evenly.
         let m = model(isa, 768);
         let mut cases: Vec<(KvType, KvType, bool)> =
@@ -109,11 +111,7 @@ fn split_groups_give_the_bits_of_one_thread() {
 /// into an already merged pair.
 #[test]
 fn shared_chunks_give_the_bits_of_one_thread() {
-    let isas: Vec<Isa> = Isa::available()
-        .into_iter()
-        .filter(|&i| i <= Isa::from_env().expect("BITNET_KERNEL names a runnable set"))
-        .collect();
-    for isa in isas {
+    for isa in kernel_sets() {
         // One KV head, to keep the long prompt cheap; the merge does not depend on the
         // format, so one case for each way keys are scored (float, int8 and XNOR queries),
         // with q4_0's integer-weighted values among them.
