@@ -176,3 +176,77 @@ fn bench_measures_at_a_context_depth() {
         stderr_of(&edge)
     );
 }
+
+/// `--interleave`: the tg repetitions of two K/V type pairs run in turn (the second round in
+/// reverse order), and the second row carries its round-by-round ratios against the first.
+#[test]
+fn bench_interleaves_configurations_round_by_round() {
+    let out = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args(["-p", "0", "-n", "4", "-d", "32", "-r", "3", "--warmup", "0"])
+            .args(["-t", "1", "--no-membw", "-ctk", "f16,q8_0", "--interleave"])
+            .args(["-o", "json"]),
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0]["type_k"], "f16");
+    assert!(rows[0].get("paired").is_none(), "{:?}", rows[0]);
+    assert_eq!(rows[1]["type_k"], "q8_0");
+    let paired = &rows[1]["paired"];
+    assert_eq!(paired["against"], "t1 K f16 V f16");
+    assert_eq!(paired["rounds"], 3);
+    // The ratios are taken round by round from the two rows' own samples.
+    let samples = |r: &serde_json::Value| -> Vec<f64> {
+        r["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let (base, other) = (samples(&rows[0]), samples(&rows[1]));
+    let mut ratios: Vec<f64> = other.iter().zip(&base).map(|(o, b)| o / b).collect();
+    ratios.sort_by(f64::total_cmp);
+    let close = |a: f64, b: &serde_json::Value| (a - b.as_f64().unwrap()).abs() < 1e-9 * a;
+    assert!(
+        close(ratios[1], &paired["median_ratio"]),
+        "{ratios:?} {paired}"
+    );
+    assert!(
+        close(ratios[0], &paired["min_ratio"]),
+        "{ratios:?} {paired}"
+    );
+    assert!(
+        close(ratios[2], &paired["max_ratio"]),
+        "{ratios:?} {paired}"
+    );
+    let faster = ratios.iter().filter(|&&r| r > 1.0).count() as u64;
+    assert_eq!(paired["faster"].as_u64(), Some(faster));
+    // Rounds alternate their order: f16 first in the first round, q8_0 first in the second.
+    let err = stderr_of(&out);
+    let at = |what: &str| {
+        err.find(what)
+            .unwrap_or_else(|| panic!("no {what:?} in {err}"))
+    };
+    assert!(
+        at("K f16 V f16 rep 1/3") < at("K q8_0 V f16 rep 1/3"),
+        "{err}"
+    );
+    assert!(
+        at("K q8_0 V f16 rep 2/3") < at("K f16 V f16 rep 2/3"),
+        "{err}"
+    );
+    // The markdown table says it in words.
+    let md = run_ok(
+        bitnet()
+            .args(["bench", "-m"])
+            .arg(tiny_model())
+            .args(["-p", "0", "-n", "4", "-r", "2", "--warmup", "0", "-t", "1"])
+            .args(["--no-membw", "-ctv", "f16,q4_0", "--interleave"]),
+    );
+    let text = stdout_of(&md);
+    assert!(text.contains("vs t1 K f16 V f16, faster in "), "{text}");
+}

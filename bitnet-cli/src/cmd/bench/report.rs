@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
+use super::paired::Paired;
 use crate::output::{human_bytes, human_count};
 
 /// Which phase a row measures: prompt processing of `n` tokens, or generating `n` tokens.
@@ -66,6 +67,9 @@ pub struct BenchRow {
     /// Tokens of context filled before the test (llama-bench's `-d`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub n_depth: usize,
+    /// `--interleave` tg rows after the first configuration: round-by-round ratios against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired: Option<Paired>,
 }
 
 /// The default KV cache type (reports written before the K/V type options).
@@ -269,6 +273,9 @@ fn row_notes(r: &BenchRow) -> String {
     if let (Some(p), Some(d)) = (r.prefill_tps, r.decode_tps) {
         notes.push(format!("prefill {p:.2} t/s, decode {d:.2} t/s"));
     }
+    if let Some(p) = &r.paired {
+        notes.push(p.describe());
+    }
     notes.join("; ")
 }
 
@@ -342,6 +349,7 @@ pub(crate) mod tests {
             type_v: "f16".into(),
             kv_extra: None,
             n_depth: 0,
+            paired: None,
         }
     }
 

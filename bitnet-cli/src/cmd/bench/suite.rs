@@ -1,0 +1,514 @@
+//! The measurements themselves: one [`Config`] (an engine over the loaded model, at one
+//! thread count and KV cache type pair) and the pp, tg and mixed tests run on it. The tg
+//! tests take several configurations at once: with `--interleave` their repetitions run in
+//! turn, round by round, so a drifting host slows them alike and each row carries its ratios
+//! against the first configuration ([`paired`](super::paired)).
+
+use std::fs;
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use bitnet_core::model::{BatchItem, Engine, EngineOptions, KvType, Logits, Model, SeqId};
+
+use super::report::{BenchRow, TestKind, mean_stddev};
+use super::{Args, clear_progress, membw, paired, peak_rss, profile_table, progress};
+use crate::cmd::limits::check_context;
+
+/// One configuration under test: its engine, and what every row measured on it says about
+/// it besides the figures.
+pub struct Config {
+    engine: Engine,
+    model_name: String,
+    model_bytes: u64,
+    n_params: u64,
+    kernel: String,
+    /// Weight bytes a decoded token streams (the decode bound's denominator).
+    bytes_per_token: u64,
+    threads: usize,
+    mmap: bool,
+    bandwidth: Option<membw::Bandwidth>,
+    type_k: KvType,
+    type_v: KvType,
+    kv_extra: Option<String>,
+    /// The best pp figure at depth 0, which batched tg rows are compared with.
+    best_pp: Option<f64>,
+}
+
+impl Config {
+    /// An engine over `model` at `threads` (0: the default) with K/V types `kv`, its KV pool
+    /// sized for the largest test of `args`.
+    pub fn new(
+        args: &Args,
+        path: &std::path::Path,
+        model: &Arc<Model>,
+        threads: usize,
+        (type_k, type_v): (KvType, KvType),
+        bandwidths: &[membw::Bandwidth],
+    ) -> Result<Self> {
+        let max_b = args.batch.iter().copied().max().unwrap_or(1);
+        let engine_opts = EngineOptions {
+            threads,
+            n_ctx: kv_tokens_needed(args),
+            batch: EngineOptions::default().batch.max(max_b),
+            block_tokens: args.kv_block,
+            k_type: type_k,
+            v_type: type_v,
+            kv_rotate: args.kv_rotate,
+            kv_xnor: args.kv_xnor,
+            ..EngineOptions::default()
+        };
+        check_context(model, &engine_opts)?;
+        let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+        let threads = engine.threads();
+        let kv_extra = {
+            let (rk, rv) = engine.kv_rotated();
+            let rot = match (rk, rv) {
+                (true, true) => Some("rotate kv"),
+                (true, false) => Some("rotate k"),
+                (false, true) => Some("rotate v"),
+                (false, false) => None,
+            };
+            let parts: Vec<&str> = rot
+                .into_iter()
+                .chain(engine.kv_xnor().then_some("xnor"))
+                .collect();
+            (!parts.is_empty()).then(|| parts.join(" "))
+        };
+        Ok(Self {
+            model_name: path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
+            model_bytes: fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            n_params: model.config().n_params(),
+            kernel: model.isa().name().to_owned(),
+            bytes_per_token: model.decode_bytes_per_token(),
+            threads,
+            mmap: !args.no_mmap,
+            bandwidth: bandwidths.iter().find(|b| b.threads == threads).copied(),
+            type_k,
+            type_v,
+            kv_extra,
+            best_pp: None,
+            engine,
+        })
+    }
+
+    /// `t2 K q8_0 V q4_0`: what tells this configuration apart from the others of a run.
+    fn label(&self) -> String {
+        let extra = self
+            .kv_extra
+            .as_deref()
+            .map_or(String::new(), |e| format!(" {e}"));
+        format!(
+            "t{} K {} V {}{extra}",
+            self.threads,
+            self.type_k.name(),
+            self.type_v.name()
+        )
+    }
+
+    fn row(&self, test: TestKind, n_tokens: usize, batch: usize, samples: Vec<f64>) -> BenchRow {
+        let (mean_tps, stddev_tps) = mean_stddev(&samples);
+        // Batched decode streams the weights once per step for all its sequences.
+        let bound_tps = match (test, self.bandwidth) {
+            (TestKind::Tg, Some(bw)) if self.bytes_per_token > 0 => {
+                Some(batch as f64 * bw.gbs * 1e9 / self.bytes_per_token as f64)
+            }
+            _ => None,
+        };
+        BenchRow {
+            model: self.model_name.clone(),
+            model_bytes: self.model_bytes,
+            n_params: self.n_params,
+            kernel: self.kernel.clone(),
+            threads: self.threads,
+            batch,
+            mmap: self.mmap,
+            test,
+            n_tokens,
+            samples,
+            mean_tps,
+            stddev_tps,
+            peak_rss_bytes: peak_rss(),
+            bytes_per_token: (test == TestKind::Tg).then_some(self.bytes_per_token),
+            bound_tps,
+            bound_share: bound_tps.map(|b| mean_tps / b),
+            per_seq_tps: (test == TestKind::Tg && batch > 1).then_some(mean_tps / batch as f64),
+            pp_share: None,
+            n_prompt: None,
+            prefill_tps: None,
+            decode_tps: None,
+            type_k: self.type_k.name().to_owned(),
+            type_v: self.type_v.name().to_owned(),
+            kv_extra: self.kv_extra.clone(),
+            n_depth: 0,
+            paired: None,
+        }
+    }
+
+    fn n_vocab(&self) -> u32 {
+        self.engine.model().n_vocab() as u32
+    }
+}
+
+/// KV tokens the tests of `args` need at once.
+fn kv_tokens_needed(args: &Args) -> usize {
+    let max = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    let depth = max(&args.depth);
+    let (pp, tg, b) = (
+        max(&args.n_prompt) + depth,
+        max(&args.n_gen) + depth,
+        max(&args.batch).max(1),
+    );
+    // A sequence's blocks are its own: round each up to whole blocks of the engine.
+    let bt = args.kv_block.max(1);
+    let blocks = |n: usize| n.div_ceil(bt);
+    let pp_need = blocks(pp + 1) * bt;
+    let tg_need = b * blocks(tg + 1) * bt;
+    let mixed_need = if args.mixed {
+        b * blocks(pp + tg - 2 * depth + 1) * bt
+    } else {
+        0
+    };
+    pp_need.max(tg_need).max(mixed_need).max(bt)
+}
+
+/// The pp tests of `args` on `cfg`, one row each; remembers the best depth-0 figure.
+pub fn run_pp(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Result<()> {
+    let total = args.warmup + args.reps;
+    let (name, threads, n_vocab) = (cfg.model_name.clone(), cfg.threads, cfg.n_vocab());
+    for &depth in &args.depth {
+        for &n in args.n_prompt.iter().filter(|&&n| n > 0) {
+            let tokens = pseudo_tokens(n, n_vocab, 1);
+            let mut samples = Vec::with_capacity(args.reps);
+            progress(&format!("{name} filling{} t{threads}", depth_label(depth)));
+            let engine = &mut cfg.engine;
+            let seqs = vec![engine.new_sequence()];
+            fill_depth(engine, &seqs, depth, n_vocab)?;
+            for rep in 0..total {
+                progress(&format!(
+                    "{name} pp{n}{} t{threads} {}",
+                    depth_label(depth),
+                    rep_label(rep, args.warmup, args.reps)
+                ));
+                let t = Instant::now();
+                prefill_into(engine, &seqs, std::slice::from_ref(&tokens))?;
+                let secs = t.elapsed().as_secs_f64();
+                back_to_depth(engine, &seqs, depth)?;
+                if rep >= args.warmup {
+                    samples.push(n as f64 / secs);
+                }
+            }
+            release(engine, &seqs)?;
+            let mut row = cfg.row(TestKind::Pp, n, 1, samples);
+            row.n_depth = depth;
+            if depth == 0 {
+                cfg.best_pp = Some(cfg.best_pp.map_or(row.mean_tps, |b| b.max(row.mean_tps)));
+            }
+            rows.push(row);
+        }
+    }
+    Ok(())
+}
+
+/// The tg tests of `args` on every configuration of `cfgs`, one row per test and
+/// configuration. With more than one configuration the repetitions run in rounds, one of
+/// each configuration a round (in reverse order every other round, so a steady drift
+/// favours none), and every row after the first configuration's carries its round-by-round
+/// ratios against it.
+pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Result<()> {
+    let total = args.warmup + args.reps;
+    let interleaved = cfgs.len() > 1;
+    for &depth in &args.depth {
+        for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+            for &b in &args.batch {
+                let mut seqs: Vec<Vec<SeqId>> = Vec::with_capacity(cfgs.len());
+                for cfg in cfgs.iter_mut() {
+                    progress(&format!(
+                        "{} filling{} b{b} {}",
+                        cfg.model_name,
+                        depth_label(depth),
+                        cfg.label()
+                    ));
+                    let n_vocab = cfg.n_vocab();
+                    let engine = &mut cfg.engine;
+                    let s: Vec<SeqId> = (0..b).map(|_| engine.new_sequence()).collect();
+                    fill_depth(engine, &s, depth, n_vocab)?;
+                    seqs.push(s);
+                }
+                let mut samples = vec![Vec::with_capacity(args.reps); cfgs.len()];
+                for rep in 0..total {
+                    let order: Vec<usize> = if rep % 2 == 0 {
+                        (0..cfgs.len()).collect()
+                    } else {
+                        (0..cfgs.len()).rev().collect()
+                    };
+                    for i in order {
+                        let cfg = &mut cfgs[i];
+                        let label = cfg.label();
+                        let what = if interleaved {
+                            format!(" {label}")
+                        } else {
+                            format!(" t{}", cfg.threads)
+                        };
+                        progress(&format!(
+                            "{} tg{n}{} b{b}{what} {}",
+                            cfg.model_name,
+                            depth_label(depth),
+                            rep_label(rep, args.warmup, args.reps)
+                        ));
+                        let n_vocab = cfg.n_vocab();
+                        let engine = &mut cfg.engine;
+                        let profiled = args.profile && rep + 1 == total;
+                        engine.set_profiling(profiled);
+                        let t = Instant::now();
+                        decode(engine, &seqs[i], n, n_vocab)?;
+                        let secs = t.elapsed().as_secs_f64();
+                        back_to_depth(engine, &seqs[i], depth)?;
+                        if rep >= args.warmup {
+                            samples[i].push((b * n) as f64 / secs);
+                        }
+                        if profiled {
+                            clear_progress();
+                            let mut err = io::stderr().lock();
+                            writeln!(
+                                err,
+                                "profile of {} tg{n}{} b{b}, {} (last repetition):",
+                                cfg.model_name,
+                                depth_label(depth),
+                                label,
+                            )?;
+                            profile_table::write_profile(&mut err, engine.profile(), n)?;
+                            engine.set_profiling(false);
+                        }
+                    }
+                }
+                let (base_label, base) = (cfgs[0].label(), samples[0].clone());
+                for (i, cfg) in cfgs.iter_mut().enumerate() {
+                    release(&mut cfg.engine, &seqs[i])?;
+                    let paired = (interleaved && i > 0)
+                        .then(|| paired::paired(&samples[i], &base, &base_label))
+                        .flatten();
+                    let mut row = cfg.row(TestKind::Tg, n, b, std::mem::take(&mut samples[i]));
+                    row.n_depth = depth;
+                    row.paired = paired;
+                    if b > 1 && depth == 0 {
+                        row.pp_share = cfg.best_pp.map(|pp| row.mean_tps / pp);
+                    }
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// llama-batched-bench's shape on `cfg` for every (-p, -n, -b): B prompts prefilled, then
+/// decoded together.
+pub fn run_mixed(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Result<()> {
+    let total = args.warmup + args.reps;
+    let (name, threads, n_vocab) = (cfg.model_name.clone(), cfg.threads, cfg.n_vocab());
+    for &pp in args.n_prompt.iter().filter(|&&n| n > 0) {
+        for &tg in args.n_gen.iter().filter(|&&n| n > 0) {
+            for &b in &args.batch {
+                let mut samples = Vec::with_capacity(args.reps);
+                let (mut pre, mut dec) = (Vec::new(), Vec::new());
+                let engine = &mut cfg.engine;
+                for rep in 0..total {
+                    progress(&format!(
+                        "{name} pp{pp}+tg{tg} b{b} t{threads} {}",
+                        rep_label(rep, args.warmup, args.reps)
+                    ));
+                    // Distinct prompts, so no sequence reuses another's blocks.
+                    let prompts: Vec<Vec<u32>> = (0..b)
+                        .map(|i| pseudo_tokens(pp, n_vocab, 100 + i as u64))
+                        .collect();
+                    let t = Instant::now();
+                    let seqs = prefill(engine, &prompts)?;
+                    let t_pp = t.elapsed().as_secs_f64();
+                    decode(engine, &seqs, tg, n_vocab)?;
+                    let t_all = t.elapsed().as_secs_f64();
+                    release(engine, &seqs)?;
+                    if rep >= args.warmup {
+                        pre.push((b * pp) as f64 / t_pp);
+                        dec.push((b * tg) as f64 / (t_all - t_pp));
+                        samples.push((b * (pp + tg)) as f64 / t_all);
+                    }
+                }
+                let mut row = cfg.row(TestKind::Mixed, tg, b, samples);
+                row.n_prompt = Some(pp);
+                row.prefill_tps = Some(mean_stddev(&pre).0);
+                row.decode_tps = Some(mean_stddev(&dec).0);
+                rows.push(row);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prefills one new sequence per prompt, packing prompt chunks of several sequences into
+/// each forward pass as the scheduler does; the last token of each prompt gets logits.
+fn prefill(engine: &mut Engine, prompts: &[Vec<u32>]) -> Result<Vec<SeqId>> {
+    let seqs: Vec<SeqId> = prompts.iter().map(|_| engine.new_sequence()).collect();
+    prefill_into(engine, &seqs, prompts)?;
+    Ok(seqs)
+}
+
+/// Fills each of `seqs` with `depth` tokens of context (distinct per sequence, so none
+/// reuses another's blocks), untimed.
+fn fill_depth(engine: &mut Engine, seqs: &[SeqId], depth: usize, n_vocab: u32) -> Result<()> {
+    if depth == 0 {
+        return Ok(());
+    }
+    let prompts: Vec<Vec<u32>> = (0..seqs.len())
+        .map(|i| pseudo_tokens(depth, n_vocab, 1000 + i as u64))
+        .collect();
+    prefill_into(engine, seqs, &prompts).context("filling the context depth")
+}
+
+/// " @ d4096" for a depth, as llama-bench labels it; nothing for 0.
+fn depth_label(depth: usize) -> String {
+    if depth == 0 {
+        String::new()
+    } else {
+        format!(" @ d{depth}")
+    }
+}
+
+/// Evaluates `prompts[i]` on `seqs[i]` (after what they hold), every sequence's chunks
+/// packed into passes of at most the engine's batch.
+fn prefill_into(engine: &mut Engine, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Result<()> {
+    let mut fed = vec![0usize; prompts.len()];
+    let budget = engine.max_batch();
+    while fed.iter().zip(prompts).any(|(&f, p)| f < p.len()) {
+        let mut items = Vec::new();
+        let mut used = 0;
+        for (i, p) in prompts.iter().enumerate() {
+            let n = (p.len() - fed[i]).min(budget - used);
+            if n == 0 {
+                continue;
+            }
+            let end = fed[i] + n;
+            items.push(BatchItem {
+                seq: seqs[i],
+                tokens: &p[fed[i]..end],
+                logits: if end == p.len() {
+                    Logits::Last
+                } else {
+                    Logits::None
+                },
+            });
+            used += n;
+            if used == budget {
+                break;
+            }
+        }
+        let taken: Vec<(usize, usize)> = items
+            .iter()
+            .map(|it| {
+                (
+                    seqs.iter().position(|&s| s == it.seq).unwrap_or(0),
+                    it.tokens.len(),
+                )
+            })
+            .collect();
+        let mut sink = 0.0f32;
+        engine
+            .forward(&items, |_, _, row| sink += row[0])
+            .context("evaluating the prompt")?;
+        std::hint::black_box(sink);
+        for (i, n) in taken {
+            fed[i] += n;
+        }
+    }
+    Ok(())
+}
+
+/// Decodes `n` tokens on each of `seqs` together: one forward pass per step with one
+/// token of every sequence, every sequence's logits produced.
+fn decode(engine: &mut Engine, seqs: &[SeqId], n: usize, n_vocab: u32) -> Result<()> {
+    let streams: Vec<Vec<u32>> = (0..seqs.len())
+        .map(|i| pseudo_tokens(n, n_vocab, 2 + i as u64))
+        .collect();
+    let mut sink = 0.0f32;
+    for step in 0..n {
+        let items: Vec<BatchItem<'_>> = seqs
+            .iter()
+            .zip(&streams)
+            .map(|(&seq, s)| BatchItem {
+                seq,
+                tokens: std::slice::from_ref(&s[step]),
+                logits: Logits::Last,
+            })
+            .collect();
+        engine
+            .forward(&items, |_, _, row| sink += row[0])
+            .context("decoding")?;
+    }
+    std::hint::black_box(sink);
+    Ok(())
+}
+
+/// Cuts the sequences back to the `depth` tokens filled before the repetitions: every
+/// repetition starts from the same context without paying for filling it again (at depth
+/// 4,096 the fill takes minutes on two cores; the timed part, seconds).
+fn back_to_depth(engine: &mut Engine, seqs: &[SeqId], depth: usize) -> Result<()> {
+    for &s in seqs {
+        engine.truncate(s, depth)?;
+    }
+    Ok(())
+}
+
+/// Frees the sequences and the prefix cache, so every test starts cold alike.
+fn release(engine: &mut Engine, seqs: &[SeqId]) -> Result<()> {
+    for &s in seqs {
+        engine.free_sequence(s)?;
+    }
+    engine.clear_prefix_cache();
+    Ok(())
+}
+
+/// "warmup 1/1" for the untimed runs, then "rep 1/5" counting only the timed ones.
+fn rep_label(run: usize, warmup: usize, reps: usize) -> String {
+    if run < warmup {
+        format!("warmup {}/{warmup}", run + 1)
+    } else {
+        format!("rep {}/{reps}", run - warmup + 1)
+    }
+}
+
+/// Deterministic token ids spread over the vocabulary (like llama-bench's random tokens).
+fn pseudo_tokens(n: usize, n_vocab: u32, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % u64::from(n_vocab.max(1))) as u32
+        })
+        .collect()
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rep_labels_count_warmups_and_timed_runs_apart() {
+        let labels: Vec<String> = (0..3).map(|r| rep_label(r, 1, 2)).collect();
+        assert_eq!(labels, ["warmup 1/1", "rep 1/2", "rep 2/2"]);
+        assert_eq!(rep_label(0, 0, 1), "rep 1/1");
+    }
+
+    #[test]
+    fn pseudo_tokens_are_deterministic_and_in_range() {
+        let a = pseudo_tokens(500, 1000, 1);
+        assert_eq!(a, pseudo_tokens(500, 1000, 1));
+        assert_ne!(a, pseudo_tokens(500, 1000, 2));
+        assert!(a.iter().all(|&t| t < 1000));
+    }
+}
