@@ -36,7 +36,7 @@ use thiserror::Error;
 mod affinity;
 mod chunks;
 
-use affinity::SavedAffinity;
+use affinity::CallerPin;
 pub use affinity::{core_order, physical_core_count};
 pub use chunks::ChunkQueue;
 
@@ -390,8 +390,8 @@ pub struct ThreadPool {
     workers: Vec<JoinHandle<()>>,
     state: Mutex<RunState>,
     profiling: AtomicBool,
-    /// The caller's affinity before [`PinPolicy::Cores`] pinned it, restored on drop.
-    caller_affinity: Option<SavedAffinity>,
+    /// The pin [`PinPolicy::Cores`] put on the creating thread, taken off on drop.
+    caller_pin: Option<CallerPin>,
 }
 
 impl fmt::Debug for ThreadPool {
@@ -448,10 +448,11 @@ impl ThreadPool {
                 .map(|_| AtomicUsize::new(NOT_PINNED))
                 .collect(),
         });
-        let mut caller_affinity = None;
+        let mut caller_pin = None;
         if let Some(core) = core_for(0) {
-            caller_affinity = SavedAffinity::of_current_thread();
-            if core_affinity::set_for_current(core) {
+            let (pin, pinned) = CallerPin::pin(core);
+            caller_pin = Some(pin);
+            if pinned {
                 shared.pinned[0].store(core.id, Ordering::Relaxed);
             }
         }
@@ -468,7 +469,7 @@ impl ThreadPool {
                 wait_ns: vec![0; n_threads],
             }),
             profiling: AtomicBool::new(false),
-            caller_affinity,
+            caller_pin,
         };
         for tid in 1..n_threads {
             let (shared, start, core) = (Arc::clone(&shared), Arc::clone(&start), core_for(tid));
@@ -637,9 +638,7 @@ impl Drop for ThreadPool {
         for handle in self.workers.drain(..) {
             let _ = handle.join();
         }
-        if let Some(saved) = &self.caller_affinity {
-            saved.restore();
-        }
+        drop(self.caller_pin.take());
     }
 }
 

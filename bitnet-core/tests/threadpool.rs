@@ -276,6 +276,55 @@ fn dropping_a_pinned_pool_gives_the_caller_its_cpus_back() {
 }
 
 #[test]
+fn pools_alive_together_on_one_thread_each_get_distinct_cores() {
+    // Two engines of one process (`bench --interleave`) create their pools on one thread.
+    // The second must not read the one CPU the first left that thread on (it would pin both
+    // its threads there), and the thread gets its CPUs back only when the last pool goes,
+    // whichever is dropped first.
+    with_timeout(Duration::from_secs(30), || {
+        let cpus = || -> Vec<usize> {
+            let mut ids: Vec<usize> = core_affinity::get_core_ids()
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.id)
+                .collect();
+            ids.sort_unstable();
+            ids
+        };
+        let before = cpus();
+        let order: Vec<usize> = bitnet_core::threadpool::core_order()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        let n_phys = bitnet_core::threadpool::physical_core_count();
+        let first = ThreadPool::new(2, PinPolicy::Cores).unwrap();
+        let second = ThreadPool::new(2, PinPolicy::Cores).unwrap();
+        let (p1, p2) = (first.pinned_cores(), second.pinned_cores());
+        if before.len() >= 2 && p1.iter().chain(&p2).all(Option::is_some) {
+            assert_eq!(p1, p2, "both pools pin thread i to the i-th core");
+            assert_ne!(p2[0], p2[1], "second pool: both threads on one CPU");
+            assert_eq!(cpus().len(), 1, "the creating thread is pinned meanwhile");
+        }
+        let seen: Vec<usize> = bitnet_core::threadpool::core_order()
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(
+            seen, order,
+            "a pinned thread's pools see its CPUs as before"
+        );
+        assert_eq!(bitnet_core::threadpool::physical_core_count(), n_phys);
+        // Dropped out of creation order: the thread stays pinned for the second pool.
+        drop(first);
+        if before.len() >= 2 && p2.iter().all(Option::is_some) {
+            assert_eq!(cpus().len(), 1, "unpinned while the second pool lives");
+        }
+        drop(second);
+        assert_eq!(cpus(), before, "the caller's CPUs are back");
+    });
+}
+
+#[test]
 fn core_order_puts_distinct_physical_cores_first() {
     let order = bitnet_core::threadpool::core_order();
     let n_phys = bitnet_core::threadpool::physical_core_count();
