@@ -598,7 +598,9 @@ impl Scheduler {
     }
 
     /// Moves waiting requests to running while the pool can hold all they may need.
-    fn admit(&mut self) -> Result<(), CoreError> {
+    /// A request that can never be admitted (larger than the pool, or blocked by blocks that
+    /// nothing running will free) ends with an error event.
+    fn admit(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<(), CoreError> {
         while self.running.len() < self.opts.max_running {
             let Some(front) = self.waiting.front() else {
                 break;
@@ -617,7 +619,7 @@ impl Scheduler {
             }
             // A new sequence starts from its leader's prompt, or the longest cached prefix.
             let total = front.total;
-            let cached = if let Leader::Ready(l) = leader {
+            let mut cached = if let Leader::Ready(l) = leader {
                 self.engine.share_prefix(l, seq, prompt_len - 1)?;
                 prompt_len - 1
             } else if fresh {
@@ -627,26 +629,47 @@ impl Scheduler {
             } else {
                 0
             };
-            let need = self.engine.blocks_needed(seq, total)?;
-            let room = self
-                .engine
-                .available_blocks()
-                .saturating_sub(self.outstanding_blocks());
-            if need > room {
+            let room = |engine: &Engine, outstanding| {
+                engine.available_blocks().saturating_sub(outstanding)
+            };
+            let outstanding = self.outstanding_blocks();
+            let mut need = self.engine.blocks_needed(seq, total)?;
+            if need > room(&self.engine, outstanding) && fresh && cached > 0 {
+                // A matched prefix can cost more than it saves: the blocks it holds are out
+                // of the room, and a partly matched block is copied at the first write, one
+                // block more than starting empty. A sequence that fits the pool alone must
+                // not wait for a room its own match keeps it from.
+                self.engine.truncate(seq, 0)?;
+                cached = 0;
+                need = self.engine.blocks_needed(seq, total)?;
+            }
+            if need > room(&self.engine, outstanding) {
                 if fresh {
                     // Give the matched blocks back while waiting; matched again later.
                     self.engine.truncate(seq, 0)?;
                 }
-                let pool_blocks = self.engine.kv_stats().pool.n_blocks;
-                if self.running.is_empty() && need > pool_blocks {
-                    let r = self.waiting.pop_front().expect("front exists");
-                    return Err(CoreError::ContextOverflow {
+                if !self.running.is_empty() {
+                    break;
+                }
+                // Nothing running will free a block: past the pool's size, or with the rest
+                // held by sequences kept after their requests, waiting would spin forever.
+                let stats = self.engine.kv_stats().pool;
+                let r = self.waiting.pop_front().expect("front exists");
+                let error = if need > stats.n_blocks {
+                    CoreError::ContextOverflow {
                         n_past: r.base,
                         n_new: r.total - r.base,
                         n_ctx: self.engine.max_seq_len(),
-                    });
-                }
-                break;
+                    }
+                } else {
+                    CoreError::KvFull {
+                        needed: r.total - r.base,
+                        stats,
+                    }
+                };
+                self.release(&r);
+                on_event(Event::Error { seq: r.seq, error });
+                continue;
             }
             let mut r = self.waiting.pop_front().expect("front exists");
             r.fed = cached;
@@ -684,7 +707,7 @@ impl Scheduler {
             }
         }
         self.retire(on_event);
-        self.admit()?;
+        self.admit(on_event)?;
         self.make_room(on_event);
         if self.running.is_empty() {
             return Ok(0);

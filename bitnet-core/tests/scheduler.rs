@@ -275,6 +275,63 @@ fn too_long_is_refused_and_too_many_wait() {
 }
 
 #[test]
+fn a_request_as_large_as_the_pool_runs_after_one_that_left_a_matching_prefix() {
+    // 128 tokens of KV (8 blocks of 16). The first request fills the pool and leaves its
+    // blocks in the prefix cache. The second starts with the same 10 tokens: matching them
+    // takes a part of a block that is copied at the first write, one block more than the
+    // pool has beside the 8 it needs. It used to wait for that block forever.
+    let (m, path) = model("sched-pool-sized");
+    let mut s = sched(&m, 128, 32, 4);
+    let prompt = random_tokens(10, 3);
+    let a = s.submit(&prompt, greedy(118)).unwrap();
+    assert_eq!(run_all(&mut s)[&a].0.gen_tokens, 118);
+    let b = s.submit(&prompt, greedy(118)).unwrap();
+    let done = run_all(&mut s);
+    assert_eq!(done[&b].0.gen_tokens, 118);
+    assert_eq!(done[&b].0.tokens, done_tokens_alone(&m, &prompt, 118));
+    std::fs::remove_file(&path).ok();
+}
+
+fn done_tokens_alone(m: &Arc<Model>, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut s = sched(m, 128, 32, 4);
+    let id = s.submit(prompt, greedy(n)).unwrap();
+    run_all(&mut s).remove(&id).unwrap().0.tokens
+}
+
+#[test]
+fn a_request_blocked_by_kept_sequences_with_nothing_running_ends_with_an_error() {
+    // Kept sequences hold 6 of the 8 blocks; a request needing 4 can never be admitted
+    // while nothing runs, so it ends with an error instead of waiting forever.
+    let (m, path) = model("sched-kept-full");
+    let mut s = sched(&m, 128, 32, 4);
+    let keep = GenParams {
+        keep: true,
+        ..greedy(4)
+    };
+    for i in 0..2 {
+        let id = s.submit(&random_tokens(40, 10 + i), keep.clone()).unwrap();
+        run_all(&mut s).remove(&id).unwrap();
+    }
+    let id = s.submit(&random_tokens(40, 20), greedy(20)).unwrap();
+    let mut errors = Vec::new();
+    let mut steps = 0;
+    while !s.is_idle() {
+        s.step(&mut |ev| {
+            if let Event::Error { seq, error } = ev {
+                errors.push((seq, error.to_string()));
+            }
+        })
+        .unwrap();
+        steps += 1;
+        assert!(steps < 1_000, "the request waits forever");
+    }
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].0, id);
+    assert!(errors[0].1.contains("KV cache is full"), "{errors:?}");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
 fn cancel_takes_effect_during_a_long_prefill() {
     let (m, path) = model("sched-cancel");
     let mut s = sched(&m, 512, 16, 4);
