@@ -808,6 +808,12 @@ impl Scheduler {
                 r.t_first = Some(Instant::now());
             }
             let Some(t) = r.next else { continue };
+            if r.params.max_tokens == 0 {
+                // Only the prompt was asked for (`-n 0`): it is in the cache, nothing more.
+                r.next = None;
+                self.finished.push((i, StopReason::MaxTokens));
+                continue;
+            }
             let eog = tokenizer.is_some_and(|tk| tk.is_eog(t));
             if eog && !r.params.ignore_eos {
                 r.next = None;

@@ -215,6 +215,20 @@ fn a_repeated_prefix_comes_from_the_cache() {
 }
 
 #[test]
+fn zero_max_tokens_evaluates_the_prompt_and_generates_nothing() {
+    let (m, path) = model("sched-zero");
+    let mut s = sched(&m, 256, 32, 4);
+    let before = s.engine().evaluated_tokens();
+    let id = s.submit(&random_tokens(20, 4), greedy(0)).unwrap();
+    let (stats, text) = run_all(&mut s).remove(&id).unwrap();
+    assert_eq!((stats.gen_tokens, stats.tokens.len()), (0, 0), "{stats:?}");
+    assert_eq!(stats.stop_reason, StopReason::MaxTokens);
+    assert!(text.is_empty(), "{text:?}");
+    assert_eq!(s.engine().evaluated_tokens() - before, 20);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
 fn a_kept_sequence_continues_with_only_its_new_tokens() {
     let (m, path) = model("sched-keep");
     let mut s = sched(&m, 512, 64, 4);

@@ -14,6 +14,7 @@ mod builtin;
 mod conversation;
 mod healing;
 mod template;
+mod template_limits;
 mod time;
 
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};

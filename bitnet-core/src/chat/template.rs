@@ -1,7 +1,8 @@
 //! A chat template: Jinja source rendered the way Hugging Face's `apply_chat_template`
 //! does (`trim_blocks`, `lstrip_blocks`, Python string methods, `raise_exception`,
 //! `strftime_now`, `tojson`), with a bounded amount of work per render so a hostile template
-//! in a file cannot hang the process.
+//! in a file cannot hang the process, and capped filter widths so it cannot ask for a
+//! 100 GB string ([`super::template_limits`]).
 
 use std::path::Path;
 
@@ -152,7 +153,7 @@ impl ChatTemplate {
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(64);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        super::template_limits::install(&mut env);
         env.add_function("raise_exception", |msg: String| -> Result<Value, _> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
         });
