@@ -26,7 +26,7 @@ pub enum CoreError {
     KvPool(#[from] crate::kv::KvPoolError),
     #[error(
         "the KV cache is full: {needed} more positions need blocks, {} of {} blocks are \
-         held by sequences (raise -c, or run fewer sequences at once)",
+         held by sequences (raise -c, run fewer sequences at once, or end kept conversations)",
         stats.used, stats.n_blocks
     )]
     KvFull {

@@ -598,8 +598,8 @@ impl Scheduler {
     }
 
     /// Moves waiting requests to running while the pool can hold all they may need.
-    /// A request that can never be admitted (larger than the pool, or blocked by blocks that
-    /// nothing running will free) ends with an error event.
+    /// A request that can never be admitted (blocked by blocks that nothing running will
+    /// free) ends with an error event; a kept sequence stays, empty, for its owner to free.
     fn admit(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<(), CoreError> {
         while self.running.len() < self.opts.max_running {
             let Some(front) = self.waiting.front() else {
@@ -635,12 +635,13 @@ impl Scheduler {
             let outstanding = self.outstanding_blocks();
             let mut need = self.engine.blocks_needed(seq, total)?;
             if need > room(&self.engine, outstanding) && fresh && cached > 0 {
-                // A matched prefix can cost more than it saves: the blocks it holds are out
-                // of the room, and a partly matched block is copied at the first write, one
-                // block more than starting empty. A sequence that fits the pool alone must
-                // not wait for a room its own match keeps it from.
-                self.engine.truncate(seq, 0)?;
-                cached = 0;
+                // A partly matched block is copied at the first write: one block more than
+                // starting without it. Whole matched blocks cost what they save. Cut the
+                // match back to whole blocks, so a sequence that fits the pool alone does
+                // not wait for a block its own match keeps it from.
+                let bt = self.engine.kv_stats().pool.block_tokens;
+                cached = cached / bt * bt;
+                self.engine.truncate(seq, cached)?;
                 need = self.engine.blocks_needed(seq, total)?;
             }
             if need > room(&self.engine, outstanding) {
@@ -651,21 +652,13 @@ impl Scheduler {
                 if !self.running.is_empty() {
                     break;
                 }
-                // Nothing running will free a block: past the pool's size, or with the rest
-                // held by sequences kept after their requests, waiting would spin forever.
-                let stats = self.engine.kv_stats().pool;
+                // Nothing running will free a block. A request never needs more than the
+                // pool (`enqueue` caps it at the context), so the rest is held by sequences
+                // kept after their requests, and waiting would spin forever.
                 let r = self.waiting.pop_front().expect("front exists");
-                let error = if need > stats.n_blocks {
-                    CoreError::ContextOverflow {
-                        n_past: r.base,
-                        n_new: r.total - r.base,
-                        n_ctx: self.engine.max_seq_len(),
-                    }
-                } else {
-                    CoreError::KvFull {
-                        needed: r.total - r.base,
-                        stats,
-                    }
+                let error = CoreError::KvFull {
+                    needed: r.total - r.base,
+                    stats: self.engine.kv_stats().pool,
                 };
                 self.release(&r);
                 on_event(Event::Error { seq: r.seq, error });

@@ -482,6 +482,8 @@ impl ThreadPool {
                     // The spawned workers are stuck at the start barrier, which can now never
                     // fill; they are leaked rather than risking a deadlock in `Drop`.
                     pool.workers.clear();
+                    // The caller's pin is let go, so its thread gets its CPUs back.
+                    drop(pool.caller_pin.take());
                     std::mem::forget(pool);
                     return Err(PoolError::Spawn { index: tid, source });
                 }

@@ -291,18 +291,20 @@ fn too_long_is_refused_and_too_many_wait() {
 #[test]
 fn a_request_as_large_as_the_pool_runs_after_one_that_left_a_matching_prefix() {
     // 128 tokens of KV (8 blocks of 16). The first request fills the pool and leaves its
-    // blocks in the prefix cache. The second starts with the same 10 tokens: matching them
-    // takes a part of a block that is copied at the first write, one block more than the
-    // pool has beside the 8 it needs. It used to wait for that block forever.
+    // blocks in the prefix cache. The second starts with the same 40 tokens: matching 39 of
+    // them takes two whole blocks and a part of a third, copied at the first write: one
+    // block more than the pool has. It used to wait for that block forever; now it keeps
+    // the whole blocks' 32 tokens and evaluates the rest.
     let (m, path) = model("sched-pool-sized");
     let mut s = sched(&m, 128, 32, 4);
-    let prompt = random_tokens(10, 3);
-    let a = s.submit(&prompt, greedy(118)).unwrap();
-    assert_eq!(run_all(&mut s)[&a].0.gen_tokens, 118);
-    let b = s.submit(&prompt, greedy(118)).unwrap();
+    let prompt = random_tokens(40, 3);
+    let a = s.submit(&prompt, greedy(88)).unwrap();
+    assert_eq!(run_all(&mut s)[&a].0.gen_tokens, 88);
+    let b = s.submit(&prompt, greedy(88)).unwrap();
     let done = run_all(&mut s);
-    assert_eq!(done[&b].0.gen_tokens, 118);
-    assert_eq!(done[&b].0.tokens, done_tokens_alone(&m, &prompt, 118));
+    assert_eq!(done[&b].0.gen_tokens, 88);
+    assert_eq!(done[&b].0.cached_tokens, 32);
+    assert_eq!(done[&b].0.tokens, done_tokens_alone(&m, &prompt, 88));
     std::fs::remove_file(&path).ok();
 }
 

@@ -407,7 +407,11 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
                         stats[i] = Some(st);
                     }
                 }
-                Event::Error { seq, error } => failure = Some(format!("{seq}: {error}")),
+                Event::Error { seq, error } => {
+                    let which =
+                        index(seq).map_or(format!("{seq}"), |i| format!("prompt {}", i + 1));
+                    failure = Some(format!("{which}: {error}"));
+                }
                 Event::Token { .. } => {}
             })
             .context("generating")?;

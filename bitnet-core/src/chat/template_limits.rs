@@ -1,13 +1,14 @@
 //! Caps on the sizes a chat template's filters may ask for.
 //!
-//! A template comes from the model file, so it is input like any other. minijinja's
-//! `indent(n)`, `tojson(indent=n)` and the `format` filter and string method build a string
-//! of the width they are given, with no cap: `{{ "x"|indent(99999999999) }}` asks the
-//! allocator for 100 GB and aborts the process, and in `serve` one chat request would take
-//! the server down. These wrappers refuse such widths with a render error and otherwise
-//! call minijinja's own filters. (A template can still grow a string by concatenating it
-//! with itself in a loop; minijinja keeps no memory budget to stop that, only the
-//! instruction budget the template module sets.)
+//! A template comes from the model file, so it is input like any other. Some of minijinja's
+//! filters build what they are asked for with no cap: `indent(n)`, `tojson(indent=n)` and
+//! the `format` filter and string method a string of width `n`, `batch(n)` and `slice(n)` a
+//! list of `n` entries. `{{ "x"|indent(99999999999) }}` asks the allocator for 100 GB and
+//! aborts the process, and in `serve` one chat request would take the server down. These
+//! wrappers refuse such sizes with a render error and otherwise call minijinja's own
+//! filters. (A template can still grow a string by concatenating it with itself in a loop
+//! or a recursive macro: minijinja keeps no memory budget to stop that, only the
+//! instruction budget and recursion limit the template module sets.)
 
 use minijinja::value::{Kwargs, Rest, StringInput, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
@@ -21,6 +22,8 @@ pub fn install(env: &mut Environment<'_>) {
     env.add_filter("indent", indent);
     env.add_filter("tojson", tojson);
     env.add_filter("format", format);
+    env.add_filter("batch", batch);
+    env.add_filter("slice", slice);
     env.set_unknown_method_callback(|state, value, method, args| {
         if method == "format"
             && let Some(spec) = value.as_str()
@@ -79,14 +82,61 @@ fn format(state: &State, spec: &Value, args: Rest<Value>) -> Result<Value, Error
     minijinja::filters::format(state, spec, args)
 }
 
-/// Refuses a format string with a width or precision above [`MAX_WIDTH`]: any run of
-/// digits past that (a literal number that large in a chat template's format string is
-/// as unlikely as a field that wide is harmful).
+fn batch(state: &State, value: Value, count: usize, fill: Option<Value>) -> Result<Value, Error> {
+    if count > MAX_WIDTH {
+        return Err(too_wide("batch size", count));
+    }
+    minijinja::filters::batch(state, value, count, fill)
+}
+
+fn slice(state: &State, value: Value, count: usize, fill: Option<Value>) -> Result<Value, Error> {
+    if count > MAX_WIDTH {
+        return Err(too_wide("slice count", count));
+    }
+    minijinja::filters::slice(state, value, count, fill)
+}
+
+/// Refuses a format string one of whose fields asks for a width or precision above
+/// [`MAX_WIDTH`]: the digits of a printf field (`%-08.3f`) or of the spec after the colon
+/// of a `{...}` field (`{:>12}`, `{0:.3}`). Literal text, numbers in it included, passes.
 fn check_format(spec: &str) -> Result<(), Error> {
-    for run in spec.split(|c: char| !c.is_ascii_digit()) {
-        let wide = run.len() > 4 || run.parse::<usize>().is_ok_and(|n| n > MAX_WIDTH);
-        if wide {
-            return Err(too_wide("format field", run));
+    let b = spec.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let field = match b[i] {
+            b'%' if b.get(i + 1) == Some(&b'%') => {
+                i += 2;
+                continue;
+            }
+            // Flags, width, precision and length up to the conversion letter.
+            b'%' => {
+                let end = (i + 1..b.len())
+                    .find(|&j| b[j].is_ascii_alphabetic() && !b"hlLqjzt".contains(&b[j]))
+                    .unwrap_or(b.len());
+                let field = &spec[i + 1..end];
+                i = end;
+                field
+            }
+            b'{' if b.get(i + 1) == Some(&b'{') => {
+                i += 2;
+                continue;
+            }
+            // The format spec after the field name's colon.
+            b'{' => {
+                let end = spec[i..].find('}').map_or(b.len(), |k| i + k);
+                let inner = &spec[i + 1..end];
+                i = end;
+                inner.split_once(':').map_or("", |(_, spec)| spec)
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        for run in field.split(|c: char| !c.is_ascii_digit()) {
+            if run.len() > 4 || run.parse::<usize>().is_ok_and(|n| n > MAX_WIDTH) {
+                return Err(too_wide("format field width", run));
+            }
         }
     }
     Ok(())
@@ -122,6 +172,17 @@ mod tests {
             "X",
             "other methods pass"
         );
+        // Numbers in the literal text are not widths.
+        assert_eq!(
+            render(r#"{{ "%s of 2048, 100%%"|format(5) }}"#).unwrap(),
+            "5 of 2048, 100%"
+        );
+        assert_eq!(
+            render(r#"{{ "{} of 2048 {{x}}".format(5) }}"#).unwrap(),
+            "5 of 2048 {x}"
+        );
+        assert_eq!(render("{{ m|batch(1)|list|length }}").unwrap(), "2");
+        assert_eq!(render("{{ m|slice(2)|list|length }}").unwrap(), "2");
     }
 
     #[test]
@@ -134,6 +195,10 @@ mod tests {
             r#"{{ "%99999999999d"|format(1) }}"#,
             r#"{{ "%.99999999f"|format(1.5) }}"#,
             r#"{{ "{:>99999999999}".format("a") }}"#,
+            r#"{{ "{0:.5000}".format(1.5) }}"#,
+            r#"{{ "a %-099999d b"|format(1) }}"#,
+            "{{ m|batch(99999999999) }}",
+            "{{ m|slice(1000000000) }}",
         ] {
             let err = render(src).unwrap_err();
             assert!(

@@ -75,7 +75,7 @@ pub fn sign_test_p(k: usize, n: usize) -> f64 {
 }
 
 impl Paired {
-    /// `x0.93 (0.85-1.02) vs t2 K f16 V f16, faster in 3/20 rounds, sign test p=0.003`.
+    /// `x0.930 (0.850-1.020) vs t2 K f16 V f16, faster in 3/20 rounds, sign test p=0.003`.
     pub fn describe(&self) -> String {
         format!(
             "x{:.3} ({:.3}-{:.3}) vs {}, faster in {}/{} rounds, sign test p={}",

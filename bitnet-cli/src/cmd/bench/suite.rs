@@ -228,11 +228,15 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
             for &b in &args.batch {
                 let mut seqs: Vec<Vec<SeqId>> = Vec::with_capacity(cfgs.len());
                 for cfg in cfgs.iter_mut() {
+                    let what = if interleaved {
+                        cfg.label()
+                    } else {
+                        format!("t{}", cfg.threads)
+                    };
                     progress(&format!(
-                        "{} filling{} b{b} {}",
+                        "{} filling{} b{b} {what}",
                         cfg.model_name,
                         depth_label(depth),
-                        cfg.label()
                     ));
                     let n_vocab = cfg.n_vocab();
                     let engine = &mut cfg.engine;
@@ -280,7 +284,11 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                                 "profile of {} tg{n}{} b{b}, {} (last repetition):",
                                 cfg.model_name,
                                 depth_label(depth),
-                                label,
+                                if interleaved {
+                                    label
+                                } else {
+                                    format!("{} threads", cfg.threads)
+                                },
                             )?;
                             profile_table::write_profile(&mut err, engine.profile(), n)?;
                             engine.set_profiling(false);
