@@ -111,6 +111,16 @@ impl Config {
         )
     }
 
+    /// The configuration in a progress line: its thread count alone when it is the only
+    /// one of its test.
+    fn progress_label(&self, interleaved: bool) -> String {
+        if interleaved {
+            self.label()
+        } else {
+            format!("t{}", self.threads)
+        }
+    }
+
     fn row(&self, test: TestKind, n_tokens: usize, batch: usize, samples: Vec<f64>) -> BenchRow {
         let (mean_tps, stddev_tps) = mean_stddev(&samples);
         // Batched decode streams the weights once per step for all its sequences.
@@ -228,11 +238,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
             for &b in &args.batch {
                 let mut seqs: Vec<Vec<SeqId>> = Vec::with_capacity(cfgs.len());
                 for cfg in cfgs.iter_mut() {
-                    let what = if interleaved {
-                        cfg.label()
-                    } else {
-                        format!("t{}", cfg.threads)
-                    };
+                    let what = cfg.progress_label(interleaved);
                     progress(&format!(
                         "{} filling{} b{b} {what}",
                         cfg.model_name,
@@ -253,14 +259,9 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                     };
                     for i in order {
                         let cfg = &mut cfgs[i];
-                        let label = cfg.label();
-                        let what = if interleaved {
-                            format!(" {label}")
-                        } else {
-                            format!(" t{}", cfg.threads)
-                        };
+                        let what = cfg.progress_label(interleaved);
                         progress(&format!(
-                            "{} tg{n}{} b{b}{what} {}",
+                            "{} tg{n}{} b{b} {what} {}",
                             cfg.model_name,
                             depth_label(depth),
                             rep_label(rep, args.warmup, args.reps)
@@ -285,7 +286,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                                 cfg.model_name,
                                 depth_label(depth),
                                 if interleaved {
-                                    label
+                                    what
                                 } else {
                                     format!("{} threads", cfg.threads)
                                 },
