@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bitnet, run_err, run_ok, scratch, stderr_of, stdout_of, tiny_model};
+use common::{bitnet, run_err, run_ok, run_ok_within, scratch, stderr_of, stdout_of, tiny_model};
 
 fn generate(extra: &[&str]) -> std::process::Output {
     run_ok(
@@ -249,4 +249,37 @@ fn bench_interleaves_configurations_round_by_round() {
     );
     let text = stdout_of(&md);
     assert!(text.contains("vs t1 K f16 V f16, faster in "), "{text}");
+}
+
+/// Prompts that run their sequences to a small context one after another: the second's
+/// prompt matches a part of a block the first left cached, which used to cost the one block
+/// the pool did not have, and the run spun at full CPU forever.
+#[test]
+fn parallel_prompts_that_fill_the_context_in_turn_finish() {
+    for extra in [
+        &["--parallel", "1", "-p", "hi", "-p", "b", "-n", "-1"][..],
+        &[
+            "--parallel",
+            "3",
+            "-p",
+            "hi",
+            "-p",
+            "a",
+            "-p",
+            "b",
+            "-n",
+            "300",
+        ][..],
+    ] {
+        let out = run_ok_within(
+            bitnet()
+                .args(["generate", "-m"])
+                .arg(tiny_model())
+                .args(["-t", "1", "--no-pin", "-s", "1", "-c", "64", "--ignore-eos"])
+                .args(extra),
+            std::time::Duration::from_secs(60),
+        );
+        let err = stderr_of(&out);
+        assert!(err.contains("prompts"), "{extra:?}: {err}");
+    }
 }

@@ -33,6 +33,37 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// As [`run_ok`], and the command must end within `limit`: a hang is killed and fails the
+/// test instead of stalling the suite.
+pub fn run_ok_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning bitnet");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("waiting for bitnet").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("reaping bitnet");
+            panic!(
+                "{cmd:?} did not end within {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("reading bitnet's output");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Runs a command that must fail; returns its stderr.
 pub fn run_err(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawning bitnet");
