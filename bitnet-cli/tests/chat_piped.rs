@@ -171,6 +171,23 @@ fn a_full_context_drops_the_oldest_exchanges_and_goes_on() {
     assert!(after_drop.1 > 0, "{f:?}");
 }
 
+/// After old messages are dropped and the rest read again into a full pool, the sequence's
+/// own cached tail block used to count as a block to copy that the pool did not have: the
+/// next reply failed with "the KV cache is full" (found by a helper's fuzzing, -c 128).
+#[test]
+fn a_reply_after_a_drop_into_a_full_pool_is_answered() {
+    let king = "KING: now is the winter ".repeat(5);
+    let input = format!("{king}\nROMEO: what light\nROMEO: what light\nKING: now is the winter\n");
+    let out = chat(
+        &["-c", "128", "-n", "40", "--greedy", "--no-history", "-v"],
+        &input,
+    );
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("oldest messages were dropped"), "{err}");
+    assert_eq!(figures(&out).len(), 4, "every message answered: {err}");
+}
+
 #[test]
 fn a_message_longer_than_the_context_is_an_error() {
     let long = "To be, or not to be, that is the question. ".repeat(40);

@@ -635,10 +635,11 @@ impl Scheduler {
             let outstanding = self.outstanding_blocks();
             let mut need = self.engine.blocks_needed(seq, total)?;
             if need > room(&self.engine, outstanding) && fresh && cached > 0 {
-                // A partly matched block is copied at the first write: one block more than
-                // starting without it. Whole matched blocks cost what they save. Cut the
-                // match back to whole blocks, so a sequence that fits the pool alone does
-                // not wait for a block its own match keeps it from.
+                // A partly matched block that another sequence also holds is copied at the
+                // first write: one block more than starting without it. Whole matched
+                // blocks cost what they save. Cut the match back to whole blocks, so a
+                // sequence that fits the pool alone does not wait for a block its own match
+                // keeps it from.
                 let bt = self.engine.kv_stats().pool.block_tokens;
                 cached = cached / bt * bt;
                 self.engine.truncate(seq, cached)?;

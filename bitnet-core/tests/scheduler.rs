@@ -292,9 +292,9 @@ fn too_long_is_refused_and_too_many_wait() {
 fn a_request_as_large_as_the_pool_runs_after_one_that_left_a_matching_prefix() {
     // 128 tokens of KV (8 blocks of 16). The first request fills the pool and leaves its
     // blocks in the prefix cache. The second starts with the same 40 tokens: matching 39 of
-    // them takes two whole blocks and a part of a third, copied at the first write: one
-    // block more than the pool has. It used to wait for that block forever; now it keeps
-    // the whole blocks' 32 tokens and evaluates the rest.
+    // them takes two whole blocks and a part of a third, which a write copies out of the
+    // cache: one block more than the pool has. It used to wait for that block forever; now
+    // the part block leaves the cache instead of being copied, and all 39 are reused.
     let (m, path) = model("sched-pool-sized");
     let mut s = sched(&m, 128, 32, 4);
     let prompt = random_tokens(40, 3);
@@ -303,7 +303,7 @@ fn a_request_as_large_as_the_pool_runs_after_one_that_left_a_matching_prefix() {
     let b = s.submit(&prompt, greedy(88)).unwrap();
     let done = run_all(&mut s);
     assert_eq!(done[&b].0.gen_tokens, 88);
-    assert_eq!(done[&b].0.cached_tokens, 32);
+    assert_eq!(done[&b].0.cached_tokens, 39);
     assert_eq!(done[&b].0.tokens, done_tokens_alone(&m, &prompt, 88));
     std::fs::remove_file(&path).ok();
 }

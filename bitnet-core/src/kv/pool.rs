@@ -539,13 +539,25 @@ impl KvPool {
 
     /// Makes `b` writable for a sequence holding it whose first `n_rows` rows are valid:
     /// `b` itself if the sequence holds it alone and it is not registered, else a copy of
-    /// those rows in a fresh block (and `b` released). `None` when no block is available.
+    /// those rows in a fresh block (and `b` released); with no block for the copy, `b`
+    /// itself taken out of the prefix cache if the sequence holds it alone. `None` when a
+    /// shared block cannot be copied.
     pub fn make_writable(&mut self, b: u32, n_rows: usize) -> Option<u32> {
         let m = &self.meta[b as usize];
         if m.refs == 1 && m.node == 0 {
             return Some(b);
         }
-        let nb = self.alloc()?;
+        let sole = m.refs == 1;
+        let Some(nb) = self.alloc() else {
+            // No block for a copy: a block held by this sequence alone leaves the prefix
+            // cache instead (its cached text is lost, the sequence goes on), so a sequence's
+            // own cached tail never costs a block the pool does not have.
+            if sole {
+                self.unregister(b);
+                return Some(b);
+            }
+            return None;
+        };
         for side in [&mut self.k, &mut self.v] {
             let len = n_rows * side.head_bytes;
             for layer in 0..self.n_layer {

@@ -735,7 +735,10 @@ impl Engine {
         let len = seq.tokens.len();
         if n_total > len && !len.is_multiple_of(bt) {
             let b = seq.blocks[len / bt];
-            if self.kv.refs(b) > 1 || self.kv.is_registered(b) {
+            // Shared, it is copied at the first write. Held alone it costs nothing: a copy
+            // out of the prefix cache returns the original to it, and with no block to copy
+            // into, the block leaves the cache instead (`KvPool::make_writable`).
+            if self.kv.refs(b) > 1 {
                 need += 1;
             }
         }
