@@ -608,8 +608,13 @@ impl Scheduler {
             let seq = front.seq;
             let fresh = front.base == 0;
             let prompt_len = front.prompt.len();
+            // Under heavy-hitter eviction a sequence starts from nothing of another's: which
+            // positions it keeps follows the attention its own evaluation gave them (a
+            // reused prefix has none, so the text would depend on what the cache held), and
+            // its evictions rewrite blocks that sharing would have left to others.
+            let shares = !matches!(front.params.context, ContextPolicy::HeavyHitters { .. });
             let leader = match front.extra.after {
-                Some(l) if fresh => self.leader_state(l, &front.prompt),
+                Some(l) if fresh && shares => self.leader_state(l, &front.prompt),
                 _ => Leader::Gone,
             };
             if leader == Leader::NotReady {
@@ -622,7 +627,7 @@ impl Scheduler {
             let mut cached = if let Leader::Ready(l) = leader {
                 self.engine.share_prefix(l, seq, prompt_len - 1)?;
                 prompt_len - 1
-            } else if fresh {
+            } else if fresh && shares {
                 // Never more than the policy lets the sequence hold.
                 let prompt = front.prompt[..prompt_len.min(front.limit)].to_vec();
                 self.engine.reuse_prefix(seq, &prompt)?

@@ -246,3 +246,63 @@ fn budgets_that_cannot_work_are_refused() {
         "refused requests leave nothing"
     );
 }
+
+/// Under heavy-hitter eviction a request does not start from a cached prefix: its positions
+/// would have no attention of their own to rank, and a repeated request generated other text
+/// (found by a helper's fuzzing of `serve --kv-evict h2o`). Three at once from one cached
+/// prompt also ran the pool out of blocks (HTTP 500 "KV cache is full").
+#[test]
+fn heavy_hitter_requests_start_from_nothing_cached() {
+    let m = model("evict-h2o-cache", 2);
+    let mut s = Scheduler::new(engine(&m, 128, 2), SchedulerOptions { max_running: 4 });
+    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let policy = ContextPolicy::HeavyHitters {
+        sinks: 4,
+        recent: 16,
+        budget: 64,
+    };
+    let params = |n| bitnet_core::scheduler::GenParams {
+        keep: false,
+        ..bounded_params(n, policy)
+    };
+    let prompt = tokens(66, 5);
+    let run = |s: &mut Scheduler, ids: &[bitnet_core::model::SeqId]| {
+        let mut done = std::collections::HashMap::new();
+        let mut steps = 0;
+        while !s.is_idle() {
+            s.step(&mut |ev| match ev {
+                bitnet_core::scheduler::Event::Done { seq, stats } => {
+                    done.insert(seq, stats);
+                }
+                bitnet_core::scheduler::Event::Error { error, .. } => panic!("{error}"),
+                _ => {}
+            })
+            .unwrap();
+            steps += 1;
+            assert!(steps < 10_000, "the scheduler does not finish");
+        }
+        ids.iter()
+            .map(|id| done.remove(id).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let first = s.submit(&prompt, params(62)).unwrap();
+    let first = run(&mut s, &[first]).remove(0);
+    let again = s.submit(&prompt, params(62)).unwrap();
+    let again = run(&mut s, &[again]).remove(0);
+    assert_eq!(again.cached_tokens, 0);
+    assert_eq!(again.tokens, first.tokens, "the same text as the first");
+    // Batched, the prompt's chunks (and so where eviction cuts) differ: only the room is
+    // checked here.
+    let ids: Vec<bitnet_core::model::SeqId> = (0..3)
+        .map(|_| s.submit(&prompt, params(62)).unwrap())
+        .collect();
+    for r in run(&mut s, &ids) {
+        assert_eq!((r.cached_tokens, r.gen_tokens), (0, 62));
+    }
+    let pool = s.engine().kv_stats().pool;
+    assert_eq!(
+        (pool.used, pool.available()),
+        (0, n_blocks),
+        "every block back"
+    );
+}
