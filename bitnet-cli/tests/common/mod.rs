@@ -24,6 +24,10 @@ pub fn shared(rel: &str) -> PathBuf {
 
 pub fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("spawning bitnet");
+    assert_succeeded(cmd, out)
+}
+
+fn assert_succeeded(cmd: &Command, out: Output) -> Output {
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\nstderr: {}",
@@ -55,13 +59,7 @@ pub fn run_ok_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("reading bitnet's output");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    assert_succeeded(cmd, out)
 }
 
 /// Runs a command that must fail; returns its stderr.
