@@ -280,6 +280,16 @@ fn bad_templates_and_files_are_clear_errors() {
         "{}",
         stderr_of(&out)
     );
+
+    // A command that fails when run (not when parsed) is reported once too.
+    let out = chat(&[], "/undo\n");
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr_of(&out).matches("nothing to undo").count(),
+        1,
+        "{}",
+        stderr_of(&out)
+    );
 }
 
 #[test]

@@ -201,11 +201,12 @@ pub fn run(args: Args) -> Result<()> {
             if crate::output::is_broken_pipe(&e) {
                 return Ok(());
             }
-            screen.warn(&format!("error: {}", error_chain(&e)));
             if !interactive {
-                // A script's chat stops at the first failure, with a failing status.
+                // A script's chat stops at the first failure, with a failing status; the
+                // error is printed once, by `main`.
                 return Err(e);
             }
+            screen.warn(&format!("error: {}", error_chain(&e)));
         }
     }
     Ok(())
