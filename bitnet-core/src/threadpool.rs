@@ -10,7 +10,8 @@
 //! Inside a region, [`ChunkQueue`] shares a product's rows out in chunks to whichever thread
 //! is running, so a thread that is descheduled mid-region holds back one chunk, not a share.
 //!
-//! This is the one module of `bitnet-core` that uses `unsafe`: the job closure borrows from
+//! Besides the SIGBUS guard (`sigbus.rs`) and the loader's memory map, this is the module of
+//! `bitnet-core` that uses `unsafe`: the job closure borrows from
 //! the caller's stack (it is not `'static`), so workers reach it through a raw pointer that is
 //! valid exactly while a region is open, and [`DisjointSlice`] hands out disjoint `&mut`
 //! windows of one output slice to several threads. Both contracts are enforced here, so the

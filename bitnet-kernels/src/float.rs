@@ -691,8 +691,8 @@ impl RopeTable {
             self.rope_dim
         );
         assert_eq!(
-            x.len(),
-            head_dim * n_heads,
+            Some(x.len()),
+            head_dim.checked_mul(n_heads),
             "rope: x must be n_heads x head_dim"
         );
     }

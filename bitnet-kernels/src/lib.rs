@@ -15,6 +15,7 @@ pub mod act;
 pub mod aligned;
 pub mod binary;
 pub mod error;
+mod extent;
 pub mod float;
 pub mod formats;
 pub mod isa;

@@ -747,17 +747,16 @@ pub fn ternary_int_dots_multi(
     out: &mut [i32],
 ) {
     let pc = w.padded_cols();
-    assert!(rows.start <= rows.end && rows.end <= w.rows && q.len() >= n_tok * pc);
-    assert_eq!(out.len(), n_tok * rows.len());
-    raw_dots_multi(
-        isa,
-        w,
-        &q[..n_tok * pc],
-        n_tok,
-        rows.clone(),
-        0..w.blocks,
-        out,
+    let q_len = n_tok
+        .checked_mul(pc)
+        .expect("token rows x padded columns overflow usize");
+    assert!(rows.start <= rows.end && rows.end <= w.rows && q.len() >= q_len);
+    assert_eq!(
+        Some(out.len()),
+        n_tok.checked_mul(rows.len()),
+        "out must hold n_tok x rows"
     );
+    raw_dots_multi(isa, w, &q[..q_len], n_tok, rows.clone(), 0..w.blocks, out);
     for t in 0..n_tok {
         let sum: i32 = q[t * pc..(t + 1) * pc].iter().map(|&v| v as i32).sum();
         for o in &mut out[t * rows.len()..(t + 1) * rows.len()] {

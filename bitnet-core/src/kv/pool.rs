@@ -460,7 +460,9 @@ impl KvPool {
         for (side, x) in [(&mut self.k, k), (&mut self.v, v)] {
             let nh = side.n_kv_heads;
             let n = x.len() / (nh * hd);
-            debug_assert!(slot + n <= self.block_tokens, "rows past the block");
+            // A real check: past the block, the rows would land in the next block of this head,
+            // which may be shared or cached.
+            assert!(slot + n <= self.block_tokens, "rows past the block");
             for h in 0..nh {
                 scratch.clear();
                 scratch.extend(

@@ -230,7 +230,11 @@ pub(crate) unsafe fn matmul(
     let rb = fmt.row_bytes(row_len).expect("whole blocks");
     let nb = row_len / fmt.block_len();
     let nr = rows.len();
-    assert!(data.len() >= rows.end * rb && x.len() >= n_tok * row_len && out.len() >= n_tok * nr);
+    assert!(
+        crate::extent::holds(data.len(), rows.end, rb)
+            && crate::extent::holds(x.len(), n_tok, row_len)
+            && crate::extent::holds(out.len(), n_tok, nr)
+    );
     for (i, r) in rows.enumerate() {
         for t in 0..n_tok {
             // SAFETY: row r < rows.end lies inside data and token t inside x (checked
@@ -280,7 +284,7 @@ pub(crate) unsafe fn attn_scores_q8_0_avx512(
 ) {
     let nb = q.len() / 32;
     let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + rb));
+    assert!(out.len() >= n_pos && crate::extent::holds_strided(k.len(), n_pos, kv_stride, rb));
     for (p, o) in out.iter_mut().enumerate().take(n_pos) {
         let mut acc = _mm512_setzero_ps();
         for b in 0..nb {
@@ -312,7 +316,7 @@ pub(crate) unsafe fn attn_weighted_sum_q8_0_avx512(
 ) {
     let nb = out.len() / 32;
     let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
+    assert!(w.len() >= n_pos && crate::extent::holds_strided(v.len(), n_pos, kv_stride, rb));
     for b in 0..nb {
         // Accumulate onto `out` (a cache walked block by block sums as one pass would).
         // SAFETY: out holds 32 nb floats.
@@ -371,7 +375,7 @@ pub(crate) unsafe fn attn_scores_q8_0_avx2(
 ) {
     let nb = q.len() / 32;
     let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + rb));
+    assert!(out.len() >= n_pos && crate::extent::holds_strided(k.len(), n_pos, kv_stride, rb));
     for (p, o) in out.iter_mut().enumerate().take(n_pos) {
         let mut acc = _mm256_setzero_ps();
         for b in 0..nb {
@@ -405,7 +409,7 @@ pub(crate) unsafe fn attn_weighted_sum_q8_0_avx2(
 ) {
     let nb = out.len() / 32;
     let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(w.len() >= n_pos && (n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + rb));
+    assert!(w.len() >= n_pos && crate::extent::holds_strided(v.len(), n_pos, kv_stride, rb));
     for b in 0..nb {
         // Accumulate onto `out` (a cache walked block by block sums as one pass would).
         // SAFETY: out holds 32 nb floats.

@@ -71,8 +71,16 @@ pub(crate) fn check_ternary(
             && rows.end <= w.rows.div_ceil(crate::ternary::ROW_GROUP) * crate::ternary::ROW_GROUP
     );
     assert!(blocks.start <= blocks.end && blocks.end <= w.blocks);
-    assert!(q.len() >= n_tok * w.padded_cols());
-    assert_eq!(out.len(), n_tok * rows.len());
+    assert!(q.len() >= tokens_times(n_tok, w.padded_cols()));
+    assert_eq!(out.len(), tokens_times(n_tok, rows.len()));
+}
+
+/// `n_tok * len`, refusing a product that wraps: a wrapped size would pass the length checks
+/// the kernels' raw pointers rely on.
+pub(crate) fn tokens_times(n_tok: usize, len: usize) -> usize {
+    n_tok
+        .checked_mul(len)
+        .unwrap_or_else(|| panic!("{n_tok} token rows of {len} overflow usize"))
 }
 
 /// Shape checks for the 1-bit kernels; `act_cols` is the activation length in columns.
@@ -86,6 +94,6 @@ pub(crate) fn check_binary(
 ) {
     assert!(rows.start <= rows.end && rows.end <= w.rows);
     assert!(words.start <= words.end && words.end <= w.words);
-    assert!(act_cols >= n_tok * w.padded_cols());
-    assert_eq!(out.len(), n_tok * rows.len());
+    assert!(act_cols >= tokens_times(n_tok, w.padded_cols()));
+    assert_eq!(out.len(), tokens_times(n_tok, rows.len()));
 }

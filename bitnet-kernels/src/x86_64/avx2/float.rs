@@ -208,7 +208,11 @@ unsafe fn matmul_plain<const K: u8>(
 ) {
     let rb = row_len * esize(K);
     let nr = rows.len();
-    assert!(data.len() >= rows.end * rb && x.len() >= n_tok * row_len && out.len() >= n_tok * nr);
+    assert!(
+        crate::extent::holds(data.len(), rows.end, rb)
+            && crate::extent::holds(x.len(), n_tok, row_len)
+            && crate::extent::holds(out.len(), n_tok, nr)
+    );
     let base = data.as_ptr();
     let mut r = rows.start;
     while r < rows.end {
@@ -495,7 +499,7 @@ pub unsafe fn rope_neox(
     sin: &[f32],
 ) {
     let half = rope_dim / 2;
-    assert!(x.len() >= head_dim * n_heads && rope_dim <= head_dim);
+    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x.len() >= n) && rope_dim <= head_dim);
     assert!(cos.len() >= half && sin.len() >= half);
     for h in x.chunks_exact_mut(head_dim).take(n_heads) {
         let (a, b) = h[..rope_dim].split_at_mut(half);
@@ -536,7 +540,7 @@ pub unsafe fn rope_normal(
     sin: &[f32],
 ) {
     let half = rope_dim / 2;
-    assert!(x.len() >= head_dim * n_heads && rope_dim <= head_dim);
+    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x.len() >= n) && rope_dim <= head_dim);
     assert!(cos.len() >= half && sin.len() >= half);
     let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
     let neg_even = _mm256_castsi256_ps(_mm256_set_epi32(
@@ -686,7 +690,12 @@ macro_rules! attn_entry {
             out: &mut [f32],
         ) {
             assert!(out.len() >= n_pos);
-            assert!(n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + q.len());
+            assert!(crate::extent::holds_strided(
+                k.len(),
+                n_pos,
+                kv_stride,
+                q.len()
+            ));
             // SAFETY: the cache extent was checked just above.
             unsafe { attn_scores::<{ $k }>(q, k.as_ptr().cast(), kv_stride, n_pos, scale, out) }
         }
@@ -697,7 +706,12 @@ macro_rules! attn_entry {
         /// The CPU must support AVX2, FMA and F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $wsum(w: &[f32], v: &[$t], kv_stride: usize, n_pos: usize, out: &mut [f32]) {
-            assert!(n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + out.len());
+            assert!(crate::extent::holds_strided(
+                v.len(),
+                n_pos,
+                kv_stride,
+                out.len()
+            ));
             // SAFETY: the cache extent was checked just above.
             unsafe { attn_weighted_sum::<{ $k }>(w, v.as_ptr().cast(), kv_stride, n_pos, out) }
         }

@@ -203,7 +203,11 @@ pub unsafe fn matmul_q8_0_q8_0(
     let nb = row_len / QK8_0;
     let rb = nb * Q8_0_BLOCK_BYTES;
     let nr = rows.len();
-    assert!(w.len() >= rows.end * rb && xq.len() >= n_tok * rb && out.len() >= n_tok * nr);
+    assert!(
+        crate::extent::holds(w.len(), rows.end, rb)
+            && crate::extent::holds(xq.len(), n_tok, rb)
+            && crate::extent::holds(out.len(), n_tok, nr)
+    );
     if n_tok > 1 {
         // SAFETY: shapes checked above.
         return unsafe { matmul_tokens(w, nb, xq, n_tok, rows, out) };

@@ -165,7 +165,11 @@ unsafe fn matmul_plain<const K: u8>(
     let esize = if K == F32 { 4 } else { 2 };
     let rb = row_len * esize;
     let nr = rows.len();
-    assert!(data.len() >= rows.end * rb && x.len() >= n_tok * row_len && out.len() >= n_tok * nr);
+    assert!(
+        crate::extent::holds(data.len(), rows.end, rb)
+            && crate::extent::holds(x.len(), n_tok, row_len)
+            && crate::extent::holds(out.len(), n_tok, nr)
+    );
     let base = data.as_ptr();
     let mut r = rows.start;
     while r < rows.end {
@@ -371,7 +375,11 @@ pub unsafe fn matmul_q8_0_q8_0(
     let nb = row_len / 32;
     let rb = nb * Q8_0_BLOCK_BYTES;
     let nr = rows.len();
-    assert!(w.len() >= rows.end * rb && xq.len() >= n_tok * rb && out.len() >= n_tok * nr);
+    assert!(
+        crate::extent::holds(w.len(), rows.end, rb)
+            && crate::extent::holds(xq.len(), n_tok, rb)
+            && crate::extent::holds(out.len(), n_tok, nr)
+    );
     let base = w.as_ptr();
     let mut r = rows.start;
     while r < rows.end {
@@ -553,7 +561,7 @@ pub unsafe fn rope_neox(
     sin: &[f32],
 ) {
     let half = rope_dim / 2;
-    assert!(x.len() >= head_dim * n_heads && rope_dim <= head_dim);
+    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x.len() >= n) && rope_dim <= head_dim);
     assert!(cos.len() >= half && sin.len() >= half);
     for h in 0..n_heads {
         let a = x[h * head_dim..].as_mut_ptr();
@@ -591,7 +599,7 @@ pub unsafe fn rope_normal(
     sin: &[f32],
 ) {
     let half = rope_dim / 2;
-    assert!(x.len() >= head_dim * n_heads && rope_dim <= head_dim);
+    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x.len() >= n) && rope_dim <= head_dim);
     assert!(cos.len() >= half && sin.len() >= half);
     // Lane 2k and 2k + 1 take cos/sin k; even lanes negate sin (x0 c + x1 (-s)).
     let dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
@@ -729,7 +737,7 @@ pub unsafe fn attn_scores_f16(
     scale: f32,
     out: &mut [f32],
 ) {
-    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + q.len()));
+    assert!(out.len() >= n_pos && crate::extent::holds_strided(k.len(), n_pos, kv_stride, q.len()));
     // SAFETY: the cache extent was checked just above.
     unsafe { attn_scores::<F16>(q, k.as_ptr().cast(), 2, kv_stride, n_pos, scale, out) }
 }
@@ -746,7 +754,12 @@ pub unsafe fn attn_weighted_sum_f16(
     n_pos: usize,
     out: &mut [f32],
 ) {
-    assert!(n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + out.len());
+    assert!(crate::extent::holds_strided(
+        v.len(),
+        n_pos,
+        kv_stride,
+        out.len()
+    ));
     // SAFETY: the cache extent was checked just above.
     unsafe { attn_weighted_sum::<F16>(w, v.as_ptr().cast(), 2, kv_stride, n_pos, out) }
 }
@@ -764,7 +777,7 @@ pub unsafe fn attn_scores_f32(
     scale: f32,
     out: &mut [f32],
 ) {
-    assert!(out.len() >= n_pos && (n_pos == 0 || k.len() >= (n_pos - 1) * kv_stride + q.len()));
+    assert!(out.len() >= n_pos && crate::extent::holds_strided(k.len(), n_pos, kv_stride, q.len()));
     // SAFETY: the cache extent was checked just above.
     unsafe { attn_scores::<F32>(q, k.as_ptr().cast(), 4, kv_stride, n_pos, scale, out) }
 }
@@ -781,7 +794,12 @@ pub unsafe fn attn_weighted_sum_f32(
     n_pos: usize,
     out: &mut [f32],
 ) {
-    assert!(n_pos == 0 || v.len() >= (n_pos - 1) * kv_stride + out.len());
+    assert!(crate::extent::holds_strided(
+        v.len(),
+        n_pos,
+        kv_stride,
+        out.len()
+    ));
     // SAFETY: the cache extent was checked just above.
     unsafe { attn_weighted_sum::<F32>(w, v.as_ptr().cast(), 4, kv_stride, n_pos, out) }
 }
