@@ -311,3 +311,27 @@ fn inspect_json_numbers_are_numbers() {
         }
     }
 }
+
+#[test]
+fn prompt_files_without_an_end_are_refused_not_read_without_bound() {
+    // /dev/zero never ends: the read stops past 1 GiB with an error (it used to grow until
+    // the machine ran out of memory); a directory is named as one.
+    if std::path::Path::new("/dev/zero").exists() {
+        let err = run_err(
+            bitnet()
+                .args(["tokenize", "-m"])
+                .arg(tiny_model())
+                .args(["-f", "/dev/zero"]),
+        );
+        assert!(err.contains("more than 1 GiB of text"), "{err}");
+    }
+    let dir = scratch("prompt-dir");
+    let err = run_err(
+        bitnet()
+            .args(["generate", "-m"])
+            .arg(tiny_model())
+            .arg("-f")
+            .arg(&dir),
+    );
+    assert!(err.contains("it is a directory"), "{err}");
+}

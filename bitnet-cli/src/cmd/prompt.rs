@@ -57,17 +57,26 @@ impl PromptArgs {
     }
 }
 
-/// The whole of `path` (`-`: standard input) as UTF-8 text.
+/// The most text a prompt file may hold: far more than any context, while a file with no end
+/// (`/dev/zero`, a pipe that never closes) is refused instead of growing without bound.
+pub const MAX_PROMPT_BYTES: u64 = 1 << 30;
+
+/// The whole of `path` (`-`: standard input) as UTF-8 text, at most [`MAX_PROMPT_BYTES`].
 pub fn read_text(path: &Path) -> Result<String> {
     let (bytes, name) = if path == Path::new("-") {
-        let mut buf = Vec::new();
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut buf)
+        let bytes = read_capped(std::io::stdin().lock())
             .context("reading the prompt from standard input")?;
-        (buf, "standard input".to_owned())
+        (bytes, "standard input".to_owned())
     } else {
-        let bytes = std::fs::read(path)
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("reading the prompt from {}", path.display()))?;
+        if file.metadata().is_ok_and(|m| m.is_dir()) {
+            bail!(
+                "reading the prompt from {}: it is a directory",
+                path.display()
+            );
+        }
+        let bytes = read_capped(file)
             .with_context(|| format!("reading the prompt from {}", path.display()))?;
         (bytes, path.display().to_string())
     };
@@ -77,4 +86,16 @@ pub fn read_text(path: &Path) -> Result<String> {
             e.utf8_error().valid_up_to()
         )
     })
+}
+
+fn read_capped(source: impl Read) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    source.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_PROMPT_BYTES {
+        bail!(
+            "more than {} GiB of text: split it, or give a file that ends",
+            MAX_PROMPT_BYTES >> 30
+        );
+    }
+    Ok(buf)
 }
