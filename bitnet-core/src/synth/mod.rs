@@ -29,6 +29,12 @@ use crate::config::{ActBits, Arch, ConfigError, FfnAct, ModelConfig, TensorRole}
 pub use rng::{Rng, splitmix64};
 pub use vocab::SPECIAL_AND_BYTES;
 
+/// Layers a generated model may have: a typo such as `--layers 1000000000` is refused before
+/// the tensor list is built.
+const MAX_LAYERS: usize = 4096;
+/// Weights a generated model may hold (a 2B-4T shape holds 2.4 G).
+const MAX_WEIGHTS: u64 = 1_000_000_000_000;
+
 /// Why a model could not be generated.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -267,6 +273,20 @@ impl SynthSpec {
         Ok(s)
     }
 
+    /// Weights of the embedding, the head if untied, and every layer's projections; `None`
+    /// where the count overflows.
+    fn weight_count(&self) -> Option<u64> {
+        let (embd, ff, layers) = (self.n_embd as u64, self.n_ff as u64, self.n_layer as u64);
+        let kv = embd.checked_mul(self.n_head_kv as u64)? / self.n_head as u64;
+        let attention = embd.checked_mul(embd.checked_mul(2)?.checked_add(kv.checked_mul(2)?)?)?;
+        let ffn = embd.checked_mul(ff)?.checked_mul(3)?;
+        let per_layer = attention.checked_add(ffn)?;
+        let tables = (self.n_vocab as u64)
+            .checked_mul(embd)?
+            .checked_mul(if self.head_type.is_some() { 2 } else { 1 })?;
+        layers.checked_mul(per_layer)?.checked_add(tables)
+    }
+
     fn check(&self) -> Result<(), SynthError> {
         let bad = |m: String| Err(SynthError::Spec(m));
         let sizes = [
@@ -292,6 +312,21 @@ impl SynthSpec {
                 "head dimension {} must be even",
                 self.n_embd / self.n_head
             ));
+        }
+        if self.n_layer > MAX_LAYERS {
+            return bad(format!(
+                "{} layers: at most {MAX_LAYERS} (the largest released models have under 200)",
+                self.n_layer
+            ));
+        }
+        match self.weight_count() {
+            Some(n) if n <= MAX_WEIGHTS => {}
+            _ => {
+                return bad(format!(
+                    "these shapes hold more than {} G weights: far past any model this makes",
+                    MAX_WEIGHTS / 1_000_000_000
+                ));
+            }
         }
         if !(0.0..1.0).contains(&self.zero_share) {
             return bad(format!("zero share {} must be in [0, 1)", self.zero_share));

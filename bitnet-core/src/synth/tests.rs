@@ -251,6 +251,21 @@ fn presets_and_bad_specs() {
             n_vocab: 10,
             ..small(TensorType::TQ2_0)
         },
+        // Shapes that are far too large, or whose weight count overflows, are refused by
+        // the check, before any tensor list is built.
+        SynthSpec {
+            n_layer: 1_000_000_000,
+            ..small(TensorType::TQ2_0)
+        },
+        SynthSpec {
+            n_layer: 4000,
+            n_ff: 1 << 40,
+            ..small(TensorType::TQ2_0)
+        },
+        SynthSpec {
+            n_ff: usize::MAX / 2,
+            ..small(TensorType::TQ2_0)
+        },
         SynthSpec {
             embd_type: TensorType::TQ2_0,
             ..small(TensorType::TQ2_0)
