@@ -253,6 +253,15 @@ fn bad_templates_and_files_are_clear_errors() {
         stderr_of(&out)
     );
 
+    // A path that is not a file is named for what it is (a FIFO would block a read).
+    let out = chat(&["--chat-template", dir.to_str().unwrap()], "hi\n");
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("is a directory, not a file"),
+        "{}",
+        stderr_of(&out)
+    );
+
     let garbage = dir.join("garbage.json");
     std::fs::write(&garbage, "{\"not\": \"a list\"}").unwrap();
     let out = chat(&[], &format!("/load {}\n", garbage.display()));

@@ -50,6 +50,9 @@ impl Message {
     }
 }
 
+/// The largest template file read (real ones are a few KiB; the longest known, under 64 KiB).
+pub const MAX_TEMPLATE_BYTES: u64 = 4 << 20;
+
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ChatError {
@@ -65,6 +68,20 @@ pub enum ChatError {
         builtin_names()
     )]
     Unknown { name: String },
+    /// The path exists but is not a file a template can be read from.
+    #[error("the chat template {path} is {what}, not a file")]
+    NotAFile {
+        path: std::path::PathBuf,
+        what: &'static str,
+    },
+    /// A template file larger than any template (see [`MAX_TEMPLATE_BYTES`]).
+    #[error(
+        "the chat template file {path} holds {bytes} bytes: more than {MAX_TEMPLATE_BYTES}, too large for a template"
+    )]
+    TooLarge {
+        path: std::path::PathBuf,
+        bytes: u64,
+    },
     /// A template file could not be read.
     #[error("cannot read the chat template file {path}: {source}")]
     Read {

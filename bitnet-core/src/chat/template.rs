@@ -9,7 +9,7 @@ use std::path::Path;
 use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value, context};
 
 use super::builtin::{BuiltinTemplate, builtin};
-use super::{ChatError, Message, time};
+use super::{ChatError, MAX_TEMPLATE_BYTES, Message, time};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
@@ -77,7 +77,24 @@ impl ChatTemplate {
                 return Ok(Self::from_builtin(b, tok));
             }
             let path = Path::new(choice);
-            if path.is_file() {
+            if let Ok(meta) = std::fs::metadata(path) {
+                if !meta.is_file() {
+                    // Reading a FIFO would block and a device may never end.
+                    return Err(ChatError::NotAFile {
+                        path: path.to_owned(),
+                        what: if meta.is_dir() {
+                            "a directory"
+                        } else {
+                            "a device, pipe or socket"
+                        },
+                    });
+                }
+                if meta.len() > MAX_TEMPLATE_BYTES {
+                    return Err(ChatError::TooLarge {
+                        path: path.to_owned(),
+                        bytes: meta.len(),
+                    });
+                }
                 let source = std::fs::read_to_string(path).map_err(|source| ChatError::Read {
                     path: path.to_owned(),
                     source,
