@@ -19,6 +19,22 @@ pub enum ConvertError {
         /// The error.
         source: std::io::Error,
     },
+    /// An input is a directory, FIFO, device or socket where a regular file belongs.
+    #[error("{path}: is {kind}, not a regular file")]
+    NotRegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead ("a directory", "a FIFO (named pipe)"...).
+        kind: &'static str,
+    },
+    /// An input file is larger than any sane file of its kind.
+    #[error("{path}: larger than the {limit} bytes such a file may have")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        limit: u64,
+    },
     /// A JSON file does not parse.
     #[error("{path}: invalid JSON: {source}")]
     Json {

@@ -11,6 +11,7 @@
 
 pub mod encode;
 pub mod error;
+mod files;
 pub mod hf;
 pub mod mapping;
 pub mod metadata;
@@ -75,6 +76,9 @@ pub struct Plan {
     pub vocab: ConvertedVocab,
     /// The config the runtime will read from the file.
     pub config: ModelConfig,
+    /// Every file of the checkpoint the output must not replace: those read (config,
+    /// index, shards, tokenizer files) and the other checkpoint files present.
+    pub inputs: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -145,6 +149,11 @@ pub fn plan(dir: &Path, opts: &Options) -> Result<Plan, ConvertError> {
     let meta = metadata::build(&cfg, &name, opts.types.weights, &vocab);
     let infos: Vec<TensorInfo> = jobs.iter().map(|j| j.info.clone()).collect();
     let config = ModelConfig::from_parts(&meta, &infos)?;
+    let mut inputs = vec![dir.join("config.json")];
+    inputs.extend(sources.index.iter().cloned());
+    inputs.extend(sources.files.iter().map(|f| f.path.clone()));
+    inputs.extend(vocab.inputs.iter().cloned());
+    inputs.extend(files::checkpoint_files(dir));
     Ok(Plan {
         dir: dir.to_owned(),
         cfg,
@@ -153,6 +162,7 @@ pub fn plan(dir: &Path, opts: &Options) -> Result<Plan, ConvertError> {
         meta,
         vocab,
         config,
+        inputs,
     })
 }
 
@@ -223,18 +233,22 @@ pub fn convert(
     Ok((plan, bytes))
 }
 
-/// The output must not replace one of the files being read (they are memory-mapped).
+/// The output must not replace one of the checkpoint's files: the shards are
+/// memory-mapped while we write, and the others would simply be lost. Compared by file
+/// identity, so a symlink, a hard link or a path through a linked directory is caught.
 fn refuse_overwriting_inputs(plan: &Plan, real: &Path) -> Result<(), ConvertError> {
-    let Ok(real) = std::fs::canonicalize(real) else {
-        return Ok(()); // does not exist yet
+    let Some(out) = files::FileId::of(real) else {
+        return Ok(()); // does not exist yet, so it is none of the inputs
     };
-    for f in &plan.sources.files {
-        if std::fs::canonicalize(&f.path).is_ok_and(|p| p == real) {
-            return Err(ConvertError::Output {
-                path: real,
-                reason: "is one of the checkpoint's input files".into(),
-            });
-        }
+    match plan
+        .inputs
+        .iter()
+        .find(|p| files::FileId::of(p).as_ref() == Some(&out))
+    {
+        Some(input) => Err(ConvertError::Output {
+            path: real.to_owned(),
+            reason: format!("is the checkpoint's input file {}", input.display()),
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }

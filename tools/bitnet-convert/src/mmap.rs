@@ -7,7 +7,6 @@
 
 #![allow(unsafe_code)]
 
-use std::fs::File;
 use std::path::Path;
 
 use memmap2::{Mmap, UncheckedAdvice};
@@ -23,7 +22,8 @@ pub struct MappedFile {
 impl MappedFile {
     /// Maps `path` read-only.
     pub fn open(path: &Path) -> Result<MappedFile, ConvertError> {
-        let file = File::open(path).map_err(ConvertError::io(path))?;
+        // Not a plain open: a FIFO would block it, and a directory maps as ENODEV.
+        let file = crate::files::open_regular(path)?;
         // SAFETY: the map is read-only and private to this process. Its contract is that
         // the file is not truncated or modified while mapped; a checkpoint being rewritten
         // under a running conversion is outside what we can guard against (a truncation

@@ -52,6 +52,8 @@ pub struct SourceFile {
 pub struct Sources {
     /// The open files.
     pub files: Vec<SourceFile>,
+    /// The shard index, if the files came from one.
+    pub index: Option<PathBuf>,
     /// Tensors by name.
     pub tensors: BTreeMap<String, TensorRef>,
 }
@@ -60,7 +62,10 @@ impl Sources {
     /// Opens the safetensors files of the checkpoint in `dir`.
     pub fn open(dir: &Path) -> Result<Sources, ConvertError> {
         let index_path = dir.join(INDEX_FILE);
-        let (paths, index) = if index_path.is_file() {
+        let single = dir.join("model.safetensors");
+        // `is_present` rather than `is_file`: a directory or FIFO under one of these names
+        // is reported as what it is, not as "no weights".
+        let (paths, index) = if crate::files::is_present(&index_path)? {
             let index = read_index(&index_path)?;
             let mut files: Vec<&String> = index.values().collect();
             files.sort();
@@ -69,14 +74,16 @@ impl Sources {
                 files.into_iter().map(|f| dir.join(f)).collect(),
                 Some((index_path, index)),
             )
-        } else if dir.join("model.safetensors").is_file() {
-            (vec![dir.join("model.safetensors")], None)
+        } else if crate::files::is_present(&single)? {
+            (vec![single], None)
         } else {
             let mut found = Vec::new();
             let rd = std::fs::read_dir(dir).map_err(ConvertError::io(dir))?;
             for e in rd {
                 let p = e.map_err(ConvertError::io(dir))?.path();
-                if p.extension().is_some_and(|x| x == "safetensors") && p.is_file() {
+                if p.extension().is_some_and(|x| x == "safetensors")
+                    && crate::files::is_present(&p)?
+                {
                     found.push(p);
                 }
             }
@@ -109,8 +116,8 @@ impl Sources {
             }
             files.push(SourceFile { path, map: file });
         }
-        if let Some((index_path, index)) = index {
-            for (name, file) in &index {
+        if let Some((index_path, index)) = &index {
+            for (name, file) in index {
                 match tensors.get(name) {
                     Some(t) if files[t.file].path == dir.join(file) => {}
                     Some(t) => {
@@ -133,7 +140,11 @@ impl Sources {
                 }
             }
         }
-        Ok(Sources { files, tensors })
+        Ok(Sources {
+            files,
+            index: index.map(|(p, _)| p),
+            tensors,
+        })
     }
 
     /// The bytes of a tensor.
@@ -185,8 +196,14 @@ fn read_index(path: &Path) -> Result<BTreeMap<String, String>, ConvertError> {
         let file = file
             .as_str()
             .ok_or_else(|| bad(format!("weight_map entry {name} is not a file name")))?;
-        // Shards live beside the index; a path elsewhere is refused rather than followed.
-        if file.contains('/') || file.contains('\\') || file == ".." || file.is_empty() {
+        // Shards live beside the index; a path elsewhere is refused rather than followed,
+        // and "." (the directory itself) is no shard either.
+        if file.contains('/')
+            || file.contains('\\')
+            || file == "."
+            || file == ".."
+            || file.is_empty()
+        {
             return Err(bad(format!(
                 "weight_map entry {name} names {file:?}, not a file in the same directory"
             )));

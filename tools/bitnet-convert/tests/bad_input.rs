@@ -415,3 +415,222 @@ fn cli_dry_run_and_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// Replaces the mini checkpoint's `tokenizer.json` with one built from parts.
+fn write_tokenizer(dir: &Path, vocab: serde_json::Value, added: serde_json::Value) {
+    let merges = if vocab.as_object().is_some_and(|v| v.is_empty()) {
+        json!([])
+    } else {
+        json!(["a b"])
+    };
+    let tj = json!({
+        "added_tokens": added, "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tj.to_string()).unwrap();
+}
+
+fn mkfifo(path: &Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
+/// Runs `f` on another thread and fails the test if it does not finish in time: the bugs
+/// guarded against here are a read that never ends (FIFO, /dev/zero).
+fn within<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: still running after 20 s (unbounded read or hang)"))
+}
+
+#[test]
+fn output_may_not_replace_any_input_file() {
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    // Side files a checkpoint ships; some are read, all belong to the checkpoint.
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        json!({"add_bos_token": false}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("generation_config.json"),
+        json!({"bos_token_id": 0}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(dir.join("special_tokens_map.json"), "{}").unwrap();
+    let names: Vec<&str> = vec![
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+        "special_tokens_map.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+    ];
+    let weight_map: serde_json::Map<String, serde_json::Value> = mini_tensors()
+        .keys()
+        .map(|k| (k.clone(), json!("model.safetensors")))
+        .collect();
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        json!({ "weight_map": weight_map }).to_string(),
+    )
+    .unwrap();
+    let before: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| std::fs::read(dir.join(n)).unwrap())
+        .collect();
+    let opts = Options::default();
+    let refuse = |target: &Path| {
+        let e = bitnet_convert::convert(&dir, target, &opts, &mut |_| {}).unwrap_err();
+        assert!(matches!(e, ConvertError::Output { .. }), "{e}");
+        assert!(e.to_string().contains("input"), "{e}");
+    };
+    for n in &names {
+        refuse(&dir.join(n));
+    }
+    // Through a symlink, a hard link and a path with a symlinked directory in it.
+    let out_dir = tmp_dir("dest-links");
+    let link = out_dir.join("out.gguf");
+    std::os::unix::fs::symlink(dir.join("tokenizer.json"), &link).unwrap();
+    refuse(&link);
+    let hard = out_dir.join("hard.gguf");
+    std::fs::hard_link(dir.join("config.json"), &hard).unwrap();
+    refuse(&hard);
+    let via = out_dir.join("ck");
+    std::os::unix::fs::symlink(&dir, &via).unwrap();
+    refuse(&via.join("tokenizer_config.json"));
+    for (n, b) in names.iter().zip(&before) {
+        assert_eq!(&std::fs::read(dir.join(n)).unwrap(), b, "{n} was modified");
+    }
+    // A new file beside the inputs is fine.
+    bitnet_convert::convert(&dir, &dir.join("model.gguf"), &opts, &mut |_| {}).unwrap();
+}
+
+#[test]
+fn json_inputs_must_be_regular_files() {
+    // config.json as /dev/zero (length 0, endless) and as a FIFO (open blocks).
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dir.join("config.json")).unwrap();
+    let d = dir.clone();
+    within("config.json -> /dev/zero", move || {
+        expect_err(&d, &["config.json", "not a regular file"]);
+    });
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    mkfifo(&dir.join("config.json"));
+    let d = dir.clone();
+    within("config.json FIFO", move || {
+        expect_err(&d, &["config.json", "not a regular file"]);
+    });
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    std::fs::create_dir(dir.join("config.json")).unwrap();
+    expect_err(&dir, &["config.json", "is a directory"]);
+
+    // An optional file too: a FIFO tokenizer_config.json is an error, not skipped or waited on.
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    mkfifo(&dir.join("tokenizer_config.json"));
+    let d = dir.clone();
+    within("tokenizer_config.json FIFO", move || {
+        expect_err(&d, &["tokenizer_config.json", "not a regular file"]);
+    });
+}
+
+#[test]
+fn shards_and_tokenizer_must_be_regular_files() {
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    let index = |file: &str| {
+        let weight_map: serde_json::Map<String, serde_json::Value> = mini_tensors()
+            .keys()
+            .map(|k| (k.clone(), json!(file)))
+            .collect();
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            json!({ "weight_map": weight_map }).to_string(),
+        )
+        .unwrap();
+    };
+    mkfifo(&dir.join("fifo.safetensors"));
+    index("fifo.safetensors");
+    let d = dir.clone();
+    within("shard FIFO", move || {
+        expect_err(&d, &["fifo.safetensors", "not a regular file"]);
+    });
+    index(".");
+    expect_err(&dir, &["model.safetensors.index.json", "\".\""]);
+    std::fs::create_dir(dir.join("sub.safetensors")).unwrap();
+    index("sub.safetensors");
+    expect_err(&dir, &["sub.safetensors", "is a directory"]);
+
+    // Without an index: model.safetensors or tokenizer.json that is not a file says so.
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    std::fs::create_dir(dir.join("model.safetensors")).unwrap();
+    expect_err(&dir, &["model.safetensors", "is a directory"]);
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    std::fs::create_dir(dir.join("tokenizer.json")).unwrap();
+    expect_err(&dir, &["tokenizer.json", "is a directory"]);
+    std::fs::remove_dir(dir.join("tokenizer.json")).unwrap();
+    mkfifo(&dir.join("tokenizer.json"));
+    let d = dir.clone();
+    within("tokenizer.json FIFO", move || {
+        expect_err(&d, &["tokenizer.json", "not a regular file"]);
+    });
+}
+
+#[test]
+fn empty_vocabulary_is_refused() {
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    write_tokenizer(&dir, json!({}), json!([]));
+    let e = expect_err(&dir, &["tokenizer.json", "empty"]);
+    assert!(matches!(e, ConvertError::Tokenizer { .. }), "{e}");
+    // Added tokens alone are no vocabulary: ordinary text would tokenize to nothing.
+    write_tokenizer(
+        &dir,
+        json!({}),
+        json!([{"id": 0, "content": "<s>", "special": true}]),
+    );
+    expect_err(&dir, &["tokenizer.json", "empty"]);
+}
+
+#[test]
+fn duplicate_token_ids_are_refused() {
+    let dir = checkpoint(&mini_tensors(), &mini_config());
+    // Two vocabulary strings with one id: one of them would be lost.
+    write_tokenizer(&dir, json!({"a": 0, "b": 1, "ab": 1}), json!([]));
+    let e = expect_err(&dir, &["tokenizer.json", "\"b\"", "\"ab\"", "id 1"]);
+    assert!(matches!(e, ConvertError::Tokenizer { .. }), "{e}");
+    // An added token that takes an existing id with other text.
+    write_tokenizer(
+        &dir,
+        json!({"a": 0, "b": 1, "ab": 2}),
+        json!([{"id": 1, "content": "<other>", "special": true}]),
+    );
+    expect_err(&dir, &["tokenizer.json", "\"b\"", "\"<other>\"", "id 1"]);
+    // Two added tokens with one id.
+    write_tokenizer(
+        &dir,
+        json!({"a": 0, "b": 1}),
+        json!([{"id": 2, "content": "<x>", "special": true},
+               {"id": 2, "content": "<y>", "special": true}]),
+    );
+    expect_err(&dir, &["tokenizer.json", "\"<x>\"", "\"<y>\"", "id 2"]);
+    // Restating a vocabulary entry as an added token is normal in Hugging Face files.
+    write_tokenizer(
+        &dir,
+        json!({"a": 0, "b": 1, "ab": 2}),
+        json!([{"id": 2, "content": "ab", "special": true},
+               {"id": 2, "content": "ab", "special": true}]),
+    );
+    let (r, _) = try_convert(&dir);
+    r.unwrap();
+}

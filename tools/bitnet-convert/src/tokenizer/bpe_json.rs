@@ -76,9 +76,19 @@ pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
         .get("vocab")
         .and_then(Value::as_object)
         .ok_or_else(|| bad(path, "model.vocab is not an object"))?;
+    // Without base tokens nothing but the added tokens could ever be produced: every other
+    // text would tokenize to nothing, and the file would still "convert" (into pads).
+    if vocab.is_empty() {
+        return Err(bad(
+            path,
+            "model.vocab is empty: ordinary text would have no tokens",
+        ));
+    }
     let mut tokens: Vec<Option<String>> = Vec::new();
     let mut types: Vec<i64> = Vec::new();
-    let mut put = |id: u64, text: &str, ty: i64| -> Result<(), ConvertError> {
+    // Where each token came from, for the message about a reused id.
+    let mut added_at: Vec<bool> = Vec::new();
+    let mut put = |id: u64, text: &str, ty: i64, added: bool| -> Result<(), ConvertError> {
         let id = usize::try_from(id)
             .ok()
             .filter(|&i| i < (1 << 24))
@@ -86,16 +96,40 @@ pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
         if id >= tokens.len() {
             tokens.resize(id + 1, None);
             types.resize(id + 1, TYPE_USER_DEFINED);
+            added_at.resize(id + 1, false);
+        }
+        if let Some(prev) = &tokens[id] {
+            // Hugging Face files restate special vocabulary entries in added_tokens (same
+            // id, same text): that only sets the type. Other text would silently replace
+            // a token (an added token taking the EOS id, say), so it is refused.
+            if !(added && prev == text) {
+                let from = |a: bool| {
+                    if a {
+                        "added token"
+                    } else {
+                        "model.vocab entry"
+                    }
+                };
+                return Err(bad(
+                    path,
+                    format!(
+                        "{} {prev:?} and {} {text:?} both have id {id}",
+                        from(added_at[id]),
+                        from(added)
+                    ),
+                ));
+            }
         }
         tokens[id] = Some(text.to_owned());
         types[id] = ty;
+        added_at[id] = added;
         Ok(())
     };
     for (text, id) in vocab {
         let id = id
             .as_u64()
             .ok_or_else(|| bad(path, format!("model.vocab[{text:?}] is not an id")))?;
-        put(id, text, TYPE_NORMAL)?;
+        put(id, text, TYPE_NORMAL, false)?;
     }
     if let Some(added) = v.get("added_tokens").and_then(Value::as_array) {
         for a in added {
@@ -113,6 +147,7 @@ pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
                 } else {
                     TYPE_USER_DEFINED
                 },
+                true,
             )?;
         }
     }

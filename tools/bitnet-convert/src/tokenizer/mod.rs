@@ -23,6 +23,9 @@ const TYPE_UNUSED: i64 = 5;
 /// GGUF token type of the unknown token.
 const TYPE_UNKNOWN: i64 = 2;
 
+/// Largest `chat_template.jinja` we read (real templates are a few KB).
+const MAX_TEMPLATE_BYTES: u64 = 16 << 20;
+
 /// End-of-turn texts written as `tokenizer.ggml.eot_token_id` when present.
 const EOT_TEXTS: &[&str] = &["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"];
 
@@ -53,6 +56,8 @@ pub struct ConvertedVocab {
     pub chat_templates: Vec<(Option<String>, String)>,
     /// Things the user should know (ignored or dropped values).
     pub warnings: Vec<String>,
+    /// Every file read to build this (the output must not replace one of them).
+    pub inputs: Vec<PathBuf>,
 }
 
 /// Reads the tokenizer of the checkpoint in `dir`, padded to `cfg.n_vocab` tokens.
@@ -61,14 +66,18 @@ pub fn convert(
     cfg: &HfConfig,
     pre_override: Option<&str>,
 ) -> Result<ConvertedVocab, ConvertError> {
+    let mut inputs = Vec::new();
     let tc_path = dir.join("tokenizer_config.json");
-    let tc = hf::read_json_opt(&tc_path)?;
-    let gc = hf::read_json_opt(&dir.join("generation_config.json"))?;
+    let tc = read_json_opt(&tc_path, &mut inputs)?;
+    let gc = read_json_opt(&dir.join("generation_config.json"), &mut inputs)?;
     let spm_path = dir.join("tokenizer.model");
     let json_path = dir.join("tokenizer.json");
     let mut warnings = Vec::new();
 
-    let (mut spec, source, trainer_ids, template) = if spm_path.is_file() {
+    // `is_present` rather than `is_file`: a directory or FIFO named tokenizer.model is
+    // reported as such, not skipped (nor waited on).
+    let (mut spec, source, trainer_ids, template) = if crate::files::is_present(&spm_path)? {
+        inputs.push(spm_path.clone());
         let m = spm::read(&spm_path)?;
         let mut spec = VocabSpec {
             model: "llama".into(),
@@ -79,10 +88,18 @@ pub fn convert(
             add_space_prefix: Some(m.add_dummy_prefix),
             ..VocabSpec::default()
         };
-        add_spm_extras(dir, tc.as_ref(), &tc_path, &mut spec, &mut warnings)?;
+        add_spm_extras(
+            dir,
+            tc.as_ref(),
+            &tc_path,
+            &mut spec,
+            &mut warnings,
+            &mut inputs,
+        )?;
         let ids = [m.bos_id, m.eos_id, m.unk_id, m.pad_id];
         (spec, spm_path, ids, (None, None))
-    } else if json_path.is_file() {
+    } else if crate::files::is_present(&json_path)? {
+        inputs.push(json_path.clone());
         let v = hf::read_json(&json_path)?;
         let b = bpe_json::parse(&json_path, &v)?;
         let pre = match (pre_override, &b.pre) {
@@ -209,13 +226,23 @@ pub fn convert(
     }));
     spec.add_eos = Some(flag("add_eos_token").unwrap_or(is_text(spec.eos_id, &tpl_eos)));
 
-    let chat_templates = chat_templates(dir, tc.as_ref(), &tc_path)?;
+    let chat_templates = chat_templates(dir, tc.as_ref(), &tc_path, &mut inputs)?;
     Ok(ConvertedVocab {
         spec,
         source,
         chat_templates,
         warnings,
+        inputs,
     })
+}
+
+/// Reads an optional JSON file, noting it in `inputs` if it exists.
+fn read_json_opt(path: &Path, inputs: &mut Vec<PathBuf>) -> Result<Option<Value>, ConvertError> {
+    let v = hf::read_json_opt(path)?;
+    if v.is_some() {
+        inputs.push(path.to_owned());
+    }
+    Ok(v)
 }
 
 /// A token given as a string or as an `AddedToken` object (`{"content": ...}`).
@@ -244,10 +271,11 @@ fn add_spm_extras(
     tc_path: &Path,
     spec: &mut VocabSpec,
     warnings: &mut Vec<String>,
+    inputs: &mut Vec<PathBuf>,
 ) -> Result<(), ConvertError> {
     let mut extras: Vec<(usize, String, bool)> = Vec::new();
     let at_path = dir.join("added_tokens.json");
-    if let Some(v) = hf::read_json_opt(&at_path)? {
+    if let Some(v) = read_json_opt(&at_path, inputs)? {
         let Some(o) = v.as_object() else {
             return Err(ConvertError::Tokenizer {
                 path: at_path,
@@ -326,6 +354,7 @@ fn chat_templates(
     dir: &Path,
     tc: Option<&Value>,
     tc_path: &Path,
+    inputs: &mut Vec<PathBuf>,
 ) -> Result<Vec<(Option<String>, String)>, ConvertError> {
     let mut out = Vec::new();
     match tc.and_then(|t| t.get("chat_template")) {
@@ -353,8 +382,13 @@ fn chat_templates(
         }
     }
     let jinja = dir.join("chat_template.jinja");
-    if out.is_empty() && jinja.is_file() {
-        let s = std::fs::read_to_string(&jinja).map_err(ConvertError::io(&jinja))?;
+    if out.is_empty() && crate::files::is_present(&jinja)? {
+        inputs.push(jinja.clone());
+        let bytes = crate::files::read_capped(&jinja, MAX_TEMPLATE_BYTES)?;
+        let s = String::from_utf8(bytes).map_err(|_| ConvertError::Tokenizer {
+            path: jinja.clone(),
+            reason: "the chat template is not UTF-8 text".into(),
+        })?;
         out.push((None, s));
     }
     Ok(out)

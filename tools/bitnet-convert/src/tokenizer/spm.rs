@@ -237,9 +237,12 @@ fn parse_normalizer(b: &[u8], base: usize, m: &mut SpmModel) -> Result<(), Strin
     Ok(())
 }
 
+/// Largest `tokenizer.model` we read (Gemma's 256k-piece model is about 4 MB).
+const MAX_MODEL_BYTES: u64 = 256 << 20;
+
 /// Reads and parses `path`.
 pub fn read(path: &Path) -> Result<SpmModel, ConvertError> {
-    let bytes = std::fs::read(path).map_err(ConvertError::io(path))?;
+    let bytes = crate::files::read_capped(path, MAX_MODEL_BYTES)?;
     let m = parse(&bytes).map_err(|reason| ConvertError::Tokenizer {
         path: path.to_owned(),
         reason: format!("not a valid SentencePiece model: {reason}"),
