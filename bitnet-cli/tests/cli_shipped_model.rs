@@ -205,6 +205,17 @@ fn perplexity_refuses_what_it_cannot_score() {
         "--kl-divergence",
     ]);
     assert!(err.contains("is not a KL-divergence base file"), "{err}");
+    // So is an empty file (it read as "failed to fill whole buffer").
+    let empty = dir.join("empty.kld");
+    std::fs::write(&empty, "").unwrap();
+    let err = ppl(&[
+        "-f",
+        heldout,
+        "--kl-divergence-base",
+        empty.to_str().unwrap(),
+        "--kl-divergence",
+    ]);
+    assert!(err.contains("is not a KL-divergence base file"), "{err}");
     let base = dir.join("base.kld");
     let b = base.to_str().unwrap();
     run_ok(

@@ -209,19 +209,24 @@ pub fn run(args: Args) -> Result<()> {
         (Some(p), true, _) => {
             let mut r =
                 BufReader::new(File::open(p).with_context(|| format!("opening {}", p.display()))?);
-            let mut magic = [0u8; 8];
-            r.read_exact(&mut magic)
-                .with_context(|| format!("reading {}", p.display()))?;
-            if &magic != KLD_MAGIC {
-                bail!(
-                    "{} is not a KL-divergence base file of this tool",
+            let not_a_base = || {
+                anyhow::anyhow!(
+                    "{} is not a KL-divergence base file of this tool (write one with --kl-divergence-base FILE alone)",
                     p.display()
-                );
+                )
+            };
+            let mut magic = [0u8; 8];
+            // A file shorter than the magic (an empty one, say) is no base file either.
+            r.read_exact(&mut magic).map_err(|_| not_a_base())?;
+            if &magic != KLD_MAGIC {
+                return Err(not_a_base());
             }
             let mut head = [0u64; 4];
             for h in &mut head {
                 let mut b = [0u8; 8];
-                r.read_exact(&mut b)?;
+                r.read_exact(&mut b).with_context(|| {
+                    format!("{}: the KL base file ends inside its header", p.display())
+                })?;
                 *h = u64::from_le_bytes(b);
             }
             let [bv, bc, bn, bk] = head.map(|v| v as usize);
