@@ -47,10 +47,32 @@ pub fn raw_dots_multi(
 ) {
     let pc = w.padded_cols();
     let n = rows.len();
-    for t in 0..n_tok {
-        let qt = &q[t * pc..(t + 1) * pc];
-        for (i, r) in rows.clone().enumerate() {
-            out[t * n + i] = row_raw(w, r, qt, blocks.clone());
+    out[..n_tok * n].fill(0);
+    // Each block's codes are unpacked once, in column order, for all the tokens.
+    let mut codes = [0i8; BLOCK];
+    for (i, r) in rows.clone().enumerate() {
+        for b in blocks.clone() {
+            unpack_block(w, r, b, &mut codes);
+            for t in 0..n_tok {
+                let act = &q[t * pc + b * BLOCK..t * pc + (b + 1) * BLOCK];
+                let dot: i32 = codes
+                    .iter()
+                    .zip(act)
+                    .map(|(&c, &a)| i32::from(c) * i32::from(a))
+                    .sum();
+                out[t * n + i] += dot;
+            }
+        }
+    }
+}
+
+/// The codes `w + 1` of row `r`'s block `b`, by column.
+fn unpack_block(w: &TernaryMatrix, r: usize, b: usize, codes: &mut [i8; BLOCK]) {
+    let off = w.offset(r, b);
+    let bytes = &w.data[off..off + BLOCK_BYTES];
+    for (l, run) in codes.chunks_exact_mut(64).enumerate() {
+        for (c, &byte) in run.iter_mut().zip(bytes) {
+            *c = ((byte >> (2 * l)) & 3) as i8;
         }
     }
 }
