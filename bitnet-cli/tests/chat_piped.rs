@@ -290,6 +290,27 @@ fn bad_templates_and_files_are_clear_errors() {
         stderr_of(&out)
     );
 
+    // A value that parses but that the sampler refuses is refused by /set itself (it used to
+    // be taken, and the next message failed).
+    let out = chat(&[], "/set top-p 0\n");
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("top_p = 0 is invalid"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    // /load of something that is not a file (a device never ends, a FIFO blocks).
+    if std::path::Path::new("/dev/zero").exists() {
+        let out = chat(&[], "/load /dev/zero\n");
+        assert!(!out.status.success());
+        assert!(
+            stderr_of(&out).contains("not a file"),
+            "{}",
+            stderr_of(&out)
+        );
+    }
+
     // A command that fails when run (not when parsed) is reported once too.
     let out = chat(&[], "/undo\n");
     assert!(!out.status.success());

@@ -707,6 +707,13 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     assert_eq!(st, 200, "{b}");
     assert_eq!(b["usage"]["completion_tokens"], 300, "{b}");
     assert_eq!(b["choices"][0]["finish_reason"], "length", "{b}");
+    // A prompt longer than the context is read through it, not refused with a 400.
+    let long = "ROMEO: What light through yonder window breaks? ".repeat(20);
+    let body = json!({"prompt": long, "max_tokens": 8, "ignore_eos": true});
+    let (st, b) = s.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{b}");
+    assert!(b["usage"]["prompt_tokens"].as_u64().unwrap() > 128, "{b}");
+    assert_eq!(b["usage"]["completion_tokens"], 8, "{b}");
     // The KV is back in the pool once the request is done (the gauges are published after
     // the engine's step, which may end just after the answer went out).
     s.wait_for(5, "the KV back in the pool", |s| {

@@ -328,8 +328,14 @@ fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Command) -> Res
             });
         }
         Command::Set(s) => {
+            let n_vocab = chat.model().config().n_vocab;
             let settings = &mut chat.settings;
-            commands::apply(&s, &mut settings.sampler, &mut settings.max_tokens);
+            let mut sampler = settings.sampler.clone();
+            commands::apply(&s, &mut sampler, &mut settings.max_tokens);
+            // The sampler's own rules decide (top-p 0 parses as a number, but samples
+            // nothing): a refused value leaves the settings as they were.
+            sampler.validate(n_vocab)?;
+            settings.sampler = sampler;
             screen.info(&format!("({s})"));
         }
         Command::Show => show(chat),
@@ -408,17 +414,27 @@ fn show(chat: &ChatSession) {
 
 /// A conversation saved with /save: a JSON list of `{"role", "content"}` objects.
 fn load_messages(path: &std::path::Path) -> Result<Vec<Message>> {
+    use std::io::Read;
     const MAX_BYTES: u64 = 64 << 20;
     let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    if meta.len() > MAX_BYTES {
+    // Only a regular file: a FIFO would block the open and a device may never end.
+    if !meta.is_file() {
         bail!(
-            "{}: {} bytes is not a saved conversation",
-            path.display(),
-            meta.len()
+            "{}: not a file, so not a saved conversation",
+            path.display()
         );
     }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_BYTES + 1).read_to_string(&mut text))
+        .with_context(|| format!("reading {}", path.display()))?;
+    if text.len() as u64 > MAX_BYTES {
+        bail!(
+            "{}: over {} MiB is not a saved conversation",
+            path.display(),
+            MAX_BYTES >> 20
+        );
+    }
     let messages: Vec<Message> = serde_json::from_str(&text).with_context(|| {
         format!(
             "{}: not a saved conversation (a JSON list of {{\"role\", \"content\"}} objects)",

@@ -29,7 +29,9 @@ pub async fn complete(
 ) -> ApiResult<Response> {
     let loaded = state.ready()?;
     let n_ctx = loaded.max_seq_len;
-    if prompt.len() >= n_ctx {
+    // Under a shift, window or eviction policy a prompt longer than the context is read
+    // through the bounded cache, as `generate` and `chat` do.
+    if prompt.len() >= n_ctx && !state.config.context.shifts() {
         return Err(ApiError::context_exceeded(
             format!(
                 "the prompt is {} tokens, the context holds {n_ctx}: no room to generate",
