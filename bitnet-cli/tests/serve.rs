@@ -714,6 +714,13 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     assert_eq!(st, 200, "{b}");
     assert!(b["usage"]["prompt_tokens"].as_u64().unwrap() > 128, "{b}");
     assert_eq!(b["usage"]["completion_tokens"], 8, "{b}");
+    let keep_all = Server::start(&["--context-shift", "--keep", "-1", "-c", "128"]);
+    // Keeping the whole prompt leaves nothing to shift when the prompt is half the context
+    // or more: the request's fault, a 400 (it was a 500 from the failed generation).
+    let (st, b) = keep_all.post("/v1/completions", &body);
+    assert_eq!(st, 400, "{b}");
+    assert_eq!(b["error"]["code"], "context_length_exceeded", "{b}");
+    drop(keep_all);
     // The KV is back in the pool once the request is done (the gauges are published after
     // the engine's step, which may end just after the answer went out).
     s.wait_for(5, "the KV back in the pool", |s| {

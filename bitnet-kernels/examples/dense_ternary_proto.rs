@@ -325,7 +325,8 @@ mod proto {
             .collect();
         let act = |cols: usize| &acts[usize::from(cols != 2560)];
 
-        // Both layouts against plain integer dots, on sampled rows of the first layer.
+        // The dense layout against plain integer dots, on sampled rows of the first layer
+        // (the 2-bit kernel has its own tests).
         let mut check = Rng(99);
         for (m, &(r, c)) in dense.iter().zip(&LAYER) {
             let trits = check.trits(r * c);

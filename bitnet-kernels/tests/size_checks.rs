@@ -3,6 +3,9 @@
 //! length checks: the AVX2 products then wrote past `out`). Each case expects the wrappers'
 //! own message, not the overflow panic of a debug build's arithmetic.
 
+// The wrapping sizes below are 64-bit values.
+#![cfg(target_pointer_width = "64")]
+
 use bitnet_kernels::float::RopeTable;
 use bitnet_kernels::ternary::ternary_int_dots_multi;
 use bitnet_kernels::{BinaryMatrix, Isa, TernaryMatrix};
@@ -29,6 +32,7 @@ fn ternary_products_refuse_a_token_count_that_wraps() {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn binary_products_refuse_a_token_count_that_wraps() {
     let w = BinaryMatrix::from_signs(&[1i8; 256 * 256], 256, 256, 1.0).unwrap();

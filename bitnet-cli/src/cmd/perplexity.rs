@@ -217,7 +217,13 @@ pub fn run(args: Args) -> Result<()> {
             };
             let mut magic = [0u8; 8];
             // A file shorter than the magic (an empty one, say) is no base file either.
-            r.read_exact(&mut magic).map_err(|_| not_a_base())?;
+            r.read_exact(&mut magic).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    not_a_base()
+                } else {
+                    anyhow::Error::new(e).context(format!("reading {}", p.display()))
+                }
+            })?;
             if &magic != KLD_MAGIC {
                 return Err(not_a_base());
             }

@@ -57,11 +57,12 @@ impl PromptArgs {
     }
 }
 
-/// The most text a prompt file may hold: far more than any context, while a file with no end
-/// (`/dev/zero`, a pipe that never closes) is refused instead of growing without bound.
-pub const MAX_PROMPT_BYTES: u64 = 1 << 30;
+/// The most text read from a source that is not a regular file (standard input, a pipe, a
+/// device): far more than any context, while one with no end (`/dev/zero`, a pipe that never
+/// closes) is refused instead of growing without bound. A regular file ends; it is read whole.
+pub const MAX_STREAMED_PROMPT_BYTES: u64 = 1 << 30;
 
-/// The whole of `path` (`-`: standard input) as UTF-8 text, at most [`MAX_PROMPT_BYTES`].
+/// The whole of `path` (`-`: standard input) as UTF-8 text.
 pub fn read_text(path: &Path) -> Result<String> {
     let (bytes, name) = if path == Path::new("-") {
         let bytes = read_capped(std::io::stdin().lock())
@@ -70,14 +71,20 @@ pub fn read_text(path: &Path) -> Result<String> {
     } else {
         let file = std::fs::File::open(path)
             .with_context(|| format!("reading the prompt from {}", path.display()))?;
-        if file.metadata().is_ok_and(|m| m.is_dir()) {
+        let meta = file.metadata().ok();
+        if meta.as_ref().is_some_and(|m| m.is_dir()) {
             bail!(
                 "reading the prompt from {}: it is a directory",
                 path.display()
             );
         }
-        let bytes = read_capped(file)
-            .with_context(|| format!("reading the prompt from {}", path.display()))?;
+        let bytes = if meta.is_some_and(|m| m.is_file()) {
+            let mut buf = Vec::new();
+            (&file).read_to_end(&mut buf).map(|_| buf)
+        } else {
+            read_capped(&file)
+        }
+        .with_context(|| format!("reading the prompt from {}", path.display()))?;
         (bytes, path.display().to_string())
     };
     String::from_utf8(bytes).map_err(|e| {
@@ -88,14 +95,16 @@ pub fn read_text(path: &Path) -> Result<String> {
     })
 }
 
-fn read_capped(source: impl Read) -> Result<Vec<u8>> {
+fn read_capped(source: impl Read) -> std::io::Result<Vec<u8>> {
     let mut buf = Vec::new();
-    source.take(MAX_PROMPT_BYTES + 1).read_to_end(&mut buf)?;
-    if buf.len() as u64 > MAX_PROMPT_BYTES {
-        bail!(
-            "more than {} GiB of text: split it, or give a file that ends",
-            MAX_PROMPT_BYTES >> 30
-        );
+    source
+        .take(MAX_STREAMED_PROMPT_BYTES + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > MAX_STREAMED_PROMPT_BYTES {
+        return Err(std::io::Error::other(format!(
+            "more than {} GiB of text from a stream: save it to a file first",
+            MAX_STREAMED_PROMPT_BYTES >> 30
+        )));
     }
     Ok(buf)
 }

@@ -46,6 +46,12 @@ pub async fn complete(
         .context
         .policy(bos, prompt.len())
         .map_err(|e| ApiError::invalid(e.to_string(), None))?;
+    // A policy this prompt makes impossible (`--keep -1` keeping a prompt of half the
+    // context or more) is the request's fault: a 400 here, not a failed generation.
+    req.params
+        .context
+        .validate(n_ctx)
+        .map_err(|e| ApiError::context_exceeded(e.to_string(), prompt_param))?;
     // With a context shift or a window, generation goes on past the context.
     let room = if state.config.context.shifts() {
         usize::MAX

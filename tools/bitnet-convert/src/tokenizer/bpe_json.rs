@@ -42,6 +42,9 @@ pub struct BpeJson {
     pub template_bos: Option<String>,
     /// The EOS text of a post-processor that ends with one.
     pub template_eos: Option<String>,
+    /// Conversions the file allows but that may be mistakes (an added token replacing
+    /// another), for the converter's report.
+    pub warnings: Vec<String>,
 }
 
 fn bad(path: &Path, reason: impl Into<String>) -> ConvertError {
@@ -88,6 +91,7 @@ pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
     let mut types: Vec<i64> = Vec::new();
     // Where each token came from, for the message about a reused id.
     let mut added_at: Vec<bool> = Vec::new();
+    let mut warnings: Vec<String> = Vec::new();
     let mut put = |id: u64, text: &str, ty: i64, added: bool| -> Result<(), ConvertError> {
         let id = usize::try_from(id)
             .ok()
@@ -98,27 +102,29 @@ pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
             types.resize(id + 1, TYPE_USER_DEFINED);
             added_at.resize(id + 1, false);
         }
-        if let Some(prev) = &tokens[id] {
-            // Hugging Face files restate special vocabulary entries in added_tokens (same
-            // id, same text): that only sets the type. Other text would silently replace
-            // a token (an added token taking the EOS id, say), so it is refused.
-            if !(added && prev == text) {
-                let from = |a: bool| {
-                    if a {
-                        "added token"
-                    } else {
-                        "model.vocab entry"
-                    }
-                };
-                return Err(bad(
-                    path,
-                    format!(
-                        "{} {prev:?} and {} {text:?} both have id {id}",
-                        from(added_at[id]),
-                        from(added)
-                    ),
-                ));
+        if let Some(prev) = &tokens[id]
+            && prev != text
+        {
+            let from = |a: bool| {
+                if a {
+                    "added token"
+                } else {
+                    "model.vocab entry"
+                }
+            };
+            let what = format!(
+                "{} {prev:?} and {} {text:?} both have id {id}",
+                from(added_at[id]),
+                from(added)
+            );
+            if !added {
+                // Two vocabulary strings for one id: one of them would be lost.
+                return Err(bad(path, what));
             }
+            // An added token over another token is how Hugging Face tokenizers repurpose an
+            // id (the added token wins), so it is converted that way, but said: it may also
+            // be a mistake (an added token taking the EOS id).
+            warnings.push(format!("{what}: the added token replaces it"));
         }
         tokens[id] = Some(text.to_owned());
         types[id] = ty;
@@ -194,6 +200,7 @@ pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
         pre: detect_pre(v.get("pre_tokenizer"), v.get("normalizer")),
         template_bos,
         template_eos,
+        warnings,
     })
 }
 

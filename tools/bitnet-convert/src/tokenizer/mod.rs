@@ -102,6 +102,7 @@ pub fn convert(
         inputs.push(json_path.clone());
         let v = hf::read_json(&json_path)?;
         let b = bpe_json::parse(&json_path, &v)?;
+        warnings.extend(b.warnings.iter().cloned());
         let pre = match (pre_override, &b.pre) {
             (Some(p), _) => p.to_owned(),
             (None, Ok(p)) => (*p).to_owned(),
