@@ -32,15 +32,9 @@ const SHAPES: [(&str, usize, usize); 5] = [
     ("head_128256x2560", 128256, 2560),
 ];
 
-const LAYER: [(usize, usize); 7] = [
-    (2560, 2560),
-    (640, 2560),
-    (640, 2560),
-    (2560, 2560),
-    (6912, 2560),
-    (6912, 2560),
-    (2560, 6912),
-];
+#[path = "../examples/shapes/mod.rs"]
+mod shapes;
+use shapes::LAYER;
 
 #[derive(Debug)]
 pub struct Rng(pub u64);

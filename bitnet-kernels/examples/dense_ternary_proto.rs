@@ -23,6 +23,9 @@
 //! thread, so here it loses. It would win only where a thread's share of the bandwidth is
 //! below its decode rate (many cores on few memory channels), which nothing here can measure.
 
+#[path = "shapes/mod.rs"]
+mod shapes;
+
 #[cfg(target_arch = "x86_64")]
 mod proto {
     use std::arch::x86_64::*;
@@ -41,16 +44,7 @@ mod proto {
     const I16_BLOCKS: usize = 6;
     const PREFETCH_BYTES: usize = 4096;
 
-    /// One transformer layer of 2B-4T: q, k, v, o, gate, up, down.
-    const LAYER: [(usize, usize); 7] = [
-        (2560, 2560),
-        (640, 2560),
-        (640, 2560),
-        (2560, 2560),
-        (6912, 2560),
-        (6912, 2560),
-        (2560, 6912),
-    ];
+    use super::shapes::LAYER;
 
     fn encode5(t: [u8; 5]) -> u8 {
         let v = t.iter().fold(0u32, |v, &d| v * 3 + u32::from(d));

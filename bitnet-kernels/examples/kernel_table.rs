@@ -19,25 +19,9 @@ use bitnet_kernels::{
     ternary_matmul, ternary_matvec,
 };
 
-/// BitNet b1.58 2B-4T matrix shapes (rows x cols) and the tied output head.
-const SHAPES: [(&str, usize, usize); 5] = [
-    ("attn q/o 2560x2560", 2560, 2560),
-    ("attn k/v 640x2560", 640, 2560),
-    ("ffn up/gate 6912x2560", 6912, 2560),
-    ("ffn down 2560x6912", 2560, 6912),
-    ("head 128256x2560", 128256, 2560),
-];
-
-/// One transformer layer of 2B-4T: q, k, v, o, gate, up, down.
-const LAYER: [(usize, usize); 7] = [
-    (2560, 2560),
-    (640, 2560),
-    (640, 2560),
-    (2560, 2560),
-    (6912, 2560),
-    (6912, 2560),
-    (2560, 6912),
-];
+#[path = "shapes/mod.rs"]
+mod shapes;
+use shapes::{LAYER, SHAPES};
 
 struct Opts {
     quick: bool,

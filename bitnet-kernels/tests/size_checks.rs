@@ -32,6 +32,25 @@ fn ternary_products_refuse_a_token_count_that_wraps() {
     }
 }
 
+/// The per-kernel-set entry point checks on its own, not only through the wrapper above.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn simd_ternary_products_refuse_a_token_count_that_wraps() {
+    let w = TernaryMatrix::from_trits(&[1i8; 256 * 256], 256, 256, 1.0).unwrap();
+    for isa in kernel_sets() {
+        let Some(simd) = bitnet_kernels::x86_64::token(isa) else {
+            continue;
+        };
+        let q = vec![1i8; 256];
+        let mut out = vec![0i32; 256];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            simd.ternary_raw_dots_multi(&w, &q, WRAPPING_TOKENS, 0..256, 0..1, &mut out)
+        }));
+        let msg = panic_message(r.expect_err("a wrapping token count must be refused"));
+        assert!(msg.contains("overflow usize"), "{isa:?}: {msg}");
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn binary_products_refuse_a_token_count_that_wraps() {

@@ -251,21 +251,6 @@ fn presets_and_bad_specs() {
             n_vocab: 10,
             ..small(TensorType::TQ2_0)
         },
-        // Shapes that are far too large, or whose weight count overflows, are refused by
-        // the check, before any tensor list is built.
-        SynthSpec {
-            n_layer: 1_000_000_000,
-            ..small(TensorType::TQ2_0)
-        },
-        SynthSpec {
-            n_layer: 4000,
-            n_ff: 1 << 40,
-            ..small(TensorType::TQ2_0)
-        },
-        SynthSpec {
-            n_ff: usize::MAX / 2,
-            ..small(TensorType::TQ2_0)
-        },
         SynthSpec {
             embd_type: TensorType::TQ2_0,
             ..small(TensorType::TQ2_0)
@@ -277,6 +262,36 @@ fn presets_and_bad_specs() {
     ];
     for s in cases {
         assert!(matches!(plan(&s), Err(SynthError::Spec(_))), "{s:?}");
+    }
+    // Shapes far too large, or whose weight count overflows, are refused by their own
+    // check, before any tensor list is built (a billion layers used to grow to 5.9 GB).
+    let too_large = [
+        (
+            SynthSpec {
+                n_layer: 1_000_000_000,
+                ..small(TensorType::TQ2_0)
+            },
+            "at most 4096",
+        ),
+        (
+            SynthSpec {
+                n_layer: 4000,
+                n_ff: 1 << 30,
+                ..small(TensorType::TQ2_0)
+            },
+            "G weights",
+        ),
+        (
+            SynthSpec {
+                n_ff: usize::MAX / 2,
+                ..small(TensorType::TQ2_0)
+            },
+            "G weights",
+        ),
+    ];
+    for (s, why) in too_large {
+        let e = plan(&s).unwrap_err();
+        assert!(e.to_string().contains(why), "{s:?}: {e}");
     }
     // a failed write leaves no file behind
     let out = tmp("none.gguf");
