@@ -95,7 +95,14 @@ fn matmul_f32_every_format_within_budget() {
             let (buf, br) = misaligned(&data);
             let data = &buf[br];
             let mut r = rng(99);
-            for (n_tok, rows) in [(1, 0..n_rows), (3, 2..n_rows), (2, 5..6), (1, 4..4)] {
+            for (n_tok, rows) in [
+                (1, 0..n_rows),
+                (3, 2..n_rows),
+                (2, 5..6),
+                (1, 4..4),
+                (9, 0..n_rows),
+                (8, 3..10),
+            ] {
                 let x = normal_vec(&mut r, n_tok * row_len, 1.0);
                 for isa in isas() {
                     let mut out = vec![f32::NAN; n_tok * rows.len()];
@@ -117,6 +124,48 @@ fn matmul_f32_every_format_within_budget() {
                                 &format!("{isa} {fmt:?} len {row_len} tok {t} row {row}"),
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A token's float-head row does not depend on its batch: the block-quantized kernels decode
+/// a weight row once for a tile of tokens, and each token's result must still be, bit for
+/// bit, what it gets alone (batched decode equals one sequence's decode exactly).
+#[test]
+fn matmul_f32_batched_rows_equal_single_rows() {
+    let n_rows = 7;
+    for fmt in RowFormat::ALL {
+        let row_len = *row_lens(fmt).last().unwrap();
+        let (data, _) = random_rows(fmt, n_rows, row_len, 5 + row_len as u64);
+        let mut r = rng(7);
+        for n_tok in 1usize..=11 {
+            let x = normal_vec(&mut r, n_tok * row_len, 1.0);
+            for rows in [0..n_rows, 2..5] {
+                let nr = rows.len();
+                for isa in isas() {
+                    let mut batched = vec![f32::NAN; n_tok * nr];
+                    matmul_f32(
+                        isa,
+                        fmt,
+                        &data,
+                        row_len,
+                        &x,
+                        n_tok,
+                        rows.clone(),
+                        &mut batched,
+                    );
+                    for t in 0..n_tok {
+                        let mut single = vec![f32::NAN; nr];
+                        let xt = &x[t * row_len..(t + 1) * row_len];
+                        matvec_f32(isa, fmt, &data, row_len, xt, rows.clone(), &mut single);
+                        assert_eq!(
+                            bits(&batched[t * nr..(t + 1) * nr]),
+                            bits(&single),
+                            "{isa} {fmt:?} len {row_len} n_tok {n_tok} tok {t} rows {rows:?}"
+                        );
                     }
                 }
             }

@@ -23,65 +23,84 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
 }
 
-/// Dot of one Q8_0 row of `nb` blocks with `x` (32 nb floats), 512 bits wide.
+/// Dots of one Q8_0 row of `nb` blocks with `T` token rows of `x` (`xs` floats apart), 512
+/// bits wide. Each block is decoded once for the whole tile; each token's sum is formed in
+/// the same order whatever `T` is, so a token's result does not depend on its batch.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/DQ, AVX2, FMA, F16C; `w` and `x` readable for `nb` blocks.
+/// AVX-512 F/BW/VL/DQ, AVX2, FMA, F16C; `w` readable for `nb` blocks, `x + t * xs` for `nb`
+/// blocks of floats for every `t < T`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn dot_q8_0_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
-    let mut acc = _mm512_setzero_ps();
+unsafe fn dots_q8_0_avx512<const T: usize>(
+    w: *const u8,
+    x: *const f32,
+    xs: usize,
+    nb: usize,
+) -> [f32; T] {
+    let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
-        // SAFETY: block b is below nb for w and x.
+        // SAFETY: block b is below nb for w and for every token row of x.
         unsafe {
             let p = w.add(b * Q8_0_BLOCK_BYTES);
             let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2).cast())));
             let hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18).cast())));
-            let xp = x.add(QK8_0 * b);
-            let t = _mm512_mul_ps(_mm512_loadu_ps(xp), lo);
-            let t = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(16)), hi, t);
-            acc = _mm512_fmadd_ps(t, _mm512_set1_ps(f16_at(p)), acc);
+            let d = _mm512_set1_ps(f16_at(p));
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xp = x.add(t * xs + QK8_0 * b);
+                let s = _mm512_mul_ps(_mm512_loadu_ps(xp), lo);
+                let s = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(16)), hi, s);
+                *a = _mm512_fmadd_ps(s, d, *a);
+            }
         }
     }
-    _mm512_reduce_add_ps(acc)
+    acc.map(|a| _mm512_reduce_add_ps(a))
 }
 
-/// Dot of one Q6_K row of `nb` super-blocks with `x`, 512 bits wide: per half-block the 6-bit
-/// codes of the four 32-element quarters come from [`q6k_quarters`], are widened to f32 and
-/// scaled per 16 elements by `d * scales[e / 16]`.
+/// Dots of one Q6_K row of `nb` super-blocks with `T` token rows of `x` (`xs` floats apart),
+/// 512 bits wide: per half-block the 6-bit codes of the four 32-element quarters come from
+/// [`q6k_quarters`], are widened to f32 once for the tile and scaled per 16 elements by
+/// `d * scales[e / 16]`; each token's sums are formed in the same order whatever `T` is.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL/DQ, AVX2, FMA, F16C; `w` and `x` readable for `nb` super-blocks.
+/// AVX-512 F/BW/VL/DQ, AVX2, FMA, F16C; `w` readable for `nb` super-blocks, `x + t * xs` for
+/// `nb` super-blocks of floats for every `t < T`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn dot_q6k_avx512(w: *const u8, x: *const f32, nb: usize) -> f32 {
-    let mut acc0 = _mm512_setzero_ps();
-    let mut acc1 = _mm512_setzero_ps();
+unsafe fn dots_q6k_avx512<const T: usize>(
+    w: *const u8,
+    x: *const f32,
+    xs: usize,
+    nb: usize,
+) -> [f32; T] {
+    let mut acc = [[_mm512_setzero_ps(); 2]; T];
     for b in 0..nb {
-        // SAFETY: super-block b is below nb for w and x.
+        // SAFETY: super-block b is below nb for w and for every token row of x.
         unsafe {
             let blk = w.add(b * Q6K_BLOCK_BYTES);
             let d = f16_at(blk.add(208));
             for n in 0..2 {
                 let q = q6k_quarters(blk, n);
                 let sc = blk.add(192 + 8 * n);
-                let xh = x.add(QK_K * b + 128 * n);
                 for (g, &qg) in q.iter().enumerate() {
                     let lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(qg)));
                     let hi =
                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256::<1>(qg)));
-                    let xg = xh.add(32 * g);
-                    let s0 = d * f32::from(sc.add(2 * g).read() as i8);
-                    let s1 = d * f32::from(sc.add(2 * g + 1).read() as i8);
-                    let t0 = _mm512_mul_ps(_mm512_loadu_ps(xg), lo);
-                    let t1 = _mm512_mul_ps(_mm512_loadu_ps(xg.add(16)), hi);
-                    acc0 = _mm512_fmadd_ps(t0, _mm512_set1_ps(s0), acc0);
-                    acc1 = _mm512_fmadd_ps(t1, _mm512_set1_ps(s1), acc1);
+                    let s0 = _mm512_set1_ps(d * f32::from(sc.add(2 * g).read() as i8));
+                    let s1 = _mm512_set1_ps(d * f32::from(sc.add(2 * g + 1).read() as i8));
+                    let off = QK_K * b + 128 * n + 32 * g;
+                    for (t, a) in acc.iter_mut().enumerate() {
+                        let xg = x.add(t * xs + off);
+                        let t0 = _mm512_mul_ps(_mm512_loadu_ps(xg), lo);
+                        let t1 = _mm512_mul_ps(_mm512_loadu_ps(xg.add(16)), hi);
+                        a[0] = _mm512_fmadd_ps(t0, s0, a[0]);
+                        a[1] = _mm512_fmadd_ps(t1, s1, a[1]);
+                    }
                 }
             }
         }
     }
-    _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1))
+    acc.map(|a| _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1])))
 }
 
 /// The 6-bit codes (minus 32) of the four 32-element quarters of Q6_K half-block `n` of the
@@ -123,23 +142,29 @@ unsafe fn q6k_quarters(blk: *const u8, n: usize) -> [__m256i; 4] {
     q.map(|v| _mm256_sub_epi8(v, _mm256_set1_epi8(32)))
 }
 
-/// Dot of one Q6_K row of `nb` super-blocks with `x`, 256 bits wide (as the AVX-512 one).
+/// Dots of one Q6_K row of `nb` super-blocks with `T` token rows of `x` (`xs` floats apart),
+/// 256 bits wide (as the AVX-512 one).
 ///
 /// # Safety
-/// AVX2, FMA, F16C; `w` and `x` readable for `nb` super-blocks.
+/// AVX2, FMA, F16C; `w` readable for `nb` super-blocks, `x + t * xs` for `nb` super-blocks of
+/// floats for every `t < T`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q6k_avx2(w: *const u8, x: *const f32, nb: usize) -> f32 {
-    let mut acc = [_mm256_setzero_ps(); 2];
+unsafe fn dots_q6k_avx2<const T: usize>(
+    w: *const u8,
+    x: *const f32,
+    xs: usize,
+    nb: usize,
+) -> [f32; T] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; T];
     for b in 0..nb {
-        // SAFETY: super-block b is below nb for w and x.
+        // SAFETY: super-block b is below nb for w and for every token row of x.
         unsafe {
             let blk = w.add(b * Q6K_BLOCK_BYTES);
             let d = f16_at(blk.add(208));
             for n in 0..2 {
                 let q = q6k_quarters(blk, n);
                 let sc = blk.add(192 + 8 * n);
-                let xh = x.add(QK_K * b + 128 * n);
                 for (g, &qg) in q.iter().enumerate() {
                     let halves = [
                         _mm256_castsi256_si128(qg),
@@ -148,42 +173,54 @@ unsafe fn dot_q6k_avx2(w: *const u8, x: *const f32, nb: usize) -> f32 {
                     for (h, &q16) in halves.iter().enumerate() {
                         // 16 elements share scale 2g + h.
                         let s = _mm256_set1_ps(d * f32::from(sc.add(2 * g + h).read() as i8));
-                        let xs = xh.add(32 * g + 16 * h);
                         let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q16));
                         let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q16)));
-                        let t = _mm256_mul_ps(_mm256_loadu_ps(xs), lo);
-                        let t = _mm256_fmadd_ps(_mm256_loadu_ps(xs.add(8)), hi, t);
-                        acc[h] = _mm256_fmadd_ps(t, s, acc[h]);
+                        let off = QK_K * b + 128 * n + 32 * g + 16 * h;
+                        for (t, a) in acc.iter_mut().enumerate() {
+                            let xs = x.add(t * xs + off);
+                            let v = _mm256_mul_ps(_mm256_loadu_ps(xs), lo);
+                            let v = _mm256_fmadd_ps(_mm256_loadu_ps(xs.add(8)), hi, v);
+                            a[h] = _mm256_fmadd_ps(v, s, a[h]);
+                        }
                     }
                 }
             }
         }
     }
-    hsum256(_mm256_add_ps(acc[0], acc[1]))
+    acc.map(|a| hsum256(_mm256_add_ps(a[0], a[1])))
 }
 
-/// Dot of one Q8_0 row of `nb` blocks with `x`, 256 bits wide.
+/// Dots of one Q8_0 row of `nb` blocks with `T` token rows of `x` (`xs` floats apart), 256
+/// bits wide (as the AVX-512 one).
 ///
 /// # Safety
-/// AVX2, FMA, F16C; `w` and `x` readable for `nb` blocks.
+/// AVX2, FMA, F16C; `w` readable for `nb` blocks, `x + t * xs` for `nb` blocks of floats for
+/// every `t < T`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q8_0_avx2(w: *const u8, x: *const f32, nb: usize) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+unsafe fn dots_q8_0_avx2<const T: usize>(
+    w: *const u8,
+    x: *const f32,
+    xs: usize,
+    nb: usize,
+) -> [f32; T] {
+    let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
-        // SAFETY: block b is below nb for w and x.
+        // SAFETY: block b is below nb for w and for every token row of x.
         unsafe {
-            let p = w.add(b * Q8_0_BLOCK_BYTES);
-            let xp = x.add(QK8_0 * b);
-            let mut t = _mm256_setzero_ps();
-            for j in 0..4 {
-                let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(p.add(2 + 8 * j).cast()));
-                t = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8 * j)), _mm256_cvtepi32_ps(q), t);
+            let (d, q) = q8_block_f32_avx2(w.add(b * Q8_0_BLOCK_BYTES));
+            let d = _mm256_set1_ps(d);
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xp = x.add(t * xs + QK8_0 * b);
+                let mut s = _mm256_setzero_ps();
+                for (j, &qj) in q.iter().enumerate() {
+                    s = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8 * j)), qj, s);
+                }
+                *a = _mm256_fmadd_ps(s, d, *a);
             }
-            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(f16_at(p)), acc);
         }
     }
-    hsum256(acc)
+    acc.map(|a| hsum256(a))
 }
 
 #[inline]
@@ -210,9 +247,45 @@ impl Kernel {
             Kernel::Q6KAvx512 | Kernel::Q6KAvx2 => RowFormat::Q6K,
         }
     }
+
+    /// Token rows one decoded weight row is used for at a time: as many as keep the tile's
+    /// accumulators in registers (Q6_K keeps two a token; AVX2 has 16 vector registers).
+    fn tile_tokens(self) -> usize {
+        match self {
+            Kernel::Q6KAvx2 => 4,
+            Kernel::Q8_0Avx512 | Kernel::Q6KAvx512 | Kernel::Q8_0Avx2 => 8,
+        }
+    }
+
+    /// The dots of one row with `T` token rows, by this kernel.
+    ///
+    /// # Safety
+    /// As the kernel's own function: its CPU features, `w` and the `T` rows of `x` readable
+    /// for `nb` blocks.
+    #[inline]
+    unsafe fn dots<const T: usize>(
+        self,
+        w: *const u8,
+        x: *const f32,
+        xs: usize,
+        nb: usize,
+    ) -> [f32; T] {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match self {
+                Kernel::Q8_0Avx512 => dots_q8_0_avx512::<T>(w, x, xs, nb),
+                Kernel::Q6KAvx512 => dots_q6k_avx512::<T>(w, x, xs, nb),
+                Kernel::Q8_0Avx2 => dots_q8_0_avx2::<T>(w, x, xs, nb),
+                Kernel::Q6KAvx2 => dots_q6k_avx2::<T>(w, x, xs, nb),
+            }
+        }
+    }
 }
 
-/// `out[t * rows.len() + i] = dot(row rows.start + i, x[t])` for rows decoded by `k`.
+/// `out[t * rows.len() + i] = dot(row rows.start + i, x[t])` for rows decoded by `k`. Each
+/// row is decoded once for a tile of up to [`Kernel::tile_tokens`] tokens (batched decode
+/// reads and decodes the head once per step, not once per sequence); a token's result is the
+/// same bits in any tile.
 ///
 /// # Safety
 /// The CPU must support the features of `k` (AVX-512 F/BW/VL/DQ for the Avx512 kernels,
@@ -235,20 +308,32 @@ pub(crate) unsafe fn matmul(
             && crate::extent::holds(x.len(), n_tok, row_len)
             && crate::extent::holds(out.len(), n_tok, nr)
     );
+    let tile = k.tile_tokens();
     for (i, r) in rows.enumerate() {
-        for t in 0..n_tok {
-            // SAFETY: row r < rows.end lies inside data and token t inside x (checked
-            // above); the caller guarantees the CPU features of `k`.
-            out[t * nr + i] = unsafe {
+        let mut t0 = 0;
+        while t0 < n_tok {
+            let tt = tile.min(n_tok - t0);
+            let mut d = [0.0f32; 8];
+            // SAFETY: row r < rows.end lies inside data and tokens t0..t0 + tt inside x
+            // (checked above); the caller guarantees the CPU features of `k`.
+            unsafe {
                 let w = data.as_ptr().add(r * rb);
-                let xt = x.as_ptr().add(t * row_len);
-                match k {
-                    Kernel::Q8_0Avx512 => dot_q8_0_avx512(w, xt, nb),
-                    Kernel::Q6KAvx512 => dot_q6k_avx512(w, xt, nb),
-                    Kernel::Q8_0Avx2 => dot_q8_0_avx2(w, xt, nb),
-                    Kernel::Q6KAvx2 => dot_q6k_avx2(w, xt, nb),
+                let xt = x.as_ptr().add(t0 * row_len);
+                match tt {
+                    8 => d = k.dots::<8>(w, xt, row_len, nb),
+                    7 => d[..7].copy_from_slice(&k.dots::<7>(w, xt, row_len, nb)),
+                    6 => d[..6].copy_from_slice(&k.dots::<6>(w, xt, row_len, nb)),
+                    5 => d[..5].copy_from_slice(&k.dots::<5>(w, xt, row_len, nb)),
+                    4 => d[..4].copy_from_slice(&k.dots::<4>(w, xt, row_len, nb)),
+                    3 => d[..3].copy_from_slice(&k.dots::<3>(w, xt, row_len, nb)),
+                    2 => d[..2].copy_from_slice(&k.dots::<2>(w, xt, row_len, nb)),
+                    _ => d[..1].copy_from_slice(&k.dots::<1>(w, xt, row_len, nb)),
                 }
-            };
+            }
+            for (t, &v) in d.iter().enumerate().take(tt) {
+                out[(t0 + t) * nr + i] = v;
+            }
+            t0 += tt;
         }
     }
 }
