@@ -335,3 +335,60 @@ fn prompt_files_without_an_end_are_refused_not_read_without_bound() {
     );
     assert!(err.contains("it is a directory"), "{err}");
 }
+
+/// `serve --timeout` is refused outside 1 s to a year before anything loads: 0 used to become
+/// 1 s silently, and a deadline past what an `Instant` holds panicked the request's task.
+#[test]
+fn serve_timeout_out_of_range_is_refused() {
+    for bad in ["0", "31536001", "18446744073709551615"] {
+        let err = run_err(
+            bitnet()
+                .args(["serve", "-m"])
+                .arg(tiny_model())
+                .args(["--timeout", bad]),
+        );
+        assert!(
+            err.contains("--timeout") && err.contains(bad),
+            "{bad}: {err}"
+        );
+    }
+}
+
+/// Sampler values the sampler refuses are refused before the model is read: a model path
+/// that does not exist shows it (the sampling error comes first, not a missing file).
+#[test]
+fn bad_sampling_values_are_refused_before_loading() {
+    for cmd in [&["generate", "-p", "Hi"][..], &["chat"]] {
+        for (flag, bad) in [
+            ("--temp", "nan"),
+            ("--top-p", "0"),
+            ("--repeat-penalty", "0"),
+        ] {
+            let err =
+                run_err(
+                    bitnet()
+                        .args(cmd)
+                        .args(["-m", "/nonexistent/model.gguf", flag, bad]),
+                );
+            assert!(
+                err.contains("sampling settings") && !err.contains("nonexistent"),
+                "{cmd:?} {flag} {bad}: {err}"
+            );
+        }
+    }
+}
+
+/// `bench --interleave` with no tg test said nothing and measured no pairs; it is refused.
+#[test]
+fn bench_interleave_without_tg_is_refused() {
+    let err = run_err(bitnet().args(["bench", "-m"]).arg(tiny_model()).args([
+        "-p",
+        "8",
+        "-n",
+        "0",
+        "-t",
+        "1,2",
+        "--interleave",
+    ]));
+    assert!(err.contains("--interleave") && err.contains("-n"), "{err}");
+}

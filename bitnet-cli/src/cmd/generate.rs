@@ -179,6 +179,15 @@ impl SamplingArgs {
         }
     }
 
+    /// Refuses values the sampler would refuse (`--temp nan`, `--top-p 0`, ...) before
+    /// anything is loaded, instead of after the model is read.
+    pub fn check(&self) -> Result<()> {
+        // No logit bias is set from the command line here, so the vocabulary size is moot.
+        self.config(0)
+            .validate(usize::MAX)
+            .context("sampling settings")
+    }
+
     /// The seed given, or a fresh random one.
     pub fn seed(&self) -> u64 {
         match self.seed {
@@ -295,6 +304,7 @@ pub fn run(args: Args) -> Result<()> {
 
 /// The model and the engine settings of the command line.
 fn load(args: &Args) -> Result<(Arc<Model>, EngineOptions)> {
+    args.sampling.check()?;
     let opts = args.model_args.load_options()?;
     let mut engine_opts = args.model_args.engine_options();
     args.attn_entropy.apply(&mut engine_opts)?;

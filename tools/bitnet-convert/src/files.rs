@@ -72,13 +72,27 @@ pub(crate) fn open_regular(path: &Path) -> Result<File, ConvertError> {
     if let Some(kind) = not_regular(&m) {
         return Err(refuse(path, kind));
     }
-    let file = File::open(path).map_err(ConvertError::io(path))?;
+    let file = open_nonblocking(path).map_err(ConvertError::io(path))?;
     // And on the handle: the path may have been replaced since the check.
     let m = file.metadata().map_err(ConvertError::io(path))?;
     if let Some(kind) = not_regular(&m) {
         return Err(refuse(path, kind));
     }
     Ok(file)
+}
+
+/// Opens for reading without blocking: a path swapped for a FIFO between the type check and
+/// the open would otherwise block the open until a writer came. On a regular file the flag
+/// changes nothing (its reads never block), and anything else is refused on the handle.
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    options.open(path)
 }
 
 /// Reads a whole regular file of at most `cap` bytes.
@@ -154,4 +168,36 @@ pub(crate) fn checkpoint_files(dir: &Path) -> Vec<PathBuf> {
     }
     out.retain(|p| p.exists());
     out
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The open itself never waits for a FIFO's writer: the race between the type check and
+    /// the open cannot hang the converter, and the handle check then names the FIFO.
+    #[test]
+    fn a_fifo_opens_without_blocking_and_the_handle_names_it() {
+        let dir = bitnet_test_scratch::fresh_dir("convert-fifo-open");
+        let fifo = dir.join("config.json");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let kind = open_nonblocking(&path)
+                .and_then(|f| f.metadata())
+                .map(|m| not_regular(&m));
+            let _ = tx.send(kind);
+        });
+        let kind = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("opening a FIFO blocked")
+            .expect("open and stat");
+        assert_eq!(kind, Some("a FIFO (named pipe)"));
+        // And through the public entry point, refused by name.
+        let err = open_regular(&fifo).unwrap_err().to_string();
+        assert!(err.contains("FIFO"), "{err}");
+    }
 }

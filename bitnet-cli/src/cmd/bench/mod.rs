@@ -164,6 +164,9 @@ pub fn run(args: Args) -> Result<()> {
     if !args.models.is_empty() && !has_tests {
         bail!("nothing to measure: every -p and -n is 0 (give a prompt or generation length)");
     }
+    if args.interleave && !args.n_gen.iter().any(|&n| n > 0) {
+        bail!("--interleave pairs the tg tests' repetitions: give a generation length (-n N > 0)");
+    }
     let threads_list = if args.threads.is_empty() {
         vec![0]
     } else {

@@ -107,14 +107,20 @@ fn parse_setting(arg: &str) -> Result<Setting, String> {
                 .into(),
         );
     };
-    let float = |lo: f32, hi: f32| -> Result<f32, String> {
+    // `above`: the lower bound itself is refused (the sampler refuses top-p 0 and a repeat
+    // penalty of 0), and the message says so.
+    let float_in = |lo: f32, hi: f32, above: bool| -> Result<f32, String> {
         match value.parse::<f32>() {
-            Ok(v) if v.is_finite() && (lo..=hi).contains(&v) => Ok(v),
+            Ok(v) if v.is_finite() && (lo..=hi).contains(&v) && !(above && v == lo) => Ok(v),
+            _ if above => Err(format!(
+                "{name} must be a number above {lo} and at most {hi}, not {value:?}"
+            )),
             _ => Err(format!(
                 "{name} must be a number from {lo} to {hi}, not {value:?}"
             )),
         }
     };
+    let float = |lo: f32, hi: f32| float_in(lo, hi, false);
     let int = || -> Result<u64, String> {
         value
             .parse::<u64>()
@@ -123,10 +129,10 @@ fn parse_setting(arg: &str) -> Result<Setting, String> {
     Ok(match name.replace('_', "-").as_str() {
         "temp" | "temperature" => Setting::Temp(float(0.0, 100.0)?),
         "top-k" => Setting::TopK(int()? as usize),
-        "top-p" => Setting::TopP(float(0.0, 1.0)?),
+        "top-p" => Setting::TopP(float_in(0.0, 1.0, true)?),
         "min-p" => Setting::MinP(float(0.0, 1.0)?),
         "seed" => Setting::Seed(int()?),
-        "repeat-penalty" => Setting::RepeatPenalty(float(0.0, 100.0)?),
+        "repeat-penalty" => Setting::RepeatPenalty(float_in(0.0, 100.0, true)?),
         "max-tokens" | "n-predict" | "n" => {
             if value == "-1" {
                 Setting::MaxTokens(None)
@@ -197,6 +203,11 @@ mod tests {
         );
         assert!(parse("/set temp hot").unwrap_err().contains("temp"));
         assert!(parse("/set top-p 2").is_err());
+        for bad in ["/set top-p 0", "/set repeat-penalty 0"] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains("above 0"), "{bad}: {err}");
+        }
+        assert!(parse("/set top-p 1").is_ok() && parse("/set temp 0").is_ok());
         assert!(parse("/set temp NaN").is_err());
         assert!(parse("/set").is_err());
         assert!(parse("/save").unwrap_err().contains("file"));

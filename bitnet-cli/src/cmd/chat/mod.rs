@@ -106,6 +106,7 @@ pub fn run(args: Args) -> Result<()> {
         n if n >= 1 => n as usize,
         n => bail!("-n {n}: give a token count >= 1, or -1 for no limit"),
     };
+    args.sampling.check()?;
     let opts = args.model_args.load_options()?;
     let mut engine_opts = args.model_args.engine_options();
     args.attn_entropy.apply(&mut engine_opts)?;

@@ -61,8 +61,8 @@ pub struct Args {
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
     /// Seconds a request may take before it is cancelled (504, or an error event when
-    /// streaming).
-    #[arg(long, default_value_t = 600)]
+    /// streaming): 1 to 31536000 (a year).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
     pub timeout: u64,
     /// Request bodies larger than this many bytes get 413.
     #[arg(long, default_value_t = 1 << 20)]
@@ -92,6 +92,10 @@ pub struct Args {
     pub model_args: ModelArgs,
 }
 
+/// The longest `--timeout`: a request's deadline is `now + timeout`, which must stay a
+/// representable instant (a larger value used to panic the request's task).
+const MAX_TIMEOUT_S: u64 = 365 * 24 * 3600;
+
 pub fn run(args: Args) -> Result<()> {
     let api_key = match (&args.api_key, &args.api_key_file) {
         (Some(k), _) => Some(k.trim().to_owned()),
@@ -117,7 +121,7 @@ pub fn run(args: Args) -> Result<()> {
     let config = Config {
         api_key,
         model_name,
-        timeout: Duration::from_secs(args.timeout.max(1)),
+        timeout: Duration::from_secs(args.timeout),
         parallel: args.parallel as usize,
         queue: args.queue,
         max_body: args.max_body_bytes,
