@@ -290,12 +290,13 @@ fn bad_templates_and_files_are_clear_errors() {
         stderr_of(&out)
     );
 
-    // A value that parses but that the sampler refuses is refused by /set itself (it used to
-    // be taken, and the next message failed).
+    // A value in the range's closed form that the sampler refuses (top-p 0) is refused by
+    // /set itself, which names the open bound (it used to be taken, and the next message
+    // failed).
     let out = chat(&[], "/set top-p 0\n");
     assert!(!out.status.success());
     assert!(
-        stderr_of(&out).contains("top_p = 0 is invalid"),
+        stderr_of(&out).contains("top-p must be a number above 0"),
         "{}",
         stderr_of(&out)
     );

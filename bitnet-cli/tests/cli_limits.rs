@@ -391,4 +391,7 @@ fn bench_interleave_without_tg_is_refused() {
         "--interleave",
     ]));
     assert!(err.contains("--interleave") && err.contains("-n"), "{err}");
+    // Nor with no model at all (the bandwidth probe alone has nothing to pair).
+    let err = run_err(bitnet().args(["bench", "--membw", "--interleave"]));
+    assert!(err.contains("--interleave"), "{err}");
 }

@@ -177,9 +177,9 @@ unsafe fn dots_q6k_avx2<const T: usize>(
                         let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(q16)));
                         let off = QK_K * b + 128 * n + 32 * g + 16 * h;
                         for (t, a) in acc.iter_mut().enumerate() {
-                            let xs = x.add(t * xs + off);
-                            let v = _mm256_mul_ps(_mm256_loadu_ps(xs), lo);
-                            let v = _mm256_fmadd_ps(_mm256_loadu_ps(xs.add(8)), hi, v);
+                            let xp = x.add(t * xs + off);
+                            let v = _mm256_mul_ps(_mm256_loadu_ps(xp), lo);
+                            let v = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), hi, v);
                             a[h] = _mm256_fmadd_ps(v, s, a[h]);
                         }
                     }
@@ -249,7 +249,8 @@ impl Kernel {
     }
 
     /// Token rows one decoded weight row is used for at a time: as many as keep the tile's
-    /// accumulators in registers (Q6_K keeps two a token; AVX2 has 16 vector registers).
+    /// accumulators in registers (Q6_K keeps two a token; AVX2 has 16 vector registers), at
+    /// most [`MAX_TILE`].
     fn tile_tokens(self) -> usize {
         match self {
             Kernel::Q6KAvx2 => 4,
@@ -282,6 +283,9 @@ impl Kernel {
     }
 }
 
+/// The widest token tile of [`matmul`] (its dispatch has an arm for each width up to this).
+const MAX_TILE: usize = 8;
+
 /// `out[t * rows.len() + i] = dot(row rows.start + i, x[t])` for rows decoded by `k`. Each
 /// row is decoded once for a tile of up to [`Kernel::tile_tokens`] tokens (batched decode
 /// reads and decodes the head once per step, not once per sequence); a token's result is the
@@ -309,11 +313,12 @@ pub(crate) unsafe fn matmul(
             && crate::extent::holds(out.len(), n_tok, nr)
     );
     let tile = k.tile_tokens();
+    debug_assert!((1..=MAX_TILE).contains(&tile));
     for (i, r) in rows.enumerate() {
         let mut t0 = 0;
         while t0 < n_tok {
             let tt = tile.min(n_tok - t0);
-            let mut d = [0.0f32; 8];
+            let mut d = [0.0f32; MAX_TILE];
             // SAFETY: row r < rows.end lies inside data and tokens t0..t0 + tt inside x
             // (checked above); the caller guarantees the CPU features of `k`.
             unsafe {
@@ -327,7 +332,8 @@ pub(crate) unsafe fn matmul(
                     4 => d[..4].copy_from_slice(&k.dots::<4>(w, xt, row_len, nb)),
                     3 => d[..3].copy_from_slice(&k.dots::<3>(w, xt, row_len, nb)),
                     2 => d[..2].copy_from_slice(&k.dots::<2>(w, xt, row_len, nb)),
-                    _ => d[..1].copy_from_slice(&k.dots::<1>(w, xt, row_len, nb)),
+                    1 => d[..1].copy_from_slice(&k.dots::<1>(w, xt, row_len, nb)),
+                    _ => unreachable!("token tiles are 1 to {MAX_TILE} wide"),
                 }
             }
             for (t, &v) in d.iter().enumerate().take(tt) {

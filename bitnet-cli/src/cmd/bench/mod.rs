@@ -164,8 +164,10 @@ pub fn run(args: Args) -> Result<()> {
     if !args.models.is_empty() && !has_tests {
         bail!("nothing to measure: every -p and -n is 0 (give a prompt or generation length)");
     }
-    if args.interleave && !args.n_gen.iter().any(|&n| n > 0) {
-        bail!("--interleave pairs the tg tests' repetitions: give a generation length (-n N > 0)");
+    if args.interleave && (args.models.is_empty() || !args.n_gen.iter().any(|&n| n > 0)) {
+        bail!(
+            "--interleave pairs the tg tests' repetitions: give a model (-m) and a generation length (-n N > 0)"
+        );
     }
     let threads_list = if args.threads.is_empty() {
         vec![0]

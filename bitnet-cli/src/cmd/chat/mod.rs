@@ -333,8 +333,8 @@ fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Command) -> Res
             let settings = &mut chat.settings;
             let mut sampler = settings.sampler.clone();
             commands::apply(&s, &mut sampler, &mut settings.max_tokens);
-            // The sampler's own rules decide (top-p 0 parses as a number, but samples
-            // nothing): a refused value leaves the settings as they were.
+            // The sampler's own rules decide, behind /set's own ranges: a refused value
+            // leaves the settings as they were.
             sampler.validate(n_vocab)?;
             settings.sampler = sampler;
             screen.info(&format!("({s})"));
