@@ -293,6 +293,20 @@ fn bad_tokens_and_context_overflow_are_errors() {
     s.eval(&prompt(6, 512), false).unwrap();
     assert_eq!(s.n_past(), 16);
     assert!(s.eval(&[1], false).is_err());
+
+    // A context that is not whole KV blocks holds what was asked, not the rounded-up pool
+    // (20 of 32 positions): the 21st position is refused.
+    let mut s = model.session(20).unwrap();
+    assert_eq!(s.n_ctx(), 20);
+    s.eval(&prompt(20, 512), false).unwrap();
+    assert!(matches!(
+        s.eval(&[1], false),
+        Err(CoreError::ContextOverflow {
+            n_past: 20,
+            n_new: 1,
+            n_ctx: 20
+        })
+    ));
     std::fs::remove_file(&path).ok();
 }
 

@@ -275,7 +275,9 @@ impl Engine {
             kv.set_rotation(rot_k, rot_v)?;
         }
         let pool = ThreadPool::new(threads, pin)?;
-        let max_pos = kv.capacity_tokens();
+        // A sequence holds at most `-c` positions, as asked. The pool is whole blocks, so
+        // it may hold up to a block less one more in all; other sequences use that room.
+        let max_pos = n_ctx.min(kv.capacity_tokens());
         let chunk = opts.batch.min(max_pos).max(1);
         let rope = RopeTable::new(cfg.rope_dim, cfg.rope_theta, max_pos);
 
@@ -301,10 +303,11 @@ impl Engine {
         ];
         let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
         let group = cfg.gqa_group();
+        // Sized for the pool's whole blocks, as the attention pass lays rows out.
         let per_thread = super::par::attention_scratch(
             group,
             cfg.head_dim,
-            max_pos,
+            kv.capacity_tokens(),
             kv.block_tokens(),
             opts.kv_xnor,
             opts.k_type.format().int8_scores.is_some(),
@@ -364,12 +367,13 @@ impl Engine {
         self.pool.n_threads()
     }
 
-    /// Positions one sequence may hold at most (the whole pool).
+    /// Positions one sequence may hold at most: `-c` as given (the pool, rounded up to whole
+    /// blocks, may hold a few more in all).
     pub fn max_seq_len(&self) -> usize {
         self.max_pos
     }
 
-    /// Tokens the KV pool holds in all (`-c`).
+    /// Tokens the KV pool holds in all: `-c` rounded up to whole blocks.
     pub fn n_ctx(&self) -> usize {
         self.kv.capacity_tokens()
     }
