@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: everything with the best kernels this CPU has, then the
-# whole suite again with the scalar kernels forced, so the fallbacks stay honest.
-# Needs ../shared beside the checkout (test data); see README.
+# whole suite again with the scalar kernels forced, so the fallbacks stay honest; and the
+# embedding examples of bitnet-core run on the shipped model (they exit non-zero when they
+# fail). Needs ../shared beside the checkout (test data); see README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every core by default; JOBS=N to share the machine.
@@ -11,4 +12,8 @@ if [ ! -d ../shared/data ]; then
   exit 1
 fi
 cargo test --workspace -j "$jobs"
+for example in generate chat serve_threads; do
+  echo "== example $example on models/shakespeare.gguf"
+  cargo run -q -j "$jobs" -p bitnet-core --example "$example" -- models/shakespeare.gguf
+done
 BITNET_KERNEL=scalar cargo test --workspace -j "$jobs"

@@ -1,11 +1,15 @@
-//! The `bitnet` binary: a thin command-line layer over bitnet-core. One file per subcommand
-//! under `cmd/`; this file only parses arguments, dispatches, and turns errors into exit codes.
+//! The `bitnet` binary: a thin command-line layer over bitnet-core. One module per
+//! subcommand under `cmd/`, the flags they share under `args/`, loading a model and making
+//! an engine under `setup/`; this file only parses arguments, dispatches, and turns errors
+//! into exit codes.
 #![forbid(unsafe_code)]
 
+mod args;
 mod cmd;
 mod interrupt;
 mod output;
 mod output_file;
+mod setup;
 
 use std::process::ExitCode;
 
@@ -42,7 +46,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(cmd::common::llama_flag_names(std::env::args_os()));
+    let cli = Cli::parse_from(args::model::llama_flag_names(std::env::args_os()));
     let result = match cli.command {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Chat(args) => cmd::chat::run(args),

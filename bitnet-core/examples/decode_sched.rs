@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bitnet_core::model::{EngineOptions, HeadMode, LoadOptions, Model, Session};
+use bitnet_core::engine::{EngineOptions, Session};
+use bitnet_core::model::{HeadMode, LoadOptions, Model};
 
 /// `(comm, [on-cpu ns, run-queue wait ns, slices])` of every thread of this process.
 fn schedstats() -> BTreeMap<u64, (String, [u64; 3])> {

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bitnet_core::model::{EngineOptions, HeadMode, LoadOptions, Model, Session};
+use bitnet_core::engine::{EngineOptions, Session};
+use bitnet_core::model::{HeadMode, LoadOptions, Model};
 use bitnet_core::synth::{SynthSpec, write_model};
 
 /// User + system CPU seconds of this process so far (all threads), from /proc/self/stat;
@@ -112,7 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn print_profile(prof: &bitnet_core::model::Profile, total: f64, per: usize) {
+fn print_profile(prof: &bitnet_core::engine::Profile, total: f64, per: usize) {
     for r in prof.rows() {
         println!(
             "  {:<16} {:>9.2} ms/eval {:>6.1}%  ({} calls)",

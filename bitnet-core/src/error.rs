@@ -18,12 +18,9 @@ pub enum CoreError {
     /// The file's metadata or tensor list does not describe a model we run.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// The KV cache could not be allocated or was misused.
+    /// The KV cache could not be set up as asked (sizes, memory, rotation).
     #[error(transparent)]
-    KvCache(#[from] crate::kv_cache::KvCacheError),
-    /// The tokenizer could not be built from the file's metadata.
-    #[error(transparent)]
-    KvPool(#[from] crate::kv::KvPoolError),
+    Kv(#[from] crate::kv::KvError),
     #[error(
         "the KV cache is full: {needed} more positions need blocks, {} of {} blocks are \
          held by sequences (raise -c, run fewer sequences at once, or end kept conversations)",
@@ -33,6 +30,7 @@ pub enum CoreError {
         needed: usize,
         stats: crate::kv::PoolStats,
     },
+    /// The tokenizer could not be built from the file's metadata.
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// The sampler configuration was refused.

@@ -7,7 +7,8 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::model::{BatchItem, Engine, EngineOptions, LoadOptions, Logits, Model};
+use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
+use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
@@ -43,13 +44,14 @@ fn engine(m: &Arc<Model>, threads: usize, every: usize) -> Engine {
 /// is layers x heads x tokens, within `rel`.
 fn assert_mass_sums_to_one_per_row(
     e: &Engine,
-    seq: bitnet_core::model::SeqId,
+    seq: bitnet_core::kv::SeqId,
     n_tokens: usize,
     rel: f64,
     what: &str,
 ) {
     let cfg = e.model().config();
     let mass: f64 = e
+        .kv()
         .sequence(seq)
         .unwrap()
         .attention_mass()
@@ -63,7 +65,7 @@ fn assert_mass_sums_to_one_per_row(
 
 /// Feeds `prompt` then each of `decode` one at a time; returns every logits row.
 fn run(e: &mut Engine, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
-    let seq = e.new_sequence();
+    let seq = e.kv_mut().new_sequence();
     let mut rows = Vec::new();
     let item = BatchItem {
         seq,
@@ -79,7 +81,7 @@ fn run(e: &mut Engine, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
         };
         e.forward(&[item], |_, _, r| rows.push(r.to_vec())).unwrap();
     }
-    e.free_sequence(seq).unwrap();
+    e.kv_mut().free_sequence(seq).unwrap();
     rows
 }
 
@@ -91,7 +93,7 @@ fn zero_queries_attend_uniformly_so_the_entropy_is_ln_n() {
     for threads in [1, 2] {
         let mut e = engine(&m, threads, 4);
         assert!(e.attention_entropy().is_none(), "nothing sampled yet");
-        let seq = e.new_sequence();
+        let seq = e.kv_mut().new_sequence();
         let prompt: Vec<u32> = (3..23).collect();
         let item = BatchItem {
             seq,
@@ -132,7 +134,7 @@ fn zero_queries_attend_uniformly_so_the_entropy_is_ln_n() {
         };
         e.forward(&[item], |_, _, _| {}).unwrap();
         assert_eq!(e.attention_entropy_samples(), 2);
-        let w = bitnet_core::model::ENTROPY_EMA_WEIGHT;
+        let w = bitnet_core::engine::ENTROPY_EMA_WEIGHT;
         let want = 21f32.ln() + w * (25f32.ln() - 21f32.ln());
         for &h in e.attention_entropy().unwrap() {
             assert!((h - want).abs() < 1e-4, "{h} vs {want}");
@@ -163,8 +165,8 @@ fn the_statistics_change_no_logit() {
         let on = run(&mut engine(&m, threads, 1), &prompt, &decode);
         assert_eq!(off, on, "entropy sampling on, {threads} threads");
         let mut e = engine(&m, threads, 0);
-        let seq = e.new_sequence();
-        e.track_attention_mass(seq, true).unwrap();
+        let seq = e.kv_mut().new_sequence();
+        e.kv_mut().track_attention_mass(seq, true).unwrap();
         let mut rows = Vec::new();
         let item = BatchItem {
             seq,
@@ -233,7 +235,7 @@ fn chunked_rows_keep_the_statistics_exact() {
     let (m, path) = model("entropy-chunks-uniform", 1.0 - f32::EPSILON / 2.0);
     for threads in [1, 2] {
         let mut e = engine_long(&m, threads, 1);
-        let seq = e.new_sequence();
+        let seq = e.kv_mut().new_sequence();
         feed(&mut e, seq);
         // The last decoded token attends to 603 positions (EMA over 601..603: within 0.005).
         for &h in e.attention_entropy().unwrap() {
@@ -248,14 +250,14 @@ fn chunked_rows_keep_the_statistics_exact() {
     let (m, path) = model("entropy-chunks-logits", 1.0 / 3.0);
     for threads in [1, 2] {
         let mut e = engine_long(&m, threads, 0);
-        let seq = e.new_sequence();
+        let seq = e.kv_mut().new_sequence();
         let off = feed(&mut e, seq);
         let mut e = engine_long(&m, threads, 1);
-        let seq = e.new_sequence();
+        let seq = e.kv_mut().new_sequence();
         assert_eq!(off, feed(&mut e, seq), "entropy on, {threads} threads");
         let mut e = engine_long(&m, threads, 0);
-        let seq = e.new_sequence();
-        e.track_attention_mass(seq, true).unwrap();
+        let seq = e.kv_mut().new_sequence();
+        e.kv_mut().track_attention_mass(seq, true).unwrap();
         assert_eq!(off, feed(&mut e, seq), "mass on, {threads} threads");
         let n = prompt.len() + decode.len();
         assert_mass_sums_to_one_per_row(&e, seq, n, 1e-3, &format!("{threads} threads"));

@@ -8,8 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
+use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
 use bitnet_core::kv::KvType;
-use bitnet_core::model::{BatchItem, Engine, EngineOptions, LoadOptions, Logits, Model};
+use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
@@ -53,7 +54,7 @@ fn run(
         ..EngineOptions::default()
     };
     let mut e = Engine::new(m.clone(), &opts).unwrap();
-    let seq = e.new_sequence();
+    let seq = e.kv_mut().new_sequence();
     let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 37 + 5) % 512).collect();
     let mut rows = Vec::new();
     let mut feed = |e: &mut Engine, tokens: &[u32], logits: Logits| {

@@ -7,7 +7,9 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::model::{BatchItem, Engine, EngineOptions, LoadOptions, Logits, Model, SeqId};
+use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
+use bitnet_core::kv::SeqId;
+use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
@@ -92,7 +94,7 @@ fn a_sequence_in_a_batch_of_eight_matches_it_alone() {
         let mut alone: Vec<Vec<Vec<f32>>> = Vec::new();
         for (p, s) in prompts.iter().zip(&streams) {
             let mut e = engine(&m, 256, 32, 2);
-            let seq = e.new_sequence();
+            let seq = e.kv_mut().new_sequence();
             let mut rows = vec![eval_alone(&mut e, seq, p, 32)];
             for &t in s {
                 rows.push(eval_alone(&mut e, seq, &[t], 1));
@@ -104,7 +106,7 @@ fn a_sequence_in_a_batch_of_eight_matches_it_alone() {
         // several sequences in one batch), then every step decodes all eight at once.
         for threads in [1, 2] {
             let mut e = engine(&m, 1024, 48, threads);
-            let seqs: Vec<SeqId> = (0..8).map(|_| e.new_sequence()).collect();
+            let seqs: Vec<SeqId> = (0..8).map(|_| e.kv_mut().new_sequence()).collect();
             let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 8];
             let mut fed = [0usize; 8];
             while (0..8).any(|i| fed[i] < lens[i]) {
@@ -169,27 +171,27 @@ fn forks_share_blocks_and_copy_on_write() {
     let (m, path) = model("fork", Isa::Scalar);
     let v = m.n_vocab();
     let mut e = engine(&m, 256, 64, 1);
-    let bt = e.block_tokens();
-    let a = e.new_sequence();
+    let bt = e.kv().block_tokens();
+    let a = e.kv_mut().new_sequence();
     let prompt = tokens(2 * bt + bt / 2, 3, v); // two full blocks and half of a third
     eval_alone(&mut e, a, &prompt, 64);
-    assert_eq!(e.kv_stats().pool.used, 3);
-    let b = e.fork(a).unwrap();
-    assert_eq!(e.kv_stats().pool.used, 3, "a fork shares every block");
+    assert_eq!(e.kv().stats().pool.used, 3);
+    let b = e.kv_mut().fork(a).unwrap();
+    assert_eq!(e.kv().stats().pool.used, 3, "a fork shares every block");
     assert_eq!(
-        e.sequence(b).unwrap().blocks(),
-        e.sequence(a).unwrap().blocks()
+        e.kv().sequence(b).unwrap().blocks(),
+        e.kv().sequence(a).unwrap().blocks()
     );
     // Writing into the shared, half-filled block copies it for the writer only.
     let la = eval_alone(&mut e, b, &[7], 1);
     assert_eq!(
-        e.kv_stats().pool.used,
+        e.kv().stats().pool.used,
         4,
         "the first write copies the partial block"
     );
     let (ba, bb) = (
-        e.sequence(a).unwrap().blocks().to_vec(),
-        e.sequence(b).unwrap().blocks().to_vec(),
+        e.kv().sequence(a).unwrap().blocks().to_vec(),
+        e.kv().sequence(b).unwrap().blocks().to_vec(),
     );
     assert_eq!(ba[..2], bb[..2], "full blocks stay shared");
     assert_ne!(ba[2], bb[2]);
@@ -197,24 +199,27 @@ fn forks_share_blocks_and_copy_on_write() {
     // logits of a sequence that was never forked.
     let la2 = eval_alone(&mut e, a, &[9], 1);
     let mut fresh = engine(&m, 256, 64, 1);
-    let s = fresh.new_sequence();
+    let s = fresh.kv_mut().new_sequence();
     eval_alone(&mut fresh, s, &prompt, 64);
-    let s2 = fresh.fork(s).unwrap();
+    let s2 = fresh.kv_mut().fork(s).unwrap();
     assert_eq!(bits(&eval_alone(&mut fresh, s, &[9], 1)), bits(&la2));
-    fresh.free_sequence(s).unwrap();
+    fresh.kv_mut().free_sequence(s).unwrap();
     let mut plain = engine(&m, 256, 64, 1);
-    let p = plain.new_sequence();
+    let p = plain.kv_mut().new_sequence();
     let mut full = prompt.clone();
     full.push(7);
     assert_eq!(bits(&eval_alone(&mut plain, p, &full, 64)), bits(&la));
-    fresh.free_sequence(s2).unwrap();
+    fresh.kv_mut().free_sequence(s2).unwrap();
     // Every block comes back.
-    e.free_sequence(a).unwrap();
-    e.free_sequence(b).unwrap();
-    let st = e.kv_stats();
+    e.kv_mut().free_sequence(a).unwrap();
+    e.kv_mut().free_sequence(b).unwrap();
+    let st = e.kv().stats();
     assert_eq!(st.pool.used, 0);
     assert_eq!(st.pool.free + st.pool.cached, st.pool.n_blocks);
-    assert!(e.sequence(a).is_err(), "a freed sequence's id is refused");
+    assert!(
+        e.kv().sequence(a).is_err(),
+        "a freed sequence's id is refused"
+    );
     std::fs::remove_file(&path).ok();
 }
 
@@ -224,15 +229,18 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
     let v = m.n_vocab();
     let mut e = engine(&m, 1024, 128, 1);
     let shared = tokens(300, 11, v);
-    let a = e.new_sequence();
+    let a = e.kv_mut().new_sequence();
     eval_alone(&mut e, a, &shared, 128);
-    e.free_sequence(a).unwrap();
-    assert!(e.kv_stats().pool.cached > 0, "finished blocks stay cached");
+    e.kv_mut().free_sequence(a).unwrap();
+    assert!(
+        e.kv().stats().pool.cached > 0,
+        "finished blocks stay cached"
+    );
 
     let mut second = shared.clone();
     second.extend(tokens(20, 12, v));
-    let b = e.new_sequence();
-    let reused = e.reuse_prefix(b, &second).unwrap();
+    let b = e.kv_mut().new_sequence();
+    let reused = e.kv_mut().reuse_prefix(b, &second).unwrap();
     assert_eq!(reused, 300, "the whole shared prefix comes from the cache");
     let before = e.evaluated_tokens();
     let got = eval_alone(&mut e, b, &second[reused..], 128);
@@ -243,16 +251,16 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
     );
     // Same logits as evaluating everything from scratch.
     let mut cold = engine(&m, 1024, 128, 1);
-    let c = cold.new_sequence();
+    let c = cold.kv_mut().new_sequence();
     assert_eq!(bits(&eval_alone(&mut cold, c, &second, 128)), bits(&got));
 
     // A prompt that diverges inside a cached block reuses the rows before the divergence.
     let mut third = shared[..150].to_vec();
     third.extend(tokens(10, 13, v));
-    let d = e.new_sequence();
-    assert_eq!(e.reuse_prefix(d, &third).unwrap(), 150);
+    let d = e.kv_mut().new_sequence();
+    assert_eq!(e.kv_mut().reuse_prefix(d, &third).unwrap(), 150);
     let got = eval_alone(&mut e, d, &third[150..], 128);
-    let c2 = cold.new_sequence();
+    let c2 = cold.kv_mut().new_sequence();
     assert_eq!(bits(&eval_alone(&mut cold, c2, &third, 128)), bits(&got));
     std::fs::remove_file(&path).ok();
 }
@@ -261,7 +269,7 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
 fn batch_errors_change_nothing() {
     let (m, path) = model("batch-errors", Isa::Scalar);
     let mut e = engine(&m, 64, 16, 1);
-    let a = e.new_sequence();
+    let a = e.kv_mut().new_sequence();
     let t = [1u32, 2, 3];
     let twice = [
         BatchItem {
@@ -289,8 +297,8 @@ fn batch_errors_change_nothing() {
         e.forward(&over, |_, _, _| {}).is_err(),
         "over the batch size"
     );
-    assert_eq!(e.sequence(a).unwrap().len(), 0);
-    e.free_sequence(a).unwrap();
+    assert_eq!(e.kv().sequence(a).unwrap().len(), 0);
+    e.kv_mut().free_sequence(a).unwrap();
     let stale = [BatchItem {
         seq: a,
         tokens: &t,

@@ -10,7 +10,9 @@ use common::sched::{bounded_params, random_tokens, run_bounded};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::model::{Engine, EngineOptions, LoadOptions, Model, StopReason};
+use bitnet_core::engine::{Engine, EngineOptions};
+use bitnet_core::model::{LoadOptions, Model};
+use bitnet_core::scheduler::StopReason;
 use bitnet_core::scheduler::{ContextPolicy, Scheduler, SchedulerOptions};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
@@ -59,8 +61,8 @@ fn assert_front_and_tail(held: &[u32], all: &[u32], front: usize) {
 fn a_window_generates_far_past_the_context_in_constant_blocks() {
     let (m, path) = model("policy-window");
     let mut s = sched(&m, 128);
-    let bt = s.engine().kv_stats().pool.block_tokens;
-    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let bt = s.engine().kv().stats().pool.block_tokens;
+    let n_blocks = s.engine().kv().stats().pool.n_blocks;
     let prompt = random_tokens(10, 1);
     let policy = ContextPolicy::Window {
         sinks: 4,
@@ -72,12 +74,12 @@ fn a_window_generates_far_past_the_context_in_constant_blocks() {
     assert_eq!(stats.gen_tokens, 1000, "generation went on past -c 128");
     // Every token but the last sampled one went through the sequence.
     let all: Vec<u32> = prompt.iter().chain(&stats.tokens[..999]).copied().collect();
-    let held = s.engine().sequence(seq).unwrap().tokens().to_vec();
+    let held = s.engine().kv().sequence(seq).unwrap().tokens().to_vec();
     assert_eq!(stats.discarded_tokens, all.len() - held.len());
     assert!(held.len() > 40, "a window's worth stays ({})", held.len());
     assert_front_and_tail(&held, &all, 4);
-    s.engine_mut().free_sequence(seq).unwrap();
-    let pool = s.engine().kv_stats().pool;
+    s.engine_mut().kv_mut().free_sequence(seq).unwrap();
+    let pool = s.engine().kv().stats().pool;
     assert_eq!(
         (pool.used, pool.available()),
         (0, n_blocks),
@@ -101,7 +103,7 @@ fn a_context_shift_keeps_its_front_and_goes_on() {
     assert_eq!(stats.stop_reason, StopReason::MaxTokens);
     assert_eq!(stats.gen_tokens, 200);
     let all: Vec<u32> = prompt.iter().chain(&stats.tokens[..199]).copied().collect();
-    let held = s.engine().sequence(seq).unwrap().tokens().to_vec();
+    let held = s.engine().kv().sequence(seq).unwrap().tokens().to_vec();
     assert_eq!(stats.discarded_tokens, all.len() - held.len());
     assert_front_and_tail(&held, &all, 5);
     // Each shift removes half of what follows the front: the sequence never drops below
@@ -143,11 +145,11 @@ fn a_prompt_longer_than_the_window_streams_through_it() {
     let stats = run_bounded(&mut s, seq, 36, 3, None);
     assert_eq!(stats.gen_tokens, 5);
     let all: Vec<u32> = prompt.iter().chain(&stats.tokens[..4]).copied().collect();
-    let held = s.engine().sequence(seq).unwrap().tokens().to_vec();
+    let held = s.engine().kv().sequence(seq).unwrap().tokens().to_vec();
     assert_front_and_tail(&held, &all, 4);
     assert_eq!(stats.discarded_tokens, all.len() - held.len());
     // A window that moved gives the same answer on a second run (scalar kernels).
-    s.engine_mut().free_sequence(seq).unwrap();
+    s.engine_mut().kv_mut().free_sequence(seq).unwrap();
     let again = s.submit(&prompt, bounded_params(5, policy)).unwrap();
     let second = run_bounded(&mut s, again, 36, 3, None);
     assert_eq!(second.tokens, stats.tokens);
@@ -181,7 +183,7 @@ fn policies_that_cannot_work_are_refused_at_submit() {
     }
     assert!(s.is_idle(), "nothing was queued");
     assert_eq!(
-        s.engine().kv_stats().sequences,
+        s.engine().kv().stats().sequences,
         0,
         "no sequence left behind"
     );

@@ -361,7 +361,7 @@ fn profile_counts_ops_when_enabled() {
     assert!(
         stats.weight_bytes > 0
             && stats.mapped_bytes > 0
-            && stats.threads == bitnet_core::model::default_threads()
+            && stats.threads == bitnet_core::engine::default_threads()
     );
     assert_eq!(s.threads(), 2);
     std::fs::remove_file(&path).ok();
@@ -369,9 +369,10 @@ fn profile_counts_ops_when_enabled() {
 
 #[test]
 fn generate_streams_greedy_tokens_and_honours_stops() {
-    use bitnet_core::model::{Engine, StopReason, generate};
+    use bitnet_core::engine::Engine;
     use bitnet_core::sampling::SamplerConfig;
     use bitnet_core::scheduler::{GenParams, Scheduler, SchedulerOptions};
+    use bitnet_core::scheduler::{StopReason, generate};
     use bitnet_core::tokenizer::StreamDecoder;
 
     let vocab = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -506,7 +507,7 @@ const KV_Q8_REL_L2_TOL: f32 = 0.05;
 
 #[test]
 fn q8_kv_cache_matches_f16_closely_and_prefill_equals_decode() {
-    use bitnet_core::model::KvType;
+    use bitnet_core::kv::KvType;
     let spec = preset("tiny-bitnet");
     let q8 = common::setup::Opts {
         k_type: KvType::Q8_0,

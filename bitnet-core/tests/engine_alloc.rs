@@ -6,7 +6,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use bitnet_core::model::{EngineOptions, LoadOptions, Model, Session};
+use bitnet_core::engine::{EngineOptions, Session};
+use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::synth::{SynthSpec, write_model};
 
 struct Counting;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use bitnet_core::model::KvType;
+use bitnet_core::kv::KvType;
 use bitnet_kernels::Isa;
 use common::metrics::{Agreement, compare};
 

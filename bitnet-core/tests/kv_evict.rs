@@ -10,7 +10,10 @@ use common::sched::{bounded_params, eval_last, run_bounded};
 
 use std::sync::Arc;
 
-use bitnet_core::model::{Engine, EngineOptions, KvType, LoadOptions, Model, StopReason};
+use bitnet_core::engine::{Engine, EngineOptions};
+use bitnet_core::kv::KvType;
+use bitnet_core::model::{LoadOptions, Model};
+use bitnet_core::scheduler::StopReason;
 use bitnet_core::scheduler::{ContextPolicy, Scheduler, SchedulerOptions};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
@@ -84,17 +87,23 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
     ] {
         for remove in removals {
             let mut e = engine_kv(&m, 128, threads, kv);
-            let seq = e.new_sequence();
-            e.track_attention_mass(seq, true).unwrap();
+            let seq = e.kv_mut().new_sequence();
+            e.kv_mut().track_attention_mass(seq, true).unwrap();
             eval_last(&mut e, seq, &toks);
-            let blocks_before = e.kv_stats().pool.used;
-            let mass_before = e.sequence(seq).unwrap().attention_mass().unwrap().to_vec();
+            let blocks_before = e.kv().stats().pool.used;
+            let mass_before = e
+                .kv()
+                .sequence(seq)
+                .unwrap()
+                .attention_mass()
+                .unwrap()
+                .to_vec();
             e.evict(seq, remove).unwrap();
             let kept: Vec<u32> = (0..toks.len())
                 .filter(|p| !remove.contains(p))
                 .map(|p| toks[p])
                 .collect();
-            let s = e.sequence(seq).unwrap();
+            let s = e.kv().sequence(seq).unwrap();
             assert_eq!(s.tokens(), &kept[..]);
             let want_mass: Vec<f32> = (0..toks.len())
                 .filter(|p| !remove.contains(p))
@@ -105,13 +114,13 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
                 &want_mass[..],
                 "mass moves too"
             );
-            let bt = e.block_tokens();
+            let bt = e.kv().block_tokens();
             assert_eq!(s.blocks().len(), kept.len().div_ceil(bt));
-            assert!(e.kv_stats().pool.used <= blocks_before);
+            assert!(e.kv().stats().pool.used <= blocks_before);
             let got = eval_last(&mut e, seq, &[next]);
 
             let mut f = engine_kv(&m, 128, threads, kv);
-            let fresh = f.new_sequence();
+            let fresh = f.kv_mut().new_sequence();
             let mut all = kept.clone();
             all.push(next);
             let want = eval_last(&mut f, fresh, &all);
@@ -125,8 +134,8 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
                 d <= budget * scale,
                 "{threads} threads, {kv:?} cache, removing {remove:?}: logits off by {d} (scale {scale})"
             );
-            e.free_sequence(seq).unwrap();
-            assert_eq!(e.kv_stats().pool.used, 0, "every block back");
+            e.kv_mut().free_sequence(seq).unwrap();
+            assert_eq!(e.kv().stats().pool.used, 0, "every block back");
         }
     }
 }
@@ -135,52 +144,59 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
 fn bad_evictions_are_refused() {
     let m = model("evict-bad", 1);
     let mut e = engine(&m, 64, 1);
-    let seq = e.new_sequence();
+    let seq = e.kv_mut().new_sequence();
     eval_last(&mut e, seq, &tokens(10, 1));
     assert!(e.evict(seq, &[3, 3]).is_err(), "repeated");
     assert!(e.evict(seq, &[4, 2]).is_err(), "out of order");
     assert!(e.evict(seq, &[10]).is_err(), "past the end");
     e.evict(seq, &[]).unwrap();
-    assert_eq!(e.sequence(seq).unwrap().len(), 10);
+    assert_eq!(e.kv().sequence(seq).unwrap().len(), 10);
 }
 
 #[test]
 fn the_mass_follows_shift_truncate_and_fork() {
     let m = model("evict-mass", 2);
     let mut e = engine(&m, 128, 2);
-    let seq = e.new_sequence();
+    let seq = e.kv_mut().new_sequence();
     assert!(
-        e.sequence(seq).unwrap().attention_mass().is_none(),
+        e.kv().sequence(seq).unwrap().attention_mass().is_none(),
         "off by default"
     );
-    e.track_attention_mass(seq, true).unwrap();
+    e.kv_mut().track_attention_mass(seq, true).unwrap();
     eval_last(&mut e, seq, &tokens(40, 2));
-    let mass = |e: &Engine, s| e.sequence(s).unwrap().attention_mass().unwrap().to_vec();
+    let mass = |e: &Engine, s| {
+        e.kv()
+            .sequence(s)
+            .unwrap()
+            .attention_mass()
+            .unwrap()
+            .to_vec()
+    };
     let m0 = mass(&e, seq);
     assert_eq!(m0.len(), 40);
     // The first position is read by every row of 2 layers x 4 heads: the most mass.
     assert!(m0[0] > m0[39], "{m0:?}");
-    let child = e.fork(seq).unwrap();
+    let child = e.kv_mut().fork(seq).unwrap();
     assert_eq!(mass(&e, child), m0, "a fork starts with its parent's mass");
     e.shift(seq, 4, 10).unwrap();
     let want: Vec<f32> = m0[..4].iter().chain(&m0[14..]).copied().collect();
     assert_eq!(mass(&e, seq), want);
-    e.truncate(seq, 20).unwrap();
+    e.kv_mut().truncate(seq, 20).unwrap();
     assert_eq!(mass(&e, seq), want[..20]);
     assert_eq!(mass(&e, child), m0, "the fork's own copy is untouched");
     eval_last(&mut e, child, &[7]);
     assert_eq!(mass(&e, child).len(), 41);
     assert_eq!(mass(&e, seq).len(), 20);
-    e.track_attention_mass(seq, false).unwrap();
-    assert!(e.sequence(seq).unwrap().attention_mass().is_none());
+    e.kv_mut().track_attention_mass(seq, false).unwrap();
+    assert!(e.kv().sequence(seq).unwrap().attention_mass().is_none());
 }
 
 #[test]
 fn heavy_hitters_generate_far_past_the_context_in_constant_blocks() {
     let m = model("evict-h2o", 2);
     let mut s = Scheduler::new(engine(&m, 128, 2), SchedulerOptions { max_running: 4 });
-    let bt = s.engine().block_tokens();
-    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let bt = s.engine().kv().block_tokens();
+    let n_blocks = s.engine().kv().stats().pool.n_blocks;
     let policy = ContextPolicy::HeavyHitters {
         sinks: 4,
         recent: 16,
@@ -192,7 +208,7 @@ fn heavy_hitters_generate_far_past_the_context_in_constant_blocks() {
     let stats = run_bounded(&mut s, seq, 64, 64usize.div_ceil(bt), Some(200));
     assert_eq!(stats.stop_reason, StopReason::MaxTokens);
     assert_eq!(stats.gen_tokens, 1000, "generation went on past -c 128");
-    let held = s.engine().sequence(seq).unwrap();
+    let held = s.engine().kv().sequence(seq).unwrap();
     let all: Vec<u32> = prompt.iter().chain(&stats.tokens[..999]).copied().collect();
     assert_eq!(stats.discarded_tokens, all.len() - held.len());
     assert_eq!(&held.tokens()[..4], &all[..4], "the sinks stay");
@@ -203,8 +219,8 @@ fn heavy_hitters_generate_far_past_the_context_in_constant_blocks() {
         "the recent positions stay"
     );
     assert_eq!(held.attention_mass().unwrap().len(), n);
-    s.engine_mut().free_sequence(seq).unwrap();
-    let pool = s.engine().kv_stats().pool;
+    s.engine_mut().kv_mut().free_sequence(seq).unwrap();
+    let pool = s.engine().kv().stats().pool;
     assert_eq!(
         (pool.used, pool.available()),
         (0, n_blocks),
@@ -241,7 +257,7 @@ fn budgets_that_cannot_work_are_refused() {
     };
     ok.validate(64).unwrap();
     assert_eq!(
-        s.engine().kv_stats().sequences,
+        s.engine().kv().stats().sequences,
         0,
         "refused requests leave nothing"
     );
@@ -255,7 +271,7 @@ fn budgets_that_cannot_work_are_refused() {
 fn heavy_hitter_requests_start_from_nothing_cached() {
     let m = model("evict-h2o-cache", 2);
     let mut s = Scheduler::new(engine(&m, 128, 2), SchedulerOptions { max_running: 4 });
-    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let n_blocks = s.engine().kv().stats().pool.n_blocks;
     let policy = ContextPolicy::HeavyHitters {
         sinks: 4,
         recent: 16,
@@ -266,7 +282,7 @@ fn heavy_hitter_requests_start_from_nothing_cached() {
         ..bounded_params(n, policy)
     };
     let prompt = tokens(66, 5);
-    let run = |s: &mut Scheduler, ids: &[bitnet_core::model::SeqId]| {
+    let run = |s: &mut Scheduler, ids: &[bitnet_core::kv::SeqId]| {
         let mut done = std::collections::HashMap::new();
         let mut steps = 0;
         while !s.is_idle() {
@@ -293,13 +309,13 @@ fn heavy_hitter_requests_start_from_nothing_cached() {
     assert_eq!(again.tokens, first.tokens, "the same text as the first");
     // Batched, the prompt's chunks (and so where eviction cuts) differ: only the room is
     // checked here.
-    let ids: Vec<bitnet_core::model::SeqId> = (0..3)
+    let ids: Vec<bitnet_core::kv::SeqId> = (0..3)
         .map(|_| s.submit(&prompt, params(62)).unwrap())
         .collect();
     for r in run(&mut s, &ids) {
         assert_eq!((r.cached_tokens, r.gen_tokens), (0, 62));
     }
-    let pool = s.engine().kv_stats().pool;
+    let pool = s.engine().kv().stats().pool;
     assert_eq!(
         (pool.used, pool.available()),
         (0, n_blocks),

@@ -10,7 +10,9 @@ use common::sched::eval_last;
 
 use std::sync::Arc;
 
-use bitnet_core::model::{Engine, EngineOptions, LoadOptions, Model, SeqId};
+use bitnet_core::engine::{Engine, EngineOptions};
+use bitnet_core::kv::SeqId;
+use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::synth::{SynthSpec, write_model};
 
 fn model(tag: &str, preset: &str) -> Arc<Model> {
@@ -40,7 +42,7 @@ fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
 fn row(e: &Engine, seq: SeqId, layer: usize, pos: usize, is_k: bool) -> Vec<f32> {
     let c = e.model().config();
     let mut out = vec![0.0; c.n_head_kv * c.head_dim];
-    e.read_kv_row(seq, layer, pos, is_k, &mut out).unwrap();
+    e.kv().read_row(seq, layer, pos, is_k, &mut out).unwrap();
     out
 }
 
@@ -67,7 +69,7 @@ fn check_shift_moves_rows(preset: &str) {
     // keep and discard on and off block boundaries (blocks are 16 positions).
     for (keep, discard) in [(16, 32), (0, 5), (4, 20), (9, 61)] {
         let mut e = engine(&m, 256);
-        let seq = e.new_sequence();
+        let seq = e.kv_mut().new_sequence();
         eval_last(&mut e, seq, &toks);
         let old: Vec<Vec<(Vec<f32>, Vec<f32>)>> = (0..nl)
             .map(|l| {
@@ -77,13 +79,13 @@ fn check_shift_moves_rows(preset: &str) {
             })
             .collect();
         e.shift(seq, keep, discard).unwrap();
-        assert_eq!(e.sequence(seq).unwrap().len(), toks.len() - discard);
+        assert_eq!(e.kv().sequence(seq).unwrap().len(), toks.len() - discard);
 
         let mut kept: Vec<u32> = toks[..keep].to_vec();
         kept.extend_from_slice(&toks[keep + discard..]);
-        assert_eq!(e.sequence(seq).unwrap().tokens(), &kept[..]);
+        assert_eq!(e.kv().sequence(seq).unwrap().tokens(), &kept[..]);
         let mut f = engine(&m, 256);
-        let fresh = f.new_sequence();
+        let fresh = f.kv_mut().new_sequence();
         eval_last(&mut f, fresh, &kept);
         for (l, rows) in old.iter().enumerate() {
             for (i, (k_old, v_old)) in rows.iter().enumerate() {
@@ -132,29 +134,33 @@ fn a_window_with_sinks_runs_in_constant_memory_and_frees_every_block() {
     // A pool of 128 positions and a generation of 2,000 tokens: 4 sinks, a window of 96,
     // moved 32 positions at a time.
     let mut e = engine(&m, 128);
-    let start = e.available_blocks();
-    let seq = e.new_sequence();
+    let start = e.kv().available_blocks();
+    let seq = e.kv_mut().new_sequence();
     let (sinks, window, chunk) = (4, 96, 32);
     let stream = tokens(2000, 5, nv);
     let mut most_blocks = 0;
     for &t in &stream {
-        if e.sequence(seq).unwrap().len() == sinks + window {
+        if e.kv().sequence(seq).unwrap().len() == sinks + window {
             e.shift(seq, sinks, chunk).unwrap();
         }
         let logits = eval_last(&mut e, seq, &[t]);
         assert!(logits.iter().all(|x| x.is_finite()));
-        most_blocks = most_blocks.max(start - e.available_blocks());
+        most_blocks = most_blocks.max(start - e.kv().available_blocks());
     }
     assert!(
         most_blocks <= (sinks + window).div_ceil(16),
         "{most_blocks} blocks in use at most"
     );
     assert_eq!(
-        e.sequence(seq).unwrap().shifted(),
-        2000 - e.sequence(seq).unwrap().len()
+        e.kv().sequence(seq).unwrap().shifted(),
+        2000 - e.kv().sequence(seq).unwrap().len()
     );
-    e.free_sequence(seq).unwrap();
-    assert_eq!(e.available_blocks(), start, "every block back in the pool");
+    e.kv_mut().free_sequence(seq).unwrap();
+    assert_eq!(
+        e.kv().available_blocks(),
+        start,
+        "every block back in the pool"
+    );
 }
 
 #[test]
@@ -163,15 +169,15 @@ fn the_prefix_cache_never_serves_shifted_rows() {
     let nv = m.n_vocab();
     let toks = tokens(64, 11, nv);
     let mut e = engine(&m, 256);
-    let a = e.new_sequence();
+    let a = e.kv_mut().new_sequence();
     let before = eval_last(&mut e, a, &toks);
     // Shift, grow past where the old blocks were, and end the sequence.
     e.shift(a, 8, 24).unwrap();
     eval_last(&mut e, a, &tokens(40, 12, nv));
-    e.free_sequence(a).unwrap();
+    e.kv_mut().free_sequence(a).unwrap();
     // The same prompt again: whatever the cache gives must be the unshifted rows.
-    let b = e.new_sequence();
-    let reused = e.reuse_prefix(b, &toks).unwrap();
+    let b = e.kv_mut().new_sequence();
+    let reused = e.kv_mut().reuse_prefix(b, &toks).unwrap();
     let again = eval_last(&mut e, b, &toks[reused..]);
     assert_eq!(
         before, again,

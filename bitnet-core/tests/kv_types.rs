@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 
 use bitnet_core::CoreError;
-use bitnet_core::model::KvType;
+use bitnet_core::kv::KvType;
 use bitnet_core::synth::{SynthSpec, write_model};
 use common::metrics::max_rel_diff;
 use common::setup::{Opts, decode_all, load, prefill_all, spread_prompt};

@@ -10,9 +10,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::model::{Engine, EngineOptions, GenStats, LoadOptions, Model, SeqId, StopReason};
+use bitnet_core::engine::{Engine, EngineOptions};
+use bitnet_core::kv::SeqId;
+use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions, SubmitOptions};
+use bitnet_core::scheduler::{GenStats, StopReason};
 use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
 
@@ -124,7 +127,7 @@ fn requests_decoded_together_generate_what_they_generate_alone() {
         assert_eq!(st.stop_reason, StopReason::MaxTokens);
         assert_eq!(st.gen_tokens, 12);
     }
-    let st = s.engine().kv_stats();
+    let st = s.engine().kv().stats();
     assert_eq!(st.pool.used, 0, "every block back after the requests end");
     std::fs::remove_file(&path).ok();
 }
@@ -134,7 +137,7 @@ fn a_thousand_random_requests_with_cancels_return_every_block() {
     // What is checked is bookkeeping, not numbers: a one-layer model on the best kernels.
     let (m, path) = model_on("sched-thousand", Isa::best(), 1);
     let mut s = sched_t(&m, 384, 64, 16, 1);
-    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let n_blocks = s.engine().kv().stats().pool.n_blocks;
     let mut rng = 0x1234_5678_9abc_def0u64;
     let mut next = |n: u64| {
         rng ^= rng << 13;
@@ -178,7 +181,7 @@ fn a_thousand_random_requests_with_cancels_return_every_block() {
     }
     assert_eq!(finished, 1000, "every request reports done exactly once");
     assert!(cancelled > 0, "the test cancelled some requests");
-    let st = s.engine().kv_stats();
+    let st = s.engine().kv().stats();
     assert_eq!(st.sequences, 0);
     assert_eq!(st.pool.used, 0, "blocks still held: {st:?}");
     assert_eq!(st.pool.free + st.pool.cached, n_blocks);
@@ -239,7 +242,7 @@ fn a_kept_sequence_continues_with_only_its_new_tokens() {
     };
     let id = s.submit(&turn1, keep.clone()).unwrap();
     let r1 = run_all(&mut s).remove(&id).unwrap().0;
-    let held = s.engine().sequence(id).unwrap().tokens().to_vec();
+    let held = s.engine().kv().sequence(id).unwrap().tokens().to_vec();
     assert_eq!(
         held.len(),
         40 + 4,
@@ -369,7 +372,7 @@ fn cancel_takes_effect_during_a_long_prefill() {
         "nothing more was evaluated"
     );
     assert!(s.is_idle());
-    assert_eq!(s.engine().kv_stats().pool.used, 0);
+    assert_eq!(s.engine().kv().stats().pool.used, 0);
     assert!(!s.cancel(id), "a finished request cannot be cancelled");
     std::fs::remove_file(&path).ok();
 }
@@ -396,7 +399,7 @@ fn followers_fork_the_leaders_prompt_and_sample_as_if_alone() {
         ..GenParams::default()
     };
     let mut s = sched(&m, 512, 16, 8);
-    let n_blocks = s.engine().kv_stats().pool.n_blocks;
+    let n_blocks = s.engine().kv().stats().pool.n_blocks;
     let leader = s.submit(&prompt, sampled(100)).unwrap();
     let mut ids = vec![leader];
     for i in 1..n {
@@ -439,7 +442,7 @@ fn followers_fork_the_leaders_prompt_and_sample_as_if_alone() {
         answers.iter().any(|a| *a != answers[0]),
         "the seeds give different answers: {answers:?}"
     );
-    let st = s.engine().kv_stats();
+    let st = s.engine().kv().stats();
     assert_eq!(st.sequences, 0, "every sequence freed");
     assert_eq!(st.pool.used, 0, "blocks still held: {st:?}");
     assert_eq!(st.pool.free + st.pool.cached, n_blocks);
@@ -511,14 +514,14 @@ fn a_healed_request_starts_with_a_token_carrying_the_healed_text() {
     };
     let id = s.submit(&prompt, kept).unwrap();
     run_all(&mut s);
-    let held = s.engine().sequence(id).unwrap().len();
+    let held = s.engine().kv().sequence(id).unwrap().len();
     let snowman = SubmitOptions {
         heal: "\u{2603}".into(),
         ..SubmitOptions::default()
     };
     let err = s.submit_on_with(id, &[], greedy(2), snowman).unwrap_err();
     assert!(err.to_string().contains("begins with"), "{err}");
-    assert_eq!(s.engine().sequence(id).unwrap().len(), held);
+    assert_eq!(s.engine().kv().sequence(id).unwrap().len(), held);
     s.submit_on_with(id, &[], biased(60.0), heal).unwrap();
     let (stats, _) = run_all(&mut s).remove(&id).unwrap();
     assert_eq!(stats.tokens[0], spaced, "{stats:?}");

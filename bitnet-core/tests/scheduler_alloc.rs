@@ -9,7 +9,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 
-use bitnet_core::model::{Engine, EngineOptions, LoadOptions, Model};
+use bitnet_core::engine::{Engine, EngineOptions};
+use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
 use bitnet_core::synth::{SynthSpec, write_model};
 
@@ -112,7 +113,7 @@ fn a_thousand_requests_leave_the_heap_flat() {
     let end = LIVE.load(Ordering::Relaxed);
     let peak = PEAK.load(Ordering::Relaxed);
     ON.store(false, Ordering::Relaxed);
-    let kv_blocks = s.engine().kv_stats().pool;
+    let kv_blocks = s.engine().kv().stats().pool;
     assert_eq!(kv_blocks.used, 0, "every block back in the pool");
     assert!(
         (end - base).abs() <= 4096,

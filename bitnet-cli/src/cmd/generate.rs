@@ -8,23 +8,21 @@
 
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::kv::PoolStats;
-use bitnet_core::model::{Engine, EngineOptions, GenStats, Model, SeqId, generate};
-use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
+use bitnet_core::kv::{PoolStats, SeqId};
+use bitnet_core::scheduler::{Event, GenParams, GenStats, Scheduler, SchedulerOptions, generate};
 use bitnet_core::tokenizer::Tokenizer;
 
-use super::attn_entropy_args::{AttnEntropyArgs, entropy_figures};
 use super::bench::{peak_rss, profile_table};
-use super::common::{ModelArgs, load_model};
-use super::context_args::ContextArgs;
-use super::limits::{check_context, prompt_too_long};
-use super::load_figures;
-use super::prompt::PromptArgs;
+use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
+use crate::args::context::ContextArgs;
+use crate::args::model::ModelArgs;
+use crate::args::prompt::PromptArgs;
+use crate::args::sampling::{SamplingArgs, ban_eog};
 use crate::output::{human_bytes, note};
+use crate::setup::limits::prompt_too_long;
+use crate::setup::{Setup, figures};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -93,147 +91,24 @@ fn parse_n_predict(s: &str) -> Result<NPredict, String> {
     }
 }
 
-/// A sampler seed as given: a number, or -1 (the default) for a fresh random one each run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeedArg {
-    Random,
-    Fixed(u64),
-}
-
-fn parse_seed(s: &str) -> Result<SeedArg, String> {
-    match s.trim() {
-        "-1" => Ok(SeedArg::Random),
-        t => t.parse().map(SeedArg::Fixed).map_err(|_| {
-            format!("{s:?} is not a seed: give a number >= 0, or -1 for a random seed")
-        }),
-    }
-}
-
-/// A seed that differs between runs without a random-number crate: the standard library's
-/// per-process random hashing keys, mixed with the clock.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    h.write_u128(now);
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct SamplingArgs {
-    /// Temperature; 0 or below = greedy (as llama.cpp treats a negative temperature).
-    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// Greedy decoding (same as --temp 0).
-    #[arg(long)]
-    pub greedy: bool,
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
-    pub min_p: f32,
-    #[arg(long, default_value_t = 1.0)]
-    pub repeat_penalty: f32,
-    #[arg(long, default_value_t = 64)]
-    pub repeat_last_n: usize,
-    #[arg(long, default_value_t = 0.0)]
-    pub frequency_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
-    pub presence_penalty: f32,
-    /// Sampler seed (same seed, same output); -1 = a random seed, printed with the figures.
-    #[arg(
-        short = 's',
-        long,
-        default_value = "-1",
-        allow_negative_numbers = true,
-        value_parser = parse_seed
-    )]
-    pub seed: SeedArg,
-}
-
-impl SamplingArgs {
-    /// The sampler settings; `seed` is the one actually used (see [`Self::seed`]).
-    pub fn config(&self, seed: u64) -> SamplerConfig {
-        // llama.cpp clamps a negative temperature to 0, which means greedy. NaN is left for
-        // the sampler's validation to refuse.
-        let temperature = if self.greedy || self.temperature < 0.0 {
-            0.0
-        } else {
-            self.temperature
-        };
-        SamplerConfig {
-            temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repeat_penalty: self.repeat_penalty,
-            repeat_last_n: self.repeat_last_n,
-            frequency_penalty: self.frequency_penalty,
-            presence_penalty: self.presence_penalty,
-            seed,
-            logit_bias: Vec::new(),
-        }
-    }
-
-    /// Refuses values the sampler would refuse (`--temp nan`, `--top-p 0`, ...) before
-    /// anything is loaded, instead of after the model is read.
-    pub fn check(&self) -> Result<()> {
-        // No logit bias is set from the command line here, so the vocabulary size is moot.
-        self.config(0)
-            .validate(usize::MAX)
-            .context("sampling settings")
-    }
-
-    /// The seed given, or a fresh random one.
-    pub fn seed(&self) -> u64 {
-        match self.seed {
-            SeedArg::Fixed(s) => s,
-            SeedArg::Random => random_seed(),
-        }
-    }
-}
-
-/// `--ignore-eos` as llama.cpp does it: every end-of-generation token gets a logit bias of
-/// minus infinity, so it is never sampled.
-pub fn ban_eog(cfg: &mut SamplerConfig, tokenizer: &Tokenizer) {
-    cfg.logit_bias.extend(
-        tokenizer
-            .eog_ids()
-            .iter()
-            .map(|&id| (id, f32::NEG_INFINITY)),
-    );
-}
-
 pub fn run(args: Args) -> Result<()> {
     if let Some(n) = args.parallel {
         return run_parallel(&args, n);
     }
     let prompt = args.prompt.required_text()?;
-    let (model, engine_opts) = load(&args)?;
-    let tokenizer = tokenizer_of(&model)?;
-    let prompt_tokens = tokenizer.encode(&prompt, true, false);
-    if prompt_tokens.is_empty() {
-        bail!("the prompt is empty after tokenization");
-    }
-    // Said before the engine allocates anything: a prompt that leaves no room, a context
-    // the machine cannot hold.
-    let n_ctx = check_context(&model, &engine_opts)?;
-    if prompt_tokens.len() >= n_ctx && !args.context.shifts() {
-        return Err(prompt_too_long(prompt_tokens.len(), n_ctx));
-    }
+    let (setup, mut encoded) = prepare(&args, std::slice::from_ref(&prompt), false)?;
+    let prompt_tokens = encoded.remove(0);
+    let model = &setup.model;
+    let tokenizer = setup.tokenizer()?;
     let engine_t0 = std::time::Instant::now();
-    let mut engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    let mut engine = setup.engine()?;
     let engine_secs = engine_t0.elapsed().as_secs_f64();
     engine.set_profiling(args.profile);
     let threads = engine.threads();
     let mut sched = Scheduler::new(engine, SchedulerOptions::default());
     let seed = args.sampling.seed();
     let params = gen_params(&args, seed, tokenizer, prompt_tokens.len())?;
-    let start_blocks = sched.engine().kv_stats().pool;
+    let start_blocks = sched.engine().kv().pool_stats();
 
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -274,20 +149,16 @@ pub fn run(args: Args) -> Result<()> {
     );
     let entropy = entropy_figures(sched.engine());
     if args.verbose {
-        let mut line = health_line(&stats, start_blocks, sched.engine().kv_stats().pool);
+        let mut line = health_line(&stats, start_blocks, sched.engine().kv().pool_stats());
         if let Some(h) = &entropy {
             line.push_str(" | ");
             line.push_str(h);
         }
         note!("{line}");
-        note!("{}", load_figures::phases_line(load, engine_secs));
+        note!("{}", figures::phases_line(load, engine_secs));
         note!(
             "{}",
-            load_figures::memory_line(
-                &load.memory,
-                sched.engine().kv_stats().pool.bytes,
-                peak_rss()
-            )
+            figures::memory_line(&load.memory, sched.engine().kv().bytes(), peak_rss())
         );
     } else if let Some(h) = &entropy {
         note!("{h}");
@@ -302,19 +173,37 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The model and the engine settings of the command line.
-fn load(args: &Args) -> Result<(Arc<Model>, EngineOptions)> {
+/// Loads the model and encodes `prompts`, saying before the engine allocates anything
+/// what stops the run: an empty prompt, a context the machine cannot hold, a prompt that
+/// leaves no room (unless a context policy shifts). With `numbered`, errors name the prompt.
+fn prepare(args: &Args, prompts: &[String], numbered: bool) -> Result<(Setup, Vec<Vec<u32>>)> {
     args.sampling.check()?;
-    let opts = args.model_args.load_options()?;
-    let mut engine_opts = args.model_args.engine_options();
-    args.attn_entropy.apply(&mut engine_opts)?;
-    Ok((load_model(&args.model, &opts)?, engine_opts))
-}
-
-fn tokenizer_of(model: &Model) -> Result<&Tokenizer> {
-    model
-        .tokenizer()
-        .context("the model file has no tokenizer (tokenizer.ggml.* keys)")
+    let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
+    let tokenizer = setup.tokenizer()?;
+    let encoded: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| tokenizer.encode(p, true, false))
+        .collect();
+    for (i, t) in encoded.iter().enumerate() {
+        if t.is_empty() {
+            if numbered {
+                bail!("prompt {} is empty after tokenization", i + 1);
+            }
+            bail!("the prompt is empty after tokenization");
+        }
+    }
+    let n_ctx = setup.check_context()?;
+    for (i, t) in encoded.iter().enumerate() {
+        if t.len() >= n_ctx && !args.context.shifts() {
+            let e = prompt_too_long(t.len(), n_ctx);
+            return Err(if numbered {
+                e.context(format!("prompt {}", i + 1))
+            } else {
+                e
+            });
+        }
+    }
+    Ok((setup, encoded))
 }
 
 /// The request settings of the command line (`seed` for the first request).
@@ -362,23 +251,10 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         bail!("--parallel must be at least 1");
     }
     let prompts = args.prompt.texts()?;
-    let (model, engine_opts) = load(args)?;
-    let tokenizer = tokenizer_of(&model)?;
-    let n_ctx = check_context(&model, &engine_opts)?;
-    let encoded: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| tokenizer.encode(p, true, false))
-        .collect();
-    for (i, t) in encoded.iter().enumerate() {
-        if t.is_empty() {
-            bail!("prompt {} is empty after tokenization", i + 1);
-        }
-        if t.len() >= n_ctx && !args.context.shifts() {
-            return Err(prompt_too_long(t.len(), n_ctx))
-                .with_context(|| format!("prompt {}", i + 1));
-        }
-    }
-    let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    let (setup, encoded) = prepare(args, &prompts, true)?;
+    let model = &setup.model;
+    let tokenizer = setup.tokenizer()?;
+    let engine = setup.engine()?;
     let threads = engine.threads();
     let mut sched = Scheduler::new(
         engine,
@@ -387,7 +263,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         },
     );
     let seed = args.sampling.seed();
-    let start_blocks = sched.engine().kv_stats().pool;
+    let start_blocks = sched.engine().kv().pool_stats();
     let ids: Vec<SeqId> = encoded
         .iter()
         .enumerate()
@@ -460,7 +336,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         note!("{h} (all prompts together)");
     }
     if args.verbose {
-        let end_blocks = sched.engine().kv_stats().pool;
+        let end_blocks = sched.engine().kv().pool_stats();
         for (i, st) in stats.iter().enumerate() {
             if let Some(st) = st {
                 note!(

@@ -9,13 +9,13 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use bitnet_core::model::KvType;
+use bitnet_core::kv::KvType;
 use bitnet_gguf::{GgufFile, LoadMode, Metadata, TensorInfo, TensorType, Value};
 use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
 use serde::Serialize;
 
-use super::common::watch_mapped_file;
 use crate::output::{human_bytes, human_count};
+use crate::setup::watch_mapped_file;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

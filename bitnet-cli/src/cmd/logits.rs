@@ -8,13 +8,14 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::model::Session;
+use bitnet_core::engine::Session;
 
-use super::common::{ModelArgs, load_model};
-use super::limits::check_context;
-use super::prompt::PromptArgs;
+use crate::args::model::ModelArgs;
+use crate::args::prompt::PromptArgs;
 use crate::output::note;
 use crate::output_file::OutputFile;
+use crate::setup::limits::check_context;
+use crate::setup::load_model;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -11,8 +11,8 @@ use anyhow::{Context, Result, bail};
 use bitnet_core::tokenizer::Tokenizer;
 use bitnet_gguf::{GgufFile, LoadMode};
 
-use super::common::watch_mapped_file;
-use super::prompt::{PromptArgs, read_text};
+use crate::args::prompt::{PromptArgs, read_text};
+use crate::setup::watch_mapped_file;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

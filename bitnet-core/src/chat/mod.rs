@@ -9,10 +9,13 @@
 //! - [`Conversation`]: the messages of one chat and the text its sequence holds, so that a
 //!   new turn evaluates only its own tokens; a generation prompt ending in whitespace is
 //!   healed ([`HealedPrompt`]) so that the sequence holds exactly the conversation's tokens.
+//! - [`ChatSession`]: a conversation running on a scheduler, turn after turn, its KV cache
+//!   kept between turns (what `bitnet chat` drives).
 
 mod builtin;
 mod conversation;
 mod healing;
+mod session;
 mod template;
 mod template_limits;
 mod time;
@@ -20,6 +23,7 @@ mod time;
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
 pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
 pub use healing::{HealedPrompt, heal_prompt, healed_prompt_tokens};
+pub use session::{ChatSession, ReplyIo, ReplySettings, SessionError, TurnStats};
 pub use template::ChatTemplate;
 
 use thiserror::Error;

@@ -1,11 +1,23 @@
-//! The KV cache: a table of element formats ([`format`]) and a pool of fixed-size,
-//! reference-counted blocks shared by every sequence of an engine, with a prefix cache
-//! ([`pool`]). A sequence's own view of it is its block table ([`Sequence`]).
+//! The paged KV cache, split by concern:
+//!
+//! - [`format`]: the element formats as a table (bytes per row, encoder, attention kernels);
+//! - [`storage`]: the K and V bytes of every block, and row encode/decode;
+//! - [`blocks`]: who holds which block (reference counts, free list, LRU) and the prefix
+//!   index of blocks that hold a known token prefix;
+//! - [`manager`]: the one owner of all three and of the sequences' block tables
+//!   ([`sequence`]); it answers admission questions (blocks needed, blocks available, a
+//!   cached prefix to reuse) so the scheduler never does block arithmetic.
 
+pub mod blocks;
+mod error;
 pub mod format;
-pub mod pool;
+pub mod manager;
 mod sequence;
+pub mod storage;
 
+pub use blocks::BlockPool;
+pub use error::KvError;
 pub use format::{FORMATS, KvFormat, KvRotate, KvType};
-pub use pool::{KvPool, KvPoolError, PoolStats};
-pub use sequence::Sequence;
+pub use manager::{KvManager, KvStats, PoolStats};
+pub use sequence::{SeqId, Sequence};
+pub use storage::KvStorage;

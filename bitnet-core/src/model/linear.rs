@@ -10,7 +10,6 @@ use bitnet_kernels::{
     ternary_matmul, ternary_matvec,
 };
 
-use super::profile::OpKind;
 use super::{Blob, Store};
 
 /// Padding granule of quantized activation rows (both ternary and binary matrices pad their
@@ -82,14 +81,6 @@ impl Linear {
         match self.kind {
             LinearKind::Ternary(_) => bitnet_kernels::ternary::ROW_GROUP,
             _ => 4,
-        }
-    }
-
-    pub(crate) fn op_kind(&self) -> OpKind {
-        match self.kind {
-            LinearKind::Ternary(_) => OpKind::MatmulTernary,
-            LinearKind::Binary(_) => OpKind::MatmulBinary,
-            LinearKind::Float { .. } => OpKind::MatmulFloat,
         }
     }
 

@@ -1,28 +1,17 @@
-//! The optimized engine: a loaded model ([`Model`]: config, tokenizer, weights repacked for the
-//! kernels; immutable and shared), the [`Engine`] that runs batches of tokens from many
-//! sequences over it (thread pool, activation buffers, paged KV pool, all allocated once),
-//! and the [`Session`] convenience of one sequence on its own engine.
+//! What a model is: the [`Model`] loaded from a GGUF file (config, tokenizer, weights
+//! repacked for the kernels; immutable after load and shared), how it is loaded
+//! ([`LoadOptions`]) and what loading cost ([`LoadStats`]). How sequences run over it is the
+//! engine's business (`crate::engine`).
 //!
-//! Files: `loader.rs` reads a GGUF into a [`Model`]; `linear.rs` is one projection in
-//! whichever layout it was loaded as; `engine.rs` owns the buffers, the KV pool and the
-//! sequences and lays a batch out; `forward.rs` is the per-layer math over a batch;
-//! `par.rs` the parallel building blocks (products, paged attention); `session.rs` one
-//! sequence; `generate.rs` the streaming generation loop over the scheduler;
-//! `profile.rs` the per-op timer; `attn_stats.rs` the optional attention statistics;
-//! `compact.rs` removing positions (shift, evict) and the attention mass eviction ranks by;
-//! `load_steps.rs` the load's parallel byte work (head re-quantization, copies out of the map).
+//! Files: `loader.rs` reads a GGUF into a [`Model`]; `load_steps.rs` the load's parallel
+//! byte work (head re-quantization, copies out of the map); `linear.rs` is one projection
+//! in whichever layout it was loaded as; `sigbus.rs` the message for a mapped file cut
+//! short while in use.
 
-mod attn_stats;
-mod compact;
-mod engine;
-mod forward;
-mod generate;
-mod linear;
+pub(crate) mod linear;
 mod load_steps;
 mod loader;
-mod par;
-mod profile;
-mod session;
+mod sigbus;
 
 use std::ops::Range;
 
@@ -31,18 +20,10 @@ use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::ModelConfig;
-pub use crate::kv::{KvRotate, KvType};
 use crate::tokenizer::Tokenizer;
 
-pub use attn_stats::ENTROPY_EMA_WEIGHT;
-pub use engine::{
-    BatchItem, DEFAULT_BLOCK_TOKENS, Engine, EngineOptions, KvStats, Logits, SeqId, default_threads,
-};
-pub use generate::{GenStats, StopReason, generate};
-pub use profile::{OpKind, Profile, ProfileRow};
-pub use session::Session;
-
 pub(crate) use linear::Linear;
+pub use sigbus::install_sigbus_message;
 
 /// How the file's bytes are brought into memory.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
@@ -228,7 +209,7 @@ impl Layer {
 }
 
 /// A loaded model: immutable after load and shared (`Arc`) by the engine and whoever
-/// else reads it; run-time settings live in [`EngineOptions`].
+/// else reads it; run-time settings live in [`crate::engine::EngineOptions`].
 #[derive(Debug)]
 pub struct Model {
     pub(crate) config: ModelConfig,

@@ -2,8 +2,10 @@
 //! streams, a stepping loop that checks the bounds after every step, and a plain
 //! evaluation of tokens on one sequence.
 
-use bitnet_core::model::{BatchItem, Engine, GenStats, Logits, SeqId};
+use bitnet_core::engine::{BatchItem, Engine, Logits};
+use bitnet_core::kv::SeqId;
 use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::scheduler::GenStats;
 use bitnet_core::scheduler::{ContextPolicy, Event, GenParams, Scheduler};
 
 /// Greedy, end-of-generation ignored, sequence kept after it ends (so the test can look at
@@ -53,9 +55,9 @@ pub fn run_bounded(
             _ => {}
         })
         .unwrap();
-        let len = s.engine().sequence(seq).unwrap().len();
+        let len = s.engine().kv().sequence(seq).unwrap().len();
         assert!(len <= max_len, "step {steps}: {len} positions held");
-        let used = s.engine().kv_stats().pool.used;
+        let used = s.engine().kv().stats().pool.used;
         assert!(used <= max_blocks, "step {steps}: {used} blocks lent");
         if steady_after.is_some_and(|from| steps > from) {
             most = most.max(used);

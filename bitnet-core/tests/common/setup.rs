@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bitnet_core::CoreError;
-use bitnet_core::model::{EngineOptions, HeadMode, KvType, LoadMode, LoadOptions, Model, Session};
+use bitnet_core::engine::{EngineOptions, Session};
+use bitnet_core::kv::KvType;
+use bitnet_core::model::{HeadMode, LoadMode, LoadOptions, Model};
 use bitnet_kernels::Isa;
 
 /// Load options and engine options of a test case.

@@ -111,7 +111,8 @@ fn the_mini_checkpoint_converts_and_runs() {
     let dir = checkpoint(&mini_tensors(), &mini_config());
     let out = tmp_dir("mini-ok").join("m.gguf");
     bitnet_convert::convert(&dir, &out, &Options::default(), &mut |_| {}).unwrap();
-    use bitnet_core::model::{EngineOptions, LoadOptions, Model, Session};
+    use bitnet_core::engine::{EngineOptions, Session};
+    use bitnet_core::model::{LoadOptions, Model};
     let opts = EngineOptions {
         threads: 1,
         pin: false,

@@ -26,14 +26,15 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 
 use bitnet_core::config::ModelConfig;
-use bitnet_core::model::{KvRotate, KvType};
+use bitnet_core::kv::{KvRotate, KvType};
 use bitnet_gguf::GgufFile;
 
 use self::report::{BenchReport, Format, MachineInfo};
-use super::common::{ModelArgs, load_model, parse_isa};
-use super::limits::warn_threads;
+use crate::args::model::{HeadArg, ModelArgs, parse_isa};
 use crate::output::{Progress, note};
 use crate::output_file::OutputFile;
+use crate::setup::limits::warn_threads;
+use crate::setup::load_model;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -89,8 +90,8 @@ pub struct Args {
     #[arg(long)]
     pub no_mmap: bool,
     /// Output head format (native or q8).
-    #[arg(long, value_enum, default_value_t = super::common::HeadArg::Native)]
-    pub head: super::common::HeadArg,
+    #[arg(long, value_enum, default_value_t = HeadArg::Native)]
+    pub head: HeadArg,
     /// Output format on stdout.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Md)]
     pub output: Format,
@@ -113,22 +114,22 @@ pub struct Args {
     #[arg(long)]
     pub mixed: bool,
     /// K cache types, comma-separated (llama-bench's -ctk): f16, f32, q8_0, q8_r, fp8, q4_0, b1.
-    #[arg(long = "cache-type-k", value_delimiter = ',', value_parser = super::common::parse_kv_type,
+    #[arg(long = "cache-type-k", value_delimiter = ',', value_parser = crate::args::model::parse_kv_type,
           default_value = "f16")]
     pub cache_type_k: Vec<KvType>,
     /// V cache types, comma-separated (-ctv); every K type runs with every V type.
-    #[arg(long = "cache-type-v", value_delimiter = ',', value_parser = super::common::parse_kv_type,
+    #[arg(long = "cache-type-v", value_delimiter = ',', value_parser = crate::args::model::parse_kv_type,
           default_value = "f16")]
     pub cache_type_v: Vec<KvType>,
     /// Hadamard rotation of the KV cache (off, k, v, kv, auto), as on the other commands.
-    #[arg(long = "kv-rotate", value_name = "SIDES", value_parser = super::common::parse_kv_rotate,
+    #[arg(long = "kv-rotate", value_name = "SIDES", value_parser = crate::args::model::parse_kv_rotate,
           default_value = "off")]
     pub kv_rotate: KvRotate,
     /// Score b1 keys by XNOR/popcount (needs -ctk b1), as on the other commands.
     #[arg(long = "kv-xnor")]
     pub kv_xnor: bool,
     /// Positions per KV cache block (a power of two).
-    #[arg(long, default_value_t = bitnet_core::model::DEFAULT_BLOCK_TOKENS)]
+    #[arg(long, default_value_t = bitnet_core::engine::DEFAULT_BLOCK_TOKENS)]
     pub kv_block: usize,
     /// Run the tg tests' repetitions of every thread count and K/V type pair in turn, round
     /// by round (every engine alive at once, each context filled once), and report each

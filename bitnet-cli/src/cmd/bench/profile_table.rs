@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use bitnet_core::model::Profile;
+use bitnet_core::engine::Profile;
 
 pub fn write_profile(out: &mut impl Write, profile: &Profile, tokens: usize) -> io::Result<()> {
     let rows = profile.rows();

@@ -11,11 +11,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use bitnet_core::model::{BatchItem, Engine, EngineOptions, KvType, Logits, Model, SeqId};
+use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
+use bitnet_core::kv::{KvType, SeqId};
+use bitnet_core::model::Model;
 
 use super::report::{BenchRow, TestKind, mean_stddev};
 use super::{Args, clear_progress, membw, paired, peak_rss, profile_table, progress};
-use crate::cmd::limits::check_context;
+use crate::setup::limits::check_context;
 
 /// One configuration under test: its engine, and what every row measured on it says about
 /// it besides the figures.
@@ -64,7 +66,7 @@ impl Config {
         let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
         let threads = engine.threads();
         let kv_extra = {
-            let (rk, rv) = engine.kv_rotated();
+            let (rk, rv) = engine.kv().rotated();
             let rot = match (rk, rv) {
                 (true, true) => Some("rotate kv"),
                 (true, false) => Some("rotate k"),
@@ -197,7 +199,7 @@ pub fn run_pp(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Result
             let mut samples = Vec::with_capacity(args.reps);
             progress(&format!("{name} filling{} t{threads}", depth_label(depth)));
             let engine = &mut cfg.engine;
-            let seqs = vec![engine.new_sequence()];
+            let seqs = vec![engine.kv_mut().new_sequence()];
             fill_depth(engine, &seqs, depth, n_vocab)?;
             for rep in 0..total {
                 progress(&format!(
@@ -246,7 +248,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                     ));
                     let n_vocab = cfg.n_vocab();
                     let engine = &mut cfg.engine;
-                    let s: Vec<SeqId> = (0..b).map(|_| engine.new_sequence()).collect();
+                    let s: Vec<SeqId> = (0..b).map(|_| engine.kv_mut().new_sequence()).collect();
                     fill_depth(engine, &s, depth, n_vocab)?;
                     seqs.push(s);
                 }
@@ -362,7 +364,10 @@ pub fn run_mixed(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Res
 /// Prefills one new sequence per prompt, packing prompt chunks of several sequences into
 /// each forward pass as the scheduler does; the last token of each prompt gets logits.
 fn prefill(engine: &mut Engine, prompts: &[Vec<u32>]) -> Result<Vec<SeqId>> {
-    let seqs: Vec<SeqId> = prompts.iter().map(|_| engine.new_sequence()).collect();
+    let seqs: Vec<SeqId> = prompts
+        .iter()
+        .map(|_| engine.kv_mut().new_sequence())
+        .collect();
     prefill_into(engine, &seqs, prompts)?;
     Ok(seqs)
 }
@@ -467,7 +472,7 @@ fn decode(engine: &mut Engine, seqs: &[SeqId], n: usize, n_vocab: u32) -> Result
 /// 4,096 the fill takes minutes on two cores; the timed part, seconds).
 fn back_to_depth(engine: &mut Engine, seqs: &[SeqId], depth: usize) -> Result<()> {
     for &s in seqs {
-        engine.truncate(s, depth)?;
+        engine.kv_mut().truncate(s, depth)?;
     }
     Ok(())
 }
@@ -475,9 +480,9 @@ fn back_to_depth(engine: &mut Engine, seqs: &[SeqId], depth: usize) -> Result<()
 /// Frees the sequences and the prefix cache, so every test starts cold alike.
 fn release(engine: &mut Engine, seqs: &[SeqId]) -> Result<()> {
     for &s in seqs {
-        engine.free_sequence(s)?;
+        engine.kv_mut().free_sequence(s)?;
     }
-    engine.clear_prefix_cache();
+    engine.kv_mut().clear_prefix_cache();
     Ok(())
 }
 

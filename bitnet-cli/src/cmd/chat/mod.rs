@@ -9,28 +9,28 @@
 
 mod commands;
 mod input;
-mod session;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::chat::{ChatTemplate, Conversation, Message};
-use bitnet_core::model::{Engine, StopReason};
-use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
+use bitnet_core::chat::{
+    ChatSession, ChatTemplate, Conversation, Message, ReplyIo, ReplySettings, SessionError,
+    TurnStats,
+};
+use bitnet_core::scheduler::{Scheduler, SchedulerOptions, StopReason};
 use crossterm::style::Stylize;
 
-use super::attn_entropy_args::AttnEntropyArgs;
-use super::common::{ModelArgs, load_model};
-use super::context_args::ContextArgs;
-use super::generate::SamplingArgs;
-use super::limits::check_context;
+use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
+use crate::args::context::ContextArgs;
+use crate::args::model::ModelArgs;
+use crate::args::sampling::{SamplingArgs, ban_eog};
 use crate::interrupt;
 use crate::output::{error_chain, note};
 use crate::output_file::OutputFile;
+use crate::setup::Setup;
 use commands::{Command, HELP};
 use input::{Input, Read};
-use session::{ChatSession, ReplyIo, ReplySettings, TurnStats};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -107,10 +107,8 @@ pub fn run(args: Args) -> Result<()> {
         n => bail!("-n {n}: give a token count >= 1, or -1 for no limit"),
     };
     args.sampling.check()?;
-    let opts = args.model_args.load_options()?;
-    let mut engine_opts = args.model_args.engine_options();
-    args.attn_entropy.apply(&mut engine_opts)?;
-    let model = load_model(&args.model, &opts)?;
+    let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
+    let model = setup.model.clone();
     if model.tokenizer().is_none() {
         bail!("the model file has no tokenizer (tokenizer.ggml.* keys): it cannot chat");
     }
@@ -124,27 +122,28 @@ pub fn run(args: Args) -> Result<()> {
     template
         .render(&[Message::user("hello"), Message::assistant("hi")], true)
         .context("trying the chat template")?;
-    check_context(&model, &engine_opts)?;
-    let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    setup.check_context()?;
+    let context = args.context.mode()?;
+    let engine = setup.engine()?;
     let sched = Scheduler::new(engine, SchedulerOptions { max_running: 1 });
     let seed = args.sampling.seed();
     let mut stop = template.stop_strings().to_vec();
     stop.extend(args.stop.iter().cloned());
     let mut sampler = args.sampling.config(seed);
     if args.ignore_eos {
-        super::generate::ban_eog(&mut sampler, model.tokenizer().expect("checked above"));
+        ban_eog(&mut sampler, model.tokenizer().expect("checked above"));
     }
     let settings = ReplySettings {
         sampler,
         max_tokens,
         stop,
-        context: args.context.clone(),
+        context,
     };
-    let mut chat = ChatSession::new(model.clone(), sched, conv, settings);
+    let mut chat = ChatSession::new(sched, conv, settings).context("starting the chat")?;
 
     let interactive = args.file.is_none() && io::stdin().is_terminal();
     let mut input = match &args.file {
-        Some(f) => Input::whole(super::prompt::read_text(f)?),
+        Some(f) => Input::whole(crate::args::prompt::read_text(f)?),
         None if interactive => {
             let history = if args.no_history {
                 None
@@ -217,7 +216,7 @@ pub fn run(args: Args) -> Result<()> {
 fn reply(
     chat: &mut ChatSession,
     screen: &Screen,
-    f: impl FnOnce(&mut ChatSession, ReplyIo<'_>) -> Result<TurnStats>,
+    f: impl FnOnce(&mut ChatSession, ReplyIo<'_>) -> Result<TurnStats, SessionError>,
 ) -> Result<()> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -278,12 +277,12 @@ fn reply(
         screen.warn("(the context is full: the reply was cut; older messages go at the next turn)");
     }
     if screen.show_stats {
-        screen.info(&figures(&stats));
+        screen.info(&figures(&stats, entropy_figures(chat.engine())));
     }
     Ok(())
 }
 
-fn figures(s: &TurnStats) -> String {
+fn figures(s: &TurnStats, attn_entropy: Option<String>) -> String {
     let mut line = format!(
         "prompt: {} new tokens ({} kept from the cache), {:.1} tok/s | reply: {} tokens, {:.1} tok/s, stop: {} | 3-gram repetition {} | context {}/{}",
         s.evaluated,
@@ -297,7 +296,7 @@ fn figures(s: &TurnStats) -> String {
         s.context_used,
         s.context_size,
     );
-    if let Some(h) = &s.attn_entropy {
+    if let Some(h) = &attn_entropy {
         line.push_str(" | ");
         line.push_str(h);
     }

@@ -9,12 +9,14 @@ use axum::Json;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
 
+use bitnet_core::runtime::{Reply, Request};
+
+use super::engine::Replies;
 use super::error::{ApiError, ApiResult};
 use super::request::{Api, GenRequest};
 use super::response::{Choice, Head};
 use super::sse;
 use super::state::AppState;
-use super::worker::{Command, Job, Out};
 
 /// Runs `req` on `prompt` and answers it; `heal` is the text the first generated token must
 /// begin with (token healing; empty for none); `prompt_param` names the field a too-long
@@ -75,17 +77,16 @@ pub async fn complete(
     }
     let guard = state.admit()?;
     let (tx, rx) = mpsc::unbounded_channel();
-    let job = Job {
+    let request = Request {
         prompt: prompt.clone(),
-        heal,
         params: req.params.clone(),
         n: req.n,
         logprobs: req.logprobs,
-        out: tx,
+        heal,
     };
     state
-        .commands
-        .send(Command::Submit(Box::new(job)))
+        .engine
+        .submit(request, Replies(tx))
         .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
     let head = Head::new(api, &state.config.model_name);
     if req.stream {
@@ -113,25 +114,25 @@ pub async fn complete(
 }
 
 /// Every answer's text, tokens and figures, until each has ended.
-async fn collect(mut rx: mpsc::UnboundedReceiver<Out>, n: usize, logprobs: bool) -> Vec<Choice> {
+async fn collect(mut rx: mpsc::UnboundedReceiver<Reply>, n: usize, logprobs: bool) -> Vec<Choice> {
     let mut choices: Vec<Choice> = (0..n).map(|_| Choice::default()).collect();
     let mut open = n;
     while open > 0 {
         let Some(out) = rx.recv().await else { break };
         match out {
-            Out::Token {
+            Reply::Token {
                 index,
                 token,
                 logprobs: Some(lp),
             } if logprobs => choices[index].logprobs.push((token, lp)),
-            Out::Token { .. } => {}
-            Out::Text { index, text } => choices[index].text.push_str(&text),
-            Out::Done { index, stats } => {
+            Reply::Token { .. } => {}
+            Reply::Text { index, text } => choices[index].text.push_str(&text),
+            Reply::Done { index, stats } => {
                 choices[index].stats = Some(stats);
                 open -= 1;
             }
-            Out::Error { index, message } => {
-                choices[index].error = Some(message);
+            Reply::Error { index, error } => {
+                choices[index].error = Some(error.to_string());
                 open -= 1;
             }
         }

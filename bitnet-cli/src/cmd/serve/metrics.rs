@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bitnet_core::health::RepetitionWindow;
-use bitnet_core::model::KvStats;
+use bitnet_core::kv::KvStats;
 
 /// Outputs the repetition gauge looks back over.
 const REPETITION_WINDOW: usize = 64;

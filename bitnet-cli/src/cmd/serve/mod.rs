@@ -2,13 +2,14 @@
 //! completions, streamed or whole, models, health, Prometheus metrics, tokenize) over the
 //! multi-sequence engine, with continuous batching. Flags follow llama.cpp's server.
 //!
-//! The HTTP side runs on tokio; the model runs on one engine thread of its own (see
-//! `worker.rs`), so the async runtime never blocks on model work. The listener is bound
+//! The HTTP side runs on tokio; the model runs on one engine thread of its own (the core's
+//! `runtime`, started in `engine.rs`), so the async runtime never blocks on model work. The listener is bound
 //! first, so `/health` answers 503 while the model loads and warms up. SIGINT or SIGTERM
 //! stops accepting, lets requests in flight finish until `--shutdown-timeout`, cancels the
 //! rest, and exits 0.
 
 mod completion;
+mod engine;
 mod error;
 mod metrics;
 mod request;
@@ -16,7 +17,6 @@ mod response;
 mod routes;
 mod sse;
 mod state;
-mod worker;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -26,17 +26,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use axum::serve::ListenerExt;
-use bitnet_core::chat::ChatTemplate;
-use bitnet_core::model::Engine;
-use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
 
-use super::attn_entropy_args::AttnEntropyArgs;
-use super::common::{ModelArgs, load_model};
-use super::context_args::ContextArgs;
-use super::limits::check_context;
+use crate::args::attn_entropy::AttnEntropyArgs;
+use crate::args::context::ContextArgs;
+use crate::args::model::ModelArgs;
 use crate::output::note;
-use state::{AppState, Config, Loaded, Shared};
-use worker::Command;
+use state::{AppState, Config, Shared};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -148,26 +143,11 @@ async fn serve(args: Args, config: Config) -> Result<()> {
     let _ = std::io::stdout().flush();
 
     let shared = Arc::new(Shared::default());
-    let (cmd_tx, cmd_rx) = std::sync::mpsc::channel::<Command>();
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
-    let engine_thread = {
-        let shared = shared.clone();
-        let parallel = config.parallel;
-        std::thread::Builder::new()
-            .name("bitnet-engine".into())
-            .spawn(move || match start_engine(&args, parallel, &shared) {
-                Ok(sched) => {
-                    let delay = Duration::from_millis(args.step_delay_ms);
-                    worker::run(sched, cmd_rx, shared, delay);
-                }
-                Err(e) => {
-                    let _ = fail_tx.send(e);
-                }
-            })
-            .context("starting the engine thread")?
-    };
+    let parallel = config.parallel;
+    let runtime = engine::spawn(args, shared.clone(), parallel, fail_tx)?;
 
-    let state = Arc::new(AppState::new(shared, cmd_tx, config));
+    let state = Arc::new(AppState::new(shared, runtime.handle(), config));
     let app = routes::router(state.clone());
     let shutdown = {
         let state = state.clone();
@@ -176,11 +156,11 @@ async fn serve(args: Args, config: Config) -> Result<()> {
             note!("shutting down: no new requests; waiting for those in flight");
             state.shutting_down.store(true, SeqCst);
             let deadline = state.config.shutdown_timeout;
-            let cancel = state.commands.clone();
+            let engine = state.engine.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(deadline).await;
                 note!("shutdown deadline passed: cancelling the requests left");
-                let _ = cancel.send(Command::CancelAll);
+                engine.cancel_all();
             });
         }
     };
@@ -194,51 +174,12 @@ async fn serve(args: Args, config: Config) -> Result<()> {
         r = server => r.context("serving HTTP")?,
         Ok(e) = fail_rx => return Err(e),
     }
-    // The deadline task may still hold a sender: say so instead of waiting for it.
-    let _ = state.commands.send(Command::Exit);
+    // The deadline task may still hold a handle: say so instead of waiting for it.
+    state.engine.exit();
     drop(state);
-    let _ = tokio::task::spawn_blocking(move || engine_thread.join()).await;
+    let _ = tokio::task::spawn_blocking(move || runtime.shutdown()).await;
     note!("stopped");
     Ok(())
-}
-
-/// Loads the model, makes the engine and warms it up, publishing readiness on the way.
-fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Scheduler> {
-    let opts = args.model_args.load_options()?;
-    let mut engine_opts = args.model_args.engine_options();
-    args.attn_entropy.apply(&mut engine_opts)?;
-    let model = load_model(&args.model, &opts)?;
-    if model.tokenizer().is_none() {
-        bail!("the model file has no tokenizer (tokenizer.ggml.* keys)");
-    }
-    check_context(&model, &engine_opts)?;
-    let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
-        .context("choosing the chat template")?;
-    let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
-    let max_seq_len = engine.max_seq_len();
-    // --keep and --kv-window checked against this context before anything is served.
-    args.context
-        .policy(true, 1)?
-        .validate(max_seq_len)
-        .context("the context policy")?;
-    let mut sched = Scheduler::new(
-        engine,
-        SchedulerOptions {
-            max_running: parallel,
-        },
-    );
-    let _ = shared.model.set(Loaded {
-        model,
-        max_seq_len,
-        template,
-    });
-    worker::warm_up(&mut sched, Duration::from_millis(args.step_delay_ms)).context("warming up")?;
-    shared.ready.store(true, SeqCst);
-    note!(
-        "ready: context {max_seq_len} tokens shared by up to {parallel} sequences, {} threads",
-        sched.engine().threads()
-    );
-    Ok(sched)
 }
 
 async fn shutdown_signal() {

@@ -2,8 +2,8 @@
 //! `usage` with `prompt_tokens_details.cached_tokens`, `logprobs` in the chat or the legacy
 //! completions layout) plus llama.cpp's `timings` object.
 
-use bitnet_core::model::{GenStats, StopReason};
 use bitnet_core::scheduler::TokenLogprobs;
+use bitnet_core::scheduler::{GenStats, StopReason};
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
-use bitnet_core::model::GenStats;
-use bitnet_core::scheduler::TokenLogprobs;
+use bitnet_core::runtime::Reply;
+use bitnet_core::scheduler::{GenStats, TokenLogprobs};
 use futures_util::Stream;
 use futures_util::stream;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -21,13 +21,12 @@ use super::error::ApiError;
 use super::request::Api;
 use super::response::Head;
 use super::state::{AppState, InFlight};
-use super::worker::Out;
 
 struct Streaming {
     state: Arc<AppState>,
     _guard: InFlight,
     head: Head,
-    rx: UnboundedReceiver<Out>,
+    rx: UnboundedReceiver<Reply>,
     include_usage: bool,
     prompt_tokens: usize,
     /// Per answer: log probabilities of tokens whose text has not been sent yet, the text
@@ -45,7 +44,7 @@ pub fn stream(
     state: Arc<AppState>,
     guard: InFlight,
     head: Head,
-    rx: UnboundedReceiver<Out>,
+    rx: UnboundedReceiver<Reply>,
     n: usize,
     include_usage: bool,
     prompt_tokens: usize,
@@ -120,13 +119,13 @@ impl Streaming {
             return;
         };
         match out {
-            Out::Token {
+            Reply::Token {
                 index,
                 token,
                 logprobs: Some(lp),
             } => self.pending[index].push((token, lp)),
-            Out::Token { .. } => {}
-            Out::Text { index, text } => {
+            Reply::Token { .. } => {}
+            Reply::Text { index, text } => {
                 let lps = std::mem::take(&mut self.pending[index]);
                 let c = self.head.delta(
                     index,
@@ -139,15 +138,15 @@ impl Streaming {
                 self.offsets[index] += text.len();
                 self.queued.push_back(data(&c));
             }
-            Out::Done { index, stats } => {
+            Reply::Done { index, stats } => {
                 let c = self.head.finish(index, &stats, self.include_usage);
                 self.queued.push_back(data(&c));
                 self.stats[index] = Some(stats);
                 self.open -= 1;
             }
-            Out::Error { index, message } => {
+            Reply::Error { index, error } => {
                 let _ = index;
-                self.fail(ApiError::internal(format!("generation failed: {message}")));
+                self.fail(ApiError::internal(format!("generation failed: {error}")));
             }
         }
     }

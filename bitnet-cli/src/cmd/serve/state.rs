@@ -1,20 +1,19 @@
 //! What the handlers share: the model once it is loaded, readiness, the figures, the
-//! command channel to the engine thread, the server's settings, and the count of requests
-//! in flight that bounds the queue.
+//! handle of the engine thread, the server's settings, and the count of requests in flight
+//! that bounds the queue.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bitnet_core::chat::ChatTemplate;
 use bitnet_core::model::Model;
+use bitnet_core::runtime::Handle;
 use bitnet_core::tokenizer::Tokenizer;
 
 use super::error::{ApiError, ApiResult};
 use super::metrics::Metrics;
-use super::worker::Command;
-use crate::cmd::context_args::ContextArgs;
+use crate::args::context::ContextArgs;
 
 /// Written by the engine thread, read by the handlers.
 #[derive(Debug, Default)]
@@ -55,17 +54,17 @@ pub struct Config {
 #[derive(Debug)]
 pub struct AppState {
     pub shared: Arc<Shared>,
-    pub commands: Sender<Command>,
+    pub engine: Handle,
     pub config: Config,
     in_flight: AtomicUsize,
     pub shutting_down: AtomicBool,
 }
 
 impl AppState {
-    pub fn new(shared: Arc<Shared>, commands: Sender<Command>, config: Config) -> AppState {
+    pub fn new(shared: Arc<Shared>, engine: Handle, config: Config) -> AppState {
         AppState {
             shared,
-            commands,
+            engine,
             config,
             in_flight: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),

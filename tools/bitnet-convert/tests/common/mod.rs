@@ -212,7 +212,8 @@ pub fn compare(ours: &[f32], theirs: &[f32], n_vocab: usize) -> (f64, f64, usize
 
 /// Every position's logits of the golden prompt on a GGUF model (2 threads, unpinned).
 pub fn logits(gguf: &Path) -> (Vec<f32>, usize) {
-    use bitnet_core::model::{EngineOptions, LoadOptions, Model, Session};
+    use bitnet_core::engine::{EngineOptions, Session};
+    use bitnet_core::model::{LoadOptions, Model};
     let opts = EngineOptions {
         threads: 2,
         pin: false,

@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use super::Model;
-use super::engine::{BatchItem, Engine, EngineOptions, Logits, SeqId};
+use super::batch::{BatchItem, Logits};
 use super::profile::Profile;
+use super::{Engine, EngineOptions};
 use crate::error::CoreError;
+use crate::kv::SeqId;
+use crate::model::Model;
 
 /// A sequence and the engine it runs on; see the module docs.
 #[derive(Debug)]
@@ -26,7 +28,7 @@ impl Session {
     /// sequence's context).
     pub fn new(model: Arc<Model>, opts: &EngineOptions) -> Result<Session, CoreError> {
         let mut engine = Engine::new(model, opts)?;
-        let seq = engine.new_sequence();
+        let seq = engine.kv_mut().new_sequence();
         let last = vec![0.0; engine.n_vocab()];
         Ok(Session {
             engine,
@@ -46,17 +48,20 @@ impl Session {
 
     /// Tokens in the KV cache.
     pub fn n_past(&self) -> usize {
-        self.engine.sequence(self.seq).map_or(0, |s| s.len())
+        self.engine.kv().sequence(self.seq).map_or(0, |s| s.len())
     }
 
     /// The tokens whose K/V rows the cache holds.
     pub fn tokens(&self) -> &[u32] {
-        self.engine.sequence(self.seq).map_or(&[], |s| s.tokens())
+        self.engine
+            .kv()
+            .sequence(self.seq)
+            .map_or(&[], |s| s.tokens())
     }
 
     /// Capacity of the KV cache.
     pub fn n_ctx(&self) -> usize {
-        self.engine.max_seq_len()
+        self.engine.kv().max_seq_len()
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -69,7 +74,7 @@ impl Session {
 
     /// Bytes held by the KV cache.
     pub fn kv_bytes(&self) -> u64 {
-        self.engine.kv_bytes()
+        self.engine.kv().bytes()
     }
 
     /// Prompt tokens evaluated per batch.
@@ -80,7 +85,7 @@ impl Session {
     /// Forgets everything after the first `n` tokens (no-op if `n >= n_past`).
     pub fn truncate(&mut self, n: usize) {
         // The session's own sequence is always live.
-        let _ = self.engine.truncate(self.seq, n);
+        let _ = self.engine.kv_mut().truncate(self.seq, n);
     }
 
     /// Empties the context.
@@ -165,12 +170,13 @@ pub(crate) fn eval_rows(
     if tokens.is_empty() {
         return Err(CoreError::EmptyInput);
     }
-    let n_past = engine.sequence(seq)?.len();
-    if n_past + tokens.len() > engine.max_seq_len() {
+    let n_past = engine.kv().sequence(seq)?.len();
+    let max = engine.kv().max_seq_len();
+    if n_past + tokens.len() > max {
         return Err(CoreError::ContextOverflow {
             n_past,
             n_new: tokens.len(),
-            n_ctx: engine.max_seq_len(),
+            n_ctx: max,
         });
     }
     let chunk = engine.max_batch();

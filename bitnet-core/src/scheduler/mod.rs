@@ -21,229 +21,26 @@
 //! prompt is evaluated, then forks the leader's sequence, so the prompt's KV is computed
 //! once and shared.
 
+mod generate;
+mod output;
+mod policy;
+mod request;
+
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use crate::engine::{BatchItem, Engine, Logits};
 use crate::error::CoreError;
-use crate::eviction::{MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
-use crate::model::{BatchItem, Engine, GenStats, Logits, SeqId, StopReason};
-use crate::sampling::{Sampler, SamplerConfig, StopMatcher};
+use crate::kv::SeqId;
+use crate::sampling::{Sampler, StopMatcher};
 use crate::tokenizer::TextStream;
 
-/// How one request generates.
-#[derive(Clone, Debug)]
-pub struct GenParams {
-    /// Tokens to generate at most; `usize::MAX` = until the sequence's context is full.
-    pub max_tokens: usize,
-    pub sampler: SamplerConfig,
-    /// Stop when one of these appears in the text (it is not reported).
-    pub stop: Vec<String>,
-    /// Keep generating past end-of-generation tokens.
-    pub ignore_eos: bool,
-    /// Keep the sequence and its KV when done, for [`Scheduler::submit_on`].
-    pub keep: bool,
-    /// What happens when the sequence fills its context.
-    pub context: ContextPolicy,
-}
-
-/// What a request does when its sequence has no room for the next tokens.
-///
-/// The shifting policies remove positions from the middle of the sequence with
-/// [`Engine::shift`] (the later keys re-rotated to their new positions, the freed blocks back
-/// in the pool) and go on, so a request can read and generate far more tokens than the
-/// context holds; [`GenStats::discarded_tokens`] says how many went. Removal happens in large
-/// chunks (each moved row is rounded to the cache's format once per move).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ContextPolicy {
-    /// End the request with [`StopReason::ContextFull`] (a prompt that does not fit is
-    /// refused at submit).
-    #[default]
-    Stop,
-    /// llama.cpp's context shift (`--context-shift --keep N`): keep the first `keep`
-    /// positions and remove half of the rest.
-    Shift { keep: usize },
-    /// StreamingLLM's window with attention sinks: the sequence holds the first `sinks`
-    /// positions and at most the `window` most recent ones; when full, the oldest quarter of
-    /// the window goes. Memory stays constant however long the request runs.
-    Window { sinks: usize, window: usize },
-    /// H2O's heavy hitters under a fixed budget (see [`crate::eviction`]): the sequence
-    /// holds at most `budget` positions: the first `sinks`, the `recent` most recent, and
-    /// of the rest those that received the most attention mass; when full, the lightest
-    /// quarter of that rest goes ([`Engine::evict`]). The sequence tracks its attention
-    /// mass for this ([`Engine::track_attention_mass`]).
-    HeavyHitters {
-        sinks: usize,
-        recent: usize,
-        budget: usize,
-    },
-}
-
-impl ContextPolicy {
-    /// Positions a sequence holds at most under this policy, given the engine's limit.
-    pub fn limit(self, max_len: usize) -> usize {
-        match self {
-            ContextPolicy::Window { sinks, window } => sinks.saturating_add(window).min(max_len),
-            ContextPolicy::HeavyHitters { budget, .. } => budget.min(max_len),
-            _ => max_len,
-        }
-    }
-
-    /// Checks the policy against the engine's per-sequence limit (submit does too).
-    pub fn validate(self, max_len: usize) -> Result<(), CoreError> {
-        let invalid = |reason: String| {
-            Err(CoreError::InvalidOption {
-                option: "context policy",
-                reason,
-            })
-        };
-        match self {
-            ContextPolicy::Stop => Ok(()),
-            ContextPolicy::Shift { keep } if keep >= max_len / 2 => invalid(format!(
-                "keeping {keep} positions leaves too little of a {max_len}-token context to \
-                 shift (keep less than half)"
-            )),
-            ContextPolicy::Window { window, .. } if window < 4 => invalid(format!(
-                "a window of {window} tokens is too small (at least 4)"
-            )),
-            ContextPolicy::Window { sinks, window } if sinks.saturating_add(window) > max_len => {
-                invalid(format!(
-                    "{sinks} sinks and a {window}-token window do not fit a sequence of at most \
-                     {max_len} tokens (raise -c or shrink the window)"
-                ))
-            }
-            ContextPolicy::HeavyHitters { budget, .. } if budget > max_len => invalid(format!(
-                "a budget of {budget} positions does not fit a sequence of at most {max_len} \
-                 tokens (raise -c or lower the budget)"
-            )),
-            ContextPolicy::HeavyHitters { recent: 0, .. } => {
-                invalid("a heavy-hitter policy keeps at least 1 recent position".into())
-            }
-            ContextPolicy::HeavyHitters {
-                sinks,
-                recent,
-                budget,
-            } if budget < sinks.saturating_add(recent).saturating_add(MIN_HEAVY) => {
-                invalid(format!(
-                    "a budget of {budget} positions leaves fewer than {MIN_HEAVY} for heavy \
-                     hitters after {sinks} sinks and {recent} recent ones"
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Removes the positions this policy chooses from sequence `seq` of `engine` when it has
-    /// no room for `need` more under `limit`: a shift of a contiguous run (`Shift`,
-    /// `Window`), or the lightest heavy hitters (`HeavyHitters`). Returns how many positions
-    /// went (0 when there was room, or the policy removes nothing). The scheduler runs this
-    /// before every step; `bitnet perplexity` runs it over a long text.
-    pub fn make_room_in(
-        self,
-        engine: &mut Engine,
-        seq: SeqId,
-        need: usize,
-        limit: usize,
-    ) -> Result<usize, CoreError> {
-        let len = engine.sequence(seq)?.len();
-        if len + need <= limit {
-            return Ok(0);
-        }
-        if let ContextPolicy::HeavyHitters {
-            sinks,
-            recent,
-            budget,
-        } = self
-        {
-            let count = heavy_hitter_batch(sinks, recent, budget, len + need - limit);
-            let mass = engine.sequence(seq)?.attention_mass().unwrap_or_default();
-            let victims = heavy_hitter_victims(mass, len, sinks, recent, count);
-            engine.evict(seq, &victims)?;
-            return Ok(victims.len());
-        }
-        match self.make_room(len, need, limit) {
-            Some((keep, discard)) => {
-                engine.shift(seq, keep, discard)?;
-                Ok(discard)
-            }
-            None => Ok(0),
-        }
-    }
-
-    /// `(keep, discard)`: the positions to remove so that a sequence of `len` positions can
-    /// take `need` more under `limit` (as many as it can, at least one chunk); `None` when
-    /// the policy does not shift or nothing past the kept positions is left to remove.
-    fn make_room(self, len: usize, need: usize, limit: usize) -> Option<(usize, usize)> {
-        let (keep, chunk) = match self {
-            ContextPolicy::Stop => return None,
-            ContextPolicy::Shift { keep } => {
-                let keep = keep.min(len);
-                (keep, (len - keep) / 2)
-            }
-            ContextPolicy::Window { sinks, window } => (sinks.min(len), (window / 4).max(1)),
-            // Chooses its positions by mass: see `Scheduler::make_room`.
-            ContextPolicy::HeavyHitters { .. } => return None,
-        };
-        let short = (len + need).saturating_sub(limit);
-        // A prompt chunk may get less room than it asked for; it takes the rest next step.
-        let discard = chunk.max(short).min(len - keep);
-        (discard > 0).then_some((keep, discard))
-    }
-}
-
-impl Default for GenParams {
-    fn default() -> Self {
-        GenParams {
-            max_tokens: 128,
-            sampler: SamplerConfig::default(),
-            stop: Vec::new(),
-            ignore_eos: false,
-            keep: false,
-            context: ContextPolicy::Stop,
-        }
-    }
-}
-
-/// What a request wants besides [`GenParams`] (see [`Scheduler::submit_with`]).
-#[derive(Clone, Debug, Default)]
-pub struct SubmitOptions {
-    /// Report each sampled token's log probability and this many most likely tokens.
-    pub logprobs: Option<usize>,
-    /// Share the prompt of this request (same prompt tokens): wait until its prompt is
-    /// evaluated, then fork its sequence instead of evaluating the prompt again.
-    pub after: Option<SeqId>,
-    /// Token healing: the first generated token must begin with this text, and the text is
-    /// left out of what is reported. A chat whose prompt ends in text the reply's first
-    /// token would absorb (BitNet's "Assistant: " with its trailing space) takes that text
-    /// off the prompt and passes it here (see [`crate::chat::HealedPrompt`]).
-    pub heal: String,
-}
-
-/// Log probabilities at one generated position: of the raw logits (temperature 1, before
-/// penalties and truncation), as OpenAI reports them.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TokenLogprobs {
-    pub logprob: f32,
-    /// The most likely tokens and their log probabilities, most likely first.
-    pub top: Vec<(u32, f32)>,
-}
-
-/// What a step reports.
-#[derive(Debug)]
-pub enum Event<'a> {
-    /// Sequence `seq` sampled `token` (reported before the text it completes, which may come
-    /// later or, inside a stop string, never); `logprobs` when the request asked for them.
-    Token {
-        seq: SeqId,
-        token: u32,
-        logprobs: Option<&'a TokenLogprobs>,
-    },
-    /// Text that became final for sequence `seq`.
-    Text { seq: SeqId, text: &'a str },
-    /// Sequence `seq` is done (its sequence freed unless it was submitted with `keep`).
-    Done { seq: SeqId, stats: GenStats },
-    /// Sequence `seq` failed and was ended.
-    Error { seq: SeqId, error: CoreError },
-}
+pub use generate::generate;
+pub use output::{Event, GenStats, StopReason, TokenLogprobs};
+use output::{log_probs, unheal};
+pub use policy::{ContextMode, ContextPolicy, MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
+pub use request::{GenParams, SubmitOptions};
+use request::{Phase, Request};
 
 /// Limits of a [`Scheduler`].
 #[derive(Clone, Debug)]
@@ -267,51 +64,6 @@ enum Leader {
     Ready(SeqId),
     /// Done or unknown: start like any request.
     Gone,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Phase {
-    Prefill,
-    Decode,
-}
-
-#[derive(Debug)]
-struct Request {
-    seq: SeqId,
-    /// Tokens to evaluate before generating (the prompt, or a continuation's new tokens).
-    prompt: Vec<u32>,
-    /// How many of them the sequence holds already.
-    fed: usize,
-    /// Sequence length when the request was submitted (a continuation's start).
-    base: usize,
-    /// Prompt tokens found in the prefix cache.
-    cached: usize,
-    /// Positions the request may fill in all (prompt and generation); under a shifting
-    /// policy, the most its sequence holds at once.
-    total: usize,
-    /// Positions its sequence holds at most ([`ContextPolicy::limit`]).
-    limit: usize,
-    /// Positions removed by the context policy.
-    discarded: usize,
-    params: GenParams,
-    extra: SubmitOptions,
-    /// Log probabilities of the token in `next`, when asked for.
-    lp: TokenLogprobs,
-    sampler: Sampler,
-    stop: StopMatcher,
-    text: TextStream,
-    /// What is left to take off the front of the reported text (token healing).
-    unheal: String,
-    /// What the repetition penalties see: the prompt and the generated tokens.
-    history: Vec<u32>,
-    generated: Vec<u32>,
-    /// The sampled token waiting to be evaluated.
-    next: Option<u32>,
-    phase: Phase,
-    cancelled: bool,
-    t_admit: Option<Instant>,
-    t_first: Option<Instant>,
-    prompt_secs: f64,
 }
 
 /// See the module docs.
@@ -379,11 +131,11 @@ impl Scheduler {
         params: GenParams,
         extra: SubmitOptions,
     ) -> Result<SeqId, CoreError> {
-        let seq = self.engine.new_sequence();
+        let seq = self.engine.kv_mut().new_sequence();
         match self.enqueue(seq, prompt, params, extra, false) {
             Ok(()) => Ok(seq),
             Err(e) => {
-                let _ = self.engine.free_sequence(seq);
+                let _ = self.engine.kv_mut().free_sequence(seq);
                 Err(e)
             }
         }
@@ -423,7 +175,7 @@ impl Scheduler {
             });
         }
         if tokens.is_empty() {
-            let Some(&last) = self.engine.sequence(seq)?.tokens().last() else {
+            let Some(&last) = self.engine.kv().sequence(seq)?.tokens().last() else {
                 return Err(CoreError::EmptyInput);
             };
             return self.enqueue(seq, &[last], params, extra, true);
@@ -457,12 +209,12 @@ impl Scheduler {
                 n_vocab,
             });
         }
-        let base = self.engine.sequence(seq)?.len() - usize::from(again);
-        let max_len = self.engine.max_seq_len();
+        let base = self.engine.kv().sequence(seq)?.len() - usize::from(again);
+        let max_len = self.engine.kv().max_seq_len();
         params.context.validate(max_len)?;
         let limit = params.context.limit(max_len);
         if let ContextPolicy::HeavyHitters { .. } = params.context {
-            self.engine.track_attention_mass(seq, true)?;
+            self.engine.kv_mut().track_attention_mass(seq, true)?;
         }
         // The last prompt position must leave room for nothing more: generation then
         // stops at once with "context full", but a prompt past the cache can never run.
@@ -491,10 +243,10 @@ impl Scheduler {
         }
         let stop = StopMatcher::new(params.stop.clone());
         if again {
-            self.engine.truncate(seq, base)?;
+            self.engine.kv_mut().truncate(seq, base)?;
         }
         let mut history = Vec::with_capacity(total.min(1 << 20));
-        history.extend_from_slice(self.engine.sequence(seq)?.tokens());
+        history.extend_from_slice(self.engine.kv().sequence(seq)?.tokens());
         history.extend_from_slice(prompt);
         self.waiting.push_back(Request {
             seq,
@@ -573,7 +325,11 @@ impl Scheduler {
     /// Whether the leader of a follower holding `prompt` has evaluated it.
     fn leader_state(&self, leader: SeqId, prompt: &[u32]) -> Leader {
         if let Some(r) = self.running.iter().find(|r| r.seq == leader) {
-            let held = self.engine.sequence(leader).map_or(&[][..], |s| s.tokens());
+            let held = self
+                .engine
+                .kv()
+                .sequence(leader)
+                .map_or(&[][..], |s| s.tokens());
             if r.phase == Phase::Prefill {
                 return Leader::NotReady;
             }
@@ -593,7 +349,7 @@ impl Scheduler {
     fn outstanding_blocks(&self) -> usize {
         self.running
             .iter()
-            .map(|r| self.engine.blocks_needed(r.seq, r.total).unwrap_or(0))
+            .map(|r| self.engine.kv().blocks_needed(r.seq, r.total).unwrap_or(0))
             .sum()
     }
 
@@ -625,35 +381,33 @@ impl Scheduler {
             // A new sequence starts from its leader's prompt, or the longest cached prefix.
             let total = front.total;
             let mut cached = if let Leader::Ready(l) = leader {
-                self.engine.share_prefix(l, seq, prompt_len - 1)?;
+                self.engine.kv_mut().share_prefix(l, seq, prompt_len - 1)?;
                 prompt_len - 1
             } else if fresh && shares {
                 // Never more than the policy lets the sequence hold.
                 let prompt = front.prompt[..prompt_len.min(front.limit)].to_vec();
-                self.engine.reuse_prefix(seq, &prompt)?
+                self.engine.kv_mut().reuse_prefix(seq, &prompt)?
             } else {
                 0
             };
             let room = |engine: &Engine, outstanding| {
-                engine.available_blocks().saturating_sub(outstanding)
+                engine.kv().available_blocks().saturating_sub(outstanding)
             };
             let outstanding = self.outstanding_blocks();
-            let mut need = self.engine.blocks_needed(seq, total)?;
+            let mut need = self.engine.kv().blocks_needed(seq, total)?;
             if need > room(&self.engine, outstanding) && fresh && cached > 0 {
                 // A partly matched block that another sequence also holds is copied at the
                 // first write: one block more than starting without it. Whole matched
                 // blocks cost what they save. Cut the match back to whole blocks, so a
                 // sequence that fits the pool alone does not wait for a block its own match
                 // keeps it from.
-                let bt = self.engine.kv_stats().pool.block_tokens;
-                cached = cached / bt * bt;
-                self.engine.truncate(seq, cached)?;
-                need = self.engine.blocks_needed(seq, total)?;
+                cached = self.engine.kv_mut().trim_to_whole_blocks(seq)?;
+                need = self.engine.kv().blocks_needed(seq, total)?;
             }
             if need > room(&self.engine, outstanding) {
                 if fresh {
                     // Give the matched blocks back while waiting; matched again later.
-                    self.engine.truncate(seq, 0)?;
+                    self.engine.kv_mut().truncate(seq, 0)?;
                 }
                 if !self.running.is_empty() {
                     break;
@@ -664,7 +418,7 @@ impl Scheduler {
                 let r = self.waiting.pop_front().expect("front exists");
                 let error = CoreError::KvFull {
                     needed: r.total - r.base,
-                    stats: self.engine.kv_stats().pool,
+                    stats: self.engine.kv().pool_stats(),
                 };
                 self.release(&r);
                 on_event(Event::Error { seq: r.seq, error });
@@ -687,7 +441,7 @@ impl Scheduler {
         for r in self.waiting.iter().filter(|r| r.cancelled) {
             on_event(Event::Done {
                 seq: r.seq,
-                stats: stats_of(r, StopReason::Cancelled),
+                stats: r.stats(StopReason::Cancelled),
             });
         }
         let mut i = 0;
@@ -731,7 +485,7 @@ impl Scheduler {
             if r.phase != Phase::Prefill || left == 0 {
                 continue;
             }
-            let held = self.engine.sequence(r.seq).map_or(0, |s| s.len());
+            let held = self.engine.kv().sequence(r.seq).map_or(0, |s| s.len());
             let n = (r.prompt.len() - r.fed)
                 .min(left)
                 .min(r.limit.saturating_sub(held));
@@ -793,7 +547,7 @@ impl Scheduler {
         // Advance every request of the batch.
         let tok = self.engine.model().clone();
         let tokenizer = tok.tokenizer();
-        let max_len = self.engine.max_seq_len();
+        let max_len = self.engine.kv().max_seq_len();
         for (k, &(_, n, _)) in self.spans.iter().enumerate() {
             let i = self.item_req[k];
             let r = &mut self.running[i];
@@ -917,7 +671,7 @@ impl Scheduler {
             }
             on_event(Event::Done {
                 seq: r.seq,
-                stats: stats_of(&r, reason),
+                stats: r.stats(reason),
             });
             self.release(&r);
         }
@@ -927,68 +681,7 @@ impl Scheduler {
 
     fn release(&mut self, r: &Request) {
         if !r.params.keep {
-            let _ = self.engine.free_sequence(r.seq);
+            let _ = self.engine.kv_mut().free_sequence(r.seq);
         }
-    }
-}
-
-/// Takes what is left of the healed text off the front of `piece` (it begins with that
-/// text, or with a part of it when it ends within it).
-fn unheal<'a>(left: &mut String, piece: &'a str) -> &'a str {
-    if left.is_empty() || piece.is_empty() {
-        return piece;
-    }
-    let mut n = left
-        .bytes()
-        .zip(piece.bytes())
-        .take_while(|(a, b)| a == b)
-        .count();
-    while !left.is_char_boundary(n) {
-        n -= 1;
-    }
-    left.drain(..n);
-    if n < piece.len() {
-        // The text goes on past what was healed: nothing more to take off.
-        left.clear();
-    }
-    &piece[n..]
-}
-
-fn stats_of(r: &Request, reason: StopReason) -> GenStats {
-    GenStats {
-        prompt_tokens: r.prompt.len(),
-        cached_tokens: r.cached,
-        prompt_secs: r.prompt_secs,
-        gen_tokens: r.generated.len(),
-        gen_secs: r.t_first.map_or(0.0, |t| t.elapsed().as_secs_f64()),
-        stop_reason: reason,
-        tokens: r.generated.clone(),
-        discarded_tokens: r.discarded,
-    }
-}
-
-/// The log-softmax of `logits` at `token`, and the `k` largest, into `out`.
-fn log_probs(logits: &[f32], token: u32, k: usize, out: &mut TokenLogprobs) {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&x| f64::from((x - max).exp())).sum();
-    let lse = max + sum.ln() as f32;
-    out.logprob = logits
-        .get(token as usize)
-        .map_or(f32::NEG_INFINITY, |&x| x - lse);
-    out.top.clear();
-    if k == 0 {
-        return;
-    }
-    // k is small (OpenAI allows 20): a sorted insert into k slots beats a full sort.
-    for (i, &x) in logits.iter().enumerate() {
-        if out.top.len() == k && out.top.last().is_some_and(|&(_, y)| y >= x) {
-            continue;
-        }
-        let at = out.top.partition_point(|&(_, y)| y >= x);
-        out.top.insert(at, (i as u32, x));
-        out.top.truncate(k);
-    }
-    for e in &mut out.top {
-        e.1 -= lse;
     }
 }

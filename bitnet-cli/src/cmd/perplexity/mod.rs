@@ -11,22 +11,25 @@
 //! --kl-divergence` reads it back and reports the mean KL divergence from it and the top-1
 //! agreement, so a KV or head quantization can be judged against the plain run.
 
+mod window;
+
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::model::Session;
+use bitnet_core::engine::Session;
 
-use super::common::{ModelArgs, load_model};
-use super::context_args::EvictArg;
-use super::limits::check_context;
+use crate::args::context::EvictArg;
+use crate::args::model::ModelArgs;
+use crate::setup::limits::check_context;
+use crate::setup::load_model;
 use bitnet_core::scheduler::ContextPolicy;
 
-use super::perplexity_window::describe;
-use super::prompt::read_text;
+use crate::args::prompt::read_text;
 use crate::output::{Progress, note};
 use crate::output_file::OutputFile;
+use window::describe;
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("kv_bounded").args(["kv_window", "kv_evict"])))]
@@ -419,15 +422,15 @@ fn kl_of(base: &[(u32, f32)], row: &[f32], lse: f64) -> (f64, u32) {
     (d.max(0.0), top.0)
 }
 
-/// `--kv-window` and `--kv-evict`: see [`super::perplexity_window`].
+/// `--kv-window` and `--kv-evict`: see [`window`].
 fn run_windowed(
     model: &std::sync::Arc<bitnet_core::model::Model>,
-    opts: &bitnet_core::model::EngineOptions,
+    opts: &bitnet_core::engine::EngineOptions,
     tokens: &[u32],
     bound: ContextPolicy,
 ) -> Result<()> {
     let t0 = std::time::Instant::now();
-    let r = super::perplexity_window::run(model, opts, tokens, bound, log_norm)?;
+    let r = window::run(model, opts, tokens, bound, log_norm)?;
     let mut nll = Nll {
         sum: r.nll_sum,
         sum2: r.nll_sum2,

@@ -2,11 +2,11 @@
 //! shift like llama.cpp (`--context-shift --keep N`), or read and generate through a window
 //! with attention sinks (`--kv-window W --kv-sinks N`, StreamingLLM), or hold a fixed budget
 //! of sinks, recent positions and heavy hitters (`--kv-evict h2o --kv-budget N [--kv-recent
-//! R]`, H2O). Shared by `generate`, `chat` and `serve`; the work is the scheduler's
-//! ([`ContextPolicy`]).
+//! R]`, H2O). Shared by `generate`, `chat`, `serve` and `perplexity`; the flags become a
+//! [`ContextMode`], and the work is the scheduler's ([`ContextPolicy`]).
 
 use anyhow::{Result, bail};
-use bitnet_core::scheduler::ContextPolicy;
+use bitnet_core::scheduler::{ContextMode, ContextPolicy};
 
 /// Score-based eviction policies (`--kv-evict`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -55,34 +55,38 @@ pub struct ContextArgs {
 }
 
 impl ContextArgs {
-    /// The policy for a request whose tokens start with `bos` (one position kept beyond
-    /// --keep) and whose prompt has `prompt_len` tokens (what --keep -1 keeps).
-    pub fn policy(&self, bos: bool, prompt_len: usize) -> Result<ContextPolicy> {
+    /// The context mode the flags ask for (`--keep` below -1 is refused).
+    pub fn mode(&self) -> Result<ContextMode> {
         if let (Some(EvictArg::H2o), Some(budget)) = (self.kv_evict, self.kv_budget) {
             let sinks = self.kv_sinks;
-            return Ok(ContextPolicy::HeavyHitters {
+            return Ok(ContextMode::HeavyHitters {
                 sinks,
                 recent: self.kv_recent.unwrap_or(budget.saturating_sub(sinks) / 2),
                 budget,
             });
         }
         if let Some(window) = self.kv_window {
-            return Ok(ContextPolicy::Window {
+            return Ok(ContextMode::Window {
                 sinks: self.kv_sinks,
                 window,
             });
         }
         if !self.context_shift {
-            return Ok(ContextPolicy::Stop);
+            return Ok(ContextMode::Stop);
         }
-        let keep = match self.keep {
-            -1 => prompt_len,
+        Ok(match self.keep {
+            -1 => ContextMode::ShiftKeepingPrompt,
             k if k < 0 => bail!("--keep takes a number of tokens >= 0, or -1 for the whole prompt"),
-            k => usize::try_from(k)
-                .unwrap_or(usize::MAX)
-                .saturating_add(usize::from(bos)),
-        };
-        Ok(ContextPolicy::Shift { keep })
+            k => ContextMode::Shift {
+                keep: usize::try_from(k).unwrap_or(usize::MAX),
+            },
+        })
+    }
+
+    /// The policy for a request whose tokens start with `bos` (one position kept beyond
+    /// --keep) and whose prompt has `prompt_len` tokens (what --keep -1 keeps).
+    pub fn policy(&self, bos: bool, prompt_len: usize) -> Result<ContextPolicy> {
+        Ok(self.mode()?.policy(bos, prompt_len))
     }
 
     /// Whether a sequence may outgrow the context (the prompt checks then do not apply).

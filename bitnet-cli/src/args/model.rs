@@ -1,20 +1,17 @@
 //! Options every model-running subcommand shares (`-t`, `--kernel`, `--no-mmap`, `--mlock`,
-//! `--head`, `-c`, `-b`, `-ctk`, `-ctv`), turning them into [`LoadOptions`] (how the model is loaded) and
-//! [`EngineOptions`] (how it runs), and loading a model with the checks and messages every
-//! command wants.
+//! `--head`, `-c`, `-b`, `-ctk`, `-ctv`, `--kv-rotate`, `--kv-xnor`), turning them into
+//! [`LoadOptions`] (how the model is loaded) and [`EngineOptions`] (how it runs); and
+//! llama.cpp's multi-letter flags (`-ctk`, `-np`) rewritten before parsing.
 
 use std::ffi::OsString;
-use std::path::Path;
 
 use anyhow::{Context, Result};
-use std::sync::Arc;
-
-use bitnet_core::model::{EngineOptions, HeadMode, KvRotate, KvType, LoadMode, LoadOptions, Model};
-use bitnet_gguf::GgufFile;
+use bitnet_core::engine::EngineOptions;
+use bitnet_core::kv::{KvRotate, KvType};
+use bitnet_core::model::{HeadMode, LoadMode, LoadOptions};
 use bitnet_kernels::Isa;
 
-use super::limits::warn_threads;
-use crate::output::note;
+use crate::setup::limits::warn_threads;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum HeadArg {
@@ -154,40 +151,6 @@ impl ModelArgs {
             ..EngineOptions::default()
         }
     }
-}
-
-/// Loads a model, arranging for a clear message if the mapped file is truncated while in
-/// use; a vocab-only file is named as such.
-pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
-    if opts.mode == LoadMode::Mmap {
-        watch_mapped_file(path);
-    }
-    Model::load(path, opts).map(Arc::new).map_err(|e| {
-        if vocab_only(path) {
-            // The loader's own complaint (a missing tensor, zero layers) would only mislead.
-            anyhow::anyhow!(
-                "{} holds only a tokenizer (a vocab-only GGUF, no weights): it can be used with \
-                 `bitnet tokenize`, not run",
-                path.display()
-            )
-        } else {
-            anyhow::Error::from(e).context(format!("loading {}", path.display()))
-        }
-    })
-}
-
-/// Installs the SIGBUS message for a file about to be mapped (see `bitnet_core::sigbus`).
-pub fn watch_mapped_file(path: &Path) {
-    if let Err(e) = bitnet_core::sigbus::install_sigbus_message(path) {
-        note!("warning: cannot install the SIGBUS handler ({e})");
-    }
-}
-
-/// True when `path` parses as a GGUF without tensors but with a tokenizer. Asked only after
-/// a load failed, so a good load never parses the file twice.
-fn vocab_only(path: &Path) -> bool {
-    GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
-        .is_ok_and(|f| f.tensors().is_empty() && f.metadata().get("tokenizer.ggml.model").is_some())
 }
 
 #[cfg(test)]

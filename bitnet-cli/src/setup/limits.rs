@@ -5,8 +5,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Result, bail};
-use bitnet_core::kv::KvPool;
-use bitnet_core::model::{EngineOptions, Model, default_threads};
+use bitnet_core::engine::{EngineOptions, default_threads};
+use bitnet_core::kv::KvStorage;
+use bitnet_core::model::Model;
 
 use crate::output::{human_bytes, note};
 
@@ -18,7 +19,7 @@ const ANNOUNCE_BYTES: u64 = 512 << 20;
 /// whole blocks), the per-thread attention score rows and the rope table.
 pub fn context_bytes(model: &Model, opts: &EngineOptions, n_ctx: usize) -> (u64, u64) {
     let cfg = model.config();
-    let kv = KvPool::bytes_for(
+    let kv = KvStorage::bytes_for(
         cfg.n_layer,
         cfg.n_head_kv,
         cfg.head_dim,

@@ -14,7 +14,7 @@
 //! the batch's sequences). Both are reduced after the parallel section, on one thread, into
 //! memory allocated when the statistic was turned on, so a decode step allocates nothing.
 
-use super::engine::BatchScratch;
+use super::batch::Batch;
 
 /// Weight of a new sample in the entropy's exponential moving average. An EMA rather than
 /// a mean over the whole run because the gauge is for watching a long-running server or
@@ -36,7 +36,7 @@ pub(crate) fn row_entropy(p: &[f32]) -> f32 {
     h as f32
 }
 
-/// What one attention call fills besides its output (see [`super::par::attention`]).
+/// What one attention call fills besides its output (see [`super::attention::attention`]).
 #[derive(Debug, Default)]
 pub(crate) struct AttnProbe<'a> {
     /// One slot per (token, KV-head group) unit: the summed entropy of the unit's rows,
@@ -89,7 +89,7 @@ impl AttnStats {
     /// accumulates mass (`track`: some sequence of the batch asks for it). The mass stripes
     /// grow (rarely: the first tracked pass, or forked sequences making the block tables
     /// longer than the pool) and their used part is zeroed.
-    pub(crate) fn begin_pass(&mut self, batch: &BatchScratch, track: bool, nt: usize, bt: usize) {
+    pub(crate) fn begin_pass(&mut self, batch: &Batch, track: bool, nt: usize, bt: usize) {
         let decode = batch.decode.iter().any(|&d| d);
         self.sampling = self.every > 0 && decode && self.steps.is_multiple_of(self.every as u64);
         if decode {
@@ -118,7 +118,7 @@ impl AttnStats {
     }
 
     /// Reduces layer `l`'s unit entropies to the mean over the decode rows' heads.
-    pub(crate) fn end_layer(&mut self, l: usize, batch: &BatchScratch, units_per_tok: usize) {
+    pub(crate) fn end_layer(&mut self, l: usize, batch: &Batch, units_per_tok: usize) {
         if !self.sampling {
             return;
         }
@@ -194,9 +194,9 @@ mod tests {
 
     #[test]
     fn the_average_starts_at_the_first_sample_and_moves_by_its_weight() {
-        let batch = BatchScratch {
+        let batch = Batch {
             decode: vec![true, false],
-            ..BatchScratch::default()
+            ..Batch::default()
         };
         let mut s = AttnStats::new(1, 1, 4);
         assert!(s.entropy().is_none());

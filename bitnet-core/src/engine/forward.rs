@@ -1,35 +1,186 @@
-//! The per-layer math of the forward pass (BitNet b1.58, with the variants the config
-//! selects), as a sequence of parallel regions over the session's buffers:
+//! One forward pass: the [`Workspace`] a pass computes in (the thread pool, the rope
+//! table, the activation buffers, attention scratch, the head's buffers, the profile),
+//! allocated once with the engine, and the per-layer math of BitNet b1.58 (with the
+//! variants the config selects) as a sequence of parallel regions over a laid-out
+//! [`Batch`], which the pass takes as an argument:
 //!
 //! 1. residual add of the previous layer's `ffn_down` output, `attn_norm`, int8 quantization
 //!    (once for q, k and v);
-//! 2. q, k, v products; 3. rope on q and k; k and v into the f16 cache;
+//! 2. q, k, v products; 3. rope on q and k; k and v into the KV cache;
 //! 4. attention; 5. `attn_sub_norm` (if any) and quantization;
 //! 6. `attn_output`; 7. residual add, `ffn_norm`, quantization (once for gate and up);
 //! 8. gate and up; 9. `act(gate) * up`, `ffn_sub_norm` (if any), quantization;
 //! 10. `ffn_down`, added to the residual by the next layer's step 1 (or before the head).
 //!
-//! Products are `intdot * w_scale / act_scale` per output row (see `linear.rs`).
+//! Products are `intdot * w_scale / act_scale` per output row (see `model/linear.rs`).
 
-use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use bitnet_kernels::float::{self, RowFormat};
-use bitnet_kernels::{Isa, quantize_act, quantize_act_binary};
+use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, QK8_0, RopeTable, RowFormat};
+use bitnet_kernels::{ActScale, Isa, quantize_act, quantize_act_binary};
 
-use super::engine::{Engine, HEAD_BATCH};
-use super::linear::{LinInput, Linear, Needs, bit_words, padded};
-use super::par::{self, AttnShape, Bufs, KvView, PrepBufs, Strides};
+use super::EngineOptions;
+use super::attention::{self, AttnShape, KvView};
+use super::attn_stats::AttnStats;
+use super::batch::Batch;
+use super::buffers::{self, Bufs, PrepBufs, Strides};
+use super::matmul::{self, Blocked, HEAD_ALIGN};
 use super::profile::{OpKind, Profile, SubTimer};
-use super::{FloatRows, HeadMode, Store};
 use crate::config::{ActBits, FfnAct, RopeStyle};
 use crate::error::CoreError;
-use crate::threadpool::{ChunkQueue, ThreadPool};
+use crate::kv::{KvManager, KvStorage};
+use crate::model::linear::{LinInput, Linear, LinearKind, Needs, bit_words, padded};
+use crate::model::{HeadMode, Model, Store};
+use crate::threadpool::{PinPolicy, ThreadPool};
 
-/// Row granule of a chunk of the head (keeps chunks cache-line sized).
-const HEAD_ALIGN: usize = 16;
-/// Head chunks per thread at most (about 4 MiB each for a 2B-4T Q8_0 head on 2 threads).
-const HEAD_CHUNKS_PER_THREAD: usize = 48;
+/// Tokens per head call when many rows want logits.
+pub(crate) const HEAD_BATCH: usize = 32;
+
+/// Everything a forward pass computes in; see the module docs.
+#[derive(Debug)]
+pub(crate) struct Workspace {
+    pub(crate) isa: Isa,
+    pub(crate) pool: ThreadPool,
+    pub(crate) rope: RopeTable,
+    /// Tokens per forward pass at most.
+    chunk: usize,
+    bufs: Bufs,
+    /// Blocked outputs of up to three projections of a group.
+    blk: [Vec<f32>; 3],
+    /// Attention scratch, [`attention::attention_scratch`] floats per thread: scores, a
+    /// run's copy, a chunk's output and statistics, the quantized query, and the thread's
+    /// share of the chunk results left for merging.
+    scores: Vec<f32>,
+    /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
+    hn: Vec<f32>,
+    /// The same as Q8_0 rows (`--head q8`).
+    hq8: Vec<u8>,
+    /// One row of logits (the last one handed out).
+    logits: Vec<f32>,
+    /// Blocked head output for up to `HEAD_BATCH` rows.
+    head_blk: Vec<f32>,
+    pub(crate) profile: Profile,
+    timer: SubTimer,
+    /// Attention entropy and received mass, when asked for.
+    pub(crate) attn_stats: AttnStats,
+    /// B1 keys scored by XNOR/popcount (`EngineOptions::kv_xnor`).
+    pub(crate) kv_xnor: bool,
+}
+
+impl Workspace {
+    /// The pool and every buffer for passes of up to `opts.batch` tokens over `model`,
+    /// whose sequences live in `kv`.
+    pub(crate) fn new(
+        model: &Model,
+        opts: &EngineOptions,
+        kv: &KvManager,
+    ) -> Result<Workspace, CoreError> {
+        let cfg = &model.config;
+        let threads = if opts.threads == 0 {
+            super::default_threads()
+        } else {
+            opts.threads
+        };
+        let pin = if opts.pin {
+            PinPolicy::Cores
+        } else {
+            PinPolicy::None
+        };
+        let pool = ThreadPool::new(threads, pin)?;
+        let max_pos = kv.max_seq_len();
+        let chunk = opts.batch.min(max_pos).max(1);
+        let rope = RopeTable::new(cfg.rope_dim, cfg.rope_theta, max_pos);
+
+        let (e, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+        let max_in = e.max(qd).max(ff);
+        let bufs = Bufs {
+            x: vec![0.0; chunk * e],
+            xn: vec![0.0; chunk * max_in],
+            xq: vec![0; chunk * padded(max_in)],
+            acts: vec![ActScale { scale: 1.0, sum: 0 }; chunk],
+            bits: vec![0; chunk * bit_words(max_in)],
+            bit_scales: vec![0.0; chunk],
+            q: vec![0.0; chunk * qd],
+            k: vec![0.0; chunk * kvd],
+            v: vec![0.0; chunk * kvd],
+            att: vec![0.0; chunk * qd],
+            ff: vec![0.0; chunk * ff],
+        };
+        let blk = [
+            vec![0.0; chunk * qd.max(ff).max(e)],
+            vec![0.0; chunk * kvd.max(ff)],
+            vec![0.0; chunk * kvd],
+        ];
+        let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
+        let group = cfg.gqa_group();
+        // Sized for the cache's whole blocks, as the attention pass lays rows out.
+        let per_thread = attention::attention_scratch(
+            group,
+            cfg.head_dim,
+            kv.capacity_tokens(),
+            kv.block_tokens(),
+            opts.kv_xnor,
+            opts.k_type.format().int8_scores.is_some(),
+        );
+        let attn_stats = AttnStats::new(
+            opts.attn_entropy_every,
+            cfg.n_layer,
+            chunk * (cfg.n_head / group.max(1)),
+        );
+        Ok(Workspace {
+            isa: model.isa,
+            rope,
+            chunk,
+            bufs,
+            blk,
+            scores: vec![0.0; pool.n_threads() * per_thread],
+            pool,
+            hn: vec![0.0; HEAD_BATCH * e],
+            hq8: vec![0; HEAD_BATCH * q8_row],
+            logits: vec![0.0; cfg.n_vocab],
+            // Untouched pages of a zeroed allocation cost no memory until a batch of
+            // several logits rows first uses them.
+            head_blk: vec![0.0; HEAD_BATCH * cfg.n_vocab],
+            profile: Profile::new(false),
+            timer: SubTimer::default(),
+            attn_stats,
+            kv_xnor: opts.kv_xnor,
+        })
+    }
+
+    pub(crate) fn threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    pub(crate) fn max_batch(&self) -> usize {
+        self.chunk
+    }
+
+    pub(crate) fn set_profiling(&mut self, on: bool) {
+        if on && !self.profile.is_enabled() {
+            self.profile.clear();
+            let _ = self.pool.take_wait_stats();
+        }
+        self.profile.set_enabled(on);
+        self.pool.set_profiling(on);
+    }
+
+    /// Sets up the statistics of the pass laid out in `batch` (`track`: some sequence of
+    /// it accumulates attention mass).
+    pub(crate) fn begin_pass(&mut self, batch: &Batch, track: bool, block_tokens: usize) {
+        let nt = self.pool.n_threads();
+        self.attn_stats.begin_pass(batch, track, nt, block_tokens);
+    }
+}
+
+/// The profile row a projection's products are charged to.
+fn matmul_kind(lin: &Linear) -> OpKind {
+    match lin.kind {
+        LinearKind::Ternary(_) => OpKind::MatmulTernary,
+        LinearKind::Binary(_) => OpKind::MatmulBinary,
+        LinearKind::Float { .. } => OpKind::MatmulFloat,
+    }
+}
 
 /// Normalizes (or copies) `src` into local token `i`'s row of `p` (rows of `cols`) and
 /// quantizes it in the representations `needs` asks for.
@@ -119,74 +270,22 @@ fn charge(
     }
 }
 
-/// The head's rows for `n` tokens into the blocked `out` (`[n][share]` per thread share).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn head_rows(
-    pool: &ThreadPool,
-    isa: Isa,
-    store: &Store,
-    head: &FloatRows,
-    mode: HeadMode,
-    hn: &[f32],
-    hq8: &[u8],
-    n: usize,
-    out: &mut [f32],
-) {
-    let data = store.bytes(&head.blob);
-    let cols = head.cols;
-    let job = |r: Range<usize>, dst: &mut [f32]| match mode {
-        HeadMode::Q8 => {
-            let rb = RowFormat::Q8_0.row_bytes(cols).unwrap_or(0);
-            float::matmul_q8_0_q8_0(isa, data, cols, &hq8[..n * rb], n, r, dst)
-        }
-        HeadMode::Native => {
-            float::matmul_f32(isa, head.fmt, data, cols, &hn[..n * cols], n, r, dst)
-        }
-    };
-    let nt = pool.n_threads();
-    if nt == 1 {
-        job(0..head.rows, &mut out[..n * head.rows]);
-        return;
-    }
-    let chunks = head_chunks(head, mode, nt);
-    let q = ChunkQueue::new(&mut out[..], head.rows, n, chunks, HEAD_ALIGN)
-        .expect("head output buffer holds n * vocab");
-    pool.run(&|_, _| {
-        while let Some((r, dst)) = q.claim() {
-            job(r, dst);
-        }
-    });
-}
-
-/// Chunks of [`HEAD_ALIGN`]-row groups the head is cut into on `nt` threads (the head is
-/// one long product: many small chunks, a few MiB each).
-pub(crate) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize {
-    let fmt = match mode {
-        HeadMode::Q8 => RowFormat::Q8_0,
-        HeadMode::Native => head.fmt,
-    };
-    let bytes = fmt
-        .row_bytes(head.cols)
-        .map_or(0, |rb| rb.saturating_mul(head.rows));
-    par::n_chunks(head.rows, HEAD_ALIGN, bytes, nt, HEAD_CHUNKS_PER_THREAD)
-}
-
-impl Engine {
-    /// Runs the batch laid out in `self.batch` through the model: writes every token's K/V
-    /// rows into its KV slot, attends over each token's own sequence, and hands the logits
-    /// rows the batch asks for to `on_logits(item, token in item, row)`.
-    pub(crate) fn forward_batch(
+impl Workspace {
+    /// Runs `batch` through `m`: writes every token's K/V rows into its KV slot of `kv`,
+    /// attends over each token's own sequence, and hands the logits rows the batch asks
+    /// for to `on_logits(item, token in item, row)`.
+    pub(crate) fn run(
         &mut self,
+        m: &Model,
+        kv: &mut KvStorage,
+        batch: &Batch,
         on_logits: &mut dyn FnMut(usize, usize, &[f32]),
     ) -> Result<(), CoreError> {
-        let Engine {
-            model,
+        let Workspace {
             isa,
             pool,
-            kv,
             rope,
             bufs,
-            batch,
             blk,
             scores,
             hn,
@@ -199,7 +298,7 @@ impl Engine {
             kv_xnor,
             ..
         } = self;
-        let (m, isa, pool) = (&**model, *isa, &*pool);
+        let (isa, pool) = (*isa, &*pool);
         let cfg = &m.config;
         let store = &m.store;
         let tokens = &batch.tokens[..];
@@ -261,9 +360,10 @@ impl Engine {
             let qkv = [&layer.q, &layer.k, &layer.v];
             let needs = group_needs(&qkv, binary);
             {
-                let prev = (l > 0).then(|| par::blocked(pool, &m.layers[l - 1].down, &blk[0], n));
+                let prev =
+                    (l > 0).then(|| matmul::blocked(pool, &m.layers[l - 1].down, &blk[0], n));
                 let t = profile.start();
-                par::per_token(pool, bufs, &strides(e), n, |r, tb| {
+                buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
                     for (i, tok) in r.enumerate() {
                         let x = &mut tb.x[i * e..(i + 1) * e];
                         if let Some(b) = &prev {
@@ -292,13 +392,13 @@ impl Engine {
             {
                 let [b0, b1, b2] = &*blk;
                 let (bq, bk, bv) = (
-                    par::blocked(pool, &layer.q, b0, n),
-                    par::blocked(pool, &layer.k, b1, n),
-                    par::blocked(pool, &layer.v, b2, n),
+                    matmul::blocked(pool, &layer.q, b0, n),
+                    matmul::blocked(pool, &layer.k, b1, n),
+                    matmul::blocked(pool, &layer.v, b2, n),
                 );
                 let t = profile.start();
                 let rope = &*rope;
-                par::per_token(pool, bufs, &strides(e), n, |r, tb| {
+                buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
                     for (i, tok) in r.enumerate() {
                         let (q, k, v) = (
                             &mut tb.q[i * qd..(i + 1) * qd],
@@ -343,11 +443,14 @@ impl Engine {
 
             // 4. attention.
             let t = profile.start();
-            par::attention(
+            attention::attention(
                 pool,
                 isa,
                 &attn,
-                &KvView { pool: kv, layer: l },
+                &KvView {
+                    storage: kv,
+                    layer: l,
+                },
                 batch,
                 &bufs.q[..n * qd],
                 &mut bufs.att[..n * qd],
@@ -361,7 +464,7 @@ impl Engine {
             let o = [&layer.o];
             let needs = group_needs(&o, binary);
             let t = profile.start();
-            par::per_token(pool, bufs, &strides(qd), n, |r, tb| {
+            buffers::per_token(pool, bufs, &strides(qd), n, |r, tb| {
                 for i in 0..r.len() {
                     let a = &tb.att[i * qd..(i + 1) * qd];
                     prep(
@@ -386,9 +489,9 @@ impl Engine {
             let gu = [&layer.gate, &layer.up];
             let needs = group_needs(&gu, binary);
             {
-                let bo = par::blocked(pool, &layer.o, &blk[0], n);
+                let bo = matmul::blocked(pool, &layer.o, &blk[0], n);
                 let t = profile.start();
-                par::per_token(pool, bufs, &strides(e), n, |r, tb| {
+                buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
                     for (i, tok) in r.enumerate() {
                         let x = &mut tb.x[i * e..(i + 1) * e];
                         tm.time(OpKind::Elementwise, || bo.add_row(isa, tok, x));
@@ -416,11 +519,11 @@ impl Engine {
             let needs = group_needs(&d, binary);
             {
                 let (bg, bu) = (
-                    par::blocked(pool, &layer.gate, &blk[0], n),
-                    par::blocked(pool, &layer.up, &blk[1], n),
+                    matmul::blocked(pool, &layer.gate, &blk[0], n),
+                    matmul::blocked(pool, &layer.up, &blk[1], n),
                 );
                 let t = profile.start();
-                par::per_token(pool, bufs, &strides(nff), n, |r, tb| {
+                buffers::per_token(pool, bufs, &strides(nff), n, |r, tb| {
                     for (i, tok) in r.enumerate() {
                         let f = &mut tb.ff[i * nff..(i + 1) * nff];
                         // `xn` is free until the sub-norm writes it: hold `up` there.
@@ -446,7 +549,7 @@ impl Engine {
         let rows = &batch.rows[..];
         let t = profile.start();
         if let Some(last) = m.layers.last() {
-            let bd = par::blocked(pool, &last.down, &blk[0], n);
+            let bd = matmul::blocked(pool, &last.down, &blk[0], n);
             for &(_, _, tok) in rows {
                 let tok = tok as usize;
                 bd.add_row(isa, tok, &mut bufs.x[tok * e..(tok + 1) * e]);
@@ -471,12 +574,12 @@ impl Engine {
             let t = profile.start();
             if nb == 1 {
                 // One row: the blocked layout is the plain one.
-                head_rows(pool, isa, store, &m.head, m.head_mode, hn, hq8, 1, logits);
+                matmul::head_rows(pool, isa, store, &m.head, m.head_mode, hn, hq8, 1, logits);
                 stop_region(profile, pool, OpKind::Head, t);
                 on_logits(group[0].0 as usize, group[0].1 as usize, logits);
                 continue;
             }
-            head_rows(
+            matmul::head_rows(
                 pool,
                 isa,
                 store,
@@ -488,12 +591,12 @@ impl Engine {
                 head_blk,
             );
             stop_region(profile, pool, OpKind::Head, t);
-            let b = par::Blocked {
+            let b = Blocked {
                 data: &head_blk[..nb * vocab],
                 n_tok: nb,
                 rows: vocab,
                 align: HEAD_ALIGN,
-                parts: head_chunks(&m.head, m.head_mode, pool.n_threads()),
+                parts: matmul::head_chunks(&m.head, m.head_mode, pool.n_threads()),
             };
             for (j, &(item, idx, _)) in group.iter().enumerate() {
                 b.copy_row(j, logits);
@@ -522,7 +625,7 @@ fn matmuls(
     let inp = lin_input(bufs, n, cols);
     let [b0, b1, b2] = blk;
     let mut outs: [&mut [f32]; 3] = [b0, b1, b2];
-    par::matmul_group(
+    matmul::matmul_group(
         pool,
         isa,
         store,
@@ -531,5 +634,5 @@ fn matmuls(
         &inp,
         &mut outs[..lins.len()],
     );
-    stop_region(profile, pool, lins[0].op_kind(), t);
+    stop_region(profile, pool, matmul_kind(lins[0]), t);
 }

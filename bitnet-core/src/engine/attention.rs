@@ -1,284 +1,23 @@
-//! The parallel building blocks of the forward pass. Every product cuts its output rows
-//! into chunks the pool's threads take as they go ([`matmul_group`]); attention splits
-//! (token, KV head) units, or chunks of their rows, with the work balanced by the positions
-//! each attends to ([`attention`]); per-token work
-//! (norms, quantization, rope, residual adds) splits the tokens of a batch ([`per_token`]).
-//! The one reduction split across threads, attention over a long row, is cut by the row's
-//! length alone and merged in a fixed order; so results do not depend on the thread count.
-//!
-//! A chunk of a product's rows for `n` tokens is written as one contiguous block
-//! `[n][rows of the chunk]` (the layout the kernels produce); [`Blocked`] reads a token's
-//! row back out of those blocks. Chunks are claimed dynamically (see [`n_chunks`]).
+//! Paged attention: each token of a batch attends over its own sequence's KV blocks, one
+//! layer at a time. The threads split (token, KV head) units, or chunks of long rows, with
+//! the work balanced by the positions each attends to ([`attention`]). The one reduction
+//! split across threads, attention over a long row, is cut by the row's length alone and
+//! merged in a fixed order ([`fold_chunk`]), so results do not depend on the thread count.
 
 use std::ops::Range;
 
+use bitnet_kernels::Isa;
 use bitnet_kernels::float::{self, QK_KV};
-use bitnet_kernels::{ActScale, Isa};
 
-use super::Store;
 use super::attn_stats::{AttnProbe, row_entropy};
-use super::engine::BatchScratch;
-use super::linear::{LinInput, Linear};
-use crate::kv::KvPool;
-use crate::threadpool::{ChunkQueue, DisjointSlice, ThreadPool, split_range};
+use super::batch::Batch;
+use crate::kv::KvStorage;
+use crate::threadpool::{DisjointSlice, ThreadPool};
 
-/// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
-#[derive(Copy, Clone, Debug)]
-pub(crate) struct Blocked<'a> {
-    pub(crate) data: &'a [f32],
-    pub(crate) n_tok: usize,
-    pub(crate) rows: usize,
-    pub(crate) align: usize,
-    pub(crate) parts: usize,
-}
-
-impl Blocked<'_> {
-    /// The pieces of token `t`'s row: `(destination columns, source slice)`.
-    #[inline]
-    fn pieces(&self, t: usize) -> impl Iterator<Item = (Range<usize>, &[f32])> + '_ {
-        (0..self.parts).filter_map(move |p| {
-            let r = split_range(self.rows, self.parts, p, self.align);
-            if r.is_empty() {
-                return None;
-            }
-            let off = self.n_tok * r.start + t * r.len();
-            Some((r.clone(), &self.data[off..off + r.len()]))
-        })
-    }
-
-    /// Copies token `t`'s row into `dst` (`rows` long).
-    pub(crate) fn copy_row(&self, t: usize, dst: &mut [f32]) {
-        for (r, src) in self.pieces(t) {
-            dst[r].copy_from_slice(src);
-        }
-    }
-
-    /// `dst += row t`.
-    pub(crate) fn add_row(&self, isa: Isa, t: usize, dst: &mut [f32]) {
-        for (r, src) in self.pieces(t) {
-            float::add_inplace(isa, &mut dst[r], src);
-        }
-    }
-}
-
-/// Chunks per thread a product is cut into at most (see [`n_chunks`]).
-pub(crate) const CHUNKS_PER_THREAD: usize = 4;
-/// Smallest chunk worth a claim, in weight bytes (about 5 µs of streaming).
-const MIN_CHUNK_BYTES: usize = 64 << 10;
-
-/// Chunks a product of `rows` rows (groups of `align`) streaming `bytes` of weights is cut
-/// into on `nt` threads, at most `per_thread` each: one on a single thread, else enough
-/// that threads take chunks as they finish (a slow or descheduled thread holds back one
-/// chunk, not half the rows), but no chunk under [`MIN_CHUNK_BYTES`].
-pub(crate) fn n_chunks(
-    rows: usize,
-    align: usize,
-    bytes: usize,
-    nt: usize,
-    per_thread: usize,
-) -> usize {
-    if nt <= 1 {
-        return 1;
-    }
-    let blocks = rows.div_ceil(align.max(1)).max(1);
-    (per_thread * nt)
-        .min((bytes / MIN_CHUNK_BYTES).max(nt))
-        .min(blocks)
-}
-
-fn lin_chunks(lin: &Linear, nt: usize) -> usize {
-    n_chunks(
-        lin.rows,
-        lin.align(),
-        lin.stream_bytes(),
-        nt,
-        CHUNKS_PER_THREAD,
-    )
-}
-
-/// The products of one group of projections sharing an input (q/k/v, gate/up, ...), each
-/// cut into chunks of rows ([`n_chunks`]) that the pool's threads claim as they go.
-/// `outs[i]` receives projection `i`'s blocked output (at least `n_tok * rows` long).
-pub(crate) fn matmul_group(
-    pool: &ThreadPool,
-    isa: Isa,
-    store: &Store,
-    binary_acts: bool,
-    lins: &[&Linear],
-    inp: &LinInput<'_>,
-    outs: &mut [&mut [f32]],
-) {
-    let n = inp.n_tok;
-    let nt = pool.n_threads();
-    let queues: [Option<ChunkQueue<'_, f32>>; 3] = {
-        let mut it = lins.iter().zip(outs.iter_mut());
-        std::array::from_fn(|_| {
-            it.next().map(|(lin, o)| {
-                ChunkQueue::new(&mut o[..], lin.rows, n, lin_chunks(lin, nt), lin.align())
-                    .expect("projection output buffer holds n_tok * rows")
-            })
-        })
-    };
-    let job = |_tid: usize, _nt: usize| {
-        for (lin, q) in lins.iter().zip(queues.iter().flatten()) {
-            while let Some((r, dst)) = q.claim() {
-                lin.compute(isa, store, binary_acts, inp, r, dst);
-            }
-        }
-    };
-    if nt == 1 {
-        job(0, 1);
-    } else {
-        pool.run(&job);
-    }
-}
-
-/// The blocked view of projection output `data` as [`matmul_group`] wrote it.
-pub(crate) fn blocked<'a>(
-    pool: &ThreadPool,
-    lin: &Linear,
-    data: &'a [f32],
-    n_tok: usize,
-) -> Blocked<'a> {
-    Blocked {
-        data,
-        n_tok,
-        rows: lin.rows,
-        align: lin.align(),
-        parts: lin_chunks(lin, pool.n_threads()),
-    }
-}
-
-/// Per-token activation buffers, each `[chunk][stride]`.
-#[derive(Debug)]
-pub(crate) struct Bufs {
-    /// Residual stream, stride `n_embd`.
-    pub(crate) x: Vec<f32>,
-    /// Normed input of the next projection group (f32), stride = that group's `cols`.
-    pub(crate) xn: Vec<f32>,
-    /// The same quantized to int8, stride `padded(cols)`.
-    pub(crate) xq: Vec<i8>,
-    pub(crate) acts: Vec<ActScale>,
-    /// The same as sign bits, stride `bit_words(cols)`.
-    pub(crate) bits: Vec<u64>,
-    pub(crate) bit_scales: Vec<f32>,
-    /// Roped queries / keys and values, strides `q_dim`, `kv_dim`, `kv_dim`.
-    pub(crate) q: Vec<f32>,
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
-    /// Attention output, stride `q_dim`.
-    pub(crate) att: Vec<f32>,
-    /// FFN inner activations, stride `n_ff`.
-    pub(crate) ff: Vec<f32>,
-}
-
-/// Strides of [`Bufs`] for one per-token stage.
-#[derive(Copy, Clone, Debug)]
-pub(crate) struct Strides {
-    pub(crate) embd: usize,
-    /// `cols` of the projection group the stage prepares input for.
-    pub(crate) inp: usize,
-    pub(crate) pc: usize,
-    pub(crate) words: usize,
-    pub(crate) q: usize,
-    pub(crate) kv: usize,
-    pub(crate) ff: usize,
-}
-
-/// A token range's rows of the buffers that hold a projection group's prepared input.
-#[derive(Debug)]
-pub(crate) struct PrepBufs<'a> {
-    pub(crate) xn: &'a mut [f32],
-    pub(crate) xq: &'a mut [i8],
-    pub(crate) acts: &'a mut [ActScale],
-    pub(crate) bits: &'a mut [u64],
-    pub(crate) bit_scales: &'a mut [f32],
-}
-
-/// A token range's rows of every [`Bufs`] buffer.
-#[derive(Debug)]
-pub(crate) struct TokBufs<'a> {
-    pub(crate) x: &'a mut [f32],
-    pub(crate) p: PrepBufs<'a>,
-    pub(crate) q: &'a mut [f32],
-    pub(crate) k: &'a mut [f32],
-    pub(crate) v: &'a mut [f32],
-    pub(crate) att: &'a mut [f32],
-    pub(crate) ff: &'a mut [f32],
-}
-
-impl Bufs {
-    fn range(&mut self, s: &Strides, r: Range<usize>) -> TokBufs<'_> {
-        let (a, b) = (r.start, r.end);
-        TokBufs {
-            x: &mut self.x[a * s.embd..b * s.embd],
-            p: PrepBufs {
-                xn: &mut self.xn[a * s.inp..b * s.inp],
-                xq: &mut self.xq[a * s.pc..b * s.pc],
-                acts: &mut self.acts[a..b],
-                bits: &mut self.bits[a * s.words..b * s.words],
-                bit_scales: &mut self.bit_scales[a..b],
-            },
-            q: &mut self.q[a * s.q..b * s.q],
-            k: &mut self.k[a * s.kv..b * s.kv],
-            v: &mut self.v[a * s.kv..b * s.kv],
-            att: &mut self.att[a * s.q..b * s.q],
-            ff: &mut self.ff[a * s.ff..b * s.ff],
-        }
-    }
-}
-
-/// Runs `f(tokens, rows of those tokens)` over `0..n_tok`: on the calling thread for a single
-/// token, else split across the pool.
-pub(crate) fn per_token<F>(pool: &ThreadPool, bufs: &mut Bufs, s: &Strides, n_tok: usize, f: F)
-where
-    F: Fn(Range<usize>, &mut TokBufs<'_>) + Sync,
-{
-    if n_tok <= 1 || pool.n_threads() == 1 {
-        let mut tb = bufs.range(s, 0..n_tok);
-        f(0..n_tok, &mut tb);
-        return;
-    }
-    let d_x = DisjointSlice::new(&mut bufs.x[..]);
-    let d_xn = DisjointSlice::new(&mut bufs.xn[..]);
-    let d_xq = DisjointSlice::new(&mut bufs.xq[..]);
-    let d_acts = DisjointSlice::new(&mut bufs.acts[..]);
-    let d_bits = DisjointSlice::new(&mut bufs.bits[..]);
-    let d_bs = DisjointSlice::new(&mut bufs.bit_scales[..]);
-    let d_q = DisjointSlice::new(&mut bufs.q[..]);
-    let d_k = DisjointSlice::new(&mut bufs.k[..]);
-    let d_v = DisjointSlice::new(&mut bufs.v[..]);
-    let d_att = DisjointSlice::new(&mut bufs.att[..]);
-    let d_ff = DisjointSlice::new(&mut bufs.ff[..]);
-    pool.run(&|tid, nt| {
-        let r = split_range(n_tok, nt, tid, 1);
-        if r.is_empty() {
-            return;
-        }
-        let (a, b) = (r.start, r.end);
-        let mut tb = TokBufs {
-            x: d_x.slice_mut(a * s.embd..b * s.embd),
-            p: PrepBufs {
-                xn: d_xn.slice_mut(a * s.inp..b * s.inp),
-                xq: d_xq.slice_mut(a * s.pc..b * s.pc),
-                acts: d_acts.slice_mut(a..b),
-                bits: d_bits.slice_mut(a * s.words..b * s.words),
-                bit_scales: d_bs.slice_mut(a..b),
-            },
-            q: d_q.slice_mut(a * s.q..b * s.q),
-            k: d_k.slice_mut(a * s.kv..b * s.kv),
-            v: d_v.slice_mut(a * s.kv..b * s.kv),
-            att: d_att.slice_mut(a * s.q..b * s.q),
-            ff: d_ff.slice_mut(a * s.ff..b * s.ff),
-        };
-        f(r, &mut tb);
-    });
-}
-
-/// One layer of the paged KV pool as attention reads it.
+/// One layer of the KV cache's rows as attention reads them.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct KvView<'a> {
-    pub(crate) pool: &'a KvPool,
+    pub(crate) storage: &'a KvStorage,
     pub(crate) layer: usize,
 }
 
@@ -464,7 +203,7 @@ struct AttnCtx<'a> {
     isa: Isa,
     sh: &'a AttnShape,
     kv: &'a KvView<'a>,
-    batch: &'a BatchScratch,
+    batch: &'a Batch,
     q: &'a [f32],
     kf: &'a crate::kv::KvFormat,
     vf: &'a crate::kv::KvFormat,
@@ -567,7 +306,7 @@ impl AttnCtx<'_> {
         // into and out of the score rows, as over a contiguous cache). Otherwise a run is
         // one block. Runs are `(first block, blocks, first position - lo, positions)`.
         let blocks = &blocks[lo / bt..hi.div_ceil(bt)];
-        let joinable = self.kv.pool.blocks_are_contiguous();
+        let joinable = self.kv.storage.blocks_are_contiguous();
         let runs = || {
             let mut i = 0;
             std::iter::from_fn(move || {
@@ -586,7 +325,7 @@ impl AttnCtx<'_> {
         let single = heads == 1 || blocks.len() == 1 || runs().nth(1).is_none();
         let layer = self.kv.layer;
         for (b, count, p0, m) in runs() {
-            let k = self.kv.pool.k_run(layer, kvh, b, count);
+            let k = self.kv.storage.k_run(layer, kvh, b, count);
             if single && p0 == 0 && m == n {
                 score(k, heads, qg, m, sc);
             } else if heads == 1 {
@@ -607,7 +346,7 @@ impl AttnCtx<'_> {
         // The weighted values, accumulated run by run (the kernels add onto `out`).
         out.fill(0.0);
         for (b, count, p0, m) in runs() {
-            let v = self.kv.pool.v_run(layer, kvh, b, count);
+            let v = self.kv.storage.v_run(layer, kvh, b, count);
             if single && p0 == 0 && m == n {
                 (vf.wsum)(isa, sc, heads, v, sh.v_stride, m, out);
             } else if heads == 1 {
@@ -713,7 +452,7 @@ pub(crate) fn attention(
     isa: Isa,
     sh: &AttnShape,
     kv: &KvView<'_>,
-    batch: &BatchScratch,
+    batch: &Batch,
     q: &[f32],
     att: &mut [f32],
     scratch: &mut [f32],
@@ -721,7 +460,7 @@ pub(crate) fn attention(
 ) {
     let n_tok = batch.tokens.len();
     let hd = sh.head_dim;
-    let (kf, vf) = (kv.pool.k_format(), kv.pool.v_format());
+    let (kf, vf) = (kv.storage.k_format(), kv.storage.v_format());
     let xnor = if sh.xnor { kf.xnor_scores } else { None };
     let int8 = if xnor.is_none() { kf.int8_scores } else { None };
     let gs = sh.group;
@@ -1026,36 +765,6 @@ mod tests {
                 assert!(nc <= ATTN_CHUNKS_MAX && (nc - 1) * cl < n_pos && nc * cl >= n_pos);
                 assert_eq!(nc == 1, n_pos <= ATTN_CHUNK_MIN.next_multiple_of(bt));
             }
-        }
-    }
-
-    #[test]
-    fn blocked_rows_round_trip() {
-        // 3 tokens, 10 rows, 2 parts aligned to 4: part 0 = rows 0..8? split_range decides.
-        let (n, rows, parts, align) = (3usize, 10usize, 2usize, 4usize);
-        let mut data = vec![0.0f32; n * rows];
-        for p in 0..parts {
-            let r = split_range(rows, parts, p, align);
-            for t in 0..n {
-                for (i, row) in r.clone().enumerate() {
-                    data[n * r.start + t * r.len() + i] = (t * 100 + row) as f32;
-                }
-            }
-        }
-        let b = Blocked {
-            data: &data,
-            n_tok: n,
-            rows,
-            align,
-            parts,
-        };
-        let mut row = vec![0.0; rows];
-        for t in 0..n {
-            b.copy_row(t, &mut row);
-            let want: Vec<f32> = (0..rows).map(|c| (t * 100 + c) as f32).collect();
-            assert_eq!(row, want);
-            b.add_row(Isa::Scalar, t, &mut row);
-            assert_eq!(row[3], 2.0 * want[3]);
         }
     }
 }

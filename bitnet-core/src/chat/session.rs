@@ -1,13 +1,14 @@
-//! One chat: the conversation, the sequence whose KV cache holds it across turns, and the
-//! turn operations the commands need (reply, regenerate, undo, clear, load).
+//! One chat as a program embeds it (`bitnet chat` does): the conversation, the scheduler
+//! whose kept sequence holds it in the KV cache across turns, and the turn operations a chat
+//! needs (send, regenerate, undo, clear, set the system prompt, load).
 //!
 //! A reply evaluates only what the sequence does not hold yet (see
-//! [`bitnet_core::chat::Conversation::next_turn`]). When the prompt would leave too little
+//! [`Conversation::next_turn`]). When the prompt would leave too little
 //! room for a reply, the oldest whole exchanges after the system prompt are dropped and the
 //! rest is read again; the caller is told how many messages went.
 //!
-//! With `--context-shift`, `--kv-window` or `--kv-evict` the scheduler instead removes positions from the
-//! middle of the sequence as it fills (the system prompt, or the sinks, stay) and the chat
+//! With a shifting [`ContextMode`] (`--context-shift`, `--kv-window` or `--kv-evict`) the
+//! scheduler instead removes positions from the middle of the sequence as it fills (the system prompt, or the sinks, stay) and the chat
 //! goes on without reading anything again. The sequence then holds the conversation's
 //! tokens with a gap, so the session keeps the whole token list as well (`logical`): turns
 //! are matched against it, and a cut (an `/undo`, a trimmed reply) that reaches into the
@@ -15,14 +16,53 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
-use bitnet_core::chat::{Conversation, Message};
-use bitnet_core::model::{GenStats, Model, SeqId, StopReason};
-use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{ContextPolicy, Event, GenParams, Scheduler, SubmitOptions};
+use thiserror::Error;
 
-use crate::cmd::context_args::ContextArgs;
-use bitnet_core::tokenizer::Tokenizer;
+use super::conversation::{continuation, tokenize_prompt};
+use super::{ChatError, Conversation, Message};
+use crate::engine::Engine;
+use crate::error::CoreError;
+use crate::kv::SeqId;
+use crate::model::Model;
+use crate::sampling::SamplerConfig;
+use crate::scheduler::{
+    ContextMode, ContextPolicy, Event, GenParams, GenStats, Scheduler, StopReason, SubmitOptions,
+};
+use crate::tokenizer::Tokenizer;
+
+/// What a chat turn or command refuses.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The template failed.
+    #[error(transparent)]
+    Template(#[from] ChatError),
+    /// The engine or the scheduler refused.
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    #[error("nothing to regenerate yet")]
+    NothingToRegenerate,
+    #[error("nothing to undo")]
+    NothingToUndo,
+    /// The conversation, even with every older exchange dropped, leaves no room for a reply.
+    #[error(
+        "the conversation does not fit the context: the prompt needs {need} tokens and a reply \
+         {reply} more, of {n_ctx} (raise -c, shorten the message or the system prompt)"
+    )]
+    DoesNotFit {
+        need: usize,
+        reply: usize,
+        n_ctx: usize,
+    },
+    /// A loaded conversation the template cannot render (the conversation is unchanged).
+    #[error("the loaded conversation")]
+    LoadedConversation(#[source] ChatError),
+    /// Generating the reply failed (the message leaves the conversation again).
+    #[error("generating the reply: {0}")]
+    Reply(#[source] CoreError),
+}
+
+type Result<T> = std::result::Result<T, SessionError>;
 
 /// How replies are generated; `/set` changes these.
 #[derive(Clone, Debug)]
@@ -31,8 +71,9 @@ pub struct ReplySettings {
     /// Tokens per reply at most (`usize::MAX`: until the context is full).
     pub max_tokens: usize,
     pub stop: Vec<String>,
-    /// `--context-shift` / `--kv-window`: shift instead of dropping old messages.
-    pub context: ContextArgs,
+    /// A shifting mode (context shift, window, eviction) removes positions as the sequence
+    /// fills instead of dropping old messages.
+    pub context: ContextMode,
 }
 
 /// What one reply did.
@@ -51,8 +92,6 @@ pub struct TurnStats {
     /// Positions the sequence holds after the reply, and at most.
     pub context_used: usize,
     pub context_size: usize,
-    /// The attention entropy figures, when `--attn-entropy` is on.
-    pub attn_entropy: Option<String>,
 }
 
 impl TurnStats {
@@ -66,6 +105,7 @@ impl TurnStats {
 }
 
 /// What the caller's text callback and interrupt check see.
+#[allow(missing_debug_implementations)] // closures only
 pub struct ReplyIo<'a> {
     /// A piece of the reply (whole UTF-8); false stops the reply (a closed pipe).
     pub on_text: &'a mut dyn FnMut(&str) -> bool,
@@ -76,6 +116,8 @@ pub struct ReplyIo<'a> {
     pub on_status: &'a mut dyn FnMut(Option<usize>),
 }
 
+/// The chat; see the module docs.
+#[derive(Debug)]
 pub struct ChatSession {
     model: Arc<Model>,
     sched: Scheduler,
@@ -98,13 +140,18 @@ pub struct ChatSession {
 }
 
 impl ChatSession {
+    /// A chat of `conv` (its system prompt, if any, and earlier messages) on `sched`, whose
+    /// model must have a tokenizer.
     pub fn new(
-        model: Arc<Model>,
         sched: Scheduler,
         conv: Conversation,
         settings: ReplySettings,
-    ) -> ChatSession {
-        ChatSession {
+    ) -> std::result::Result<ChatSession, CoreError> {
+        let model = sched.engine().model().clone();
+        if model.tokenizer().is_none() {
+            return Err(CoreError::NoTokenizer);
+        }
+        Ok(ChatSession {
             model,
             sched,
             conv,
@@ -115,7 +162,7 @@ impl ChatSession {
             removed: 0,
             front: 0,
             exact_tail: None,
-        }
+        })
     }
 
     fn shifting(&self) -> bool {
@@ -125,11 +172,16 @@ impl ChatSession {
     pub fn tokenizer(&self) -> &Tokenizer {
         self.model
             .tokenizer()
-            .expect("checked when the chat started")
+            .expect("ChatSession::new refuses a model without a tokenizer")
     }
 
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// The engine the conversation runs on (its KV cache, attention statistics).
+    pub fn engine(&self) -> &Engine {
+        self.sched.engine()
     }
 
     pub fn conversation(&self) -> &Conversation {
@@ -142,12 +194,12 @@ impl ChatSession {
     }
 
     pub fn context_size(&self) -> usize {
-        self.sched.engine().max_seq_len()
+        self.sched.engine().kv().max_seq_len()
     }
 
     fn held(&self) -> &[u32] {
         self.seq
-            .and_then(|s| self.sched.engine().sequence(s).ok())
+            .and_then(|s| self.sched.engine().kv().sequence(s).ok())
             .map_or(&[], |s| s.tokens())
     }
 
@@ -166,7 +218,7 @@ impl ChatSession {
     fn truncate_to(&mut self, keep: usize) -> Result<()> {
         let Some(seq) = self.seq else { return Ok(()) };
         if !self.shifting() {
-            self.sched.engine_mut().truncate(seq, keep)?;
+            self.sched.engine_mut().kv_mut().truncate(seq, keep)?;
             return Ok(());
         }
         let held = self.held().len();
@@ -177,6 +229,7 @@ impl ChatSession {
         if self.removed == 0 || cut <= tail {
             self.sched
                 .engine_mut()
+                .kv_mut()
                 .truncate(seq, held.saturating_sub(cut))?;
             self.logical.truncate(keep);
         } else {
@@ -188,7 +241,7 @@ impl ChatSession {
     /// The policy for a turn: a shift keeps at least the system prompt's tokens.
     fn context_policy(&self, full: &[u32]) -> Result<ContextPolicy> {
         let bos = self.tokenizer().add_bos();
-        let policy = self.settings.context.policy(bos, full.len())?;
+        let policy = self.settings.context.policy(bos, full.len());
         Ok(match policy {
             ContextPolicy::Shift { keep } => ContextPolicy::Shift {
                 keep: keep.max(self.system_prefix(full)),
@@ -210,7 +263,7 @@ impl ChatSession {
             return 0;
         };
         let tok = self.tokenizer();
-        let alone = bitnet_core::chat::tokenize_prompt(tok, &text, self.conv.template().bos_text());
+        let alone = tokenize_prompt(tok, &text, self.conv.template().bos_text());
         // Stays below half the context, which a shift needs free.
         let limit = (self.context_size() / 2).saturating_sub(1);
         alone
@@ -248,7 +301,7 @@ impl ChatSession {
                 self.conv.messages_mut().pop();
             }
             Some(m) if m.role == "user" => {}
-            _ => bail!("nothing to regenerate yet"),
+            _ => return Err(SessionError::NothingToRegenerate),
         }
         self.reply(io)
     }
@@ -267,7 +320,7 @@ impl ChatSession {
             removed += 1;
         }
         if removed == 0 {
-            bail!("nothing to undo");
+            return Err(SessionError::NothingToUndo);
         }
         self.cut_cache_to_conversation()?;
         Ok(removed)
@@ -295,18 +348,18 @@ impl ChatSession {
         trial
             .template()
             .render(trial.messages(), true)
-            .context("the loaded conversation")?;
+            .map_err(SessionError::LoadedConversation)?;
         self.conv = trial;
         self.cut_cache_to_conversation()
     }
 
     fn drop_sequence(&mut self) -> Result<()> {
         if let Some(seq) = self.seq.take() {
-            self.sched.engine_mut().free_sequence(seq)?;
+            self.sched.engine_mut().kv_mut().free_sequence(seq)?;
         }
         self.logical.clear();
         self.removed = 0;
-        self.sched.engine_mut().clear_prefix_cache();
+        self.sched.engine_mut().kv_mut().clear_prefix_cache();
         Ok(())
     }
 
@@ -317,8 +370,8 @@ impl ChatSession {
         }
         let text = self.conv.template().render(self.conv.messages(), false)?;
         let tok = self.tokenizer();
-        let full = bitnet_core::chat::tokenize_prompt(tok, &text, self.conv.template().bos_text());
-        let keep = bitnet_core::chat::continuation(tok, self.conversation_tokens(), &full).keep;
+        let full = tokenize_prompt(tok, &text, self.conv.template().bos_text());
+        let keep = continuation(tok, self.conversation_tokens(), &full).keep;
         self.truncate_to(keep)
     }
 
@@ -342,13 +395,11 @@ impl ChatSession {
             }
             let n = self.drop_oldest_exchange();
             if n == 0 {
-                let need = turn.keep + turn.tokens.len();
-                bail!(
-                    "the conversation does not fit the context: the prompt needs {need} tokens \
-                     and a reply {} more, of {n_ctx} (raise -c, shorten the message or the \
-                     system prompt)",
-                    self.reply_room()
-                );
+                return Err(SessionError::DoesNotFit {
+                    need: turn.keep + turn.tokens.len(),
+                    reply: self.reply_room(),
+                    n_ctx,
+                });
             }
             dropped += n;
         };
@@ -402,7 +453,7 @@ impl ChatSession {
         let seq = match self.seq {
             Some(seq) => {
                 if !self.shifting() {
-                    self.sched.engine_mut().truncate(seq, turn.keep)?;
+                    self.sched.engine_mut().kv_mut().truncate(seq, turn.keep)?;
                 }
                 self.sched
                     .submit_on_with(seq, &turn.tokens, params, extra)?;
@@ -418,7 +469,7 @@ impl ChatSession {
         (io.on_status)(Some(turn.tokens.len().max(1)));
         let mut reply = String::new();
         let mut done: Option<GenStats> = None;
-        let mut failure: Option<String> = None;
+        let mut failure: Option<CoreError> = None;
         let mut first = true;
         let mut stop_asked = false;
         while done.is_none() && failure.is_none() {
@@ -440,7 +491,7 @@ impl ChatSession {
                     }
                 }
                 Event::Done { seq: s, stats } if s == seq => done = Some(stats),
-                Event::Error { seq: s, error } if s == seq => failure = Some(error.to_string()),
+                Event::Error { seq: s, error } if s == seq => failure = Some(error),
                 _ => {}
             })?;
             if stop_asked && done.is_none() {
@@ -451,7 +502,7 @@ impl ChatSession {
             (io.on_status)(None);
         }
         if let Some(f) = failure {
-            bail!("generating the reply: {f}");
+            return Err(SessionError::Reply(f));
         }
         let reply_stats = done.expect("loop ends with a result");
         if self.shifting() {
@@ -483,7 +534,6 @@ impl ChatSession {
             context_used: self.context_used(),
             context_size: n_ctx,
             reply: reply_stats,
-            attn_entropy: crate::cmd::attn_entropy_args::entropy_figures(self.sched.engine()),
         })
     }
 

@@ -7,7 +7,7 @@
 //! nothing.
 
 use anyhow::{Result, bail};
-use bitnet_core::model::{Engine, EngineOptions};
+use bitnet_core::engine::{Engine, EngineOptions};
 
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct AttnEntropyArgs {

@@ -1,0 +1,141 @@
+//! The engine side of the server: the model is loaded, the engine made and warmed up on the
+//! runtime's own thread (`bitnet_core::runtime`), publishing readiness on the way; the
+//! runtime's observer keeps the Prometheus figures; and each request's replies travel back
+//! over a tokio channel, so the handlers await them without blocking.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bitnet_core::chat::ChatTemplate;
+use bitnet_core::runtime::{Observer, Reply, ReplySink, Runtime, RuntimeOptions, warm_up};
+use bitnet_core::scheduler::{GenStats, Scheduler, SchedulerOptions, StopReason};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::Args;
+use super::state::{Loaded, Shared};
+use crate::output::note;
+use crate::setup::Setup;
+
+/// A request's replies, sent to its handler.
+#[derive(Debug)]
+pub struct Replies(pub UnboundedSender<Reply>);
+
+impl ReplySink for Replies {
+    fn send(&self, reply: Reply) -> bool {
+        self.0.send(reply).is_ok()
+    }
+
+    /// The handler is gone: the client disconnected, or its timeout passed.
+    fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
+}
+
+/// Starts the engine thread. A failure to load or start is sent to `failed` (the server
+/// then stops); requests that arrive meanwhile get 503 from `AppState::ready`.
+pub fn spawn(
+    args: Args,
+    shared: Arc<Shared>,
+    parallel: usize,
+    failed: tokio::sync::oneshot::Sender<anyhow::Error>,
+) -> Result<Runtime<()>> {
+    let options = RuntimeOptions {
+        step_delay: Duration::from_millis(args.step_delay_ms),
+        observer: Box::new(Metrics(shared.clone())),
+    };
+    Runtime::spawn(options, move || {
+        start_engine(&args, parallel, &shared).map_err(|e| {
+            let _ = failed.send(e);
+        })
+    })
+    .context("starting the engine thread")
+}
+
+/// Loads the model, makes the engine and warms it up, publishing readiness on the way.
+fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Scheduler> {
+    let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
+    let model = setup.model.clone();
+    if model.tokenizer().is_none() {
+        bail!("the model file has no tokenizer (tokenizer.ggml.* keys)");
+    }
+    setup.check_context()?;
+    let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
+        .context("choosing the chat template")?;
+    let engine = setup.engine()?;
+    let max_seq_len = engine.kv().max_seq_len();
+    // --keep and --kv-window checked against this context before anything is served.
+    args.context
+        .policy(true, 1)?
+        .validate(max_seq_len)
+        .context("the context policy")?;
+    let mut sched = Scheduler::new(
+        engine,
+        SchedulerOptions {
+            max_running: parallel,
+        },
+    );
+    let _ = shared.model.set(Loaded {
+        model,
+        max_seq_len,
+        template,
+    });
+    warm_up(&mut sched, Duration::from_millis(args.step_delay_ms)).context("warming up")?;
+    shared.ready.store(true, SeqCst);
+    note!(
+        "ready: context {max_seq_len} tokens shared by up to {parallel} sequences, {} threads",
+        sched.engine().threads()
+    );
+    Ok(sched)
+}
+
+/// The runtime's observer: every figure `/metrics` shows that the engine thread sees.
+struct Metrics(Arc<Shared>);
+
+impl Observer for Metrics {
+    fn on_request(&mut self) {
+        self.0.metrics.requests.fetch_add(1, Relaxed);
+    }
+
+    fn on_token(&mut self, first: bool, latency: Duration) {
+        let m = &self.0.metrics;
+        m.predicted_tokens.fetch_add(1, Relaxed);
+        if first {
+            m.ttft.observe(latency.as_secs_f64());
+        } else {
+            m.inter_token.observe(latency.as_secs_f64());
+        }
+    }
+
+    fn on_done(&mut self, stats: &GenStats, elapsed: Duration) {
+        let m = &self.0.metrics;
+        m.prompt_tokens
+            .fetch_add((stats.prompt_tokens - stats.cached_tokens) as u64, Relaxed);
+        m.cached_tokens
+            .fetch_add(stats.cached_tokens as u64, Relaxed);
+        if stats.stop_reason == StopReason::Cancelled {
+            m.cancelled.fetch_add(1, Relaxed);
+        } else {
+            m.add_output(&stats.tokens);
+        }
+        m.request.observe(elapsed.as_secs_f64());
+    }
+
+    fn on_step(&mut self, sched: &Scheduler) {
+        let m = &self.0.metrics;
+        m.set_engine_state(
+            sched.n_running(),
+            sched.n_waiting(),
+            &sched.engine().kv().stats(),
+        );
+        let e = sched.engine();
+        if e.attention_entropy_every() > 0 {
+            m.set_attention_entropy(e.attention_entropy());
+        }
+    }
+
+    fn on_step_error(&mut self, error: &bitnet_core::CoreError) {
+        note!("warning: engine step failed: {error}");
+    }
+}

@@ -1,0 +1,95 @@
+//! Loading a model and making an engine the way every model-running command wants: the
+//! load options and engine options of the command line ([`crate::args`]), a clear message
+//! for a vocab-only file or a mapped file cut short, the context's memory checked before it
+//! is allocated ([`limits`]), and the figures of what the load cost ([`figures`]).
+
+pub mod figures;
+pub mod limits;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use bitnet_core::engine::{Engine, EngineOptions};
+use bitnet_core::model::{LoadMode, LoadOptions, Model};
+use bitnet_core::tokenizer::Tokenizer;
+use bitnet_gguf::GgufFile;
+
+use crate::args::attn_entropy::AttnEntropyArgs;
+use crate::args::model::ModelArgs;
+use crate::output::note;
+
+/// A model loaded as the command line says, and the engine options it runs with.
+#[derive(Debug)]
+pub struct Setup {
+    pub model: Arc<Model>,
+    pub engine_opts: EngineOptions,
+}
+
+impl Setup {
+    /// Loads the model at `path` with the options of `args` (and of `attn`, the attention
+    /// entropy flags, for the commands that take them).
+    pub fn load(path: &Path, args: &ModelArgs, attn: Option<&AttnEntropyArgs>) -> Result<Setup> {
+        let opts = args.load_options()?;
+        let mut engine_opts = args.engine_options();
+        if let Some(a) = attn {
+            a.apply(&mut engine_opts)?;
+        }
+        Ok(Setup {
+            model: load_model(path, &opts)?,
+            engine_opts,
+        })
+    }
+
+    /// The model's tokenizer, or an error naming the keys it lacks.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.model
+            .tokenizer()
+            .context("the model file has no tokenizer (tokenizer.ggml.* keys)")
+    }
+
+    /// Checks the context before anything is allocated (see [`limits::check_context`]);
+    /// the context size.
+    pub fn check_context(&self) -> Result<usize> {
+        limits::check_context(&self.model, &self.engine_opts)
+    }
+
+    /// The engine (on the calling thread: its pool pins it).
+    pub fn engine(&self) -> Result<Engine> {
+        Engine::new(self.model.clone(), &self.engine_opts).context("creating the engine")
+    }
+}
+
+/// Loads a model, arranging for a clear message if the mapped file is truncated while in
+/// use; a vocab-only file is named as such.
+pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
+    if opts.mode == LoadMode::Mmap {
+        watch_mapped_file(path);
+    }
+    Model::load(path, opts).map(Arc::new).map_err(|e| {
+        if vocab_only(path) {
+            // The loader's own complaint (a missing tensor, zero layers) would only mislead.
+            anyhow::anyhow!(
+                "{} holds only a tokenizer (a vocab-only GGUF, no weights): it can be used with \
+                 `bitnet tokenize`, not run",
+                path.display()
+            )
+        } else {
+            anyhow::Error::from(e).context(format!("loading {}", path.display()))
+        }
+    })
+}
+
+/// Installs the SIGBUS message for a file about to be mapped (see `bitnet_core::model::install_sigbus_message`).
+pub fn watch_mapped_file(path: &Path) {
+    if let Err(e) = bitnet_core::model::install_sigbus_message(path) {
+        note!("warning: cannot install the SIGBUS handler ({e})");
+    }
+}
+
+/// True when `path` parses as a GGUF without tensors but with a tokenizer. Asked only after
+/// a load failed, so a good load never parses the file twice.
+fn vocab_only(path: &Path) -> bool {
+    GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
+        .is_ok_and(|f| f.tensors().is_empty() && f.metadata().get("tokenizer.ggml.model").is_some())
+}

@@ -1,0 +1,235 @@
+//! The products of a forward pass spread over the pool's threads: every product cuts its
+//! output rows into chunks the threads claim as they go ([`matmul_group`]; a slow or
+//! descheduled thread holds back one chunk, not half the rows), and so does the output head
+//! ([`head_rows`]). A chunk of a product's rows for `n` tokens is written as one contiguous
+//! block `[n][rows of the chunk]` (the layout the kernels produce); [`Blocked`] reads a
+//! token's row back out of those blocks. Each row is computed whole by one thread, so the
+//! results do not depend on the thread count.
+
+use std::ops::Range;
+
+use bitnet_kernels::Isa;
+use bitnet_kernels::float::{self, RowFormat};
+
+use crate::model::linear::{LinInput, Linear};
+use crate::model::{FloatRows, HeadMode, Store};
+use crate::threadpool::{ChunkQueue, ThreadPool, split_range};
+
+/// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Blocked<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) n_tok: usize,
+    pub(crate) rows: usize,
+    pub(crate) align: usize,
+    pub(crate) parts: usize,
+}
+
+impl Blocked<'_> {
+    /// The pieces of token `t`'s row: `(destination columns, source slice)`.
+    #[inline]
+    fn pieces(&self, t: usize) -> impl Iterator<Item = (Range<usize>, &[f32])> + '_ {
+        (0..self.parts).filter_map(move |p| {
+            let r = split_range(self.rows, self.parts, p, self.align);
+            if r.is_empty() {
+                return None;
+            }
+            let off = self.n_tok * r.start + t * r.len();
+            Some((r.clone(), &self.data[off..off + r.len()]))
+        })
+    }
+
+    /// Copies token `t`'s row into `dst` (`rows` long).
+    pub(crate) fn copy_row(&self, t: usize, dst: &mut [f32]) {
+        for (r, src) in self.pieces(t) {
+            dst[r].copy_from_slice(src);
+        }
+    }
+
+    /// `dst += row t`.
+    pub(crate) fn add_row(&self, isa: Isa, t: usize, dst: &mut [f32]) {
+        for (r, src) in self.pieces(t) {
+            float::add_inplace(isa, &mut dst[r], src);
+        }
+    }
+}
+
+/// Chunks per thread a product is cut into at most (see [`n_chunks`]).
+pub(crate) const CHUNKS_PER_THREAD: usize = 4;
+/// Smallest chunk worth a claim, in weight bytes (about 5 µs of streaming).
+const MIN_CHUNK_BYTES: usize = 64 << 10;
+
+/// Chunks a product of `rows` rows (groups of `align`) streaming `bytes` of weights is cut
+/// into on `nt` threads, at most `per_thread` each: one on a single thread, else enough
+/// that threads take chunks as they finish (a slow or descheduled thread holds back one
+/// chunk, not half the rows), but no chunk under [`MIN_CHUNK_BYTES`].
+pub(crate) fn n_chunks(
+    rows: usize,
+    align: usize,
+    bytes: usize,
+    nt: usize,
+    per_thread: usize,
+) -> usize {
+    if nt <= 1 {
+        return 1;
+    }
+    let blocks = rows.div_ceil(align.max(1)).max(1);
+    (per_thread * nt)
+        .min((bytes / MIN_CHUNK_BYTES).max(nt))
+        .min(blocks)
+}
+
+fn lin_chunks(lin: &Linear, nt: usize) -> usize {
+    n_chunks(
+        lin.rows,
+        lin.align(),
+        lin.stream_bytes(),
+        nt,
+        CHUNKS_PER_THREAD,
+    )
+}
+
+/// The products of one group of projections sharing an input (q/k/v, gate/up, ...), each
+/// cut into chunks of rows ([`n_chunks`]) that the pool's threads claim as they go.
+/// `outs[i]` receives projection `i`'s blocked output (at least `n_tok * rows` long).
+pub(crate) fn matmul_group(
+    pool: &ThreadPool,
+    isa: Isa,
+    store: &Store,
+    binary_acts: bool,
+    lins: &[&Linear],
+    inp: &LinInput<'_>,
+    outs: &mut [&mut [f32]],
+) {
+    let n = inp.n_tok;
+    let nt = pool.n_threads();
+    let queues: [Option<ChunkQueue<'_, f32>>; 3] = {
+        let mut it = lins.iter().zip(outs.iter_mut());
+        std::array::from_fn(|_| {
+            it.next().map(|(lin, o)| {
+                ChunkQueue::new(&mut o[..], lin.rows, n, lin_chunks(lin, nt), lin.align())
+                    .expect("projection output buffer holds n_tok * rows")
+            })
+        })
+    };
+    let job = |_tid: usize, _nt: usize| {
+        for (lin, q) in lins.iter().zip(queues.iter().flatten()) {
+            while let Some((r, dst)) = q.claim() {
+                lin.compute(isa, store, binary_acts, inp, r, dst);
+            }
+        }
+    };
+    if nt == 1 {
+        job(0, 1);
+    } else {
+        pool.run(&job);
+    }
+}
+
+/// The blocked view of projection output `data` as [`matmul_group`] wrote it.
+pub(crate) fn blocked<'a>(
+    pool: &ThreadPool,
+    lin: &Linear,
+    data: &'a [f32],
+    n_tok: usize,
+) -> Blocked<'a> {
+    Blocked {
+        data,
+        n_tok,
+        rows: lin.rows,
+        align: lin.align(),
+        parts: lin_chunks(lin, pool.n_threads()),
+    }
+}
+
+/// Row granule of a chunk of the head (keeps chunks cache-line sized).
+pub(crate) const HEAD_ALIGN: usize = 16;
+/// Head chunks per thread at most (about 4 MiB each for a 2B-4T Q8_0 head on 2 threads).
+const HEAD_CHUNKS_PER_THREAD: usize = 48;
+
+/// The head's rows for `n` tokens into the blocked `out` (`[n][share]` per thread share).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn head_rows(
+    pool: &ThreadPool,
+    isa: Isa,
+    store: &Store,
+    head: &FloatRows,
+    mode: HeadMode,
+    hn: &[f32],
+    hq8: &[u8],
+    n: usize,
+    out: &mut [f32],
+) {
+    let data = store.bytes(&head.blob);
+    let cols = head.cols;
+    let job = |r: Range<usize>, dst: &mut [f32]| match mode {
+        HeadMode::Q8 => {
+            let rb = RowFormat::Q8_0.row_bytes(cols).unwrap_or(0);
+            float::matmul_q8_0_q8_0(isa, data, cols, &hq8[..n * rb], n, r, dst)
+        }
+        HeadMode::Native => {
+            float::matmul_f32(isa, head.fmt, data, cols, &hn[..n * cols], n, r, dst)
+        }
+    };
+    let nt = pool.n_threads();
+    if nt == 1 {
+        job(0..head.rows, &mut out[..n * head.rows]);
+        return;
+    }
+    let chunks = head_chunks(head, mode, nt);
+    let q = ChunkQueue::new(&mut out[..], head.rows, n, chunks, HEAD_ALIGN)
+        .expect("head output buffer holds n * vocab");
+    pool.run(&|_, _| {
+        while let Some((r, dst)) = q.claim() {
+            job(r, dst);
+        }
+    });
+}
+
+/// Chunks of [`HEAD_ALIGN`]-row groups the head is cut into on `nt` threads (the head is
+/// one long product: many small chunks, a few MiB each).
+pub(crate) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize {
+    let fmt = match mode {
+        HeadMode::Q8 => RowFormat::Q8_0,
+        HeadMode::Native => head.fmt,
+    };
+    let bytes = fmt
+        .row_bytes(head.cols)
+        .map_or(0, |rb| rb.saturating_mul(head.rows));
+    n_chunks(head.rows, HEAD_ALIGN, bytes, nt, HEAD_CHUNKS_PER_THREAD)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocked_rows_round_trip() {
+        // 3 tokens, 10 rows, 2 parts aligned to 4: part 0 = rows 0..8? split_range decides.
+        let (n, rows, parts, align) = (3usize, 10usize, 2usize, 4usize);
+        let mut data = vec![0.0f32; n * rows];
+        for p in 0..parts {
+            let r = split_range(rows, parts, p, align);
+            for t in 0..n {
+                for (i, row) in r.clone().enumerate() {
+                    data[n * r.start + t * r.len() + i] = (t * 100 + row) as f32;
+                }
+            }
+        }
+        let b = Blocked {
+            data: &data,
+            n_tok: n,
+            rows,
+            align,
+            parts,
+        };
+        let mut row = vec![0.0; rows];
+        for t in 0..n {
+            b.copy_row(t, &mut row);
+            let want: Vec<f32> = (0..rows).map(|c| (t * 100 + c) as f32).collect();
+            assert_eq!(row, want);
+            b.add_row(Isa::Scalar, t, &mut row);
+            assert_eq!(row[3], 2.0 * want[3]);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! What a request produces: the events a scheduler step reports ([`Event`]: sampled
+//! tokens with their log probabilities, text that became final, the end and its
+//! [`StopReason`] with the request's [`GenStats`], or an error), and the text handling
+//! behind them (taking healed text off the reply, log probabilities of the raw logits).
+
+use crate::error::CoreError;
+use crate::kv::SeqId;
+
+/// Why generation ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    Eog,
+    /// A stop string appeared in the text.
+    StopString,
+    /// `max_tokens` tokens were generated.
+    MaxTokens,
+    /// The context is full.
+    ContextFull,
+    /// The text callback asked to stop (e.g. the output pipe was closed).
+    Callback,
+    /// The request was cancelled.
+    Cancelled,
+}
+
+impl StopReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Eog => "eog",
+            StopReason::StopString => "stop string",
+            StopReason::MaxTokens => "max tokens",
+            StopReason::ContextFull => "context full",
+            StopReason::Callback => "stopped by caller",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Counts and timings of one generation request.
+#[derive(Clone, Debug)]
+pub struct GenStats {
+    /// Prompt tokens of the request (cached ones included).
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache (not evaluated).
+    pub cached_tokens: usize,
+    /// Wall time from admission to the first sampled token.
+    pub prompt_secs: f64,
+    /// Tokens sampled (an end-of-generation token is not counted).
+    pub gen_tokens: usize,
+    /// Wall time from the first sample to the end.
+    pub gen_secs: f64,
+    pub stop_reason: StopReason,
+    /// The generated token ids.
+    pub tokens: Vec<u32>,
+    /// Positions the context policy removed from the sequence to go on (0 unless it
+    /// shifts; see [`crate::scheduler::ContextPolicy`]).
+    pub discarded_tokens: usize,
+}
+
+impl GenStats {
+    /// Prompt tokens evaluated per second.
+    pub fn prompt_tps(&self) -> f64 {
+        rate(self.prompt_tokens - self.cached_tokens, self.prompt_secs)
+    }
+
+    /// Generated tokens per second (the first one came with the prompt, so the rate
+    /// counts the tokens decoded after it).
+    pub fn gen_tps(&self) -> f64 {
+        rate(self.gen_tokens.saturating_sub(1), self.gen_secs)
+    }
+}
+
+fn rate(n: usize, secs: f64) -> f64 {
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+/// Log probabilities at one generated position: of the raw logits (temperature 1, before
+/// penalties and truncation), as OpenAI reports them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    /// The most likely tokens and their log probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What a step reports.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// Sequence `seq` sampled `token` (reported before the text it completes, which may come
+    /// later or, inside a stop string, never); `logprobs` when the request asked for them.
+    Token {
+        seq: SeqId,
+        token: u32,
+        logprobs: Option<&'a TokenLogprobs>,
+    },
+    /// Text that became final for sequence `seq`.
+    Text { seq: SeqId, text: &'a str },
+    /// Sequence `seq` is done (its sequence freed unless it was submitted with `keep`).
+    Done { seq: SeqId, stats: GenStats },
+    /// Sequence `seq` failed and was ended.
+    Error { seq: SeqId, error: CoreError },
+}
+
+/// Takes what is left of the healed text off the front of `piece` (it begins with that
+/// text, or with a part of it when it ends within it).
+pub(crate) fn unheal<'a>(left: &mut String, piece: &'a str) -> &'a str {
+    if left.is_empty() || piece.is_empty() {
+        return piece;
+    }
+    let mut n = left
+        .bytes()
+        .zip(piece.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    while !left.is_char_boundary(n) {
+        n -= 1;
+    }
+    left.drain(..n);
+    if n < piece.len() {
+        // The text goes on past what was healed: nothing more to take off.
+        left.clear();
+    }
+    &piece[n..]
+}
+
+/// The log-softmax of `logits` at `token`, and the `k` largest, into `out`.
+pub(crate) fn log_probs(logits: &[f32], token: u32, k: usize, out: &mut TokenLogprobs) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| f64::from((x - max).exp())).sum();
+    let lse = max + sum.ln() as f32;
+    out.logprob = logits
+        .get(token as usize)
+        .map_or(f32::NEG_INFINITY, |&x| x - lse);
+    out.top.clear();
+    if k == 0 {
+        return;
+    }
+    // k is small (OpenAI allows 20): a sorted insert into k slots beats a full sort.
+    for (i, &x) in logits.iter().enumerate() {
+        if out.top.len() == k && out.top.last().is_some_and(|&(_, y)| y >= x) {
+            continue;
+        }
+        let at = out.top.partition_point(|&(_, y)| y >= x);
+        out.top.insert(at, (i as u32, x));
+        out.top.truncate(k);
+    }
+    for e in &mut out.top {
+        e.1 -= lse;
+    }
+}

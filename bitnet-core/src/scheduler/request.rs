@@ -1,0 +1,116 @@
+//! A request as a caller describes it ([`GenParams`], [`SubmitOptions`]) and as the
+//! scheduler keeps it while it waits and runs: its prompt and how much of it the sequence
+//! holds, its limits, sampler, stop matcher and text stream, and its timings.
+
+use std::time::Instant;
+
+use super::output::{GenStats, StopReason, TokenLogprobs};
+use super::policy::ContextPolicy;
+use crate::kv::SeqId;
+use crate::sampling::{Sampler, SamplerConfig, StopMatcher};
+use crate::tokenizer::TextStream;
+
+/// How one request generates.
+#[derive(Clone, Debug)]
+pub struct GenParams {
+    /// Tokens to generate at most; `usize::MAX` = until the sequence's context is full.
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Stop when one of these appears in the text (it is not reported).
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Keep the sequence and its KV when done, for [`Scheduler::submit_on`].
+    pub keep: bool,
+    /// What happens when the sequence fills its context.
+    pub context: ContextPolicy,
+}
+
+impl Default for GenParams {
+    fn default() -> Self {
+        GenParams {
+            max_tokens: 128,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            keep: false,
+            context: ContextPolicy::Stop,
+        }
+    }
+}
+
+/// What a request wants besides [`GenParams`] (see [`Scheduler::submit_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct SubmitOptions {
+    /// Report each sampled token's log probability and this many most likely tokens.
+    pub logprobs: Option<usize>,
+    /// Share the prompt of this request (same prompt tokens): wait until its prompt is
+    /// evaluated, then fork its sequence instead of evaluating the prompt again.
+    pub after: Option<SeqId>,
+    /// Token healing: the first generated token must begin with this text, and the text is
+    /// left out of what is reported. A chat whose prompt ends in text the reply's first
+    /// token would absorb (BitNet's "Assistant: " with its trailing space) takes that text
+    /// off the prompt and passes it here (see [`crate::chat::HealedPrompt`]).
+    pub heal: String,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Prefill,
+    Decode,
+}
+
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) seq: SeqId,
+    /// Tokens to evaluate before generating (the prompt, or a continuation's new tokens).
+    pub(crate) prompt: Vec<u32>,
+    /// How many of them the sequence holds already.
+    pub(crate) fed: usize,
+    /// Sequence length when the request was submitted (a continuation's start).
+    pub(crate) base: usize,
+    /// Prompt tokens found in the prefix cache.
+    pub(crate) cached: usize,
+    /// Positions the request may fill in all (prompt and generation); under a shifting
+    /// policy, the most its sequence holds at once.
+    pub(crate) total: usize,
+    /// Positions its sequence holds at most ([`ContextPolicy::limit`]).
+    pub(crate) limit: usize,
+    /// Positions removed by the context policy.
+    pub(crate) discarded: usize,
+    pub(crate) params: GenParams,
+    pub(crate) extra: SubmitOptions,
+    /// Log probabilities of the token in `next`, when asked for.
+    pub(crate) lp: TokenLogprobs,
+    pub(crate) sampler: Sampler,
+    pub(crate) stop: StopMatcher,
+    pub(crate) text: TextStream,
+    /// What is left to take off the front of the reported text (token healing).
+    pub(crate) unheal: String,
+    /// What the repetition penalties see: the prompt and the generated tokens.
+    pub(crate) history: Vec<u32>,
+    pub(crate) generated: Vec<u32>,
+    /// The sampled token waiting to be evaluated.
+    pub(crate) next: Option<u32>,
+    pub(crate) phase: Phase,
+    pub(crate) cancelled: bool,
+    pub(crate) t_admit: Option<Instant>,
+    pub(crate) t_first: Option<Instant>,
+    pub(crate) prompt_secs: f64,
+}
+
+impl Request {
+    /// The figures of the request as it ends for `reason`.
+    pub(crate) fn stats(&self, reason: StopReason) -> GenStats {
+        GenStats {
+            prompt_tokens: self.prompt.len(),
+            cached_tokens: self.cached,
+            prompt_secs: self.prompt_secs,
+            gen_tokens: self.generated.len(),
+            gen_secs: self.t_first.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            stop_reason: reason,
+            tokens: self.generated.clone(),
+            discarded_tokens: self.discarded,
+        }
+    }
+}
