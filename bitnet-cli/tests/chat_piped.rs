@@ -5,14 +5,9 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{bitnet, scratch, stderr_of, stdout_of};
-
-fn shipped_model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
-}
+use common::{bitnet, scratch, shipped_model, stderr_of, stdout_of};
 
 fn chat_cmd(extra: &[&str]) -> Command {
     let mut cmd = bitnet();

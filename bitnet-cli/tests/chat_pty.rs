@@ -8,14 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{bitnet, run_ok, scratch, tmp_dir};
+use common::{bitnet, run_ok, scratch, shipped_model, tmp_dir};
 use rexpect::session::{PtySession, spawn_command};
 
 const TIMEOUT_MS: u64 = 60_000;
-
-fn shipped_model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
-}
 
 /// A model slow enough (2 layers of BitNet-large widths, the shipped model's vocabulary)
 /// that a long reply is still running when Ctrl-C arrives.

@@ -8,36 +8,29 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
-use bitnet_core::model::{LoadOptions, Model};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::model::Model;
+use bitnet_core::synth::SynthSpec;
 use bitnet_kernels::Isa;
+use common::models::{engine_with, synth_model, tiny, unpinned};
 
 fn model(tag: &str, zero_share: f32) -> (Arc<Model>, PathBuf) {
-    let path = common::tmp_dir(tag).join("model.gguf");
     let spec = SynthSpec {
-        n_layer: 2,
         n_ctx: 1024,
         zero_share,
-        ..SynthSpec::preset("tiny").expect("preset")
+        ..tiny(2)
     };
-    write_model(&spec, &path, |_, _| {}).unwrap();
-    let opts = LoadOptions {
-        isa: Some(Isa::Scalar),
-        ..LoadOptions::default()
-    };
-    (Arc::new(Model::load(&path, &opts).unwrap()), path)
+    synth_model(tag, &spec, Some(Isa::Scalar))
 }
 
 fn engine(m: &Arc<Model>, threads: usize, every: usize) -> Engine {
     let opts = EngineOptions {
         threads,
-        pin: false,
         n_ctx: 128,
         batch: 32,
         attn_entropy_every: every,
-        ..EngineOptions::default()
+        ..unpinned()
     };
-    Engine::new(m.clone(), &opts).unwrap()
+    engine_with(m, opts)
 }
 
 /// Every query row's probabilities sum to one, so the mass tracked over `n_tokens` tokens

@@ -10,26 +10,20 @@ use std::sync::Arc;
 
 use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
 use bitnet_core::kv::KvType;
-use bitnet_core::model::{LoadOptions, Model};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::model::Model;
+use bitnet_core::synth::SynthSpec;
 use bitnet_kernels::Isa;
+use common::models::{preset, synth_model};
 
-/// Groups of 4 query heads over KV heads of 64 (`n_embd / 256` of them).
 fn model(isa: Isa, n_embd: usize) -> Arc<Model> {
-    let path = common::tmp_dir(&format!("attn-split-{isa}")).join("model.gguf");
     let spec = SynthSpec {
         n_embd,
         n_head: n_embd / 64,
         n_head_kv: n_embd / 256,
         n_ctx: 2048,
-        ..SynthSpec::preset("tiny").expect("preset")
+        ..preset("tiny")
     };
-    write_model(&spec, &path, |_, _| {}).unwrap();
-    let opts = LoadOptions {
-        isa: Some(isa),
-        ..LoadOptions::default()
-    };
-    let m = Arc::new(Model::load(&path, &opts).unwrap());
+    let (m, path) = synth_model(&format!("attn-split-{isa}"), &spec, Some(isa));
     std::fs::remove_file(&path).ok();
     assert_eq!(m.config().gqa_group(), 4);
     m

@@ -4,36 +4,20 @@
 
 mod common;
 
+use common::sched::eval_last;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
+use bitnet_core::engine::{BatchItem, Logits};
 use bitnet_core::kv::SeqId;
-use bitnet_core::model::{LoadOptions, Model};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::model::Model;
 use bitnet_kernels::Isa;
+use common::models::{engine, preset, synth_model};
 
+/// Grouped-query attention (4 heads on 2 KV heads) so the grouped kernels run.
 fn model(tag: &str, isa: Isa) -> (Arc<Model>, PathBuf) {
-    let path = common::tmp_dir(tag).join("model.gguf");
-    // Grouped-query attention (4 heads on 2 KV heads) so the grouped kernels run.
-    let spec = SynthSpec::preset("tiny-bitnet").expect("preset");
-    write_model(&spec, &path, |_, _| {}).unwrap();
-    let opts = LoadOptions {
-        isa: Some(isa),
-        ..LoadOptions::default()
-    };
-    (Arc::new(Model::load(&path, &opts).unwrap()), path)
-}
-
-fn engine(model: &Arc<Model>, n_ctx: usize, batch: usize, threads: usize) -> Engine {
-    let opts = EngineOptions {
-        threads,
-        pin: false,
-        n_ctx,
-        batch,
-        ..EngineOptions::default()
-    };
-    Engine::new(model.clone(), &opts).unwrap()
+    synth_model(tag, &preset("tiny-bitnet"), Some(isa))
 }
 
 fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
@@ -42,32 +26,13 @@ fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Evaluates `toks` on `seq` one forward pass per chunk of `chunk`, returning the last
-/// token's logits.
-fn eval_alone(e: &mut Engine, seq: SeqId, toks: &[u32], chunk: usize) -> Vec<f32> {
-    let mut out = Vec::new();
-    for c in toks.chunks(chunk) {
-        let item = BatchItem {
-            seq,
-            tokens: c,
-            logits: Logits::Last,
-        };
-        e.forward(&[item], |_, _, row| out = row.to_vec()).unwrap();
-    }
-    out
-}
-
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// Largest absolute difference relative to the largest magnitude in `b`.
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-        / scale
+    common::metrics::max_rel_diff(b, a)
 }
 
 /// The float budget of a logits row computed by a different SIMD path (head products of
@@ -95,9 +60,9 @@ fn a_sequence_in_a_batch_of_eight_matches_it_alone() {
         for (p, s) in prompts.iter().zip(&streams) {
             let mut e = engine(&m, 256, 32, 2);
             let seq = e.kv_mut().new_sequence();
-            let mut rows = vec![eval_alone(&mut e, seq, p, 32)];
+            let mut rows = vec![eval_last(&mut e, seq, p, 32)];
             for &t in s {
-                rows.push(eval_alone(&mut e, seq, &[t], 1));
+                rows.push(eval_last(&mut e, seq, &[t], 1));
             }
             alone.push(rows);
         }
@@ -174,7 +139,7 @@ fn forks_share_blocks_and_copy_on_write() {
     let bt = e.kv().block_tokens();
     let a = e.kv_mut().new_sequence();
     let prompt = tokens(2 * bt + bt / 2, 3, v); // two full blocks and half of a third
-    eval_alone(&mut e, a, &prompt, 64);
+    eval_last(&mut e, a, &prompt, 64);
     assert_eq!(e.kv().stats().pool.used, 3);
     let b = e.kv_mut().fork(a).unwrap();
     assert_eq!(e.kv().stats().pool.used, 3, "a fork shares every block");
@@ -183,7 +148,7 @@ fn forks_share_blocks_and_copy_on_write() {
         e.kv().sequence(a).unwrap().blocks()
     );
     // Writing into the shared, half-filled block copies it for the writer only.
-    let la = eval_alone(&mut e, b, &[7], 1);
+    let la = eval_last(&mut e, b, &[7], 1);
     assert_eq!(
         e.kv().stats().pool.used,
         4,
@@ -197,18 +162,18 @@ fn forks_share_blocks_and_copy_on_write() {
     assert_ne!(ba[2], bb[2]);
     // The original continues as if it had never been forked, and the fork gives the
     // logits of a sequence that was never forked.
-    let la2 = eval_alone(&mut e, a, &[9], 1);
+    let la2 = eval_last(&mut e, a, &[9], 1);
     let mut fresh = engine(&m, 256, 64, 1);
     let s = fresh.kv_mut().new_sequence();
-    eval_alone(&mut fresh, s, &prompt, 64);
+    eval_last(&mut fresh, s, &prompt, 64);
     let s2 = fresh.kv_mut().fork(s).unwrap();
-    assert_eq!(bits(&eval_alone(&mut fresh, s, &[9], 1)), bits(&la2));
+    assert_eq!(bits(&eval_last(&mut fresh, s, &[9], 1)), bits(&la2));
     fresh.kv_mut().free_sequence(s).unwrap();
     let mut plain = engine(&m, 256, 64, 1);
     let p = plain.kv_mut().new_sequence();
     let mut full = prompt.clone();
     full.push(7);
-    assert_eq!(bits(&eval_alone(&mut plain, p, &full, 64)), bits(&la));
+    assert_eq!(bits(&eval_last(&mut plain, p, &full, 64)), bits(&la));
     fresh.kv_mut().free_sequence(s2).unwrap();
     // Every block comes back.
     e.kv_mut().free_sequence(a).unwrap();
@@ -230,7 +195,7 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
     let mut e = engine(&m, 1024, 128, 1);
     let shared = tokens(300, 11, v);
     let a = e.kv_mut().new_sequence();
-    eval_alone(&mut e, a, &shared, 128);
+    eval_last(&mut e, a, &shared, 128);
     e.kv_mut().free_sequence(a).unwrap();
     assert!(
         e.kv().stats().pool.cached > 0,
@@ -243,7 +208,7 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
     let reused = e.kv_mut().reuse_prefix(b, &second).unwrap();
     assert_eq!(reused, 300, "the whole shared prefix comes from the cache");
     let before = e.evaluated_tokens();
-    let got = eval_alone(&mut e, b, &second[reused..], 128);
+    let got = eval_last(&mut e, b, &second[reused..], 128);
     assert_eq!(
         e.evaluated_tokens() - before,
         20,
@@ -252,16 +217,16 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
     // Same logits as evaluating everything from scratch.
     let mut cold = engine(&m, 1024, 128, 1);
     let c = cold.kv_mut().new_sequence();
-    assert_eq!(bits(&eval_alone(&mut cold, c, &second, 128)), bits(&got));
+    assert_eq!(bits(&eval_last(&mut cold, c, &second, 128)), bits(&got));
 
     // A prompt that diverges inside a cached block reuses the rows before the divergence.
     let mut third = shared[..150].to_vec();
     third.extend(tokens(10, 13, v));
     let d = e.kv_mut().new_sequence();
     assert_eq!(e.kv_mut().reuse_prefix(d, &third).unwrap(), 150);
-    let got = eval_alone(&mut e, d, &third[150..], 128);
+    let got = eval_last(&mut e, d, &third[150..], 128);
     let c2 = cold.kv_mut().new_sequence();
-    assert_eq!(bits(&eval_alone(&mut cold, c2, &third, 128)), bits(&got));
+    assert_eq!(bits(&eval_last(&mut cold, c2, &third, 128)), bits(&got));
     std::fs::remove_file(&path).ok();
 }
 

@@ -10,39 +10,19 @@ use common::sched::{bounded_params, random_tokens, run_bounded};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::engine::{Engine, EngineOptions};
-use bitnet_core::model::{LoadOptions, Model};
+use bitnet_core::model::Model;
 use bitnet_core::scheduler::StopReason;
-use bitnet_core::scheduler::{ContextPolicy, Scheduler, SchedulerOptions};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::scheduler::{ContextPolicy, Scheduler};
 use bitnet_kernels::Isa;
+use common::models::{synth_model, tiny};
 
 fn model(tag: &str) -> (Arc<Model>, PathBuf) {
-    let path = common::tmp_dir(tag).join("model.gguf");
-    let spec = SynthSpec {
-        n_layer: 2,
-        ..SynthSpec::preset("tiny").expect("preset")
-    };
-    write_model(&spec, &path, |_, _| {}).unwrap();
-    let opts = LoadOptions {
-        isa: Some(Isa::Scalar),
-        ..LoadOptions::default()
-    };
-    (Arc::new(Model::load(&path, &opts).unwrap()), path)
+    synth_model(tag, &tiny(2), Some(Isa::Scalar))
 }
 
+/// Passes of 32 tokens, up to 4 requests, 2 threads.
 fn sched(model: &Arc<Model>, n_ctx: usize) -> Scheduler {
-    let opts = EngineOptions {
-        threads: 2,
-        pin: false,
-        n_ctx,
-        batch: 32,
-        ..EngineOptions::default()
-    };
-    Scheduler::new(
-        Engine::new(model.clone(), &opts).unwrap(),
-        SchedulerOptions { max_running: 4 },
-    )
+    common::models::sched(model, n_ctx, 32, 4, 2)
 }
 
 /// The positions a shifted sequence holds are the request's tokens with one gap: its

@@ -9,9 +9,16 @@ use std::path::PathBuf;
 use bitnet_core::CoreError;
 use bitnet_core::config::ActBits;
 use bitnet_core::model::{HeadMode, LoadMode};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::synth::SynthSpec;
 use bitnet_gguf::TensorType;
 use bitnet_kernels::Isa;
+use common::metrics::max_rel_diff;
+use common::models::preset;
+use common::setup::{decode_all, prefill_all, spread_prompt};
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
+    common::metrics::rel_l2(a, b) as f32
+}
 
 /// Largest |prefill - decode| logit difference, relative to the largest |logit|. Ternary
 /// products are exact integers and attention reads the same f16 cache either way; only the
@@ -23,13 +30,7 @@ const PREFILL_DECODE_TOL: f32 = 1e-5;
 const ISA_REL_L2_TOL: f32 = 0.05;
 
 fn model_path(spec: &SynthSpec, tag: &str) -> PathBuf {
-    let path = bitnet_test_scratch::process_dir().join(format!("engine-test-{tag}.gguf"));
-    write_model(spec, &path, |_, _| {}).expect("write synthetic model");
-    path
-}
-
-fn preset(name: &str) -> SynthSpec {
-    SynthSpec::preset(name).expect("preset")
+    common::models::synth_file(&format!("engine-test-{tag}"), spec)
 }
 
 fn opts(threads: usize) -> common::setup::Opts {
@@ -41,47 +42,11 @@ fn opts(threads: usize) -> common::setup::Opts {
     }
 }
 
-fn prompt(n: usize, n_vocab: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i * 7919 + 13) % n_vocab) as u32).collect()
-}
-
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-        / scale
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den.max(1e-30)).sqrt() as f32
-}
-
-/// Every position's logits by one prefill call.
-fn prefill_all(model: &common::setup::Loaded, toks: &[u32]) -> Vec<f32> {
-    let mut s = model.session(0).unwrap();
-    s.eval(toks, true).unwrap().to_vec()
-}
-
-/// Every position's logits by decoding one token at a time.
-fn decode_all(model: &common::setup::Loaded, toks: &[u32]) -> Vec<f32> {
-    let mut s = model.session(0).unwrap();
-    let mut out = Vec::new();
-    for &t in toks {
-        out.extend_from_slice(s.eval(&[t], false).unwrap());
-    }
-    out
-}
-
 fn check_prefill_matches_decode(spec: &SynthSpec, tag: &str, o: &common::setup::Opts) {
     let path = model_path(spec, tag);
     let model = common::setup::load(&path, o).unwrap();
     // Longer than one head batch (32) so all-logits prefill crosses a batch boundary.
-    let toks = prompt(40, model.n_vocab());
+    let toks = spread_prompt(40, model.n_vocab());
     let a = prefill_all(&model, &toks);
     let b = decode_all(&model, &toks);
     assert_eq!(a.len(), toks.len() * model.n_vocab());
@@ -168,7 +133,7 @@ fn one_and_two_threads_and_load_modes_are_bit_identical() {
         ..preset("tiny")
     };
     let path = model_path(&spec, "threads");
-    let toks = prompt(23, 512);
+    let toks = spread_prompt(23, 512);
     let run = |o: common::setup::Opts| {
         let model = common::setup::load(&path, &o).unwrap();
         (prefill_all(&model, &toks), decode_all(&model, &toks[..6]))
@@ -207,7 +172,7 @@ fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
         ..preset("tiny")
     };
     let path = model_path(&spec, "chunks");
-    let toks = prompt(12, 4096);
+    let toks = spread_prompt(12, 4096);
     let run = |threads: usize, head: HeadMode| {
         let o = common::setup::Opts {
             head,
@@ -239,7 +204,7 @@ fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
 #[test]
 fn scalar_and_best_kernels_agree() {
     let path = model_path(&preset("tiny"), "isa");
-    let toks = prompt(12, 512);
+    let toks = spread_prompt(12, 512);
     let model_s = common::setup::load(
         &path,
         &common::setup::Opts {
@@ -278,8 +243,8 @@ fn bad_tokens_and_context_overflow_are_errors() {
     ));
     assert!(matches!(s.eval(&[], false), Err(CoreError::EmptyInput)));
     assert_eq!(s.n_past(), 0, "a refused call changes nothing");
-    s.eval(&prompt(10, 512), false).unwrap();
-    let err = s.eval(&prompt(9, 512), false).unwrap_err();
+    s.eval(&spread_prompt(10, 512), false).unwrap();
+    let err = s.eval(&spread_prompt(9, 512), false).unwrap_err();
     assert!(matches!(
         err,
         CoreError::ContextOverflow {
@@ -290,7 +255,7 @@ fn bad_tokens_and_context_overflow_are_errors() {
     ));
     assert!(err.to_string().contains("by 3"), "{err}");
     assert_eq!(s.n_past(), 10);
-    s.eval(&prompt(6, 512), false).unwrap();
+    s.eval(&spread_prompt(6, 512), false).unwrap();
     assert_eq!(s.n_past(), 16);
     assert!(s.eval(&[1], false).is_err());
 
@@ -298,7 +263,7 @@ fn bad_tokens_and_context_overflow_are_errors() {
     // (20 of 32 positions): the 21st position is refused.
     let mut s = model.session(20).unwrap();
     assert_eq!(s.n_ctx(), 20);
-    s.eval(&prompt(20, 512), false).unwrap();
+    s.eval(&spread_prompt(20, 512), false).unwrap();
     assert!(matches!(
         s.eval(&[1], false),
         Err(CoreError::ContextOverflow {
@@ -314,7 +279,7 @@ fn bad_tokens_and_context_overflow_are_errors() {
 fn truncate_and_reset_replay_identically() {
     let path = model_path(&preset("tiny-bitnet"), "truncate");
     let model = common::setup::load(&path, &opts(2)).unwrap();
-    let toks = prompt(14, 512);
+    let toks = spread_prompt(14, 512);
     let mut s = model.session(32).unwrap();
     s.eval(&toks[..10], false).unwrap();
     let want = s.eval(&toks[10..], false).unwrap().to_vec();
@@ -332,11 +297,11 @@ fn profile_counts_ops_when_enabled() {
     let path = model_path(&preset("tiny"), "profile");
     let model = common::setup::load(&path, &opts(2)).unwrap();
     let mut s = model.session(32).unwrap();
-    s.eval(&prompt(4, 512), false).unwrap();
+    s.eval(&spread_prompt(4, 512), false).unwrap();
     assert!(s.profile().rows().is_empty(), "off by default");
     s.set_profiling(true);
     let t = std::time::Instant::now();
-    s.eval(&prompt(4, 512), false).unwrap();
+    s.eval(&spread_prompt(4, 512), false).unwrap();
     s.eval(&[5], false).unwrap();
     let wall = t.elapsed().as_secs_f64();
     let rows = s.profile().rows().to_vec();
@@ -484,7 +449,7 @@ fn generate_streams_greedy_tokens_and_honours_stops() {
 #[test]
 fn mlock_loads_the_same_model_or_reports_why_not() {
     let path = model_path(&preset("tiny"), "mlock");
-    let toks = prompt(6, 512);
+    let toks = spread_prompt(6, 512);
     let plain = prefill_all(&common::setup::load(&path, &opts(2)).unwrap(), &toks);
     for mode in [LoadMode::Mmap, LoadMode::Read] {
         let o = common::setup::Opts {
@@ -516,7 +481,7 @@ fn q8_kv_cache_matches_f16_closely_and_prefill_equals_decode() {
     };
     check_prefill_matches_decode(&spec, "kv-q8", &q8);
     let path = model_path(&spec, "kv-q8-vs-f16");
-    let toks = prompt(20, 512);
+    let toks = spread_prompt(20, 512);
     let a = prefill_all(&common::setup::load(&path, &q8).unwrap(), &toks);
     let b = prefill_all(&common::setup::load(&path, &opts(2)).unwrap(), &toks);
     let e = rel_l2(&a, &b);

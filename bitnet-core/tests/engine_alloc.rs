@@ -2,13 +2,15 @@
 //! session evaluate single tokens (its own test binary, so no other test allocates
 //! concurrently).
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bitnet_core::engine::{EngineOptions, Session};
 use bitnet_core::model::{LoadOptions, Model};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::synth::SynthSpec;
 
 struct Counting;
 
@@ -44,9 +46,8 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn decode_allocates_nothing() {
-    let path = bitnet_test_scratch::fresh_dir("engine-alloc").join("model.gguf");
     let spec = SynthSpec::preset("tiny-bitnet").unwrap();
-    write_model(&spec, &path, |_, _| {}).unwrap();
+    let path = common::models::synth_file("engine-alloc", &spec);
     // Sampling the attention entropy every pass must not allocate either.
     for (threads, attn_entropy_every) in [(1, 0), (2, 0), (1, 1), (2, 1)] {
         let opts = EngineOptions {

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use bitnet_core::engine::{Engine, EngineOptions};
 use bitnet_core::kv::KvType;
-use bitnet_core::model::{LoadOptions, Model};
+use bitnet_core::model::Model;
 use bitnet_core::scheduler::StopReason;
 use bitnet_core::scheduler::{ContextPolicy, Scheduler, SchedulerOptions};
-use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
+use common::models::{engine_with, synth_model, tiny, unpinned};
 
 /// How far the logits after an eviction may be from a fresh evaluation, relative to the
 /// largest logit, with an f16 cache: each moved key is rounded to f16 once more. The tiny
@@ -28,34 +28,23 @@ const EVICT_LOGIT_BUDGET: f32 = 2.5e-2;
 const EVICT_LOGIT_BUDGET_F32: f32 = 1e-4;
 
 fn model(tag: &str, n_layer: usize) -> Arc<Model> {
-    let path = common::tmp_dir(tag).join("model.gguf");
-    let spec = SynthSpec {
-        n_layer,
-        ..SynthSpec::preset("tiny").expect("preset")
-    };
-    write_model(&spec, &path, |_, _| {}).unwrap();
-    let opts = LoadOptions {
-        isa: Some(Isa::Scalar),
-        ..LoadOptions::default()
-    };
-    Arc::new(Model::load(&path, &opts).unwrap())
+    synth_model(tag, &tiny(n_layer), Some(Isa::Scalar)).0
 }
 
 fn engine(m: &Arc<Model>, n_ctx: usize, threads: usize) -> Engine {
-    engine_kv(m, n_ctx, threads, KvType::F16)
+    common::models::engine(m, n_ctx, 32, threads)
 }
 
 fn engine_kv(m: &Arc<Model>, n_ctx: usize, threads: usize, kv: KvType) -> Engine {
     let opts = EngineOptions {
         threads,
-        pin: false,
         n_ctx,
         batch: 32,
         k_type: kv,
         v_type: kv,
-        ..EngineOptions::default()
+        ..unpinned()
     };
-    Engine::new(m.clone(), &opts).unwrap()
+    engine_with(m, opts)
 }
 
 fn tokens(n: usize, seed: u32) -> Vec<u32> {
@@ -89,7 +78,7 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
             let mut e = engine_kv(&m, 128, threads, kv);
             let seq = e.kv_mut().new_sequence();
             e.kv_mut().track_attention_mass(seq, true).unwrap();
-            eval_last(&mut e, seq, &toks);
+            eval_last(&mut e, seq, &toks, 32);
             let blocks_before = e.kv().stats().pool.used;
             let mass_before = e
                 .kv()
@@ -117,13 +106,13 @@ fn evicting_arbitrary_positions_equals_a_fresh_sequence_of_the_kept_tokens() {
             let bt = e.kv().block_tokens();
             assert_eq!(s.blocks().len(), kept.len().div_ceil(bt));
             assert!(e.kv().stats().pool.used <= blocks_before);
-            let got = eval_last(&mut e, seq, &[next]);
+            let got = eval_last(&mut e, seq, &[next], 32);
 
             let mut f = engine_kv(&m, 128, threads, kv);
             let fresh = f.kv_mut().new_sequence();
             let mut all = kept.clone();
             all.push(next);
-            let want = eval_last(&mut f, fresh, &all);
+            let want = eval_last(&mut f, fresh, &all, 32);
             let scale = want.iter().fold(1e-3f32, |a, x| a.max(x.abs()));
             let d = got
                 .iter()
@@ -145,7 +134,7 @@ fn bad_evictions_are_refused() {
     let m = model("evict-bad", 1);
     let mut e = engine(&m, 64, 1);
     let seq = e.kv_mut().new_sequence();
-    eval_last(&mut e, seq, &tokens(10, 1));
+    eval_last(&mut e, seq, &tokens(10, 1), 32);
     assert!(e.evict(seq, &[3, 3]).is_err(), "repeated");
     assert!(e.evict(seq, &[4, 2]).is_err(), "out of order");
     assert!(e.evict(seq, &[10]).is_err(), "past the end");
@@ -163,7 +152,7 @@ fn the_mass_follows_shift_truncate_and_fork() {
         "off by default"
     );
     e.kv_mut().track_attention_mass(seq, true).unwrap();
-    eval_last(&mut e, seq, &tokens(40, 2));
+    eval_last(&mut e, seq, &tokens(40, 2), 32);
     let mass = |e: &Engine, s| {
         e.kv()
             .sequence(s)
@@ -184,7 +173,7 @@ fn the_mass_follows_shift_truncate_and_fork() {
     e.kv_mut().truncate(seq, 20).unwrap();
     assert_eq!(mass(&e, seq), want[..20]);
     assert_eq!(mass(&e, child), m0, "the fork's own copy is untouched");
-    eval_last(&mut e, child, &[7]);
+    eval_last(&mut e, child, &[7], 32);
     assert_eq!(mass(&e, child).len(), 41);
     assert_eq!(mass(&e, seq).len(), 20);
     e.kv_mut().track_attention_mass(seq, false).unwrap();

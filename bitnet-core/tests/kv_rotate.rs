@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use bitnet_core::CoreError;
 use bitnet_core::kv::{KvError, KvStorage};
 use bitnet_core::kv::{KvRotate, KvType};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::synth::SynthSpec;
 use bitnet_kernels::Isa;
 use bitnet_kernels::float::hadamard_rows;
 use common::metrics::max_rel_diff;
@@ -30,9 +30,7 @@ const TAG_ACT_QUANT: &str = "g2";
 const PREFILL_DECODE_TOL: f32 = 1e-5;
 
 fn model_path(spec: &SynthSpec, tag: &str) -> PathBuf {
-    let path = bitnet_test_scratch::process_dir().join(format!("kv-rotate-test-{tag}.gguf"));
-    write_model(spec, &path, |_, _| {}).expect("write synthetic model");
-    path
+    common::models::synth_file(&format!("kv-rotate-test-{tag}"), spec)
 }
 
 fn load_with(path: &PathBuf, k: KvType, v: KvType, rot: KvRotate, xnor: bool) -> Loaded {

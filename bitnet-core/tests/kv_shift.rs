@@ -10,27 +10,18 @@ use common::sched::eval_last;
 
 use std::sync::Arc;
 
-use bitnet_core::engine::{Engine, EngineOptions};
+use bitnet_core::engine::Engine;
 use bitnet_core::kv::SeqId;
-use bitnet_core::model::{LoadOptions, Model};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::model::Model;
+use common::models::{preset, synth_model};
 
-fn model(tag: &str, preset: &str) -> Arc<Model> {
-    let path = common::tmp_dir(tag).join("model.gguf");
-    let spec = SynthSpec::preset(preset).expect("preset");
-    write_model(&spec, &path, |_, _| {}).unwrap();
-    Arc::new(Model::load(&path, &LoadOptions::default()).unwrap())
+fn model(tag: &str, name: &str) -> Arc<Model> {
+    synth_model(tag, &preset(name), None).0
 }
 
+/// Passes of 32 tokens on one thread.
 fn engine(model: &Arc<Model>, n_ctx: usize) -> Engine {
-    let opts = EngineOptions {
-        threads: 1,
-        pin: false,
-        n_ctx,
-        batch: 32,
-        ..EngineOptions::default()
-    };
-    Engine::new(model.clone(), &opts).unwrap()
+    common::models::engine(model, n_ctx, 32, 1)
 }
 
 fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
@@ -70,7 +61,7 @@ fn check_shift_moves_rows(preset: &str) {
     for (keep, discard) in [(16, 32), (0, 5), (4, 20), (9, 61)] {
         let mut e = engine(&m, 256);
         let seq = e.kv_mut().new_sequence();
-        eval_last(&mut e, seq, &toks);
+        eval_last(&mut e, seq, &toks, 32);
         let old: Vec<Vec<(Vec<f32>, Vec<f32>)>> = (0..nl)
             .map(|l| {
                 (keep + discard..toks.len())
@@ -86,7 +77,7 @@ fn check_shift_moves_rows(preset: &str) {
         assert_eq!(e.kv().sequence(seq).unwrap().tokens(), &kept[..]);
         let mut f = engine(&m, 256);
         let fresh = f.kv_mut().new_sequence();
-        eval_last(&mut f, fresh, &kept);
+        eval_last(&mut f, fresh, &kept, 32);
         for (l, rows) in old.iter().enumerate() {
             for (i, (k_old, v_old)) in rows.iter().enumerate() {
                 let p = keep + i;
@@ -143,7 +134,7 @@ fn a_window_with_sinks_runs_in_constant_memory_and_frees_every_block() {
         if e.kv().sequence(seq).unwrap().len() == sinks + window {
             e.shift(seq, sinks, chunk).unwrap();
         }
-        let logits = eval_last(&mut e, seq, &[t]);
+        let logits = eval_last(&mut e, seq, &[t], 32);
         assert!(logits.iter().all(|x| x.is_finite()));
         most_blocks = most_blocks.max(start - e.kv().available_blocks());
     }
@@ -170,15 +161,15 @@ fn the_prefix_cache_never_serves_shifted_rows() {
     let toks = tokens(64, 11, nv);
     let mut e = engine(&m, 256);
     let a = e.kv_mut().new_sequence();
-    let before = eval_last(&mut e, a, &toks);
+    let before = eval_last(&mut e, a, &toks, 32);
     // Shift, grow past where the old blocks were, and end the sequence.
     e.shift(a, 8, 24).unwrap();
-    eval_last(&mut e, a, &tokens(40, 12, nv));
+    eval_last(&mut e, a, &tokens(40, 12, nv), 32);
     e.kv_mut().free_sequence(a).unwrap();
     // The same prompt again: whatever the cache gives must be the unshifted rows.
     let b = e.kv_mut().new_sequence();
     let reused = e.kv_mut().reuse_prefix(b, &toks).unwrap();
-    let again = eval_last(&mut e, b, &toks[reused..]);
+    let again = eval_last(&mut e, b, &toks[reused..], 32);
     assert_eq!(
         before, again,
         "reused {reused} tokens; logits bit-identical"

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use bitnet_core::CoreError;
 use bitnet_core::kv::KvType;
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::synth::SynthSpec;
 use common::metrics::max_rel_diff;
 use common::setup::{Opts, decode_all, load, prefill_all, spread_prompt};
 
@@ -33,9 +33,7 @@ fn rel_l2_budget(t: KvType) -> f32 {
 }
 
 fn model_path(spec: &SynthSpec, tag: &str) -> PathBuf {
-    let path = bitnet_test_scratch::process_dir().join(format!("kv-types-test-{tag}.gguf"));
-    write_model(spec, &path, |_, _| {}).expect("write synthetic model");
-    path
+    common::models::synth_file(&format!("kv-types-test-{tag}"), spec)
 }
 
 fn opts(k: KvType, v: KvType) -> Opts {
@@ -50,9 +48,7 @@ fn opts(k: KvType, v: KvType) -> Opts {
 }
 
 fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
-    (num / den.max(1e-30)).sqrt() as f32
+    common::metrics::rel_l2(a, b) as f32
 }
 
 /// The pairs tested: every type for both, and the mixed pairs the README measures.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use bitnet_core::config::{ActBits, Arch, ModelConfig};
 use bitnet_core::model::LoadMode;
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::synth::SynthSpec;
 use bitnet_gguf::{GgufFile, LoadMode as FileMode, TensorType};
 use bitnet_kernels::Isa;
 use common::metrics::{Agreement, compare, max_abs_diff};
@@ -45,9 +45,7 @@ fn tiny(preset: &str, weight_type: TensorType) -> SynthSpec {
 }
 
 fn generate(spec: &SynthSpec) -> PathBuf {
-    let path = common::tmp_dir("engine").join("model.gguf");
-    write_model(spec, &path, |_, _| {}).unwrap();
-    path
+    common::models::synth_file("engine", spec)
 }
 
 fn opts(threads: usize, isa: Option<Isa>, mode: LoadMode) -> common::setup::Opts {

@@ -10,14 +10,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bitnet_core::engine::{Engine, EngineOptions};
 use bitnet_core::kv::SeqId;
-use bitnet_core::model::{LoadOptions, Model};
+use bitnet_core::model::Model;
 use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions, SubmitOptions};
+use bitnet_core::scheduler::{Event, GenParams, Scheduler, SubmitOptions};
 use bitnet_core::scheduler::{GenStats, StopReason};
-use bitnet_core::synth::{SynthSpec, write_model};
 use bitnet_kernels::Isa;
+use common::models::{synth_model, tiny};
 
 /// The tiny model on the scalar kernels (bit-exact comparisons between runs).
 fn model(tag: &str) -> (Arc<Model>, PathBuf) {
@@ -25,42 +24,12 @@ fn model(tag: &str) -> (Arc<Model>, PathBuf) {
 }
 
 fn model_on(tag: &str, isa: Isa, n_layer: usize) -> (Arc<Model>, PathBuf) {
-    let path = common::tmp_dir(tag).join("model.gguf");
-    let spec = SynthSpec {
-        n_layer,
-        ..SynthSpec::preset("tiny").expect("preset")
-    };
-    write_model(&spec, &path, |_, _| {}).unwrap();
-    let opts = LoadOptions {
-        isa: Some(isa),
-        ..LoadOptions::default()
-    };
-    (Arc::new(Model::load(&path, &opts).unwrap()), path)
+    synth_model(tag, &tiny(n_layer), Some(isa))
 }
 
+/// Two threads.
 fn sched(model: &Arc<Model>, n_ctx: usize, batch: usize, max_running: usize) -> Scheduler {
-    sched_t(model, n_ctx, batch, max_running, 2)
-}
-
-fn sched_t(
-    m: &Arc<Model>,
-    n_ctx: usize,
-    batch: usize,
-    max_running: usize,
-    threads: usize,
-) -> Scheduler {
-    let model = m;
-    let opts = EngineOptions {
-        threads,
-        pin: false,
-        n_ctx,
-        batch,
-        ..EngineOptions::default()
-    };
-    Scheduler::new(
-        Engine::new(model.clone(), &opts).unwrap(),
-        SchedulerOptions { max_running },
-    )
+    common::models::sched(model, n_ctx, batch, max_running, 2)
 }
 
 fn greedy(max_tokens: usize) -> GenParams {
@@ -136,7 +105,7 @@ fn requests_decoded_together_generate_what_they_generate_alone() {
 fn a_thousand_random_requests_with_cancels_return_every_block() {
     // What is checked is bookkeeping, not numbers: a one-layer model on the best kernels.
     let (m, path) = model_on("sched-thousand", Isa::best(), 1);
-    let mut s = sched_t(&m, 384, 64, 16, 1);
+    let mut s = common::models::sched(&m, 384, 64, 16, 1);
     let n_blocks = s.engine().kv().stats().pool.n_blocks;
     let mut rng = 0x1234_5678_9abc_def0u64;
     let mut next = |n: u64| {

@@ -5,6 +5,8 @@
 //! counting global allocator tracks live bytes (its own test binary, so no other test
 //! allocates concurrently).
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use bitnet_core::engine::{Engine, EngineOptions};
 use bitnet_core::model::{LoadOptions, Model};
 use bitnet_core::scheduler::{Event, GenParams, Scheduler, SchedulerOptions};
-use bitnet_core::synth::{SynthSpec, write_model};
+use bitnet_core::synth::SynthSpec;
 
 struct Counting;
 
@@ -85,12 +87,11 @@ fn run(s: &mut Scheduler, n: usize, seed: &mut u64) {
 
 #[test]
 fn a_thousand_requests_leave_the_heap_flat() {
-    let path = bitnet_test_scratch::fresh_dir("sched-alloc").join("model.gguf");
     let spec = SynthSpec {
         n_layer: 1,
         ..SynthSpec::preset("tiny").unwrap()
     };
-    write_model(&spec, &path, |_, _| {}).unwrap();
+    let path = common::models::synth_file("sched-alloc", &spec);
     let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
     let opts = EngineOptions {
         threads: 1,

@@ -129,3 +129,8 @@ pub fn tiny_model() -> &'static Path {
         path
     })
 }
+
+/// The model the repository ships (`models/shakespeare.gguf`).
+pub fn shipped_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
+}

@@ -8,7 +8,7 @@ pub fn rel_l2(ours: &[f32], theirs: &[f32]) -> f64 {
         num += (f64::from(a) - f64::from(b)).powi(2);
         den += f64::from(b).powi(2);
     }
-    (num / den).sqrt()
+    (num / den.max(1e-30)).sqrt()
 }
 
 /// Cosine similarity over all values.

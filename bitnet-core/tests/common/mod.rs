@@ -4,6 +4,7 @@
 
 pub mod decode;
 pub mod metrics;
+pub mod models;
 pub mod reference;
 pub mod sched;
 pub mod setup;

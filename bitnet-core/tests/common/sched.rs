@@ -69,10 +69,11 @@ pub fn run_bounded(
     done.unwrap()
 }
 
-/// Evaluates `toks` after what `seq` holds, 32 at a time; the last token's logits.
-pub fn eval_last(e: &mut Engine, seq: SeqId, toks: &[u32]) -> Vec<f32> {
+/// Evaluates `toks` after what `seq` holds, one forward pass per `chunk` tokens; the last
+/// token's logits.
+pub fn eval_last(e: &mut Engine, seq: SeqId, toks: &[u32], chunk: usize) -> Vec<f32> {
     let mut out = Vec::new();
-    for c in toks.chunks(32) {
+    for c in toks.chunks(chunk) {
         let item = BatchItem {
             seq,
             tokens: c,
