@@ -1,6 +1,7 @@
-//! The set-up a new user follows: the README's install and prerequisites, scripts that use
-//! every core, and a demo that runs the trained model the repository ships. These read the repository's
-//! files, since the scripts themselves build in release mode and take minutes.
+//! The set-up a new user follows: the README's install and prerequisites (and the memory-mapping
+//! page it links to), scripts that use every core, and a demo that runs the trained model the
+//! repository ships. These read the repository's files, since the scripts themselves build in
+//! release mode and take minutes.
 
 use std::path::Path;
 
@@ -18,10 +19,20 @@ fn readme_says_how_to_install_and_what_is_needed() {
         "rustfmt",
         "clippy",
         "`cc`",
-        "`--no-mmap` keeps nothing mapped",
     ] {
         assert!(readme.contains(needle), "README lacks {needle:?}");
     }
+    // What `--no-mmap` costs and buys is told where every command's flags are.
+    let commands = repo_file("docs/commands.md");
+    let needle = "`--no-mmap` keeps nothing mapped";
+    assert!(
+        commands.contains(needle),
+        "docs/commands.md lacks {needle:?}"
+    );
+    assert!(
+        readme.contains("docs/commands.md"),
+        "the README links the commands page"
+    );
     assert!(
         !readme.contains("a C compiler only for"),
         "the linker is always needed, not only for fuzzing"
