@@ -10,11 +10,11 @@
 //! Inside a region, [`ChunkQueue`] shares a product's rows out in chunks to whichever thread
 //! is running, so a thread that is descheduled mid-region holds back one chunk, not a share.
 //!
-//! Besides the SIGBUS guard (`sigbus.rs`) and the loader's memory map, this is the module of
+//! Besides the SIGBUS guard (`model/sigbus.rs`) and the loader's memory map, this is the module of
 //! `bitnet-core` that uses `unsafe`: the job closure borrows from
 //! the caller's stack (it is not `'static`), so workers reach it through a raw pointer that is
 //! valid exactly while a region is open, and [`DisjointSlice`] hands out disjoint `&mut`
-//! windows of one output slice to several threads. Both contracts are enforced here, so the
+//! windows of one output slice to several threads (`threadpool/disjoint.rs`). Both contracts are enforced here, so the
 //! public API is safe.
 
 // Sharing a borrowed job with the workers, disjoint writes and CPU affinity need `unsafe`,
@@ -24,7 +24,6 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
-use std::marker::PhantomData;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -36,10 +35,12 @@ use thiserror::Error;
 
 mod affinity;
 mod chunks;
+mod disjoint;
 
 use affinity::CallerPin;
 pub use affinity::{core_order, physical_core_count};
 pub use chunks::ChunkQueue;
+pub use disjoint::{DisjointError, DisjointSlice};
 
 /// Upper bound on the thread count accepted by [`ThreadPool::new`].
 pub const MAX_THREADS: usize = 1024;
@@ -47,9 +48,8 @@ pub const MAX_THREADS: usize = 1024;
 /// How long an idle worker (or a caller waiting for workers) spins before it sleeps.
 ///
 /// Long enough to bridge the serial work between two regions of a decode step (a few µs),
-/// short enough not to burn CPU a descheduled pool thread could use on a shared machine: 2B-4T
-/// decode on 2 threads beside one busy process went from 10.5 tok/s with 100 µs to 11.6–12.4
-/// with 20 µs (1 thread: 12.5), and stayed at ~24 tok/s on an idle machine.
+/// short enough not to burn CPU a descheduled pool thread could use on a shared machine
+/// (`bench/2026-11-21-719ce1e-pool-spin.md` has the decode figures of 100 µs against 20).
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
 
 /// The job type run by [`ThreadPool::run`]: called as `f(thread_id, n_threads)`.
@@ -676,150 +676,4 @@ pub fn split_range(len: usize, n_parts: usize, part: usize, align: usize) -> Ran
     let start = first_block.saturating_mul(align).min(len);
     let end = (first_block + n_blocks).saturating_mul(align).min(len);
     start..end
-}
-
-/// Errors of [`DisjointSlice::try_slice_mut`].
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum DisjointError {
-    #[error("range {start}..{end} is invalid for a slice of length {len}")]
-    OutOfBounds {
-        start: usize,
-        end: usize,
-        len: usize,
-    },
-    #[error("range {start}..{end} overlaps {held_start}..{held_end}, already handed out")]
-    Overlap {
-        start: usize,
-        end: usize,
-        held_start: usize,
-        held_end: usize,
-    },
-}
-
-const INLINE_CLAIMS: usize = 16;
-
-/// Ranges handed out so far; inline storage so a region with few threads never allocates.
-#[derive(Debug)]
-struct Claims {
-    inline: [(usize, usize); INLINE_CLAIMS],
-    n_inline: usize,
-    spill: Vec<(usize, usize)>,
-}
-
-impl Claims {
-    fn iter(&self) -> impl Iterator<Item = &(usize, usize)> {
-        self.inline[..self.n_inline].iter().chain(&self.spill)
-    }
-
-    fn push(&mut self, claim: (usize, usize)) {
-        if self.n_inline < INLINE_CLAIMS {
-            self.inline[self.n_inline] = claim;
-            self.n_inline += 1;
-        } else {
-            self.spill.push(claim);
-        }
-    }
-}
-
-/// One `&mut [T]` shared by the threads of a region, each writing its own index range.
-///
-/// [`DisjointSlice::slice_mut`] hands out `&mut` sub-slices; every range is checked (always,
-/// not only in debug builds) against the ranges already handed out, so two live `&mut` never
-/// alias. The check is a short uncontended lock per call, meant for one call per thread per
-/// region. The claims last as long as the `DisjointSlice`; drop it to use the slice again.
-pub struct DisjointSlice<'a, T> {
-    ptr: *mut T,
-    len: usize,
-    claims: Mutex<Claims>,
-    _borrow: PhantomData<&'a mut [T]>,
-}
-
-// SAFETY: a `DisjointSlice` is an exclusive borrow of a `[T]`; moving it to another thread
-// moves that borrow, which is sound when `T: Send` (as for `&mut [T]`).
-unsafe impl<T: Send> Send for DisjointSlice<'_, T> {}
-// SAFETY: shared access only hands out `&mut` to pairwise disjoint ranges (checked under the
-// `claims` lock), so threads sharing it each get exclusive access to distinct `T`s: this is
-// sending `&mut T` to other threads, sound for `T: Send`.
-unsafe impl<T: Send> Sync for DisjointSlice<'_, T> {}
-
-impl<T> fmt::Debug for DisjointSlice<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DisjointSlice")
-            .field("len", &self.len)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'a, T> DisjointSlice<'a, T> {
-    /// Borrows `slice` for disjoint writes.
-    pub fn new(slice: &'a mut [T]) -> Self {
-        DisjointSlice {
-            ptr: slice.as_mut_ptr(),
-            len: slice.len(),
-            claims: Mutex::new(Claims {
-                inline: [(0, 0); INLINE_CLAIMS],
-                n_inline: 0,
-                spill: Vec::new(),
-            }),
-            _borrow: PhantomData,
-        }
-    }
-
-    /// Length of the whole slice.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the whole slice is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Exclusive access to `range`, which must lie in bounds and not overlap any non-empty
-    /// range handed out before by this `DisjointSlice`.
-    #[allow(clippy::mut_from_ref, reason = "disjointness is checked at run time")]
-    pub fn try_slice_mut(&self, range: Range<usize>) -> Result<&mut [T], DisjointError> {
-        let (start, end) = (range.start, range.end);
-        if start > end || end > self.len {
-            return Err(DisjointError::OutOfBounds {
-                start,
-                end,
-                len: self.len,
-            });
-        }
-        if start < end {
-            let mut claims = lock(&self.claims);
-            if let Some(&(hs, he)) = claims.iter().find(|&&(hs, he)| start < he && hs < end) {
-                return Err(DisjointError::Overlap {
-                    start,
-                    end,
-                    held_start: hs,
-                    held_end: he,
-                });
-            }
-            claims.push((start, end));
-        }
-        // SAFETY: `start..end` is in bounds of the borrowed slice (checked above) and, being
-        // disjoint from every range handed out before (checked and recorded under the lock),
-        // no other live reference derived from this `DisjointSlice` covers these elements;
-        // the original `&'a mut [T]` is unusable while `self` borrows it.
-        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), end - start) })
-    }
-
-    /// As [`DisjointSlice::try_slice_mut`], panicking on a bad or overlapping range (a bug
-    /// in the caller's partitioning, like an out-of-bounds index).
-    #[allow(clippy::mut_from_ref, reason = "disjointness is checked at run time")]
-    pub fn slice_mut(&self, range: Range<usize>) -> &mut [T] {
-        match self.try_slice_mut(range) {
-            Ok(s) => s,
-            Err(e) => panic!("DisjointSlice::slice_mut: {e}"),
-        }
-    }
-
-    /// The `part`-th of `n_parts` ranges from [`split_range`], with its range.
-    #[allow(clippy::mut_from_ref, reason = "disjointness is checked at run time")]
-    pub fn part(&self, n_parts: usize, part: usize, align: usize) -> (Range<usize>, &mut [T]) {
-        let range = split_range(self.len, n_parts, part, align);
-        (range.clone(), self.slice_mut(range))
-    }
 }

@@ -16,9 +16,9 @@ use crate::threadpool::{DisjointSlice, ThreadPool};
 
 /// One layer of the KV cache's rows as attention reads them.
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct KvView<'a> {
-    pub(crate) storage: &'a KvStorage,
-    pub(crate) layer: usize,
+pub(super) struct KvView<'a> {
+    pub(super) storage: &'a KvStorage,
+    pub(super) layer: usize,
 }
 
 /// How a unit's query group meets the keys: as floats, or quantized for the K format's
@@ -32,28 +32,28 @@ enum Query<'a> {
 
 /// Shape of one attention call.
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct AttnShape {
-    pub(crate) n_head: usize,
-    pub(crate) group: usize,
-    pub(crate) head_dim: usize,
+pub(super) struct AttnShape {
+    pub(super) n_head: usize,
+    pub(super) group: usize,
+    pub(super) head_dim: usize,
     /// Bytes between two positions of one KV head's K rows.
-    pub(crate) k_stride: usize,
+    pub(super) k_stride: usize,
     /// As `k_stride` for V (K and V formats are chosen independently).
-    pub(crate) v_stride: usize,
-    pub(crate) scale: f32,
+    pub(super) v_stride: usize,
+    pub(super) scale: f32,
     /// Positions a sequence holds at most (scores scratch: `group * max_pos` per thread).
-    pub(crate) max_pos: usize,
-    pub(crate) block_tokens: usize,
+    pub(super) max_pos: usize,
+    pub(super) block_tokens: usize,
     /// V rows are stored rotated: each head's output is rotated back.
-    pub(crate) v_rotated: bool,
+    pub(super) v_rotated: bool,
     /// B1 keys are scored by XNOR/popcount against the sign-quantized query.
-    pub(crate) xnor: bool,
+    pub(super) xnor: bool,
 }
 
 /// Floats of attention scratch per thread a quantized query takes: for the XNOR path a
 /// group's sign words and block scales; for int8 query scoring (`int8`, keys with integer
 /// codes) the group's codes (four to a float) and block scales.
-pub(crate) fn query_scratch(xnor: bool, int8: bool, group: usize, head_dim: usize) -> usize {
+pub(super) fn query_scratch(xnor: bool, int8: bool, group: usize, head_dim: usize) -> usize {
     let nb = head_dim.div_ceil(QK_KV);
     if xnor {
         2 * group * nb
@@ -141,7 +141,7 @@ fn thread_scratch(
 
 /// Floats of attention scratch to allocate per thread: its own working space and its
 /// share of the partial results that chunks of one row leave for merging.
-pub(crate) fn attention_scratch(
+pub(super) fn attention_scratch(
     group: usize,
     head_dim: usize,
     max_pos: usize,
@@ -447,7 +447,7 @@ impl AttnCtx<'_> {
 /// chunks, each softmaxed and summed on its own and merged after ([`fold_chunk`]). `scratch` holds [`attention_scratch`] floats per thread. `probe` asks
 /// for statistics of the probabilities (see [`AttnProbe`]).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn attention(
+pub(super) fn attention(
     pool: &ThreadPool,
     isa: Isa,
     sh: &AttnShape,

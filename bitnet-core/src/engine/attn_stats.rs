@@ -25,7 +25,7 @@ pub const ENTROPY_EMA_WEIGHT: f32 = 0.125;
 
 /// Shannon entropy (nats) of the probability row `p` (`0 ln 0 = 0`), accumulated in f64 so
 /// a row of thousands of positions keeps its precision.
-pub(crate) fn row_entropy(p: &[f32]) -> f32 {
+pub(super) fn row_entropy(p: &[f32]) -> f32 {
     let mut h = 0.0f64;
     for &x in p {
         if x > 0.0 {
@@ -38,19 +38,19 @@ pub(crate) fn row_entropy(p: &[f32]) -> f32 {
 
 /// What one attention call fills besides its output (see [`super::attention::attention`]).
 #[derive(Debug, Default)]
-pub(crate) struct AttnProbe<'a> {
+pub(super) struct AttnProbe<'a> {
     /// One slot per (token, KV-head group) unit: the summed entropy of the unit's rows,
     /// written for decode tokens only.
-    pub(crate) entropy: Option<&'a mut [f32]>,
+    pub(super) entropy: Option<&'a mut [f32]>,
     /// One stripe of `mass_stride` floats per thread: each row's probabilities are added at
     /// `table start * block_tokens + position`.
-    pub(crate) mass: Option<&'a mut [f32]>,
-    pub(crate) mass_stride: usize,
+    pub(super) mass: Option<&'a mut [f32]>,
+    pub(super) mass_stride: usize,
 }
 
 /// The engine's statistics state; see the module docs.
 #[derive(Debug, Default)]
-pub(crate) struct AttnStats {
+pub(super) struct AttnStats {
     /// Sample every this many decode passes; 0 = entropy off.
     every: usize,
     /// Forward passes with decode rows so far.
@@ -74,7 +74,7 @@ pub(crate) struct AttnStats {
 impl AttnStats {
     /// State for `n_layer` layers and up to `max_units` attention units per pass; entropy is
     /// sampled every `every` decode passes (0 = off; its buffers are then not allocated).
-    pub(crate) fn new(every: usize, n_layer: usize, max_units: usize) -> AttnStats {
+    pub(super) fn new(every: usize, n_layer: usize, max_units: usize) -> AttnStats {
         let on = every > 0;
         AttnStats {
             every,
@@ -89,7 +89,7 @@ impl AttnStats {
     /// accumulates mass (`track`: some sequence of the batch asks for it). The mass stripes
     /// grow (rarely: the first tracked pass, or forked sequences making the block tables
     /// longer than the pool) and their used part is zeroed.
-    pub(crate) fn begin_pass(&mut self, batch: &Batch, track: bool, nt: usize, bt: usize) {
+    pub(super) fn begin_pass(&mut self, batch: &Batch, track: bool, nt: usize, bt: usize) {
         let decode = batch.decode.iter().any(|&d| d);
         self.sampling = self.every > 0 && decode && self.steps.is_multiple_of(self.every as u64);
         if decode {
@@ -109,7 +109,7 @@ impl AttnStats {
     }
 
     /// The buffers the attention call of one layer fills.
-    pub(crate) fn probe(&mut self) -> AttnProbe<'_> {
+    pub(super) fn probe(&mut self) -> AttnProbe<'_> {
         AttnProbe {
             entropy: self.sampling.then_some(&mut self.units[..]),
             mass: self.massing.then_some(&mut self.mass[..]),
@@ -118,7 +118,7 @@ impl AttnStats {
     }
 
     /// Reduces layer `l`'s unit entropies to the mean over the decode rows' heads.
-    pub(crate) fn end_layer(&mut self, l: usize, batch: &Batch, units_per_tok: usize) {
+    pub(super) fn end_layer(&mut self, l: usize, batch: &Batch, units_per_tok: usize) {
         if !self.sampling {
             return;
         }
@@ -132,7 +132,7 @@ impl AttnStats {
     }
 
     /// Folds a sampled pass into the moving average (`n_head` rows per decode token).
-    pub(crate) fn end_pass(&mut self, n_head: usize) {
+    pub(super) fn end_pass(&mut self, n_head: usize) {
         if !self.sampling {
             return;
         }
@@ -149,21 +149,21 @@ impl AttnStats {
     }
 
     /// The per-layer moving averages, once at least one pass was sampled.
-    pub(crate) fn entropy(&self) -> Option<&[f32]> {
+    pub(super) fn entropy(&self) -> Option<&[f32]> {
         (self.every > 0 && self.samples > 0).then_some(&self.ema[..])
     }
 
-    pub(crate) fn entropy_samples(&self) -> u64 {
+    pub(super) fn entropy_samples(&self) -> u64 {
         self.samples
     }
 
-    pub(crate) fn entropy_every(&self) -> usize {
+    pub(super) fn entropy_every(&self) -> usize {
         self.every
     }
 
     /// Adds the mass the pass gave positions `0..into.len()` of the sequence whose block
     /// table starts at `table_start` (summing the threads' stripes).
-    pub(crate) fn add_mass(&self, table_start: usize, bt: usize, into: &mut [f32]) {
+    pub(super) fn add_mass(&self, table_start: usize, bt: usize, into: &mut [f32]) {
         if !self.massing {
             return;
         }

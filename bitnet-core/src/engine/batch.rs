@@ -28,26 +28,26 @@ pub struct BatchItem<'a> {
 
 /// The batch laid out per token; see the module docs.
 #[derive(Debug, Default)]
-pub(crate) struct Batch {
-    pub(crate) tokens: Vec<u32>,
+pub(super) struct Batch {
+    pub(super) tokens: Vec<u32>,
     /// Position of each token in its sequence.
-    pub(crate) pos: Vec<usize>,
+    pub(super) pos: Vec<usize>,
     /// KV block and row of each token's position.
-    pub(crate) block: Vec<u32>,
-    pub(crate) slot: Vec<u32>,
+    pub(super) block: Vec<u32>,
+    pub(super) slot: Vec<u32>,
     /// Where each token's sequence's block table starts in `tables` (and its length).
-    pub(crate) table: Vec<(u32, u32)>,
+    pub(super) table: Vec<(u32, u32)>,
     /// The block tables of the batch's sequences, back to back.
-    pub(crate) tables: Vec<u32>,
+    pub(super) tables: Vec<u32>,
     /// `(item, token index in item, batch token)` of each logits row wanted, in order.
-    pub(crate) rows: Vec<(u32, u32, u32)>,
+    pub(super) rows: Vec<(u32, u32, u32)>,
     /// Whether each token is a decode row (its item evaluates that one token).
-    pub(crate) decode: Vec<bool>,
+    pub(super) decode: Vec<bool>,
 }
 
 impl Batch {
     /// Room for `tokens` tokens and `blocks` block-table entries, allocated now.
-    pub(crate) fn with_capacity(tokens: usize, blocks: usize) -> Batch {
+    pub(super) fn with_capacity(tokens: usize, blocks: usize) -> Batch {
         Batch {
             tokens: Vec::with_capacity(tokens),
             pos: Vec::with_capacity(tokens),
@@ -61,7 +61,7 @@ impl Batch {
     }
 
     /// Lays `items` out token by token (the KV manager has reserved their blocks).
-    pub(crate) fn lay_out(
+    pub(super) fn lay_out(
         &mut self,
         items: &[BatchItem<'_>],
         kv: &KvManager,

@@ -11,60 +11,60 @@ use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
 
 /// Per-token activation buffers, each `[chunk][stride]`.
 #[derive(Debug)]
-pub(crate) struct Bufs {
+pub(super) struct Bufs {
     /// Residual stream, stride `n_embd`.
-    pub(crate) x: Vec<f32>,
+    pub(super) x: Vec<f32>,
     /// Normed input of the next projection group (f32), stride = that group's `cols`.
-    pub(crate) xn: Vec<f32>,
+    pub(super) xn: Vec<f32>,
     /// The same quantized to int8, stride `padded(cols)`.
-    pub(crate) xq: Vec<i8>,
-    pub(crate) acts: Vec<ActScale>,
+    pub(super) xq: Vec<i8>,
+    pub(super) acts: Vec<ActScale>,
     /// The same as sign bits, stride `bit_words(cols)`.
-    pub(crate) bits: Vec<u64>,
-    pub(crate) bit_scales: Vec<f32>,
+    pub(super) bits: Vec<u64>,
+    pub(super) bit_scales: Vec<f32>,
     /// Roped queries / keys and values, strides `q_dim`, `kv_dim`, `kv_dim`.
-    pub(crate) q: Vec<f32>,
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
+    pub(super) q: Vec<f32>,
+    pub(super) k: Vec<f32>,
+    pub(super) v: Vec<f32>,
     /// Attention output, stride `q_dim`.
-    pub(crate) att: Vec<f32>,
+    pub(super) att: Vec<f32>,
     /// FFN inner activations, stride `n_ff`.
-    pub(crate) ff: Vec<f32>,
+    pub(super) ff: Vec<f32>,
 }
 
 /// Strides of [`Bufs`] for one per-token stage.
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct Strides {
-    pub(crate) embd: usize,
+pub(super) struct Strides {
+    pub(super) embd: usize,
     /// `cols` of the projection group the stage prepares input for.
-    pub(crate) inp: usize,
-    pub(crate) pc: usize,
-    pub(crate) words: usize,
-    pub(crate) q: usize,
-    pub(crate) kv: usize,
-    pub(crate) ff: usize,
+    pub(super) inp: usize,
+    pub(super) pc: usize,
+    pub(super) words: usize,
+    pub(super) q: usize,
+    pub(super) kv: usize,
+    pub(super) ff: usize,
 }
 
 /// A token range's rows of the buffers that hold a projection group's prepared input.
 #[derive(Debug)]
-pub(crate) struct PrepBufs<'a> {
-    pub(crate) xn: &'a mut [f32],
-    pub(crate) xq: &'a mut [i8],
-    pub(crate) acts: &'a mut [ActScale],
-    pub(crate) bits: &'a mut [u64],
-    pub(crate) bit_scales: &'a mut [f32],
+pub(super) struct PrepBufs<'a> {
+    pub(super) xn: &'a mut [f32],
+    pub(super) xq: &'a mut [i8],
+    pub(super) acts: &'a mut [ActScale],
+    pub(super) bits: &'a mut [u64],
+    pub(super) bit_scales: &'a mut [f32],
 }
 
 /// A token range's rows of every [`Bufs`] buffer.
 #[derive(Debug)]
-pub(crate) struct TokBufs<'a> {
-    pub(crate) x: &'a mut [f32],
-    pub(crate) p: PrepBufs<'a>,
-    pub(crate) q: &'a mut [f32],
-    pub(crate) k: &'a mut [f32],
-    pub(crate) v: &'a mut [f32],
-    pub(crate) att: &'a mut [f32],
-    pub(crate) ff: &'a mut [f32],
+pub(super) struct TokBufs<'a> {
+    pub(super) x: &'a mut [f32],
+    pub(super) p: PrepBufs<'a>,
+    pub(super) q: &'a mut [f32],
+    pub(super) k: &'a mut [f32],
+    pub(super) v: &'a mut [f32],
+    pub(super) att: &'a mut [f32],
+    pub(super) ff: &'a mut [f32],
 }
 
 impl Bufs {
@@ -90,7 +90,7 @@ impl Bufs {
 
 /// Runs `f(tokens, rows of those tokens)` over `0..n_tok`: on the calling thread for a single
 /// token, else split across the pool.
-pub(crate) fn per_token<F>(pool: &ThreadPool, bufs: &mut Bufs, s: &Strides, n_tok: usize, f: F)
+pub(super) fn per_token<F>(pool: &ThreadPool, bufs: &mut Bufs, s: &Strides, n_tok: usize, f: F)
 where
     F: Fn(Range<usize>, &mut TokBufs<'_>) + Sync,
 {

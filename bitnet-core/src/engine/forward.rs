@@ -34,14 +34,14 @@ use crate::model::{HeadMode, Model, Store};
 use crate::threadpool::{PinPolicy, ThreadPool};
 
 /// Tokens per head call when many rows want logits.
-pub(crate) const HEAD_BATCH: usize = 32;
+pub(super) const HEAD_BATCH: usize = 32;
 
 /// Everything a forward pass computes in; see the module docs.
 #[derive(Debug)]
-pub(crate) struct Workspace {
-    pub(crate) isa: Isa,
-    pub(crate) pool: ThreadPool,
-    pub(crate) rope: RopeTable,
+pub(super) struct Workspace {
+    pub(super) isa: Isa,
+    pub(super) pool: ThreadPool,
+    pub(super) rope: RopeTable,
     /// Tokens per forward pass at most.
     chunk: usize,
     bufs: Bufs,
@@ -59,18 +59,18 @@ pub(crate) struct Workspace {
     logits: Vec<f32>,
     /// Blocked head output for up to `HEAD_BATCH` rows.
     head_blk: Vec<f32>,
-    pub(crate) profile: Profile,
+    pub(super) profile: Profile,
     timer: SubTimer,
     /// Attention entropy and received mass, when asked for.
-    pub(crate) attn_stats: AttnStats,
+    pub(super) attn_stats: AttnStats,
     /// B1 keys scored by XNOR/popcount (`EngineOptions::kv_xnor`).
-    pub(crate) kv_xnor: bool,
+    pub(super) kv_xnor: bool,
 }
 
 impl Workspace {
     /// The pool and every buffer for passes of up to `opts.batch` tokens over `model`,
     /// whose sequences live in `kv`.
-    pub(crate) fn new(
+    pub(super) fn new(
         model: &Model,
         opts: &EngineOptions,
         kv: &KvManager,
@@ -148,15 +148,15 @@ impl Workspace {
         })
     }
 
-    pub(crate) fn threads(&self) -> usize {
+    pub(super) fn threads(&self) -> usize {
         self.pool.n_threads()
     }
 
-    pub(crate) fn max_batch(&self) -> usize {
+    pub(super) fn max_batch(&self) -> usize {
         self.chunk
     }
 
-    pub(crate) fn set_profiling(&mut self, on: bool) {
+    pub(super) fn set_profiling(&mut self, on: bool) {
         if on && !self.profile.is_enabled() {
             self.profile.clear();
             let _ = self.pool.take_wait_stats();
@@ -167,7 +167,7 @@ impl Workspace {
 
     /// Sets up the statistics of the pass laid out in `batch` (`track`: some sequence of
     /// it accumulates attention mass).
-    pub(crate) fn begin_pass(&mut self, batch: &Batch, track: bool, block_tokens: usize) {
+    pub(super) fn begin_pass(&mut self, batch: &Batch, track: bool, block_tokens: usize) {
         let nt = self.pool.n_threads();
         self.attn_stats.begin_pass(batch, track, nt, block_tokens);
     }
@@ -274,7 +274,7 @@ impl Workspace {
     /// Runs `batch` through `m`: writes every token's K/V rows into its KV slot of `kv`,
     /// attends over each token's own sequence, and hands the logits rows the batch asks
     /// for to `on_logits(item, token in item, row)`.
-    pub(crate) fn run(
+    pub(super) fn run(
         &mut self,
         m: &Model,
         kv: &mut KvStorage,

@@ -17,12 +17,12 @@ use crate::threadpool::{ChunkQueue, ThreadPool, split_range};
 
 /// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
 #[derive(Copy, Clone, Debug)]
-pub(crate) struct Blocked<'a> {
-    pub(crate) data: &'a [f32],
-    pub(crate) n_tok: usize,
-    pub(crate) rows: usize,
-    pub(crate) align: usize,
-    pub(crate) parts: usize,
+pub(super) struct Blocked<'a> {
+    pub(super) data: &'a [f32],
+    pub(super) n_tok: usize,
+    pub(super) rows: usize,
+    pub(super) align: usize,
+    pub(super) parts: usize,
 }
 
 impl Blocked<'_> {
@@ -40,14 +40,14 @@ impl Blocked<'_> {
     }
 
     /// Copies token `t`'s row into `dst` (`rows` long).
-    pub(crate) fn copy_row(&self, t: usize, dst: &mut [f32]) {
+    pub(super) fn copy_row(&self, t: usize, dst: &mut [f32]) {
         for (r, src) in self.pieces(t) {
             dst[r].copy_from_slice(src);
         }
     }
 
     /// `dst += row t`.
-    pub(crate) fn add_row(&self, isa: Isa, t: usize, dst: &mut [f32]) {
+    pub(super) fn add_row(&self, isa: Isa, t: usize, dst: &mut [f32]) {
         for (r, src) in self.pieces(t) {
             float::add_inplace(isa, &mut dst[r], src);
         }
@@ -55,7 +55,7 @@ impl Blocked<'_> {
 }
 
 /// Chunks per thread a product is cut into at most (see [`n_chunks`]).
-pub(crate) const CHUNKS_PER_THREAD: usize = 4;
+pub(super) const CHUNKS_PER_THREAD: usize = 4;
 /// Smallest chunk worth a claim, in weight bytes (about 5 µs of streaming).
 const MIN_CHUNK_BYTES: usize = 64 << 10;
 
@@ -63,7 +63,7 @@ const MIN_CHUNK_BYTES: usize = 64 << 10;
 /// into on `nt` threads, at most `per_thread` each: one on a single thread, else enough
 /// that threads take chunks as they finish (a slow or descheduled thread holds back one
 /// chunk, not half the rows), but no chunk under [`MIN_CHUNK_BYTES`].
-pub(crate) fn n_chunks(
+pub(super) fn n_chunks(
     rows: usize,
     align: usize,
     bytes: usize,
@@ -92,7 +92,7 @@ fn lin_chunks(lin: &Linear, nt: usize) -> usize {
 /// The products of one group of projections sharing an input (q/k/v, gate/up, ...), each
 /// cut into chunks of rows ([`n_chunks`]) that the pool's threads claim as they go.
 /// `outs[i]` receives projection `i`'s blocked output (at least `n_tok * rows` long).
-pub(crate) fn matmul_group(
+pub(super) fn matmul_group(
     pool: &ThreadPool,
     isa: Isa,
     store: &Store,
@@ -127,7 +127,7 @@ pub(crate) fn matmul_group(
 }
 
 /// The blocked view of projection output `data` as [`matmul_group`] wrote it.
-pub(crate) fn blocked<'a>(
+pub(super) fn blocked<'a>(
     pool: &ThreadPool,
     lin: &Linear,
     data: &'a [f32],
@@ -143,13 +143,13 @@ pub(crate) fn blocked<'a>(
 }
 
 /// Row granule of a chunk of the head (keeps chunks cache-line sized).
-pub(crate) const HEAD_ALIGN: usize = 16;
+pub(super) const HEAD_ALIGN: usize = 16;
 /// Head chunks per thread at most (about 4 MiB each for a 2B-4T Q8_0 head on 2 threads).
 const HEAD_CHUNKS_PER_THREAD: usize = 48;
 
 /// The head's rows for `n` tokens into the blocked `out` (`[n][share]` per thread share).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn head_rows(
+pub(super) fn head_rows(
     pool: &ThreadPool,
     isa: Isa,
     store: &Store,
@@ -188,7 +188,7 @@ pub(crate) fn head_rows(
 
 /// Chunks of [`HEAD_ALIGN`]-row groups the head is cut into on `nt` threads (the head is
 /// one long product: many small chunks, a few MiB each).
-pub(crate) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize {
+pub(super) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize {
     let fmt = match mode {
         HeadMode::Q8 => RowFormat::Q8_0,
         HeadMode::Native => head.fmt,

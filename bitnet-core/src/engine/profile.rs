@@ -162,24 +162,24 @@ impl Profile {
 /// Sub-step timing inside a per-token stage that runs on the calling thread alone (decode):
 /// shared by reference with the stage closure, so it counts in atomics.
 #[derive(Debug, Default)]
-pub(crate) struct SubTimer {
+pub(super) struct SubTimer {
     on: bool,
     ns: [AtomicU64; OpKind::ALL.len()],
     calls: [AtomicU64; OpKind::ALL.len()],
 }
 
 impl SubTimer {
-    pub(crate) fn set_on(&mut self, on: bool) {
+    pub(super) fn set_on(&mut self, on: bool) {
         self.on = on;
     }
 
-    pub(crate) fn is_on(&self) -> bool {
+    pub(super) fn is_on(&self) -> bool {
         self.on
     }
 
     /// Runs `f`, charging its time to `kind` when on.
     #[inline]
-    pub(crate) fn time<R>(&self, kind: OpKind, f: impl FnOnce() -> R) -> R {
+    pub(super) fn time<R>(&self, kind: OpKind, f: impl FnOnce() -> R) -> R {
         if !self.on {
             return f();
         }
@@ -192,7 +192,7 @@ impl SubTimer {
     }
 
     /// Moves the counts into `p`.
-    pub(crate) fn drain_into(&self, p: &mut Profile) {
+    pub(super) fn drain_into(&self, p: &mut Profile) {
         for k in OpKind::ALL {
             let i = k.index();
             let ns = self.ns[i].swap(0, Ordering::Relaxed);

@@ -160,7 +160,7 @@ impl Session {
 
 /// Evaluates `tokens` on sequence `seq` in chunks of the engine's batch; `on_row(i, row)`
 /// gets every row with `all`, else the last token's only.
-pub(crate) fn eval_rows(
+pub(super) fn eval_rows(
     engine: &mut Engine,
     seq: SeqId,
     tokens: &[u32],
