@@ -305,7 +305,7 @@ unsafe fn wsum_group_avx2<const G: usize>(
                     // The next tile's rows, a line of each per pass that starts one: asked
                     // for all at once at the tile's start, the requests outnumbered the
                     // misses a core keeps in flight and most were dropped (the sum read V
-                    // from memory at 5 GB/s, against 8-13 for the scores).
+                    // from memory far slower than the scores read K).
                     let line = v.as_ptr().wrapping_add((p + WSUM_TILE_POS) * kv_stride + c);
                     // A hint: it reads nothing and never faults.
                     _mm_prefetch::<_MM_HINT_T0>(line.cast());

@@ -310,7 +310,7 @@ unsafe fn group4_multi<const T: usize>(
 /// Up to this many token rows the group kernel (4 rows against 2 tokens); beyond, the register
 /// tile, which unpacks each weight half once for all the tile's tokens instead of once per
 /// token pair, and for batched decode (up to [`TILE_TOKENS_MAX`] tokens) also reads the
-/// weights once (prefill 128 tokens: tile 85-93, group 80-84 GMAC/s).
+/// weights once (the tile measured faster for prefill; `bench/2026-11-26-kernels-figures.md`).
 const GROUP_TOKENS_MAX: usize = 2;
 
 /// Activation bytes per token block of `raw_dots_multi`.
