@@ -16,6 +16,14 @@ pub(crate) fn holds_strided(len: usize, n: usize, stride: usize, last: usize) ->
             .is_some_and(|end| len >= end)
 }
 
+/// `n_tok * len`, refusing a product that wraps: a wrapped size would pass the length checks
+/// the kernels' raw pointers rely on.
+pub(crate) fn tokens_times(n_tok: usize, len: usize) -> usize {
+    n_tok
+        .checked_mul(len)
+        .unwrap_or_else(|| panic!("{n_tok} token rows of {len} overflow usize"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

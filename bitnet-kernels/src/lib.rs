@@ -14,6 +14,7 @@
 pub mod act;
 pub mod aligned;
 pub mod binary;
+mod dispatch;
 pub mod error;
 mod extent;
 pub mod float;

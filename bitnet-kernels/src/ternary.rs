@@ -36,10 +36,14 @@ use std::ops::Range;
 
 use crate::act::ActScale;
 use crate::aligned::AlignedVec;
+use crate::dispatch::token;
 use crate::error::KernelError;
+use crate::extent::tokens_times;
 use crate::formats::{self, TQ_BLOCK, TQ1_0_BYTES, TQ2_0_BYTES};
 use crate::isa::Isa;
 use crate::scalar;
+#[cfg(target_arch = "x86_64")]
+use crate::x86_64::prefetch_lines;
 
 /// Columns per repacked block (and the column padding granule).
 pub const BLOCK: usize = 256;
@@ -520,23 +524,26 @@ impl TernaryMatrix {
 /// prefetchers stop at each 4 KiB page, and page-cache pages are read straight from DRAM.
 const I2S_PREFETCH: usize = 2048;
 
-/// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched.
+/// No prefetch hint on targets without one here.
+#[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for k in 0..n {
-        if let Some(p) = bytes.get(at + 64 * k) {
-            // SAFETY: prefetching reads nothing into the program and cannot fault; SSE is
-            // part of the x86-64 baseline; the address is inside `bytes`.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    std::ptr::from_ref(p).cast(),
-                )
-            };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, at, n);
+fn prefetch_lines(_bytes: &[u8], _at: usize, _n: usize) {}
+
+/// Shape checks of the raw-dot kernels, made again by every SIMD token method (those kernels
+/// index raw pointers from these): rows within the padded row groups, blocks within the
+/// matrix, `n_tok` activation rows of `padded_cols` and `out` of `n_tok * rows.len()`.
+pub(crate) fn check_raw_dots(
+    w: &TernaryMatrix,
+    q: &[i8],
+    n_tok: usize,
+    rows: &Range<usize>,
+    blocks: &Range<usize>,
+    out: &[i32],
+) {
+    assert!(rows.start <= rows.end && rows.end <= w.rows.div_ceil(ROW_GROUP) * ROW_GROUP);
+    assert!(blocks.start <= blocks.end && blocks.end <= w.blocks);
+    assert!(q.len() >= tokens_times(n_tok, w.padded_cols()));
+    assert_eq!(out.len(), tokens_times(n_tok, rows.len()));
 }
 
 /// Raw dots `out[i] = sum_c code(rows.start + i, c) * q[c]` over 256-blocks `blocks`.
@@ -550,11 +557,9 @@ pub(crate) fn raw_dots(
 ) {
     debug_assert!(rows.end <= w.rows.div_ceil(ROW_GROUP) * ROW_GROUP && blocks.end <= w.blocks);
     debug_assert!(q.len() >= w.padded_cols() && out.len() == rows.len());
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = crate::x86_64::token(isa) {
+    if let Some(k) = token(isa) {
         return k.ternary_raw_dots(w, q, rows, blocks, out);
     }
-    let _ = isa;
     scalar::ternary::raw_dots(w, q, rows, blocks, out)
 }
 
@@ -570,11 +575,9 @@ pub(crate) fn raw_dots_multi(
     out: &mut [i32],
 ) {
     debug_assert!(q.len() >= n_tok * w.padded_cols() && out.len() == n_tok * rows.len());
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = crate::x86_64::token(isa) {
+    if let Some(k) = token(isa) {
         return k.ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out);
     }
-    let _ = isa;
     scalar::ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out)
 }
 

@@ -65,7 +65,7 @@ impl Avx2 {
         blocks: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_ternary(w, q, 1, &rows, &blocks, out);
+        crate::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { ternary::raw_dots(w, q, rows, blocks, out) }
     }
@@ -79,7 +79,7 @@ impl Avx2 {
         blocks: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_ternary(w, q, n_tok, &rows, &blocks, out);
+        crate::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
     }
@@ -93,7 +93,7 @@ impl Avx2 {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_binary(w, q.len(), n_tok, &rows, &words, out);
+        crate::binary::check_raw_dots(w, q.len(), n_tok, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::raw_dots_multi(w, q, n_tok, rows, words, out) }
     }
@@ -106,7 +106,7 @@ impl Avx2 {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_binary(w, x.len() * 64, 1, &rows, &words, out);
+        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }
     }

@@ -98,7 +98,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
 /// See [`crate::scalar::ternary::raw_dots`].
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_ternary`.
+/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -208,7 +208,7 @@ unsafe fn tile<const T: usize>(
 /// up to [`TILE_TOKENS_MAX`], else [`TILE_TOKENS`] at a time).
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_ternary`.
+/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 unsafe fn raw_dots_multi_tile(
     w: &TernaryMatrix,
@@ -320,7 +320,7 @@ const ACT_BLOCK_BYTES: usize = 512 << 10;
 /// against 2 token rows at a time; otherwise the register tile.
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_ternary`.
+/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

@@ -67,7 +67,7 @@ impl Avx512 {
         blocks: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_ternary(w, q, 1, &rows, &blocks, out);
+        crate::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { ternary::raw_dots(w, q, rows, blocks, out) }
     }
@@ -81,7 +81,7 @@ impl Avx512 {
         blocks: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_ternary(w, q, n_tok, &rows, &blocks, out);
+        crate::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
     }
@@ -95,7 +95,7 @@ impl Avx512 {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_binary(w, q.len(), n_tok, &rows, &words, out);
+        crate::binary::check_raw_dots(w, q.len(), n_tok, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::raw_dots_multi(w, q, n_tok, rows, words, out) }
     }
@@ -111,7 +111,7 @@ impl Avx512 {
         if !crate::isa::has_avx512_vpopcntdq() {
             return self.avx2().binary_xor_popcounts(w, x, rows, words, out);
         }
-        crate::x86_64::check_binary(w, x.len() * 64, 1, &rows, &words, out);
+        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the AVX-512 set and VPOPCNTDQ was detected just above;
         // shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }

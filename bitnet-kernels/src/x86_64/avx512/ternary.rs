@@ -90,7 +90,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
 /// See [`crate::scalar::ternary::raw_dots`].
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -188,7 +188,7 @@ unsafe fn group4_batch<const T: usize>(
 /// time, token blocks of at most [`ACT_BLOCK_BYTES`] of activations.
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

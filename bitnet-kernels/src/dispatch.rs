@@ -1,0 +1,82 @@
+//! The one place a kernel set named by an [`Isa`] becomes kernels.
+//!
+//! [`token`] turns an `Isa` into a proof token: a value that can only be built once the CPU
+//! features of its set were detected (once per process, each behind a `OnceLock`), so its
+//! methods are safe. A set this CPU cannot run is lowered to the best one it can (AVX-512 to
+//! AVX2, either to scalar): a wrong `Isa` argument costs speed, never soundness. `None` means
+//! the scalar reference kernels (`crate::scalar`).
+//!
+//! The safe API modules (`crate::act`, `crate::ternary`, `crate::float`, ...) check shapes,
+//! then call `token(isa)` and the op's method on [`Simd`], which forwards to the token of the
+//! detected set; only those token methods call `#[target_feature]` code. Adding an
+//! instruction set is a variant of [`Simd`] holding its token type (with the same method
+//! names), an arm in [`token`], and the set's arm in `forward!` below.
+
+use std::ops::Range;
+
+use crate::binary::BinaryMatrix;
+use crate::isa::Isa;
+use crate::ternary::TernaryMatrix;
+#[cfg(target_arch = "x86_64")]
+use crate::x86_64::{avx2::Avx2, avx512::Avx512};
+
+/// A SIMD kernel set this CPU runs, holding the proof token of that set. On a target with no
+/// SIMD kernels it has no values, and [`token`] always gives `None`.
+#[derive(Copy, Clone, Debug)]
+pub enum Simd {
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2),
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Avx512),
+}
+
+/// The SIMD set to run for `isa`: the set itself if this CPU runs it, else the best set below
+/// it that it runs; `None` for scalar (asked for, or all this CPU has).
+#[inline]
+pub fn token(isa: Isa) -> Option<Simd> {
+    match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Avx2::new().map(Simd::Avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Avx512::new()
+            .map(Simd::Avx512)
+            .or_else(|| Avx2::new().map(Simd::Avx2)),
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx2 | Isa::Avx512 => None,
+    }
+}
+
+/// Methods of [`Simd`] that call the method of the same name on the token it holds.
+macro_rules! forward {
+    ($( fn $name:ident(self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; )*) => {
+        impl Simd {
+            $(
+                #[inline]
+                #[allow(clippy::too_many_arguments)]
+                #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+                pub fn $name(self $(, $arg: $ty)*) $(-> $ret)? {
+                    match self {
+                        #[cfg(target_arch = "x86_64")]
+                        Simd::Avx2(k) => k.$name($($arg),*),
+                        #[cfg(target_arch = "x86_64")]
+                        Simd::Avx512(k) => k.$name($($arg),*),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+forward! {
+    // Activations (`crate::act`, `crate::probe`).
+    fn absmax(self, x: &[f32]) -> f32;
+    fn quantize_i8(self, x: &[f32], scale: f32, q: &mut [i8]) -> i32;
+    fn sign_bits(self, x: &[f32], bits: &mut [u64]);
+    fn sum_bytes(self, data: &[u8]) -> u64;
+    // Ternary and 1-bit products (`crate::ternary`, `crate::binary`).
+    fn ternary_raw_dots(self, w: &TernaryMatrix, q: &[i8], rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
+    fn ternary_raw_dots_multi(self, w: &TernaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
+    fn binary_raw_dots_multi(self, w: &BinaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
+    fn binary_xor_popcounts(self, w: &BinaryMatrix, x: &[u64], rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
+}
