@@ -15,6 +15,7 @@
 use std::ops::Range;
 
 use crate::binary::BinaryMatrix;
+use crate::float::kv::KvQuant;
 use crate::isa::Isa;
 use crate::ternary::TernaryMatrix;
 #[cfg(target_arch = "x86_64")]
@@ -79,4 +80,12 @@ forward! {
     fn ternary_raw_dots_multi(self, w: &TernaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
     fn binary_raw_dots_multi(self, w: &BinaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
     fn binary_xor_popcounts(self, w: &BinaryMatrix, x: &[u64], rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
+    // Low-bit KV cache attention (`crate::float::kv`).
+    fn attn_scores_kv(self, fmt: KvQuant, q: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_weighted_sum_kv(self, fmt: KvQuant, w: &[f32], n_q: usize, v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]);
+    fn attn_scores_kv_int8_query(self, fmt: KvQuant, codes: &[i8], scales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_scores_b1_xnor(self, qbits: &[u32], qscales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    // Rotation and load-time re-encoding (`crate::float::hadamard`, `crate::float::requant`).
+    fn hadamard_rows(self, d: usize, x: &mut [f32]);
+    fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]);
 }

@@ -12,22 +12,12 @@
 
 #[cfg(target_arch = "x86_64")]
 mod attn_group_x86;
-#[cfg(target_arch = "x86_64")]
-mod b1_xnor_x86;
 pub mod formats;
 pub mod hadamard;
-#[cfg(target_arch = "x86_64")]
-mod hadamard_x86;
 pub mod kv;
 #[cfg(target_arch = "x86_64")]
-mod kv_int8_x86;
-#[cfg(target_arch = "x86_64")]
-mod kv_q4_wsum_x86;
-#[cfg(target_arch = "x86_64")]
-mod kv_x86;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod qrows_x86;
-mod requant;
+pub(crate) mod requant;
 
 use std::ops::Range;
 use std::sync::OnceLock;

@@ -5,4 +5,8 @@ pub mod binary;
 pub mod float;
 pub mod hadamard;
 pub mod kv;
+pub mod kv_b1_xnor;
+pub mod kv_int8;
+pub mod kv_q4_wsum;
+pub mod requant;
 pub mod ternary;

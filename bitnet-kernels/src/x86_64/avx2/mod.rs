@@ -5,13 +5,20 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::binary::BinaryMatrix;
+use crate::float::kv::KvQuant;
 use crate::isa::Isa;
 use crate::ternary::TernaryMatrix;
 
 pub mod act;
 pub mod binary;
 pub mod float;
+mod hadamard;
+mod kv;
+mod kv_b1_xnor;
+mod kv_int8;
+mod kv_q4_wsum;
 mod q8q8;
+mod requant;
 pub mod ternary;
 
 /// Proof that AVX2, FMA and F16C were detected.
@@ -109,5 +116,114 @@ impl Avx2 {
         crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_kv(
+        self,
+        fmt: KvQuant,
+        q: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let (ql, kl, ol) = (q.len(), k.len(), out.len());
+        crate::float::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { kv::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_weighted_sum_kv(
+        self,
+        fmt: KvQuant,
+        w: &[f32],
+        n_q: usize,
+        v: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        out: &mut [f32],
+    ) {
+        let (ol, vl, wl) = (out.len(), v.len(), w.len());
+        crate::float::kv::check(
+            "attn_weighted_sum_kv",
+            fmt,
+            ol,
+            n_q,
+            vl,
+            kv_stride,
+            n_pos,
+            wl,
+        );
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { kv::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_kv_int8_query(
+        self,
+        fmt: KvQuant,
+        codes: &[i8],
+        scales: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        crate::float::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe {
+            kv_int8::attn_scores_int8_query(
+                fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out,
+            )
+        }
+    }
+
+    /// Rows more than `i32::MAX / 8` bytes apart take the reference (the kernel gathers eight
+    /// rows with i32 offsets); it gives the same bits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_b1_xnor(
+        self,
+        qbits: &[u32],
+        qscales: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        crate::float::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
+        if kv_stride > i32::MAX as usize / 8 {
+            return crate::scalar::kv_b1_xnor::attn_scores_b1_xnor(
+                qbits, qscales, n_q, k, kv_stride, n_pos, scale, out,
+            );
+        }
+        // SAFETY: `self` proves the target features; shapes checked above, and eight strides
+        // fit the gathers' i32 offsets.
+        unsafe {
+            kv_b1_xnor::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out)
+        }
+    }
+
+    /// Rows of `d` values, `d` a power of two of at least 8.
+    pub fn hadamard_rows(self, d: usize, x: &mut [f32]) {
+        crate::float::hadamard::check_rows(d, x);
+        assert!(d >= crate::float::hadamard::SIMD_MIN_ROW);
+        for row in x.chunks_exact_mut(d) {
+            // SAFETY: `self` proves the target features; the row is a power of two >= 8.
+            unsafe { hadamard::fwht(row) };
+        }
+    }
+
+    pub fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
+        crate::float::requant::check_f16_q8_0(src, out);
+        // SAFETY: `self` proves the target features; lengths checked above.
+        unsafe { requant::f16_q8_0(src, out) }
     }
 }

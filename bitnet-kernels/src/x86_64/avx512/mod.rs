@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::binary::BinaryMatrix;
+use crate::float::kv::KvQuant;
 use crate::isa::Isa;
 use crate::ternary::TernaryMatrix;
 use crate::x86_64::avx2::Avx2;
@@ -116,4 +117,31 @@ impl Avx512 {
         // shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }
     }
+}
+
+/// The op families with no 512-bit kernels yet: an `Avx512` runs the AVX2 kernels of the same
+/// name (its proof covers AVX2, see [`Avx512::avx2`]). This list is the one place AVX-512
+/// reuses an AVX2 kernel set.
+macro_rules! reuse_avx2 {
+    ($( fn $name:ident(self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; )*) => {
+        impl Avx512 {
+            $(
+                /// The AVX2 kernel (no 512-bit version yet).
+                #[inline]
+                #[allow(clippy::too_many_arguments)]
+                pub fn $name(self $(, $arg: $ty)*) $(-> $ret)? {
+                    self.avx2().$name($($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+reuse_avx2! {
+    fn attn_scores_kv(self, fmt: KvQuant, q: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_weighted_sum_kv(self, fmt: KvQuant, w: &[f32], n_q: usize, v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]);
+    fn attn_scores_kv_int8_query(self, fmt: KvQuant, codes: &[i8], scales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_scores_b1_xnor(self, qbits: &[u32], qscales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn hadamard_rows(self, d: usize, x: &mut [f32]);
+    fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]);
 }

@@ -10,7 +10,7 @@
 //! `bench/2026-11-26-kernels-figures.md`).
 //!
 //! AVX-512 machines run these too (no 512-bit versions yet: the machine they were written
-//! on has no AVX-512 to test them).
+//! on has no AVX-512 to test them); `x86_64/avx512/mod.rs` says which ops reuse AVX2.
 
 // acc[h][j] pairs head h with lane group j; index loops say that more plainly than zips.
 #![allow(clippy::needless_range_loop)]
@@ -301,7 +301,7 @@ fn kernels_of(fmt: KvQuant, g: usize) -> Option<(ScoresKernel, WsumKernel)> {
         // Q4_0 values take the integer-weighted sum (nibbles multiplied as bytes); this
         // module's decode-to-float kernel still scores Q4_0 keys against a float query.
         KvQuant::Q4_0 => {
-            kernels::<Q40>(g).and_then(|(s, _)| Some((s, super::kv_q4_wsum_x86::wsum_kernel(g)?)))
+            kernels::<Q40>(g).and_then(|(s, _)| Some((s, super::kv_q4_wsum::wsum_kernel(g)?)))
         }
         KvQuant::B1 => kernels::<B1>(g),
     }
