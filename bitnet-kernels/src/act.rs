@@ -34,14 +34,14 @@ pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
     );
     let (head, tail) = q.split_at_mut(x.len());
     tail.fill(0);
-    let k = token(isa);
-    let absmax = match k {
-        Some(k) => k.absmax(x),
+    let simd = token(isa);
+    let absmax = match simd {
+        Some(simd) => simd.absmax(x),
         None => scalar::act::absmax(x),
     };
     let scale = act_scale_from_absmax(absmax);
-    let sum = match k {
-        Some(k) => k.quantize_i8(x, scale, head),
+    let sum = match simd {
+        Some(simd) => simd.quantize_i8(x, scale, head),
         None => scalar::act::quantize_i8(x, scale, head),
     };
     ActScale { scale, sum }
@@ -62,7 +62,7 @@ pub fn quantize_act_binary(isa: Isa, x: &[f32], bits: &mut [u64]) -> f32 {
     );
     bits.fill(0);
     match token(isa) {
-        Some(k) => k.sign_bits(x, bits),
+        Some(simd) => simd.sign_bits(x, bits),
         None => scalar::act::sign_bits(x, bits),
     }
     scalar::act::mean_abs(x)

@@ -239,6 +239,7 @@ impl BinaryActs {
 
 /// Shape checks of the 1-bit kernels, made again by every SIMD token method (those kernels
 /// index raw pointers from these); `act_cols` is the activation length in columns.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the SIMD tokens
 pub(crate) fn check_raw_dots(
     w: &BinaryMatrix,
     act_cols: usize,
@@ -263,8 +264,8 @@ pub(crate) fn raw_dots_multi(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    if let Some(k) = token(isa) {
-        return k.binary_raw_dots_multi(w, q, n_tok, rows, words, out);
+    if let Some(simd) = token(isa) {
+        return simd.binary_raw_dots_multi(w, q, n_tok, rows, words, out);
     }
     scalar::binary::raw_dots_multi(w, q, n_tok, rows, words, out)
 }
@@ -278,8 +279,8 @@ pub(crate) fn xor_popcounts(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    if let Some(k) = token(isa) {
-        return k.binary_xor_popcounts(w, x, rows, words, out);
+    if let Some(simd) = token(isa) {
+        return simd.binary_xor_popcounts(w, x, rows, words, out);
     }
     scalar::binary::xor_popcounts(w, x, rows, words, out)
 }

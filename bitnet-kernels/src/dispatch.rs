@@ -15,6 +15,7 @@
 use std::ops::Range;
 
 use crate::binary::BinaryMatrix;
+use crate::float::RowFormat;
 use crate::float::kv::KvQuant;
 use crate::isa::Isa;
 use crate::ternary::TernaryMatrix;
@@ -80,6 +81,33 @@ forward! {
     fn ternary_raw_dots_multi(self, w: &TernaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
     fn binary_raw_dots_multi(self, w: &BinaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
     fn binary_xor_popcounts(self, w: &BinaryMatrix, x: &[u64], rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
+    // Dense float (`crate::float`).
+    fn f16_to_f32_slice(self, src: &[u16], dst: &mut [f32]);
+    fn f32_to_f16_slice(self, src: &[f32], dst: &mut [u16]);
+    fn dot_f32(self, a: &[f32], b: &[f32]) -> f32;
+    fn matmul_f32(self, fmt: RowFormat, data: &[u8], row_len: usize, x: &[f32], n_tok: usize, rows: Range<usize>, out: &mut [f32]);
+    fn matmul_q8_0_q8_0(self, w: &[u8], row_len: usize, xq: &[u8], n_tok: usize, rows: Range<usize>, out: &mut [f32]);
+    fn rmsnorm(self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]);
+    fn softmax_inplace(self, x: &mut [f32]) -> (f32, f32);
+    fn silu(self, x: &mut [f32]);
+    fn silu_mul(self, gate: &mut [f32], up: &[f32]);
+    fn relu2(self, x: &mut [f32]);
+    fn relu2_mul(self, gate: &mut [f32], up: &[f32]);
+    fn add_inplace(self, dst: &mut [f32], src: &[f32]);
+    fn mul_inplace(self, dst: &mut [f32], src: &[f32]);
+    fn scale_inplace(self, x: &mut [f32], s: f32);
+    // RoPE (`crate::float::RopeTable`).
+    fn rope_neox(self, x: &mut [f32], head_dim: usize, n_heads: usize, rope_dim: usize, cos: &[f32], sin: &[f32]);
+    fn rope_normal(self, x: &mut [f32], head_dim: usize, n_heads: usize, rope_dim: usize, cos: &[f32], sin: &[f32]);
+    // Attention over an f16, f32 or Q8_0 cache (`crate::float`'s `attn_*`).
+    fn attn_scores_f16(self, q: &[f32], k: &[u16], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_weighted_sum_f16(self, w: &[f32], v: &[u16], kv_stride: usize, n_pos: usize, out: &mut [f32]);
+    fn attn_scores_f32(self, q: &[f32], k: &[f32], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_weighted_sum_f32(self, w: &[f32], v: &[f32], kv_stride: usize, n_pos: usize, out: &mut [f32]);
+    fn attn_scores_q8_0(self, q: &[f32], k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_weighted_sum_q8_0(self, w: &[f32], v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]);
+    fn attn_scores_f16_group(self, q: &[f32], n_q: usize, k: &[u16], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]) -> bool;
+    fn attn_weighted_sum_f16_group(self, w: &[f32], n_q: usize, v: &[u16], kv_stride: usize, n_pos: usize, out: &mut [f32]) -> bool;
     // Low-bit KV cache attention (`crate::float::kv`).
     fn attn_scores_kv(self, fmt: KvQuant, q: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
     fn attn_weighted_sum_kv(self, fmt: KvQuant, w: &[f32], n_q: usize, v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]);

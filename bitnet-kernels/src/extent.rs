@@ -1,6 +1,9 @@
 //! Size checks of the safe wrappers whose SIMD kernels then index raw pointers. Every
 //! product is checked: a size that wraps is refused instead of passing for a small one.
 
+// Only the SIMD kernels and their tokens need these.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 /// `len >= a * b`; false where the product overflows.
 pub(crate) fn holds(len: usize, a: usize, b: usize) -> bool {
     a.checked_mul(b).is_some_and(|n| len >= n)

@@ -6,8 +6,8 @@ use crate::isa::Isa;
 
 /// Sum of all bytes of `data` (wrapping), read with the widest loads `isa` has.
 pub fn sum_bytes(isa: Isa, data: &[u8]) -> u64 {
-    if let Some(k) = token(isa) {
-        return k.sum_bytes(data);
+    if let Some(simd) = token(isa) {
+        return simd.sum_bytes(data);
     }
     data.iter().map(|&b| b as u64).sum()
 }

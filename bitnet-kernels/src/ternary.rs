@@ -532,6 +532,7 @@ fn prefetch_lines(_bytes: &[u8], _at: usize, _n: usize) {}
 /// Shape checks of the raw-dot kernels, made again by every SIMD token method (those kernels
 /// index raw pointers from these): rows within the padded row groups, blocks within the
 /// matrix, `n_tok` activation rows of `padded_cols` and `out` of `n_tok * rows.len()`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the SIMD tokens
 pub(crate) fn check_raw_dots(
     w: &TernaryMatrix,
     q: &[i8],
@@ -557,8 +558,8 @@ pub(crate) fn raw_dots(
 ) {
     debug_assert!(rows.end <= w.rows.div_ceil(ROW_GROUP) * ROW_GROUP && blocks.end <= w.blocks);
     debug_assert!(q.len() >= w.padded_cols() && out.len() == rows.len());
-    if let Some(k) = token(isa) {
-        return k.ternary_raw_dots(w, q, rows, blocks, out);
+    if let Some(simd) = token(isa) {
+        return simd.ternary_raw_dots(w, q, rows, blocks, out);
     }
     scalar::ternary::raw_dots(w, q, rows, blocks, out)
 }
@@ -575,8 +576,8 @@ pub(crate) fn raw_dots_multi(
     out: &mut [i32],
 ) {
     debug_assert!(q.len() >= n_tok * w.padded_cols() && out.len() == n_tok * rows.len());
-    if let Some(k) = token(isa) {
-        return k.ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out);
+    if let Some(simd) = token(isa) {
+        return simd.ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out);
     }
     scalar::ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out)
 }

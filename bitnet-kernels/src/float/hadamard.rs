@@ -23,9 +23,9 @@ pub fn hadamard_supported(d: usize) -> bool {
 pub fn hadamard_rows(isa: Isa, d: usize, x: &mut [f32]) {
     check_rows(d, x);
     if d >= SIMD_MIN_ROW
-        && let Some(k) = token(isa)
+        && let Some(simd) = token(isa)
     {
-        return k.hadamard_rows(d, x);
+        return simd.hadamard_rows(d, x);
     }
     x.chunks_exact_mut(d).for_each(scalar::fwht);
 }

@@ -227,8 +227,8 @@ pub fn attn_scores_kv(
     if n_pos == 0 {
         return;
     }
-    if let Some(k_) = token(isa) {
-        return k_.attn_scores_kv(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
+    if let Some(simd) = token(isa) {
+        return simd.attn_scores_kv(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
     }
     scalar::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
 }
@@ -264,8 +264,8 @@ pub fn attn_weighted_sum_kv(
     if n_pos == 0 {
         return;
     }
-    if let Some(k) = token(isa) {
-        return k.attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out);
+    if let Some(simd) = token(isa) {
+        return simd.attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out);
     }
     scalar::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out);
 }
@@ -314,8 +314,8 @@ pub fn attn_scores_b1_xnor(
     if n_pos == 0 {
         return;
     }
-    if let Some(k_) = token(isa) {
-        return k_.attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
+    if let Some(simd) = token(isa) {
+        return simd.attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
     }
     scalar::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
 }
@@ -397,8 +397,8 @@ pub fn attn_scores_kv_int8_query(
     if n_pos == 0 {
         return;
     }
-    if let Some(k_) = token(isa) {
-        return k_
+    if let Some(simd) = token(isa) {
+        return simd
             .attn_scores_kv_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);
     }
     scalar::attn_scores_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);

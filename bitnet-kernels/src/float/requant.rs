@@ -33,8 +33,8 @@ pub fn requantize_row_q8_0(
         return;
     }
     check_f16_q8_0(src, out);
-    if let Some(k) = token(isa) {
-        return k.requantize_f16_q8_0(src, out);
+    if let Some(simd) = token(isa) {
+        return simd.requantize_f16_q8_0(src, out);
     }
     scalar::f16_q8_0(src, out)
 }

@@ -8,6 +8,9 @@
 
 pub mod avx2;
 pub mod avx512;
+mod entries;
+mod exp;
+mod rows;
 
 pub use crate::dispatch::{Simd, token};
 

@@ -1,5 +1,13 @@
-//! AVX2 + FMA kernels. [`Avx2`] is the proof that the CPU has AVX2/FMA/F16C: it can only be
-//! built after detection, so its methods are safe.
+//! The AVX2 + FMA + F16C kernel set (Haswell and later, Zen). [`Avx2`] is the proof that the
+//! CPU has those features: it can only be built after detection, so its methods are safe.
+//! They are the one place this tree's `#[target_feature]` kernels are called from: the
+//! methods both x86 sets have come from `x86_64/entries.rs` (they call the kernel of the same
+//! name in this tree's files), the AVX2-only ones are written out below.
+//!
+//! One file per op family, the same names as `crate::scalar` and `x86_64/avx512/`: `act`,
+//! `ternary`, `binary` (integer), `float` (dense float), `qrows` (quantized rows), `q8q8`,
+//! `rope`, `attn`, `attn_group`, and the AVX2-only `kv`, `kv_int8`, `kv_q4_wsum`,
+//! `kv_b1_xnor`, `hadamard`, `requant` (which the AVX-512 set reuses).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -7,19 +15,22 @@ use std::sync::OnceLock;
 use crate::binary::BinaryMatrix;
 use crate::float::kv::KvQuant;
 use crate::isa::Isa;
-use crate::ternary::TernaryMatrix;
 
-pub mod act;
-pub mod binary;
-pub mod float;
+mod act;
+mod attn;
+mod attn_group;
+mod binary;
+mod float;
 mod hadamard;
 mod kv;
 mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
-mod q8q8;
+pub(super) mod q8q8;
+pub(super) mod qrows;
 mod requant;
-pub mod ternary;
+mod rope;
+mod ternary;
 
 /// Proof that AVX2, FMA and F16C were detected.
 #[derive(Copy, Clone, Debug)]
@@ -42,68 +53,8 @@ impl Avx2 {
         Avx2 { _proof: () }
     }
 
-    pub fn absmax(self, x: &[f32]) -> f32 {
-        // SAFETY: `self` proves the target features.
-        unsafe { act::absmax(x) }
-    }
-
-    pub fn quantize_i8(self, x: &[f32], scale: f32, q: &mut [i8]) -> i32 {
-        assert!(q.len() >= x.len());
-        // SAFETY: `self` proves the target features; lengths checked above.
-        unsafe { act::quantize_i8(x, scale, q) }
-    }
-
-    pub fn sum_bytes(self, data: &[u8]) -> u64 {
-        // SAFETY: `self` proves the target features.
-        unsafe { act::sum_bytes(data) }
-    }
-
-    pub fn sign_bits(self, x: &[f32], bits: &mut [u64]) {
-        assert!(bits.len() >= x.len().div_ceil(64));
-        // SAFETY: `self` proves the target features; lengths checked above.
-        unsafe { act::sign_bits(x, bits) }
-    }
-
-    pub fn ternary_raw_dots(
-        self,
-        w: &TernaryMatrix,
-        q: &[i8],
-        rows: Range<usize>,
-        blocks: Range<usize>,
-        out: &mut [i32],
-    ) {
-        crate::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { ternary::raw_dots(w, q, rows, blocks, out) }
-    }
-
-    pub fn ternary_raw_dots_multi(
-        self,
-        w: &TernaryMatrix,
-        q: &[i8],
-        n_tok: usize,
-        rows: Range<usize>,
-        blocks: Range<usize>,
-        out: &mut [i32],
-    ) {
-        crate::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
-    }
-
-    pub fn binary_raw_dots_multi(
-        self,
-        w: &BinaryMatrix,
-        q: &[i8],
-        n_tok: usize,
-        rows: Range<usize>,
-        words: Range<usize>,
-        out: &mut [i32],
-    ) {
-        crate::binary::check_raw_dots(w, q.len(), n_tok, &rows, &words, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { binary::raw_dots_multi(w, q, n_tok, rows, words, out) }
-    }
+    // The methods both x86 tokens have (`x86_64/entries.rs`).
+    super::entries::token_entries!();
 
     pub fn binary_xor_popcounts(
         self,
