@@ -243,3 +243,162 @@ pub(crate) unsafe fn matmul_tiles<D: TileDots>(
         }
     }
 }
+
+// Each set's glue to the walks above, written once: the macros below expand in a set's
+// files, where the set's own `dot_rows`, `attn_weighted_sum` and tile dots are in scope, with
+// the `#[target_feature]` string of the set (`$features`) and its name for the docs (`$cpu`).
+
+/// In a set's `float.rs`: `Dots`, its [`RowDots`] (the set's `dot_rows`), and
+/// `matmul_plain`, the plain-float rows entry point (the walk inlined under `$features`).
+macro_rules! plain_row_kernels {
+    ($features:literal, $cpu:literal) => {
+        /// This set's [`RowDots`](crate::x86_64::rows::RowDots) for the shared row walks.
+        #[derive(Clone, Copy)]
+        pub(super) struct Dots;
+
+        impl crate::x86_64::rows::RowDots for Dots {
+            #[inline(always)]
+            unsafe fn dots<const K: u8, const R: usize>(
+                self,
+                w: [*const u8; R],
+                x: *const f32,
+                n: usize,
+            ) -> [f32; R] {
+                // SAFETY: forwarded from the caller (the set's features, readable rows and
+                // vector).
+                unsafe { dot_rows::<K, R>(w, x, n) }
+            }
+        }
+
+        /// Plain-float rows (F32, F16, BF16) times `n_tok` vectors: the shared row walk
+        /// (`crate::x86_64::rows::matmul_plain`) with this set's dots.
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support ", $cpu, ".")]
+        ///
+        /// # Panics
+        /// If `fmt` is not a plain float format, or the shapes do not hold.
+        #[target_feature(enable = $features)]
+        pub unsafe fn matmul_plain(
+            fmt: crate::float::RowFormat,
+            data: &[u8],
+            row_len: usize,
+            x: &[f32],
+            n_tok: usize,
+            rows: std::ops::Range<usize>,
+            out: &mut [f32],
+        ) {
+            // SAFETY: this function enables the features `Dots` needs; the walk checks the
+            // shapes.
+            unsafe {
+                crate::x86_64::rows::matmul_plain(Dots, fmt, data, row_len, x, n_tok, rows, out)
+            }
+        }
+    };
+}
+
+/// In a set's `attn.rs`: the f16 and f32 cache entry points, scores through the shared
+/// position walk with the set's `Dots`, weighted sums through the set's own
+/// `attn_weighted_sum::<K>` after checking the cache extent.
+macro_rules! plain_attn_kernels {
+    ($features:literal, $cpu:literal) => {
+        crate::x86_64::rows::plain_attn_kernels!(
+            $features,
+            $cpu,
+            attn_scores_f16,
+            attn_weighted_sum_f16,
+            u16,
+            F16
+        );
+        crate::x86_64::rows::plain_attn_kernels!(
+            $features,
+            $cpu,
+            attn_scores_f32,
+            attn_weighted_sum_f32,
+            f32,
+            F32
+        );
+    };
+    ($features:literal, $cpu:literal, $scores:ident, $wsum:ident, $t:ty, $k:ident) => {
+        /// Same contract as the scalar kernel of this name.
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support ", $cpu, ".")]
+        #[target_feature(enable = $features)]
+        pub unsafe fn $scores(
+            q: &[f32],
+            k: &[$t],
+            kv_stride: usize,
+            n_pos: usize,
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            use crate::x86_64::rows::{attn_scores, $k};
+            // SAFETY: this function enables the features `Dots` needs; the walk checks the
+            // cache extent.
+            unsafe { attn_scores::<Dots, $k, $t>(Dots, q, k, kv_stride, n_pos, scale, out) }
+        }
+
+        /// Same contract as the scalar kernel of this name.
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support ", $cpu, ".")]
+        #[target_feature(enable = $features)]
+        pub unsafe fn $wsum(w: &[f32], v: &[$t], kv_stride: usize, n_pos: usize, out: &mut [f32]) {
+            use crate::x86_64::rows::$k;
+            assert!(crate::extent::holds_strided(
+                v.len(),
+                n_pos,
+                kv_stride,
+                out.len()
+            ));
+            // SAFETY: the cache extent was checked just above.
+            unsafe { attn_weighted_sum::<$k>(w, v.as_ptr().cast(), kv_stride, n_pos, out) }
+        }
+    };
+}
+
+/// In a set's `qrows.rs`: a [`TileDots`] type `$rows` for `$fmt` rows, `$tile` tokens a tile,
+/// running the set's `$dots::<T>`, and the entry point `$matmul` (the shared tile walk).
+macro_rules! tile_kernels {
+    ($cpu:literal, $matmul:ident, $rows:ident, $fmt:expr, $tile:expr, $dots:ident) => {
+        #[derive(Clone, Copy)]
+        struct $rows;
+
+        impl crate::x86_64::rows::TileDots for $rows {
+            const FORMAT: crate::float::RowFormat = $fmt;
+            const TILE: usize = $tile;
+
+            #[inline]
+            unsafe fn dots<const T: usize>(
+                self,
+                w: *const u8,
+                x: *const f32,
+                xs: usize,
+                nb: usize,
+            ) -> [f32; T] {
+                // SAFETY: forwarded from the caller (the set's features, readable row and
+                // tokens).
+                unsafe { $dots::<T>(w, x, xs, nb) }
+            }
+        }
+
+        /// `scalar::float::matmul_f32` for these rows, through the shared tile walk.
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support ", $cpu, ". Shapes are checked here.")]
+        pub unsafe fn $matmul(
+            data: &[u8],
+            row_len: usize,
+            x: &[f32],
+            n_tok: usize,
+            rows: std::ops::Range<usize>,
+            out: &mut [f32],
+        ) {
+            // SAFETY: the caller guarantees the features; the walk checks the shapes.
+            unsafe { crate::x86_64::rows::matmul_tiles($rows, data, row_len, x, n_tok, rows, out) }
+        }
+    };
+}
+
+pub(crate) use {plain_attn_kernels, plain_row_kernels, tile_kernels};

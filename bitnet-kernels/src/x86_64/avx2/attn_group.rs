@@ -241,17 +241,15 @@ pub(crate) unsafe fn scores_group(
     scale: f32,
     out: &mut [f32],
 ) -> bool {
-    macro_rules! go {
-        ($g:literal) => {
-            // SAFETY: the caller guarantees the CPU features and the shapes.
-            unsafe { scores_g::<$g, { 8 / $g }>(q, k, kv_stride, n_pos, scale, out) }
-        };
-    }
-    match n_q {
-        2 => go!(2),
-        4 => go!(4),
-        8 => go!(8),
-        _ => return false,
+    // SAFETY: the caller guarantees the CPU features and the shapes. A tile holds 8 / G
+    // positions (eight accumulators).
+    unsafe {
+        match n_q {
+            2 => scores_g::<2, 4>(q, k, kv_stride, n_pos, scale, out),
+            4 => scores_g::<4, 2>(q, k, kv_stride, n_pos, scale, out),
+            8 => scores_g::<8, 1>(q, k, kv_stride, n_pos, scale, out),
+            _ => return false,
+        }
     }
     true
 }
@@ -269,17 +267,14 @@ pub(crate) unsafe fn wsum_group(
     n_pos: usize,
     out: &mut [f32],
 ) -> bool {
-    macro_rules! go {
-        ($g:literal) => {
-            // SAFETY: the caller guarantees the CPU features and the shapes.
-            unsafe { wsum_g::<$g>(w, v, kv_stride, n_pos, out) }
-        };
-    }
-    match n_q {
-        2 => go!(2),
-        4 => go!(4),
-        8 => go!(8),
-        _ => return false,
+    // SAFETY: the caller guarantees the CPU features and the shapes.
+    unsafe {
+        match n_q {
+            2 => wsum_g::<2>(w, v, kv_stride, n_pos, out),
+            4 => wsum_g::<4>(w, v, kv_stride, n_pos, out),
+            8 => wsum_g::<8>(w, v, kv_stride, n_pos, out),
+            _ => return false,
+        }
     }
     true
 }

@@ -8,9 +8,8 @@ use std::arch::x86_64::*;
 
 use super::float::{Dots, load_w, mask16};
 use super::qrows::q8_block_f32;
-use crate::extent::holds_strided;
 use crate::float::formats::Q8_0_BLOCK_BYTES;
-use crate::x86_64::rows::{self, F16, F32, esize};
+use crate::x86_64::rows::{self, esize};
 
 /// `out += Σ_p w[p] v_p` over a cache of kind `K`: 64 output lanes at a time stay in
 /// registers while every position streams past.
@@ -56,43 +55,10 @@ unsafe fn attn_weighted_sum<const K: u8>(
     }
 }
 
-macro_rules! attn_entry {
-    ($scores:ident, $wsum:ident, $t:ty, $k:expr) => {
-        /// Same contract as the scalar kernel of this name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $scores(
-            q: &[f32],
-            k: &[$t],
-            kv_stride: usize,
-            n_pos: usize,
-            scale: f32,
-            out: &mut [f32],
-        ) {
-            // SAFETY: this function enables the features `Dots` needs; the walk checks the
-            // cache extent.
-            unsafe {
-                rows::attn_scores::<Dots, { $k }, $t>(Dots, q, k, kv_stride, n_pos, scale, out)
-            }
-        }
-
-        /// Same contract as the scalar kernel of this name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $wsum(w: &[f32], v: &[$t], kv_stride: usize, n_pos: usize, out: &mut [f32]) {
-            assert!(holds_strided(v.len(), n_pos, kv_stride, out.len()));
-            // SAFETY: the cache extent was checked just above.
-            unsafe { attn_weighted_sum::<{ $k }>(w, v.as_ptr().cast(), kv_stride, n_pos, out) }
-        }
-    };
-}
-
-attn_entry!(attn_scores_f16, attn_weighted_sum_f16, u16, F16);
-attn_entry!(attn_scores_f32, attn_weighted_sum_f32, f32, F32);
+rows::plain_attn_kernels!(
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
+    "AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C"
+);
 
 /// `scalar::attn::attn_scores_q8_0`, 512 bits wide.
 ///

@@ -9,11 +9,9 @@
 //! `#[target_feature]` function; tails use masked loads and stores, never a scalar loop.
 
 use std::arch::x86_64::*;
-use std::ops::Range;
 
-use crate::float::RowFormat;
 use crate::x86_64::exp::{LN2_HI, LN2_LO, POLY};
-use crate::x86_64::rows::{self, F16, F32, RowDots};
+use crate::x86_64::rows::{self, F16, F32};
 
 /// Lanes `0..n` of a 16-lane mask (`n <= 16`).
 #[inline(always)]
@@ -88,24 +86,6 @@ unsafe fn dot_rows<const K: u8, const R: usize>(
     out
 }
 
-/// This set's [`RowDots`] for the shared row walks of `crate::x86_64::rows`.
-#[derive(Clone, Copy)]
-pub(super) struct Dots;
-
-impl RowDots for Dots {
-    #[inline(always)]
-    unsafe fn dots<const K: u8, const R: usize>(
-        self,
-        w: [*const u8; R],
-        x: *const f32,
-        n: usize,
-    ) -> [f32; R] {
-        // SAFETY: forwarded from the caller (AVX-512 and AVX2 features, readable rows and
-        // vector).
-        unsafe { dot_rows::<K, R>(w, x, n) }
-    }
-}
-
 /// Same contract as the scalar kernel of this name.
 ///
 /// # Safety
@@ -158,28 +138,10 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     unsafe { dot_rows::<F32, 1>([a.as_ptr().cast()], b.as_ptr(), n)[0] }
 }
 
-/// Plain-float rows (F32, F16, BF16) times `n_tok` vectors: the shared row walk
-/// (`rows::matmul_plain`, [`rows::ROWS`] rows a pass, every token against each group while
-/// it is hot in L1) with this set's dots.
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C.
-///
-/// # Panics
-/// If `fmt` is not a plain float format, or the shapes do not hold.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn matmul_plain(
-    fmt: RowFormat,
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    // SAFETY: this function enables the features `Dots` needs; the walk checks the shapes.
-    unsafe { rows::matmul_plain(Dots, fmt, data, row_len, x, n_tok, rows, out) }
-}
+rows::plain_row_kernels!(
+    "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c",
+    "AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C"
+);
 
 /// `exp(x)` (`crate::x86_64::exp`), then `scalef` for `2^n` (which underflows to 0 and overflows to infinity correctly).
 #[inline]

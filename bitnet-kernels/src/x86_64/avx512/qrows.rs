@@ -5,13 +5,12 @@
 //! the AVX2 file's, reused (they are 256-bit work either way).
 
 use std::arch::x86_64::*;
-use std::ops::Range;
 
 use crate::float::RowFormat;
 use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
 // AVX-512 reusing AVX2 helpers of the same op family (`attn.rs` takes `f16_at` from here).
 pub(super) use crate::x86_64::avx2::qrows::{f16_at, q6k_quarters};
-use crate::x86_64::rows::{self, TileDots};
+use crate::x86_64::rows;
 
 /// Dots of one Q8_0 row of `nb` blocks with `T` token rows of `x` (`xs` floats apart), 512
 /// bits wide. Each block is decoded once for the whole tile; each token's sum is formed in
@@ -99,78 +98,19 @@ pub(super) unsafe fn q8_block_f32(p: *const u8) -> (f32, __m512, __m512) {
     }
 }
 
-/// Q8_0 rows for [`rows::matmul_tiles`].
-#[derive(Clone, Copy)]
-struct Q8_0Rows;
-
-impl TileDots for Q8_0Rows {
-    const FORMAT: RowFormat = RowFormat::Q8_0;
-    const TILE: usize = 8;
-
-    #[inline]
-    unsafe fn dots<const T: usize>(
-        self,
-        w: *const u8,
-        x: *const f32,
-        xs: usize,
-        nb: usize,
-    ) -> [f32; T] {
-        // SAFETY: forwarded from the caller (AVX-512 and AVX2 features, readable row and
-        // tokens).
-        unsafe { dots_q8_0::<T>(w, x, xs, nb) }
-    }
-}
-
-/// Q6_K rows for [`rows::matmul_tiles`].
-#[derive(Clone, Copy)]
-struct Q6KRows;
-
-impl TileDots for Q6KRows {
-    const FORMAT: RowFormat = RowFormat::Q6K;
-    const TILE: usize = 8;
-
-    #[inline]
-    unsafe fn dots<const T: usize>(
-        self,
-        w: *const u8,
-        x: *const f32,
-        xs: usize,
-        nb: usize,
-    ) -> [f32; T] {
-        // SAFETY: forwarded from the caller (AVX-512 and AVX2 features, readable row and
-        // tokens).
-        unsafe { dots_q6k::<T>(w, x, xs, nb) }
-    }
-}
-
-/// `scalar::float::matmul_f32` for Q8_0 rows.
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C. Shapes are checked here.
-pub unsafe fn matmul_q8_0(
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    // SAFETY: the caller guarantees the features; the walk checks the shapes.
-    unsafe { rows::matmul_tiles(Q8_0Rows, data, row_len, x, n_tok, rows, out) }
-}
-
-/// `scalar::float::matmul_f32` for Q6_K rows.
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C. Shapes are checked here.
-pub unsafe fn matmul_q6k(
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    // SAFETY: the caller guarantees the features; the walk checks the shapes.
-    unsafe { rows::matmul_tiles(Q6KRows, data, row_len, x, n_tok, rows, out) }
-}
+rows::tile_kernels!(
+    "AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C",
+    matmul_q8_0,
+    Q8_0Rows,
+    RowFormat::Q8_0,
+    8,
+    dots_q8_0
+);
+rows::tile_kernels!(
+    "AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C",
+    matmul_q6k,
+    Q6KRows,
+    RowFormat::Q6K,
+    8,
+    dots_q6k
+);
