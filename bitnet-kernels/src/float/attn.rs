@@ -269,7 +269,8 @@ fn check_attn_q8(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos
 }
 
 /// [`attn_scores_f16`] over an 8-bit cache: position `p`'s head row is `q.len() / 32` Q8_0
-/// blocks (as [`quantize_row_q8_0`] writes them) at byte `p * kv_stride`.
+/// blocks (as [`quantize_row_q8_0`](crate::float::quantize_row_q8_0) writes them) at byte
+/// `p * kv_stride`.
 ///
 /// # Panics
 /// If `q.len()` is not a multiple of 32, `out.len() != n_pos`, the stride is shorter than a
