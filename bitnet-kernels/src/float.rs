@@ -56,6 +56,7 @@ pub const SOFTMAX_REL_TOL: f32 = 1e-5;
 pub const RMSNORM_REL_TOL: f32 = 1e-5;
 /// Relative error of SiLU outputs (exp error, division) across ISAs.
 pub const SILU_REL_TOL: f32 = 1e-5;
+
 /// f16 -> f32 for a whole slice (F16C where available; bit-exact with [`f16_to_f32`]).
 ///
 /// # Panics

@@ -36,14 +36,12 @@ use std::ops::Range;
 
 use crate::act::ActScale;
 use crate::aligned::AlignedVec;
-use crate::dispatch::token;
+use crate::dispatch::{prefetch_lines, token};
 use crate::error::KernelError;
 use crate::extent::tokens_times;
 use crate::formats::{self, TQ_BLOCK, TQ1_0_BYTES, TQ2_0_BYTES};
 use crate::isa::Isa;
 use crate::scalar;
-#[cfg(target_arch = "x86_64")]
-use crate::x86_64::prefetch_lines;
 
 /// Columns per repacked block (and the column padding granule).
 pub const BLOCK: usize = 256;
@@ -523,11 +521,6 @@ impl TernaryMatrix {
 /// How far ahead of the block being repacked the I2_S source is prefetched: the hardware
 /// prefetchers stop at each 4 KiB page, and page-cache pages are read straight from DRAM.
 const I2S_PREFETCH: usize = 2048;
-
-/// No prefetch hint on targets without one here.
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn prefetch_lines(_bytes: &[u8], _at: usize, _n: usize) {}
 
 /// Shape checks of the raw-dot kernels, made again by every SIMD token method (those kernels
 /// index raw pointers from these): rows within the padded row groups, blocks within the

@@ -75,7 +75,8 @@ impl Avx512 {
 
 /// The op families with no 512-bit kernels yet: an `Avx512` runs the AVX2 kernels of the same
 /// name (its proof covers AVX2, see [`Avx512::avx2`]). This list is the one place AVX-512
-/// reuses an AVX2 kernel set.
+/// reuses whole AVX2 kernels (besides [`Avx512::binary_xor_popcounts`] on a CPU without
+/// VPOPCNTDQ).
 macro_rules! reuse_avx2 {
     ($( fn $name:ident(self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; )*) => {
         impl Avx512 {
