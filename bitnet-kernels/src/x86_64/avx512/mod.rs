@@ -8,8 +8,9 @@
 //! (`act`, `ternary`, `binary`, `float`, `qrows`, `q8q8`, `rope`, `attn`, `attn_group`).
 //! The others (the low-bit KV kernels, Hadamard, F16 -> Q8_0 re-encoding) have no 512-bit
 //! version yet: the `reuse_avx2!` list below forwards them to the AVX2 kernels, the one place
-//! this set reuses AVX2 wholesale. (`qrows.rs` and `q8q8.rs` also reuse two AVX2 helpers of
-//! their own family, named in their imports.)
+//! this set reuses AVX2 wholesale. (`qrows.rs` and `q8q8.rs` also reuse AVX2 helpers of
+//! their own family, named in their imports; and `binary_xor_popcounts` falls back to
+//! AVX2 on a CPU without VPOPCNTDQ.)
 
 use std::ops::Range;
 use std::sync::OnceLock;
