@@ -4,6 +4,7 @@
 //! computed by the same scalar code for every set, and each set performs the same f32 multiply
 //! and round-half-even, so the int8 outputs are bit-identical across kernel sets.
 
+use crate::dispatch::token;
 use crate::isa::Isa;
 use crate::scalar;
 
@@ -33,22 +34,15 @@ pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
     );
     let (head, tail) = q.split_at_mut(x.len());
     tail.fill(0);
-    let absmax = match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx2 => match crate::x86_64::token(isa) {
-            Some(k) => k.absmax(x),
-            None => scalar::act::absmax(x),
-        },
-        _ => scalar::act::absmax(x),
+    let simd = token(isa);
+    let absmax = match simd {
+        Some(simd) => simd.absmax(x),
+        None => scalar::act::absmax(x),
     };
     let scale = act_scale_from_absmax(absmax);
-    let sum = match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx2 => match crate::x86_64::token(isa) {
-            Some(k) => k.quantize_i8(x, scale, head),
-            None => scalar::act::quantize_i8(x, scale, head),
-        },
-        _ => scalar::act::quantize_i8(x, scale, head),
+    let sum = match simd {
+        Some(simd) => simd.quantize_i8(x, scale, head),
+        None => scalar::act::quantize_i8(x, scale, head),
     };
     ActScale { scale, sum }
 }
@@ -67,13 +61,9 @@ pub fn quantize_act_binary(isa: Isa, x: &[f32], bits: &mut [u64]) -> f32 {
         "quantize_act_binary: bit buffer too short"
     );
     bits.fill(0);
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 | Isa::Avx2 => match crate::x86_64::token(isa) {
-            Some(k) => k.sign_bits(x, bits),
-            None => scalar::act::sign_bits(x, bits),
-        },
-        _ => scalar::act::sign_bits(x, bits),
+    match token(isa) {
+        Some(simd) => simd.sign_bits(x, bits),
+        None => scalar::act::sign_bits(x, bits),
     }
     scalar::act::mean_abs(x)
 }

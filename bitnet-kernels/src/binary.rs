@@ -18,7 +18,9 @@ use crate::float::f16_to_f32;
 
 use crate::act::{ActScale, binary_words};
 use crate::aligned::AlignedVec;
+use crate::dispatch::token;
 use crate::error::KernelError;
+use crate::extent::tokens_times;
 use crate::formats::{Q1_GROUP, Q1_GROUP_BYTES};
 use crate::isa::Isa;
 use crate::scalar;
@@ -235,6 +237,23 @@ impl BinaryActs {
     }
 }
 
+/// Shape checks of the 1-bit kernels, made again by every SIMD token method (those kernels
+/// index raw pointers from these); `act_cols` is the activation length in columns.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the SIMD tokens
+pub(crate) fn check_raw_dots(
+    w: &BinaryMatrix,
+    act_cols: usize,
+    n_tok: usize,
+    rows: &Range<usize>,
+    words: &Range<usize>,
+    out: &[i32],
+) {
+    assert!(rows.start <= rows.end && rows.end <= w.rows);
+    assert!(words.start <= words.end && words.end <= w.words);
+    assert!(act_cols >= tokens_times(n_tok, w.padded_cols()));
+    assert_eq!(out.len(), tokens_times(n_tok, rows.len()));
+}
+
 /// `out[t * rows.len() + i] = sum_{c: bit=1} q_t[c]` over `words` for rows `rows`.
 pub(crate) fn raw_dots_multi(
     isa: Isa,
@@ -245,11 +264,9 @@ pub(crate) fn raw_dots_multi(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = crate::x86_64::token(isa) {
-        return k.binary_raw_dots_multi(w, q, n_tok, rows, words, out);
+    if let Some(simd) = token(isa) {
+        return simd.binary_raw_dots_multi(w, q, n_tok, rows, words, out);
     }
-    let _ = isa;
     scalar::binary::raw_dots_multi(w, q, n_tok, rows, words, out)
 }
 
@@ -262,11 +279,9 @@ pub(crate) fn xor_popcounts(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = crate::x86_64::token(isa) {
-        return k.binary_xor_popcounts(w, x, rows, words, out);
+    if let Some(simd) = token(isa) {
+        return simd.binary_xor_popcounts(w, x, rows, words, out);
     }
-    let _ = isa;
     scalar::binary::xor_popcounts(w, x, rows, words, out)
 }
 

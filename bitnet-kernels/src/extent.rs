@@ -1,6 +1,9 @@
 //! Size checks of the safe wrappers whose SIMD kernels then index raw pointers. Every
 //! product is checked: a size that wraps is refused instead of passing for a small one.
 
+// Only the SIMD kernels and their tokens need these.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 /// `len >= a * b`; false where the product overflows.
 pub(crate) fn holds(len: usize, a: usize, b: usize) -> bool {
     a.checked_mul(b).is_some_and(|n| len >= n)
@@ -14,6 +17,14 @@ pub(crate) fn holds_strided(len: usize, n: usize, stride: usize, last: usize) ->
             .checked_mul(stride)
             .and_then(|o| o.checked_add(last))
             .is_some_and(|end| len >= end)
+}
+
+/// `n_tok * len`, refusing a product that wraps: a wrapped size would pass the length checks
+/// the kernels' raw pointers rely on.
+pub(crate) fn tokens_times(n_tok: usize, len: usize) -> usize {
+    n_tok
+        .checked_mul(len)
+        .unwrap_or_else(|| panic!("{n_tok} token rows of {len} overflow usize"))
 }
 
 #[cfg(test)]

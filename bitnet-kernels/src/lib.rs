@@ -1,12 +1,42 @@
 //! bitnet-kernels: the hot loops of the runtime, and nothing else.
 //!
-//! A leaf crate: it knows nothing of GGUF files or models. Every operation has a scalar
-//! reference in [`scalar`] (that is the spec) and SIMD versions under `x86_64/` with the same
-//! names; [`isa`] detects the CPU once and the safe APIs pick the kernels from it.
+//! A leaf crate: it knows nothing of GGUF files or models. The code is laid out by
+//! instruction set, with the same file names under each:
+//!
+//! ```text
+//! src/{act,ternary,binary,formats,probe}.rs   the safe API by op family: each function
+//! src/float.rs, src/float/*.rs                checks shapes, then dispatches (no SIMD here)
+//! src/isa.rs        the kernel sets, CPU detection, BITNET_KERNEL
+//! src/dispatch.rs   Isa -> proof token, detected once: the one dispatch mechanism
+//! src/scalar/       the reference kernel of every op: the specification
+//! src/x86_64/avx2/     AVX2 kernels and the Avx2 token, one file per op family
+//! src/x86_64/avx512/   AVX-512 kernels and the Avx512 token, the same file names
+//! src/x86_64/{entries,rows,exp}.rs   what the two x86 sets share
+//! ```
+//!
+//! Op families and their files (in `scalar/`, `x86_64/avx2/`, `x86_64/avx512/`): `act`,
+//! `ternary`, `binary`, `float` (dense float), `qrows` (quantized rows; scalar: `float`),
+//! `q8q8`, `rope`, `attn`, `attn_group` (scalar: `attn`), `kv`, `kv_int8`, `kv_q4_wsum`,
+//! `kv_b1_xnor`, `hadamard`, `requant`. The AVX-512 tree has no KV, Hadamard or requant
+//! files yet: its token forwards those ops to the AVX2 kernels (`x86_64/avx512/mod.rs`).
+//!
+//! **Dispatch.** Every API function takes an [`Isa`]; `dispatch::token` turns it into a proof
+//! token of the best set at most that capable which this CPU runs (so a wrong `Isa` costs
+//! speed, never soundness), or `None` for the scalar reference. A token can only be built
+//! after its CPU features were detected, so its methods are safe; they are the only code that
+//! calls `#[target_feature]` kernels, and every `unsafe` block they hold says why it is
+//! sound. Hot loops stay inside the `#[target_feature]` functions, so intrinsics inline.
+//!
+//! **Adding an instruction set** (e.g. `src/aarch64/neon/`): an [`Isa`] variant and its
+//! feature check (`src/isa.rs`); its kernels under the file and function names of `scalar/`;
+//! a token type, built only after detection, with the methods `dispatch::Simd` forwards
+//! (`Avx2`'s are the full list; a missing kernel can forward to another set's or to scalar);
+//! then a `Simd` variant, its arm in the `forward!` list and in `dispatch::token`. The tests
+//! check every set this CPU runs against the scalar kernels.
 //!
 //! Integer side: [`quantize_act`] (int8 activations), [`TernaryMatrix`] with
 //! [`ternary_matvec`] / [`ternary_matmul`], [`BinaryMatrix`] with [`binary_matvec`],
-//! [`binary_matmul`] and the XNOR-popcount [`binary_binary_matvec`].
+//! [`binary_matmul`] and the XNOR-popcount [`binary_binary_matvec`]. Float side: [`float`].
 
 // Index loops over lanes, tiles and block positions read more plainly than zipped iterators.
 #![allow(clippy::needless_range_loop)]
@@ -14,6 +44,7 @@
 pub mod act;
 pub mod aligned;
 pub mod binary;
+mod dispatch;
 pub mod error;
 mod extent;
 pub mod float;

@@ -1,14 +1,13 @@
 //! A plain streaming read of a byte buffer at full SIMD width: the yardstick the decode
 //! kernels' weight bandwidth is compared against (benches report kernel GB/s / probe GB/s).
 
+use crate::dispatch::token;
 use crate::isa::Isa;
 
 /// Sum of all bytes of `data` (wrapping), read with the widest loads `isa` has.
 pub fn sum_bytes(isa: Isa, data: &[u8]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = crate::x86_64::token(isa) {
-        return k.sum_bytes(data);
+    if let Some(simd) = token(isa) {
+        return simd.sum_bytes(data);
     }
-    let _ = isa;
     data.iter().map(|&b| b as u64).sum()
 }

@@ -20,24 +20,15 @@
 //! products accumulate block by block in f32 (correct, slower).
 //!
 //! ## Kernel family: multiply-add, not table lookup (measured)
-//! Both families were prototyped on the target (Sapphire Rapids, one thread, 2B-4T shapes,
-//! decode including the per-call table build). Multiply-add on this layout against T-MAC /
-//! bitnet.cpp-style table lookup (`benches/tl_proto`; AVX-512: three trits per 5-bit index,
-//! three indices per u16, per-triple i16 tables looked up 32 rows at a time by `vpermw`;
-//! exact integer results in both):
-//!
-//! | GMAC/s, 1 thread (criterion, quiet machine) | 2560x2560 | 6912x2560 | 2560x6912 | cold, 1 GiB of 6912x2560 |
-//! |---|---|---|---|---|
-//! | AVX-512 multiply-add (`vpdpbusd`) | 151 | 114 | 114 | 50.9 |
-//! | AVX-512 table lookup (`vpermw`, 1.78 bits/weight) | 81 | 73 | 73 | 37.8 |
-//! | AVX2 multiply-add (`maddubs`) | 69 | 66 | 70 | |
-//! | AVX2 table lookup (`pshufb`, TL1-style, 2 bits/weight) | 61 | 57 | 58 | |
-//!
-//! A `vpermw` lookup covers 96 weights per instruction against 256 for `vpdpbusd`, and the
-//! tables (55 KiB for 2560 columns) fall out of L1; the 11% byte saving does not pay for that
-//! even when streaming from DRAM. The AVX2 prototype (`benches/tl_proto/avx2.rs`: two trits
-//! per 4-bit index, i16 tables split into low/high byte planes for `pshufb`, exact) loses
-//! too. Both instruction sets therefore keep multiply-add; the prototypes stay in the benches
+//! Both families were prototyped for both instruction sets: multiply-add on this layout
+//! against T-MAC / bitnet.cpp-style table lookup (`benches/tl_proto`; AVX-512: three trits
+//! per 5-bit index, three indices per u16, per-triple i16 tables looked up 32 rows at a time
+//! by `vpermw`; AVX2, `benches/tl_proto/avx2.rs`: two trits per 4-bit index, i16 tables split
+//! into low/high byte planes for `pshufb`; exact integer results in all). A `vpermw` lookup
+//! covers 96 weights per instruction against 256 for `vpdpbusd`, and the tables fall out of
+//! L1; the bytes the lookup layout saves do not pay for that even when streaming from DRAM.
+//! Multiply-add won on both instruction sets (the figures:
+//! `bench/2026-11-26-kernels-figures.md`); the prototypes stay in the benches
 //! (`cargo bench -p bitnet-kernels --bench ternary -- tl_proto`).
 
 use std::cell::RefCell;
@@ -45,7 +36,9 @@ use std::ops::Range;
 
 use crate::act::ActScale;
 use crate::aligned::AlignedVec;
+use crate::dispatch::{prefetch_lines, token};
 use crate::error::KernelError;
+use crate::extent::tokens_times;
 use crate::formats::{self, TQ_BLOCK, TQ1_0_BYTES, TQ2_0_BYTES};
 use crate::isa::Isa;
 use crate::scalar;
@@ -359,8 +352,7 @@ impl TernaryMatrix {
             let run = g * ROW_GROUP * row_bytes;
             for (b, quad) in group.chunks_exact_mut(ROW_GROUP * BLOCK_BYTES).enumerate() {
                 // Four lines of source per block, so the run ahead is fetched at the pace
-                // it is read (the 2B-4T's 521 MB on one thread, source in the page cache:
-                // 0.40 -> 0.34 s, medians).
+                // it is read (what it saved: `bench/2026-11-26-kernels-figures.md`).
                 prefetch_lines(bytes, run + b * ROW_GROUP * BLOCK_BYTES + I2S_PREFETCH, 4);
                 for (i, dst) in quad.chunks_exact_mut(BLOCK_BYTES).enumerate() {
                     let dst: &mut [u8; BLOCK_BYTES] = dst.try_into().expect("64 bytes");
@@ -530,23 +522,22 @@ impl TernaryMatrix {
 /// prefetchers stop at each 4 KiB page, and page-cache pages are read straight from DRAM.
 const I2S_PREFETCH: usize = 2048;
 
-/// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched.
-#[inline(always)]
-fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for k in 0..n {
-        if let Some(p) = bytes.get(at + 64 * k) {
-            // SAFETY: prefetching reads nothing into the program and cannot fault; SSE is
-            // part of the x86-64 baseline; the address is inside `bytes`.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    std::ptr::from_ref(p).cast(),
-                )
-            };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, at, n);
+/// Shape checks of the raw-dot kernels, made again by every SIMD token method (those kernels
+/// index raw pointers from these): rows within the padded row groups, blocks within the
+/// matrix, `n_tok` activation rows of `padded_cols` and `out` of `n_tok * rows.len()`.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the SIMD tokens
+pub(crate) fn check_raw_dots(
+    w: &TernaryMatrix,
+    q: &[i8],
+    n_tok: usize,
+    rows: &Range<usize>,
+    blocks: &Range<usize>,
+    out: &[i32],
+) {
+    assert!(rows.start <= rows.end && rows.end <= w.rows.div_ceil(ROW_GROUP) * ROW_GROUP);
+    assert!(blocks.start <= blocks.end && blocks.end <= w.blocks);
+    assert!(q.len() >= tokens_times(n_tok, w.padded_cols()));
+    assert_eq!(out.len(), tokens_times(n_tok, rows.len()));
 }
 
 /// Raw dots `out[i] = sum_c code(rows.start + i, c) * q[c]` over 256-blocks `blocks`.
@@ -560,11 +551,9 @@ pub(crate) fn raw_dots(
 ) {
     debug_assert!(rows.end <= w.rows.div_ceil(ROW_GROUP) * ROW_GROUP && blocks.end <= w.blocks);
     debug_assert!(q.len() >= w.padded_cols() && out.len() == rows.len());
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = crate::x86_64::token(isa) {
-        return k.ternary_raw_dots(w, q, rows, blocks, out);
+    if let Some(simd) = token(isa) {
+        return simd.ternary_raw_dots(w, q, rows, blocks, out);
     }
-    let _ = isa;
     scalar::ternary::raw_dots(w, q, rows, blocks, out)
 }
 
@@ -580,11 +569,9 @@ pub(crate) fn raw_dots_multi(
     out: &mut [i32],
 ) {
     debug_assert!(q.len() >= n_tok * w.padded_cols() && out.len() == n_tok * rows.len());
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = crate::x86_64::token(isa) {
-        return k.ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out);
+    if let Some(simd) = token(isa) {
+        return simd.ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out);
     }
-    let _ = isa;
     scalar::ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out)
 }
 

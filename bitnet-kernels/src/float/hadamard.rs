@@ -6,7 +6,7 @@
 //! gives back the plain sum. Spreading each row's energy over all its coordinates evens out
 //! the outliers that a per-block scale otherwise has to cover.
 
-use crate::float::runnable;
+use crate::dispatch::token;
 use crate::isa::Isa;
 use crate::scalar::hadamard as scalar;
 
@@ -21,6 +21,21 @@ pub fn hadamard_supported(d: usize) -> bool {
 /// # Panics
 /// If `d` is not a power of two or `x.len()` not a multiple of `d`.
 pub fn hadamard_rows(isa: Isa, d: usize, x: &mut [f32]) {
+    check_rows(d, x);
+    if d >= SIMD_MIN_ROW
+        && let Some(simd) = token(isa)
+    {
+        return simd.hadamard_rows(d, x);
+    }
+    x.chunks_exact_mut(d).for_each(scalar::fwht);
+}
+
+/// The shortest rows the SIMD kernels rotate (one vector of 8 lanes); shorter ones take the
+/// reference, which gives the same bits.
+pub(crate) const SIMD_MIN_ROW: usize = 8;
+
+/// The shapes of [`hadamard_rows`] (checked there, and again by the SIMD token methods).
+pub(crate) fn check_rows(d: usize, x: &[f32]) {
     assert!(
         hadamard_supported(d),
         "hadamard_rows: the row length {d} is not a power of two"
@@ -30,15 +45,4 @@ pub fn hadamard_rows(isa: Isa, d: usize, x: &mut [f32]) {
         "hadamard_rows: {} values are not rows of {d}",
         x.len()
     );
-    #[cfg(target_arch = "x86_64")]
-    if d >= 8 && runnable(isa) != Isa::Scalar {
-        for row in x.chunks_exact_mut(d) {
-            // SAFETY: runnable() returns a SIMD set only after detecting AVX2 and FMA (the
-            // AVX-512 set includes them); d is a power of two >= 8.
-            unsafe { super::hadamard_x86::fwht(row) };
-        }
-        return;
-    }
-    let _ = isa;
-    x.chunks_exact_mut(d).for_each(scalar::fwht);
 }

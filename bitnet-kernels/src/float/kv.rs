@@ -19,7 +19,8 @@
 //!   = element j); value j = `+d` if bit j is set, else `-d`, with `d = mean |x|` of the
 //!   block (the scale that minimises the squared error of sign codes).
 //!
-//! The scalar kernels (`crate::scalar::kv`) are the specification; the AVX2 kernels (run on
+//! The scalar kernels (`crate::scalar::kv` and its siblings `kv_int8`, `kv_q4_wsum`,
+//! `kv_b1_xnor`) are the specification; the AVX2 kernels (`x86_64/avx2/kv*.rs`, run on
 //! AVX-512 machines too: no 512-bit versions yet) decode exactly the same values and sum in
 //! another order, within the dot budget of [`crate::float`].
 //!
@@ -27,8 +28,8 @@
 //! ([`int8_query`], [`attn_scores_kv_int8_query`]), as llama.cpp does on the CPU: exact
 //! integer dots per block, then the two block scales. The engine does so by default.
 
+use crate::dispatch::token;
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK4_0, QK8_0};
-use crate::float::runnable;
 use crate::isa::Isa;
 use crate::scalar::kv as scalar;
 
@@ -159,8 +160,12 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
     scalar::f32_to_e4m3(x)
 }
 
+/// The shapes every attention kernel of this module reads (checked here, and again by the
+/// SIMD token methods, whose kernels index raw pointers): `n_q` heads of `d` values with `d`
+/// a whole number of blocks, `n_pos` rows of `fmt` at byte stride `kv_stride` inside the
+/// cache, `n_q * n_pos` scores or weights. Returns `d`.
 #[allow(clippy::too_many_arguments)]
-fn check(
+pub(crate) fn check(
     what: &str,
     fmt: KvQuant,
     heads_len: usize,
@@ -222,14 +227,9 @@ pub fn attn_scores_kv(
     if n_pos == 0 {
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if runnable(isa) != Isa::Scalar {
-        // SAFETY: runnable() returns a SIMD set only after detecting AVX2, FMA and F16C (the
-        // AVX-512 set includes them); the shapes were checked above.
-        unsafe { super::kv_x86::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) };
-        return;
+    if let Some(simd) = token(isa) {
+        return simd.attn_scores_kv(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
     }
-    let _ = isa;
     scalar::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
 }
 
@@ -264,13 +264,9 @@ pub fn attn_weighted_sum_kv(
     if n_pos == 0 {
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if runnable(isa) != Isa::Scalar {
-        // SAFETY: as in attn_scores_kv.
-        unsafe { super::kv_x86::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out) };
-        return;
+    if let Some(simd) = token(isa) {
+        return simd.attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out);
     }
-    let _ = isa;
     scalar::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out);
 }
 
@@ -314,6 +310,27 @@ pub fn attn_scores_b1_xnor(
     scale: f32,
     out: &mut [f32],
 ) {
+    check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
+    if n_pos == 0 {
+        return;
+    }
+    if let Some(simd) = token(isa) {
+        return simd.attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
+    }
+    scalar::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
+}
+
+/// The shapes of [`attn_scores_b1_xnor`] (checked there, and again by the SIMD token methods):
+/// one scale per sign word, and those of [`check`] for B1 rows.
+pub(crate) fn check_b1_xnor(
+    qbits: &[u32],
+    qscales: &[f32],
+    n_q: usize,
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &[f32],
+) {
     assert_eq!(
         qbits.len(),
         qscales.len(),
@@ -330,22 +347,6 @@ pub fn attn_scores_b1_xnor(
         n_pos,
         ol,
     );
-    if n_pos == 0 {
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if runnable(isa) != Isa::Scalar && kv_stride <= i32::MAX as usize / 8 {
-        // SAFETY: runnable() returns a SIMD set only after detecting AVX2, FMA and F16C; the
-        // shapes were checked above and eight strides fit the gathers' i32 offsets.
-        unsafe {
-            super::b1_xnor_x86::attn_scores_b1_xnor(
-                qbits, qscales, n_q, k, kv_stride, n_pos, scale, out,
-            )
-        };
-        return;
-    }
-    let _ = isa;
-    scalar::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
 }
 
 /// The int8 query of [`attn_scores_kv_int8_query`]: per 32 values of `q`, the scale
@@ -392,6 +393,31 @@ pub fn attn_scores_kv_int8_query(
     scale: f32,
     out: &mut [f32],
 ) {
+    check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+    if n_pos == 0 {
+        return;
+    }
+    if let Some(simd) = token(isa) {
+        return simd
+            .attn_scores_kv_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);
+    }
+    scalar::attn_scores_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);
+}
+
+/// The shapes of [`attn_scores_kv_int8_query`] (checked there, and again by the SIMD token
+/// methods): a format with integer codes, one query scale per 32 codes, and those of
+/// [`check`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_int8_query(
+    fmt: KvQuant,
+    codes: &[i8],
+    scales: &[f32],
+    n_q: usize,
+    k: &[u8],
+    kv_stride: usize,
+    n_pos: usize,
+    out: &[f32],
+) {
     assert!(
         fmt.has_int8_query_scores(),
         "attn_scores_kv_int8_query: {} keys hold no integer codes",
@@ -413,20 +439,4 @@ pub fn attn_scores_kv_int8_query(
         n_pos,
         ol,
     );
-    if n_pos == 0 {
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if runnable(isa) != Isa::Scalar {
-        // SAFETY: runnable() returns a SIMD set only after detecting AVX2, FMA and F16C (the
-        // AVX-512 set includes them); the shapes were checked above.
-        unsafe {
-            super::kv_int8_x86::attn_scores_int8_query(
-                fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out,
-            )
-        };
-        return;
-    }
-    let _ = isa;
-    scalar::attn_scores_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);
 }

@@ -1,5 +1,7 @@
-//! Reference float kernels: the specification the AVX2 and AVX-512 versions in
-//! `x86_64/*/float.rs` are tested against, and the portable fallback.
+//! Reference dense float kernels: the specification the AVX2 and AVX-512 versions in
+//! `x86_64/*/float.rs` (and `qrows.rs` for quantized rows) are tested against, and the
+//! portable fallback. The other float families have their own files, as in the SIMD trees:
+//! `q8q8.rs`, `rope.rs`, `attn.rs`.
 //!
 //! Conversions here are exact and must match the hardware (F16C) bit for bit. Reductions
 //! (dots, norms, softmax sums) are written plainly; SIMD versions may sum in another order
@@ -10,7 +12,7 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK_K, QK8_0, RowFormat, dequantize_row};
+use crate::float::formats::{Q8_0_BLOCK_BYTES, QK_K, RowFormat, dequantize_row};
 
 // ---------------------------------------------------------------------------------------
 // Conversions
@@ -93,7 +95,7 @@ pub fn f32_to_bf16(x: f32) -> u16 {
 }
 
 /// Every f16 value as f32, built once: the scalar kernels' fast path for f16 rows.
-fn f16_table() -> &'static [f32] {
+pub(super) fn f16_table() -> &'static [f32] {
     static TABLE: OnceLock<Box<[f32]>> = OnceLock::new();
     TABLE.get_or_init(|| (0..=u16::MAX).map(f16_to_f32).collect())
 }
@@ -119,7 +121,7 @@ pub fn f32_to_f16_slice(src: &[f32], dst: &mut [u16]) {
 const LANES: usize = 8;
 
 #[inline]
-fn dot_by<F: Fn(usize) -> f32>(n: usize, b: &[f32], a: F) -> f32 {
+pub(super) fn dot_by<F: Fn(usize) -> f32>(n: usize, b: &[f32], a: F) -> f32 {
     let mut acc = [0.0f32; LANES];
     let whole = n - n % LANES;
     for i in (0..whole).step_by(LANES) {
@@ -233,44 +235,6 @@ pub fn q8_0_block(b: &[u8]) -> (f32, &[u8]) {
     )
 }
 
-/// Q8_0 weights times Q8_0 activations: per block an exact i32 dot, scaled by
-/// `d_w * d_x` and summed in f32. `xq` is `n_tok` Q8_0 rows of `row_len`.
-pub fn matmul_q8_0_q8_0(
-    w: &[u8],
-    row_len: usize,
-    xq: &[u8],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    let rb = RowFormat::Q8_0
-        .row_bytes(row_len)
-        .expect("checked by the caller");
-    let nr = rows.len();
-    for (i, r) in rows.enumerate() {
-        let row = &w[r * rb..(r + 1) * rb];
-        for t in 0..n_tok {
-            let xr = &xq[t * rb..(t + 1) * rb];
-            let mut sum = 0.0f32;
-            for (wb, xb) in row
-                .chunks_exact(Q8_0_BLOCK_BYTES)
-                .zip(xr.chunks_exact(Q8_0_BLOCK_BYTES))
-            {
-                let (dw, qw) = q8_0_block(wb);
-                let (dx, qx) = q8_0_block(xb);
-                let isum: i32 = qw
-                    .iter()
-                    .zip(qx)
-                    .map(|(&a, &b)| i32::from(a as i8) * i32::from(b as i8))
-                    .sum();
-                sum += (dw * dx) * isum as f32;
-            }
-            out[t * nr + i] = sum;
-        }
-    }
-    debug_assert_eq!(QK8_0, 32);
-}
-
 // ---------------------------------------------------------------------------------------
 // Norms, softmax, activations, element-wise
 // ---------------------------------------------------------------------------------------
@@ -351,170 +315,5 @@ pub fn mul_inplace(dst: &mut [f32], src: &[f32]) {
 pub fn scale_inplace(x: &mut [f32], s: f32) {
     for v in x {
         *v *= s;
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// RoPE (cos/sin of one position, from `crate::float::RopeTable`)
-// ---------------------------------------------------------------------------------------
-
-/// NeoX / rotate-half: pairs `(i, i + rope_dim/2)` of each head, `cos`/`sin` of length
-/// `rope_dim/2`. `x0' = x0 c - x1 s`, `x1' = x0 s + x1 c`, no fused multiply-add (the SIMD
-/// kernels match this bit for bit).
-pub fn rope_neox(
-    x: &mut [f32],
-    head_dim: usize,
-    n_heads: usize,
-    rope_dim: usize,
-    cos: &[f32],
-    sin: &[f32],
-) {
-    let half = rope_dim / 2;
-    for h in x.chunks_exact_mut(head_dim).take(n_heads) {
-        let (a, b) = h[..rope_dim].split_at_mut(half);
-        for i in 0..half {
-            let (x0, x1, c, s) = (a[i], b[i], cos[i], sin[i]);
-            a[i] = x0 * c - x1 * s;
-            b[i] = x0 * s + x1 * c;
-        }
-    }
-}
-
-/// GPT-J / "normal": adjacent pairs `(2i, 2i + 1)` of each head.
-pub fn rope_normal(
-    x: &mut [f32],
-    head_dim: usize,
-    n_heads: usize,
-    rope_dim: usize,
-    cos: &[f32],
-    sin: &[f32],
-) {
-    for h in x.chunks_exact_mut(head_dim).take(n_heads) {
-        for i in 0..rope_dim / 2 {
-            let (x0, x1, c, s) = (h[2 * i], h[2 * i + 1], cos[i], sin[i]);
-            h[2 * i] = x0 * c - x1 * s;
-            h[2 * i + 1] = x0 * s + x1 * c;
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Attention over one head of the KV cache
-// ---------------------------------------------------------------------------------------
-
-/// `out[p] = scale * dot(q, k[p * kv_stride..][..q.len()])` for an f16 cache.
-pub fn attn_scores_f16(
-    q: &[f32],
-    k: &[u16],
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let t = f16_table();
-    let d = q.len();
-    for (p, o) in out.iter_mut().enumerate().take(n_pos) {
-        let kp = &k[p * kv_stride..p * kv_stride + d];
-        *o = scale * dot_by(d, q, |i| t[usize::from(kp[i])]);
-    }
-}
-
-/// `out += Σ_p w[p] * v[p * kv_stride..][..out.len()]` for an f16 cache (accumulates, so a
-/// paged cache can be walked block by block).
-pub fn attn_weighted_sum_f16(
-    w: &[f32],
-    v: &[u16],
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    let t = f16_table();
-    let d = out.len();
-    for (p, &wp) in w.iter().enumerate().take(n_pos) {
-        let vp = &v[p * kv_stride..p * kv_stride + d];
-        for (o, &h) in out.iter_mut().zip(vp) {
-            *o += wp * t[usize::from(h)];
-        }
-    }
-}
-
-/// [`attn_scores_f16`] for an f32 cache.
-pub fn attn_scores_f32(
-    q: &[f32],
-    k: &[f32],
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let d = q.len();
-    for (p, o) in out.iter_mut().enumerate().take(n_pos) {
-        *o = scale * dot_f32(q, &k[p * kv_stride..p * kv_stride + d]);
-    }
-}
-
-/// [`attn_weighted_sum_f16`] for an f32 cache.
-pub fn attn_weighted_sum_f32(
-    w: &[f32],
-    v: &[f32],
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    let d = out.len();
-    for (p, &wp) in w.iter().enumerate().take(n_pos) {
-        for (o, &h) in out.iter_mut().zip(&v[p * kv_stride..p * kv_stride + d]) {
-            *o += wp * h;
-        }
-    }
-}
-
-/// Attention scores over a Q8_0 cache: each position's head row is `q.len() / 32` Q8_0
-/// blocks starting at byte `p * kv_stride`; `out[p] = scale * Σ_b d_b * dot(q_b, qs_b)`.
-pub fn attn_scores_q8_0(
-    q: &[f32],
-    k: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let rb = q.len() / QK8_0 * Q8_0_BLOCK_BYTES;
-    for (p, o) in out.iter_mut().enumerate().take(n_pos) {
-        let row = &k[p * kv_stride..p * kv_stride + rb];
-        let mut sum = 0.0f32;
-        for (blk, qb) in row
-            .chunks_exact(Q8_0_BLOCK_BYTES)
-            .zip(q.chunks_exact(QK8_0))
-        {
-            let (d, qs) = q8_0_block(blk);
-            sum += d * dot_by(QK8_0, qb, |i| f32::from(qs[i] as i8));
-        }
-        *o = scale * sum;
-    }
-}
-
-/// `out += Σ_p w[p] * v_p` over a Q8_0 cache (rows as in [`attn_scores_q8_0`], `out.len()`
-/// a multiple of 32): `out[j] += (w[p] * d_b) * qs_j`.
-pub fn attn_weighted_sum_q8_0(
-    w: &[f32],
-    v: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    let rb = out.len() / QK8_0 * Q8_0_BLOCK_BYTES;
-    for (p, &wp) in w.iter().enumerate().take(n_pos) {
-        let row = &v[p * kv_stride..p * kv_stride + rb];
-        for (blk, ob) in row
-            .chunks_exact(Q8_0_BLOCK_BYTES)
-            .zip(out.chunks_exact_mut(QK8_0))
-        {
-            let (d, qs) = q8_0_block(blk);
-            let c = wp * d;
-            for (o, &x) in ob.iter_mut().zip(qs) {
-                *o += c * f32::from(x as i8);
-            }
-        }
     }
 }

@@ -8,12 +8,22 @@
 //! values: a score is `scale * dot(q, decoded row)`, a weighted sum adds `w * decoded[j]` to
 //! `out[j]`, position after position. (Scaling the values once, rather than each head's
 //! partial sums, lets the SIMD kernels share that work across a GQA group.)
+//!
+//! The other KV kernels have their own files, as in the SIMD trees: `kv_int8.rs` (integer
+//! keys against an int8 query), `kv_q4_wsum.rs` (Q4_0's integer-weighted sum) and
+//! `kv_b1_xnor.rs` (B1 keys against a sign query); their items are re-exported here.
 
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{
     B1_BLOCK_BYTES, E4M3_MAX, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV,
 };
 use crate::scalar::float::{f16_to_f32, f32_to_f16};
+
+pub use super::kv_b1_xnor::{attn_scores_b1_xnor, b1_sign_query, b1_xnor_row};
+pub use super::kv_int8::{attn_scores_int8_query, block_ints, int8_query, int8_query_row};
+pub use super::kv_q4_wsum::{
+    Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX, attn_weighted_sum_q4_0, q4_0_wsum_step, q4_0_wsum_weights,
+};
 
 /// f16's largest finite value: the block scales saturate here.
 const F16_MAX: f32 = 65504.0;
@@ -49,7 +59,8 @@ pub fn e4m3_to_f32(c: u8) -> f32 {
     f32::from_bits(((c & 0x80) << 24) | ((c & 0x7f) << 20)) * f32::from_bits((127 + 120) << 23)
 }
 
-fn f16_at(b: &[u8], i: usize) -> f32 {
+/// The f16 at byte `i` of `b`.
+pub(super) fn f16_at(b: &[u8], i: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
 }
 
@@ -59,7 +70,7 @@ fn f16_scale(v: f32) -> u16 {
 }
 
 /// Largest magnitude, NaNs ignored.
-fn absmax(x: &[f32]) -> f32 {
+pub(super) fn absmax(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
@@ -254,229 +265,6 @@ pub fn attn_weighted_sum(
                     *o += wp * x;
                 }
             }
-        }
-    }
-}
-
-/// Positions per tile of [`attn_weighted_sum_q4_0`]: a call's positions are taken 16 at a
-/// time from its first, so calls that start at multiples of 16 (the engine's KV blocks of 16
-/// tokens or more) tile a sequence alike however its blocks are grouped into calls.
-pub const Q4_0_WSUM_TILE: usize = 16;
-
-/// Largest magnitude of a Q4_0 weighted sum's integer weight: two products of a nibble
-/// (<= 15) and a weight fit a signed 16-bit lane (`vpmaddubsw`), and so do 16 of them.
-pub const Q4_0_WSUM_WEIGHT_MAX: f32 = 127.0;
-
-/// Q4_0 values weighted with integer weights: per head `h`, block `b` and tile `t` of
-/// [`Q4_0_WSUM_TILE`] positions, the products `c_p = w[h][p] * s_p,b` are rounded (ties to
-/// even) to integers `k_p = round(c_p * (127 / m))`, `m = max_p |c_p|`, and
-/// `out[h][32 b + j] += (m / 127) * Σ_p k_p (n_p,j - 8)` (one fused multiply-add; the sum is
-/// exact). Against the float weighted sum this rounds each weight by at most `m / 254`: the
-/// budget `tests/kv_formats.rs` names. What it buys: the nibbles are multiplied as bytes,
-/// two positions per `vpmaddubsw`, instead of each being turned into a float. A tile whose
-/// `m` is 0 (or under 4e-37) adds nothing; one with a weight that is not finite adds NaN.
-pub fn attn_weighted_sum_q4_0(
-    w: &[f32],
-    n_q: usize,
-    v: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    let d = out.len() / n_q;
-    let rb = KvQuant::Q4_0.row_bytes(d).expect("checked by the safe API");
-    for t0 in (0..n_pos).step_by(Q4_0_WSUM_TILE) {
-        let n = Q4_0_WSUM_TILE.min(n_pos - t0);
-        let row = |p: usize| &v[(t0 + p) * kv_stride..][..rb];
-        for h in 0..n_q {
-            for (b, ob) in out[h * d..][..d].chunks_exact_mut(QK_KV).enumerate() {
-                // Each position's block scale and integers `n - 8`.
-                let blocks: Vec<(f32, [i8; QK_KV])> = (0..n)
-                    .map(|p| block_ints(KvQuant::Q4_0, row(p), b))
-                    .collect();
-                let c: Vec<f32> = (0..n)
-                    .map(|p| w[h * n_pos + t0 + p] * blocks[p].0)
-                    .collect();
-                let Some((step, k)) = q4_0_wsum_weights(&c) else {
-                    continue;
-                };
-                for (j, o) in ob.iter_mut().enumerate() {
-                    let sum: i32 = (0..n).map(|p| k[p] * i32::from(blocks[p].1[j])).sum();
-                    *o = step.mul_add(sum as f32, *o);
-                }
-            }
-        }
-    }
-}
-
-/// The integer weights of one tile of [`attn_weighted_sum_q4_0`] and the step they count
-/// in; `None` when the tile adds nothing. A weight that is not finite gives a NaN step (it
-/// must not vanish from the sum).
-pub fn q4_0_wsum_weights(c: &[f32]) -> Option<(f32, Vec<i32>)> {
-    if c.iter().any(|x| !x.is_finite()) {
-        return Some((f32::NAN, vec![0; c.len()]));
-    }
-    let (step, inv) = q4_0_wsum_step(c.iter().fold(0.0f32, |m, x| m.max(x.abs())))?;
-    let k = c
-        .iter()
-        .map(|&x| (x * inv).round_ties_even() as i32)
-        .collect();
-    Some((step, k))
-}
-
-/// For a tile's largest weight magnitude `m`: the step `m / 127` and the factor `127 / m`
-/// that rounds weights to steps, or `None` (the tile adds nothing) when `m` is 0 or so small
-/// that `127 / m` overflows (below 4e-37: contributions far under any f32 output's ulp).
-#[inline]
-pub fn q4_0_wsum_step(m: f32) -> Option<(f32, f32)> {
-    let inv = Q4_0_WSUM_WEIGHT_MAX / m;
-    inv.is_finite().then(|| (m / Q4_0_WSUM_WEIGHT_MAX, inv))
-}
-
-/// The 1-bit query of the XNOR/popcount scoring of B1 keys: per 32 values, sign bits (bit j
-/// set when `q[j] >= 0`, the keys' convention; NaN reads as negative) and the mean
-/// magnitude (NaN skipped), the scale that minimises the block's squared error.
-pub fn b1_sign_query(q: &[f32], bits: &mut [u32], scales: &mut [f32]) {
-    for ((qb, w), s) in q.chunks_exact(QK_KV).zip(bits).zip(scales) {
-        *w = qb
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (j, &v)| acc | (u32::from(v >= 0.0) << j));
-        let sum: f32 = qb.iter().filter(|v| !v.is_nan()).map(|v| v.abs()).sum();
-        *s = sum / QK_KV as f32;
-    }
-}
-
-/// One B1 key row against one sign-quantized query head, before the attention scale:
-/// `Σ_b fma(((32 - 2 popcount(q_b ^ k_b)) * s_k,b), s_q,b, acc)` in block order (the count
-/// of agreeing signs minus the disagreeing ones is `2 popcount(!(q ^ k)) - 32`).
-#[inline]
-pub fn b1_xnor_row(qbits: &[u32], qscales: &[f32], row: &[u8]) -> f32 {
-    let mut acc = 0.0f32;
-    for (b, (&qw, &qs)) in qbits.iter().zip(qscales).enumerate() {
-        let blk = &row[B1_BLOCK_BYTES * b..][..B1_BLOCK_BYTES];
-        let kw = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        let agree = 32 - 2 * (qw ^ kw).count_ones() as i32;
-        let t = agree as f32 * f16_at(blk, 0);
-        acc = t.mul_add(qs, acc);
-    }
-    acc
-}
-
-/// `out[h * n_pos + p] = scale * b1_xnor_row(q_h, k_p)` for the `n_q` heads of `qbits` /
-/// `qscales` (`[n_q][d / 32]` each).
-#[allow(clippy::too_many_arguments)]
-pub fn attn_scores_b1_xnor(
-    qbits: &[u32],
-    qscales: &[f32],
-    n_q: usize,
-    k: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let nb = qbits.len() / n_q;
-    let rb = nb * B1_BLOCK_BYTES;
-    for h in 0..n_q {
-        let (qb, qs) = (&qbits[h * nb..][..nb], &qscales[h * nb..][..nb]);
-        for p in 0..n_pos {
-            let row = &k[p * kv_stride..][..rb];
-            out[h * n_pos + p] = scale * b1_xnor_row(qb, qs, row);
-        }
-    }
-}
-
-/// The int8 query of the integer scoring of Q8_0, Q8R and Q4_0 keys: per 32 values of `q`
-/// a scale `d = absmax / 127` (in `scales`, as f32) and the codes `round(q / d)` (ggml's
-/// `quantize_row_q8_0` rule, rounding half away from zero; a NaN value reads as 0).
-pub fn int8_query(q: &[f32], codes: &mut [i8], scales: &mut [f32]) {
-    for ((qb, cb), s) in q
-        .chunks_exact(QK_KV)
-        .zip(codes.chunks_exact_mut(QK_KV))
-        .zip(scales)
-    {
-        let d = absmax(qb) / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-        for (c, &v) in cb.iter_mut().zip(qb) {
-            // `as` saturates and maps NaN to 0; |v * id| <= 127 up to rounding.
-            *c = (v * id).round() as i8;
-        }
-        *s = d;
-    }
-}
-
-/// Block `b` of an integer-coded row (Q8_0, Q8R, Q4_0): its scale and its 32 integer
-/// values (`i8`, or nibble - 8).
-#[inline]
-pub fn block_ints(fmt: KvQuant, row: &[u8], b: usize) -> (f32, [i8; QK_KV]) {
-    let mut v = [0i8; QK_KV];
-    match fmt {
-        KvQuant::Q8_0 => {
-            let blk = &row[Q8_0_BLOCK_BYTES * b..][..Q8_0_BLOCK_BYTES];
-            for (o, &q) in v.iter_mut().zip(&blk[2..]) {
-                *o = q as i8;
-            }
-            (f16_at(blk, 0), v)
-        }
-        KvQuant::Q8R => {
-            let qs = &row[Q8R_SCALE_BYTES + QK_KV * b..][..QK_KV];
-            for (o, &q) in v.iter_mut().zip(qs) {
-                *o = q as i8;
-            }
-            (f32::from_le_bytes([row[0], row[1], row[2], row[3]]), v)
-        }
-        KvQuant::Q4_0 => {
-            let blk = &row[Q4_0_BLOCK_BYTES * b..][..Q4_0_BLOCK_BYTES];
-            for (j, &q) in blk[2..].iter().enumerate() {
-                v[j] = (q & 0x0f) as i8 - 8;
-                v[j + QK_KV / 2] = (q >> 4) as i8 - 8;
-            }
-            (f16_at(blk, 0), v)
-        }
-        KvQuant::Fp8 | KvQuant::B1 => unreachable!("{fmt:?} rows hold no integer codes"),
-    }
-}
-
-/// One integer-coded key row against one int8 query head, before the attention scale:
-/// `Σ_b (s_k,b * s_q,b) * (exact integer dot of block b)`, in block order.
-#[inline]
-pub fn int8_query_row(fmt: KvQuant, codes: &[i8], scales: &[f32], row: &[u8]) -> f32 {
-    let mut acc = 0.0f32;
-    for (b, (cb, &qs)) in codes.chunks_exact(QK_KV).zip(scales).enumerate() {
-        let (ks, kv) = block_ints(fmt, row, b);
-        let dot: i32 = cb
-            .iter()
-            .zip(kv)
-            .map(|(&a, b)| i32::from(a) * i32::from(b))
-            .sum();
-        acc += (ks * qs) * dot as f32;
-    }
-    acc
-}
-
-/// `out[h * n_pos + p] = scale * int8_query_row(q_h, k_p)` for the `n_q` heads of `codes` /
-/// `scales` (`[n_q][d]` and `[n_q][d / 32]`).
-#[allow(clippy::too_many_arguments)]
-pub fn attn_scores_int8_query(
-    fmt: KvQuant,
-    codes: &[i8],
-    scales: &[f32],
-    n_q: usize,
-    k: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let d = codes.len() / n_q;
-    let nb = d / QK_KV;
-    let rb = fmt.row_bytes(d).expect("checked by the safe API");
-    for h in 0..n_q {
-        let (qc, qs) = (&codes[h * d..][..d], &scales[h * nb..][..nb]);
-        for p in 0..n_pos {
-            let row = &k[p * kv_stride..][..rb];
-            out[h * n_pos + p] = scale * int8_query_row(fmt, qc, qs, row);
         }
     }
 }

@@ -1,99 +1,37 @@
-//! x86-64 kernels. Each submodule mirrors the names in `scalar/`.
+//! x86-64 kernels, one tree per instruction set with the same file names in each
+//! (`avx2/`, `avx512/`), mirroring `crate::scalar`.
 //!
-//! [`token`] turns a requested [`Isa`] into a proof-of-feature value ([`Simd`]) that can only
-//! be built once the CPU features were detected; its methods are therefore safe and forward to
-//! the `#[target_feature]` kernels.
-
-use std::ops::Range;
-
-use crate::binary::BinaryMatrix;
-use crate::isa::Isa;
-use crate::ternary::TernaryMatrix;
+//! Each tree's `mod.rs` holds its proof token ([`avx2::Avx2`], [`avx512::Avx512`]): a value
+//! that can only be built after the CPU features were detected, whose methods are therefore
+//! safe; they are the one place the tree's `#[target_feature]` kernels are called from.
+//! `crate::dispatch` turns an `Isa` into one of them ([`token`]).
+//!
+//! What the two trees share lives here, not in either tree: `entries.rs` (the token methods
+//! both have, one list), `rows.rs` (the row and token walks of the float kernels, which do
+//! not depend on the lane width, and each tree's glue to them) and `exp.rs` (the constants
+//! of the vectorized `exp`). The AVX-512 tree reuses AVX2 code only where it says so: the
+//! ops of `avx512/mod.rs`' `reuse_avx2!` list (and its 1-bit XNOR without VPOPCNTDQ), and
+//! the helpers named in the imports of `avx512/qrows.rs` and `avx512/q8q8.rs`; the AVX2
+//! tree never uses AVX-512 code.
 
 pub mod avx2;
 pub mod avx512;
+mod entries;
+mod exp;
+mod rows;
 
-/// A detected x86 kernel set.
-#[derive(Copy, Clone, Debug)]
-pub enum Simd {
-    Avx2(avx2::Avx2),
-    Avx512(avx512::Avx512),
-}
+pub use crate::dispatch::{Simd, token};
 
-/// The kernel set for `isa` if this CPU runs it (`None` for scalar or when unavailable).
-#[inline]
-pub fn token(isa: Isa) -> Option<Simd> {
-    match isa {
-        Isa::Scalar => None,
-        Isa::Avx2 => avx2::Avx2::new().map(Simd::Avx2),
-        Isa::Avx512 => avx512::Avx512::new().map(Simd::Avx512),
-    }
-}
-
-macro_rules! forward {
-    ($( fn $name:ident(self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; )*) => {
-        impl Simd {
-            $(
-                #[inline]
-                pub fn $name(self $(, $arg: $ty)*) $(-> $ret)? {
-                    match self {
-                        Simd::Avx2(k) => k.$name($($arg),*),
-                        Simd::Avx512(k) => k.$name($($arg),*),
-                    }
-                }
-            )*
+/// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched: a
+/// hint for loops whose source the hardware prefetchers lose (at 4 KiB page boundaries).
+#[inline(always)]
+pub(crate) fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    for k in 0..n {
+        if let Some(p) = bytes.get(at + 64 * k) {
+            // SAFETY: prefetching reads nothing into the program and cannot fault; SSE is
+            // part of the x86-64 baseline; the address is inside `bytes`.
+            unsafe { _mm_prefetch::<{ _MM_HINT_T0 }>(std::ptr::from_ref(p).cast()) };
         }
-    };
-}
-
-forward! {
-    fn absmax(self, x: &[f32]) -> f32;
-    fn quantize_i8(self, x: &[f32], scale: f32, q: &mut [i8]) -> i32;
-    fn sign_bits(self, x: &[f32], bits: &mut [u64]);
-    fn sum_bytes(self, data: &[u8]) -> u64;
-    fn ternary_raw_dots(self, w: &TernaryMatrix, q: &[i8], rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
-    fn ternary_raw_dots_multi(self, w: &TernaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, blocks: Range<usize>, out: &mut [i32]);
-    fn binary_raw_dots_multi(self, w: &BinaryMatrix, q: &[i8], n_tok: usize, rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
-    fn binary_xor_popcounts(self, w: &BinaryMatrix, x: &[u64], rows: Range<usize>, words: Range<usize>, out: &mut [i32]);
-}
-
-/// Shape checks shared by the safe wrappers (the kernels index raw pointers from these).
-pub(crate) fn check_ternary(
-    w: &TernaryMatrix,
-    q: &[i8],
-    n_tok: usize,
-    rows: &Range<usize>,
-    blocks: &Range<usize>,
-    out: &[i32],
-) {
-    assert!(
-        rows.start <= rows.end
-            && rows.end <= w.rows.div_ceil(crate::ternary::ROW_GROUP) * crate::ternary::ROW_GROUP
-    );
-    assert!(blocks.start <= blocks.end && blocks.end <= w.blocks);
-    assert!(q.len() >= tokens_times(n_tok, w.padded_cols()));
-    assert_eq!(out.len(), tokens_times(n_tok, rows.len()));
-}
-
-/// `n_tok * len`, refusing a product that wraps: a wrapped size would pass the length checks
-/// the kernels' raw pointers rely on.
-pub(crate) fn tokens_times(n_tok: usize, len: usize) -> usize {
-    n_tok
-        .checked_mul(len)
-        .unwrap_or_else(|| panic!("{n_tok} token rows of {len} overflow usize"))
-}
-
-/// Shape checks for the 1-bit kernels; `act_cols` is the activation length in columns.
-pub(crate) fn check_binary(
-    w: &BinaryMatrix,
-    act_cols: usize,
-    n_tok: usize,
-    rows: &Range<usize>,
-    words: &Range<usize>,
-    out: &[i32],
-) {
-    assert!(rows.start <= rows.end && rows.end <= w.rows);
-    assert!(words.start <= words.end && words.end <= w.words);
-    assert!(act_cols >= tokens_times(n_tok, w.padded_cols()));
-    assert_eq!(out.len(), tokens_times(n_tok, rows.len()));
+    }
 }

@@ -73,7 +73,7 @@ unsafe fn tile<const T: usize>(
 /// See [`crate::scalar::binary::raw_dots_multi`].
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_binary`.
+/// AVX2; shapes as checked by `crate::binary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots_multi(
     w: &BinaryMatrix,
@@ -116,7 +116,7 @@ pub unsafe fn raw_dots_multi(
 /// See [`crate::scalar::binary::xor_popcounts`].
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_binary`.
+/// AVX2; shapes as checked by `crate::binary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn xor_popcounts(
     w: &BinaryMatrix,

@@ -1,38 +1,24 @@
-//! AVX2 + FMA + F16C float kernels: the same names and contracts as `scalar::float`, 256
-//! bits wide.
+//! AVX2 + FMA + F16C dense float kernels: the same names and contracts as `scalar::float`,
+//! 256 bits wide: f16 conversions, dots and plain-float mat-muls, RMSNorm, softmax and the
+//! element-wise activations. (Quantized rows are `qrows.rs`, Q8_0 x Q8_0 `q8q8.rs`, RoPE
+//! `rope.rs`, attention `attn.rs`.)
 //!
-//! Every function is `unsafe` only because it enables AVX2, FMA and F16C; the safe API in
-//! `crate::float` calls them after detection and after checking shapes. AVX2 has no masked
+//! Every function is `unsafe` only because it enables AVX2, FMA and F16C; the [`super::Avx2`]
+//! token calls them after detection, and they check the shapes they read. AVX2 has no masked
 //! 16-bit loads, so a tail is copied into a zero-padded stack buffer and run through the same
 //! vector code (exact operations stay bit-exact with the scalar reference that way).
 
 use std::arch::x86_64::*;
-use std::ops::Range;
 
-use crate::float::RowFormat;
-use crate::float::qrows_x86::{self as qrows, Kernel};
-use crate::scalar::float as scalar;
-
-pub use super::q8q8::matmul_q8_0_q8_0;
-
-const F32: u8 = 0;
-const F16: u8 = 1;
-const BF16: u8 = 2;
-
-/// Rows per pass of the mat-vec and attention-score kernels.
-const ROWS: usize = 4;
-
-/// Bytes per element of kind `K`.
-const fn esize(k: u8) -> usize {
-    if k == F32 { 4 } else { 2 }
-}
+use crate::x86_64::exp::{LN2_HI, LN2_LO, POLY};
+use crate::x86_64::rows::{self, F16, F32, esize};
 
 /// Up to 8 elements of kind `K` from `p`, zero-padded, as bytes of a 32-byte buffer.
 ///
 /// # Safety
 /// `n <= 8` elements of kind `K` at `p` must be readable.
 #[inline]
-unsafe fn pad_tail<const K: u8>(p: *const u8, n: usize) -> [u8; 32] {
+pub(super) unsafe fn pad_tail<const K: u8>(p: *const u8, n: usize) -> [u8; 32] {
     let mut buf = [0u8; 32];
     // SAFETY: n * esize(K) <= 32 bytes are readable at p (caller) and fit in buf.
     unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), n * esize(K)) };
@@ -45,7 +31,7 @@ unsafe fn pad_tail<const K: u8>(p: *const u8, n: usize) -> [u8; 32] {
 /// Elements `i..i + 8` of the row must be readable.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load_w<const K: u8>(p: *const u8, i: usize) -> __m256 {
+pub(super) unsafe fn load_w<const K: u8>(p: *const u8, i: usize) -> __m256 {
     // SAFETY: the caller guarantees 8 elements at i are readable.
     unsafe {
         match K {
@@ -59,7 +45,7 @@ unsafe fn load_w<const K: u8>(p: *const u8, i: usize) -> __m256 {
     }
 }
 
-/// The sum of the eight lanes (also the Q8_0 x Q8_0 kernels' in `q8q8.rs`).
+/// The sum of the eight lanes (the other AVX2 float files use it too).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn hsum(v: __m256) -> f32 {
@@ -193,86 +179,9 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     unsafe { dot_rows::<F32, 1>([a.as_ptr().cast()], b.as_ptr(), n)[0] }
 }
 
-/// The plain-float mat-mul: groups of [`ROWS`] rows, every token against each group.
-///
-/// # Safety
-/// AVX2/FMA/F16C; shapes as the safe API checks them (re-checked here).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn matmul_plain<const K: u8>(
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    let rb = row_len * esize(K);
-    let nr = rows.len();
-    assert!(
-        crate::extent::holds(data.len(), rows.end, rb)
-            && crate::extent::holds(x.len(), n_tok, row_len)
-            && crate::extent::holds(out.len(), n_tok, nr)
-    );
-    let base = data.as_ptr();
-    let mut r = rows.start;
-    while r < rows.end {
-        let left = rows.end - r;
-        for t in 0..n_tok {
-            let xt = x[t * row_len..].as_ptr();
-            let o = t * nr + (r - rows.start);
-            // SAFETY: the rows used lie below rows.end, inside data (checked above).
-            unsafe {
-                if left >= ROWS {
-                    let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
-                    out[o..o + ROWS].copy_from_slice(&dot_rows::<K, ROWS>(p, xt, row_len));
-                } else {
-                    out[o] = dot_rows::<K, 1>([base.add(r * rb)], xt, row_len)[0];
-                }
-            }
-        }
-        r += if left >= ROWS { ROWS } else { 1 };
-    }
-}
+rows::plain_row_kernels!("avx2,fma,f16c", "AVX2, FMA and F16C");
 
-/// Same contract as the scalar kernel of this name.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_f32(
-    fmt: RowFormat,
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    // The plain kernels run with the features this function enables; they re-check shapes.
-    match fmt {
-        // SAFETY: as above.
-        RowFormat::F32 => unsafe { matmul_plain::<F32>(data, row_len, x, n_tok, rows, out) },
-        // SAFETY: as above.
-        RowFormat::F16 => unsafe { matmul_plain::<F16>(data, row_len, x, n_tok, rows, out) },
-        // SAFETY: as above.
-        RowFormat::BF16 => unsafe { matmul_plain::<BF16>(data, row_len, x, n_tok, rows, out) },
-        // SAFETY: as above (the Q8_0 decoder needs AVX2/FMA/F16C).
-        RowFormat::Q8_0 => unsafe {
-            qrows::matmul(Kernel::Q8_0Avx2, data, row_len, x, n_tok, rows, out)
-        },
-        // SAFETY: as above.
-        RowFormat::Q6K => unsafe {
-            qrows::matmul(Kernel::Q6KAvx2, data, row_len, x, n_tok, rows, out)
-        },
-        _ => {
-            // SAFETY: the closure runs only inside this call, where AVX2/FMA are enabled.
-            let dot = |a: &[f32], b: &[f32]| unsafe { dot_f32(a, b) };
-            scalar::matmul_by_chunks(fmt, data, row_len, x, n_tok, rows, out, &dot)
-        }
-    }
-}
-
-/// `exp(x)`: Cody-Waite reduction, Cephes' polynomial, `2^n` built in the exponent field;
+/// `exp(x)` (`crate::x86_64::exp`), `2^n` built in the exponent field;
 /// 0 below -87.33, infinity above 88.72 (and the few values between 88.3 and 88.72 saturate
 /// at exp(88.3)).
 #[inline]
@@ -286,10 +195,10 @@ fn exp256(x0: __m256) -> __m256 {
         x,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
     ));
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    let mut p = _mm256_set1_ps(POLY[0]);
+    for &c in &POLY[1..] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let y = _mm256_add_ps(
@@ -483,273 +392,4 @@ pub unsafe fn mul_inplace(dst: &mut [f32], src: &[f32]) {
 pub unsafe fn scale_inplace(x: &mut [f32], s: f32) {
     let s = _mm256_set1_ps(s);
     map8(x, 0.0, |v| _mm256_mul_ps(v, s));
-}
-
-/// Same contract as the scalar kernel of this name (bit-exact with it).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rope_neox(
-    x: &mut [f32],
-    head_dim: usize,
-    n_heads: usize,
-    rope_dim: usize,
-    cos: &[f32],
-    sin: &[f32],
-) {
-    let half = rope_dim / 2;
-    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x.len() >= n) && rope_dim <= head_dim);
-    assert!(cos.len() >= half && sin.len() >= half);
-    for h in x.chunks_exact_mut(head_dim).take(n_heads) {
-        let (a, b) = h[..rope_dim].split_at_mut(half);
-        let mut i = 0;
-        while i + 8 <= half {
-            // SAFETY: i + 8 <= half, which a, b, cos and sin all hold.
-            unsafe {
-                let x0 = _mm256_loadu_ps(a.as_ptr().add(i));
-                let x1 = _mm256_loadu_ps(b.as_ptr().add(i));
-                let c = _mm256_loadu_ps(cos.as_ptr().add(i));
-                let s = _mm256_loadu_ps(sin.as_ptr().add(i));
-                let y0 = _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s));
-                let y1 = _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c));
-                _mm256_storeu_ps(a.as_mut_ptr().add(i), y0);
-                _mm256_storeu_ps(b.as_mut_ptr().add(i), y1);
-            }
-            i += 8;
-        }
-        for i in i..half {
-            let (x0, x1, c, s) = (a[i], b[i], cos[i], sin[i]);
-            a[i] = x0 * c - x1 * s;
-            b[i] = x0 * s + x1 * c;
-        }
-    }
-}
-
-/// Same contract as the scalar kernel of this name (bit-exact with it).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rope_normal(
-    x: &mut [f32],
-    head_dim: usize,
-    n_heads: usize,
-    rope_dim: usize,
-    cos: &[f32],
-    sin: &[f32],
-) {
-    let half = rope_dim / 2;
-    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x.len() >= n) && rope_dim <= head_dim);
-    assert!(cos.len() >= half && sin.len() >= half);
-    let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
-    let neg_even = _mm256_castsi256_ps(_mm256_set_epi32(
-        0,
-        i32::MIN,
-        0,
-        i32::MIN,
-        0,
-        i32::MIN,
-        0,
-        i32::MIN,
-    ));
-    for h in x.chunks_exact_mut(head_dim).take(n_heads) {
-        let mut k = 0;
-        while k + 4 <= half {
-            // SAFETY: pairs k..k + 4 lie inside the head's first rope_dim values; cos and sin
-            // hold half values.
-            unsafe {
-                let v = _mm256_loadu_ps(h.as_ptr().add(2 * k));
-                let c = _mm256_castps128_ps256(_mm_loadu_ps(cos.as_ptr().add(k)));
-                let s = _mm256_castps128_ps256(_mm_loadu_ps(sin.as_ptr().add(k)));
-                let c = _mm256_permutevar8x32_ps(c, dup);
-                let s = _mm256_xor_ps(_mm256_permutevar8x32_ps(s, dup), neg_even);
-                let sw = _mm256_permute_ps::<0b10_11_00_01>(v);
-                let y = _mm256_add_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(sw, s));
-                _mm256_storeu_ps(h.as_mut_ptr().add(2 * k), y);
-            }
-            k += 4;
-        }
-        for i in k..half {
-            let (x0, x1, c, s) = (h[2 * i], h[2 * i + 1], cos[i], sin[i]);
-            h[2 * i] = x0 * c - x1 * s;
-            h[2 * i + 1] = x0 * s + x1 * c;
-        }
-    }
-}
-
-/// Attention scores over a cache of kind `K`, [`ROWS`] positions per pass.
-///
-/// # Safety
-/// AVX2/FMA/F16C; `k_ptr` holds `(n_pos - 1) * kv_stride + q.len()` elements of kind `K`,
-/// `out` holds `n_pos`.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn attn_scores<const K: u8>(
-    q: &[f32],
-    k_ptr: *const u8,
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let (d, es) = (q.len(), esize(K));
-    let mut p = 0;
-    while p < n_pos {
-        // SAFETY: positions below n_pos lie inside the cache (caller's contract).
-        unsafe {
-            if p + ROWS <= n_pos {
-                let rows = [0, 1, 2, 3].map(|j| k_ptr.add((p + j) * kv_stride * es));
-                let s = dot_rows::<K, ROWS>(rows, q.as_ptr(), d);
-                for j in 0..ROWS {
-                    out[p + j] = scale * s[j];
-                }
-                p += ROWS;
-            } else {
-                let row = k_ptr.add(p * kv_stride * es);
-                out[p] = scale * dot_rows::<K, 1>([row], q.as_ptr(), d)[0];
-                p += 1;
-            }
-        }
-    }
-}
-
-/// `out += Σ_p w[p] v_p` over a cache of kind `K`: 32 output lanes at a time in registers
-/// while the positions stream past; the last `d % 8` lanes go through padded rows.
-///
-/// # Safety
-/// As [`attn_scores`], with `out.len()` in place of `q.len()`, `w` holding `n_pos`.
-#[allow(clippy::needless_range_loop)] // acc[j] pairs with the j-th 8 lanes of each row
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn attn_weighted_sum<const K: u8>(
-    w: &[f32],
-    v_ptr: *const u8,
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    let (d, es) = (out.len(), esize(K));
-    assert!(w.len() >= n_pos);
-    let full = d - d % 8;
-    let mut c = 0;
-    while c < full {
-        let nv = ((full - c) / 8).min(4);
-        // Accumulate onto `out`: a cache walked block by block sums as one pass would.
-        let mut acc = [_mm256_setzero_ps(); 4];
-        for (j, a) in acc.iter_mut().enumerate().take(nv) {
-            // SAFETY: c + 8 j + 8 <= full <= d, inside out.
-            *a = unsafe { _mm256_loadu_ps(out.as_ptr().add(c + 8 * j)) };
-        }
-        for (p, &wp) in w.iter().enumerate().take(n_pos) {
-            let wv = _mm256_set1_ps(wp);
-            // SAFETY: elements c..c + 8 nv <= d of position p lie inside the cache.
-            let row = unsafe { v_ptr.add((p * kv_stride + c) * es) };
-            for j in 0..nv {
-                // SAFETY: as above.
-                let v = unsafe { load_w::<K>(row, 8 * j) };
-                acc[j] = _mm256_fmadd_ps(wv, v, acc[j]);
-            }
-        }
-        for j in 0..nv {
-            // SAFETY: c + 8 j + 8 <= full <= d, inside out.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * j), acc[j]) };
-        }
-        c += 8 * nv;
-    }
-    if full < d {
-        let mut o = [0.0f32; 8];
-        o[..d - full].copy_from_slice(&out[full..]);
-        // SAFETY: o holds 8 floats.
-        let mut acc = unsafe { _mm256_loadu_ps(o.as_ptr()) };
-        for (p, &wp) in w.iter().enumerate().take(n_pos) {
-            // SAFETY: the d - full < 8 tail elements of position p lie inside the cache.
-            let v = unsafe {
-                let buf = pad_tail::<K>(v_ptr.add((p * kv_stride + full) * es), d - full);
-                load_w::<K>(buf.as_ptr(), 0)
-            };
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(wp), v, acc);
-        }
-        // SAFETY: o holds 8 floats.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
-        out[full..].copy_from_slice(&o[..d - full]);
-    }
-}
-
-macro_rules! attn_entry {
-    ($scores:ident, $wsum:ident, $t:ty, $k:expr) => {
-        /// Same contract as the scalar kernel of this name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $scores(
-            q: &[f32],
-            k: &[$t],
-            kv_stride: usize,
-            n_pos: usize,
-            scale: f32,
-            out: &mut [f32],
-        ) {
-            assert!(out.len() >= n_pos);
-            assert!(crate::extent::holds_strided(
-                k.len(),
-                n_pos,
-                kv_stride,
-                q.len()
-            ));
-            // SAFETY: the cache extent was checked just above.
-            unsafe { attn_scores::<{ $k }>(q, k.as_ptr().cast(), kv_stride, n_pos, scale, out) }
-        }
-
-        /// Same contract as the scalar kernel of this name.
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $wsum(w: &[f32], v: &[$t], kv_stride: usize, n_pos: usize, out: &mut [f32]) {
-            assert!(crate::extent::holds_strided(
-                v.len(),
-                n_pos,
-                kv_stride,
-                out.len()
-            ));
-            // SAFETY: the cache extent was checked just above.
-            unsafe { attn_weighted_sum::<{ $k }>(w, v.as_ptr().cast(), kv_stride, n_pos, out) }
-        }
-    };
-}
-
-attn_entry!(attn_scores_f16, attn_weighted_sum_f16, u16, F16);
-attn_entry!(attn_scores_f32, attn_weighted_sum_f32, f32, F32);
-
-/// Same contract as the scalar kernel of this name (kernel in `float/qrows_x86.rs`).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attn_scores_q8_0(
-    q: &[f32],
-    k: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    // SAFETY: this function runs with every feature the kernel needs.
-    unsafe { qrows::attn_scores_q8_0_avx2(q, k, kv_stride, n_pos, scale, out) }
-}
-
-/// Same contract as the scalar kernel of this name (kernel in `float/qrows_x86.rs`).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attn_weighted_sum_q8_0(
-    w: &[f32],
-    v: &[u8],
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    // SAFETY: this function runs with every feature the kernel needs.
-    unsafe { qrows::attn_weighted_sum_q8_0_avx2(w, v, kv_stride, n_pos, out) }
 }

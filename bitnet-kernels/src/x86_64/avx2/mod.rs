@@ -1,18 +1,36 @@
-//! AVX2 + FMA kernels. [`Avx2`] is the proof that the CPU has AVX2/FMA/F16C: it can only be
-//! built after detection, so its methods are safe.
+//! The AVX2 + FMA + F16C kernel set (Haswell and later, Zen). [`Avx2`] is the proof that the
+//! CPU has those features: it can only be built after detection, so its methods are safe.
+//! They are the one place this tree's `#[target_feature]` kernels are called from: the
+//! methods both x86 sets have come from `x86_64/entries.rs` (they call the kernel of the same
+//! name in this tree's files), the AVX2-only ones are written out below.
+//!
+//! One file per op family, the same names as `crate::scalar` and `x86_64/avx512/`: `act`,
+//! `ternary`, `binary` (integer), `float` (dense float), `qrows` (quantized rows), `q8q8`,
+//! `rope`, `attn`, `attn_group`, and the AVX2-only `kv`, `kv_int8`, `kv_q4_wsum`,
+//! `kv_b1_xnor`, `hadamard`, `requant` (which the AVX-512 set reuses).
 
 use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::binary::BinaryMatrix;
+use crate::float::kv::KvQuant;
 use crate::isa::Isa;
-use crate::ternary::TernaryMatrix;
 
-pub mod act;
-pub mod binary;
-pub mod float;
-mod q8q8;
-pub mod ternary;
+mod act;
+mod attn;
+mod attn_group;
+mod binary;
+mod float;
+mod hadamard;
+mod kv;
+mod kv_b1_xnor;
+mod kv_int8;
+mod kv_q4_wsum;
+pub(super) mod q8q8;
+pub(super) mod qrows;
+mod requant;
+mod rope;
+mod ternary;
 
 /// Proof that AVX2, FMA and F16C were detected.
 #[derive(Copy, Clone, Debug)]
@@ -35,68 +53,8 @@ impl Avx2 {
         Avx2 { _proof: () }
     }
 
-    pub fn absmax(self, x: &[f32]) -> f32 {
-        // SAFETY: `self` proves the target features.
-        unsafe { act::absmax(x) }
-    }
-
-    pub fn quantize_i8(self, x: &[f32], scale: f32, q: &mut [i8]) -> i32 {
-        assert!(q.len() >= x.len());
-        // SAFETY: `self` proves the target features; lengths checked above.
-        unsafe { act::quantize_i8(x, scale, q) }
-    }
-
-    pub fn sum_bytes(self, data: &[u8]) -> u64 {
-        // SAFETY: `self` proves the target features.
-        unsafe { act::sum_bytes(data) }
-    }
-
-    pub fn sign_bits(self, x: &[f32], bits: &mut [u64]) {
-        assert!(bits.len() >= x.len().div_ceil(64));
-        // SAFETY: `self` proves the target features; lengths checked above.
-        unsafe { act::sign_bits(x, bits) }
-    }
-
-    pub fn ternary_raw_dots(
-        self,
-        w: &TernaryMatrix,
-        q: &[i8],
-        rows: Range<usize>,
-        blocks: Range<usize>,
-        out: &mut [i32],
-    ) {
-        crate::x86_64::check_ternary(w, q, 1, &rows, &blocks, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { ternary::raw_dots(w, q, rows, blocks, out) }
-    }
-
-    pub fn ternary_raw_dots_multi(
-        self,
-        w: &TernaryMatrix,
-        q: &[i8],
-        n_tok: usize,
-        rows: Range<usize>,
-        blocks: Range<usize>,
-        out: &mut [i32],
-    ) {
-        crate::x86_64::check_ternary(w, q, n_tok, &rows, &blocks, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
-    }
-
-    pub fn binary_raw_dots_multi(
-        self,
-        w: &BinaryMatrix,
-        q: &[i8],
-        n_tok: usize,
-        rows: Range<usize>,
-        words: Range<usize>,
-        out: &mut [i32],
-    ) {
-        crate::x86_64::check_binary(w, q.len(), n_tok, &rows, &words, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { binary::raw_dots_multi(w, q, n_tok, rows, words, out) }
-    }
+    // The methods both x86 tokens have (`x86_64/entries.rs`).
+    super::entries::token_entries!();
 
     pub fn binary_xor_popcounts(
         self,
@@ -106,8 +64,117 @@ impl Avx2 {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::x86_64::check_binary(w, x.len() * 64, 1, &rows, &words, out);
+        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_kv(
+        self,
+        fmt: KvQuant,
+        q: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let (ql, kl, ol) = (q.len(), k.len(), out.len());
+        crate::float::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { kv::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_weighted_sum_kv(
+        self,
+        fmt: KvQuant,
+        w: &[f32],
+        n_q: usize,
+        v: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        out: &mut [f32],
+    ) {
+        let (ol, vl, wl) = (out.len(), v.len(), w.len());
+        crate::float::kv::check(
+            "attn_weighted_sum_kv",
+            fmt,
+            ol,
+            n_q,
+            vl,
+            kv_stride,
+            n_pos,
+            wl,
+        );
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { kv::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_kv_int8_query(
+        self,
+        fmt: KvQuant,
+        codes: &[i8],
+        scales: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        crate::float::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe {
+            kv_int8::attn_scores_int8_query(
+                fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out,
+            )
+        }
+    }
+
+    /// Rows more than `i32::MAX / 8` bytes apart take the reference (the kernel gathers eight
+    /// rows with i32 offsets); it gives the same bits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_b1_xnor(
+        self,
+        qbits: &[u32],
+        qscales: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        crate::float::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
+        if kv_stride > i32::MAX as usize / 8 {
+            return crate::scalar::kv_b1_xnor::attn_scores_b1_xnor(
+                qbits, qscales, n_q, k, kv_stride, n_pos, scale, out,
+            );
+        }
+        // SAFETY: `self` proves the target features; shapes checked above, and eight strides
+        // fit the gathers' i32 offsets.
+        unsafe {
+            kv_b1_xnor::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out)
+        }
+    }
+
+    /// Rows of `d` values, `d` a power of two of at least 8.
+    pub fn hadamard_rows(self, d: usize, x: &mut [f32]) {
+        crate::float::hadamard::check_rows(d, x);
+        assert!(d >= crate::float::hadamard::SIMD_MIN_ROW);
+        for row in x.chunks_exact_mut(d) {
+            // SAFETY: `self` proves the target features; the row is a power of two >= 8.
+            unsafe { hadamard::fwht(row) };
+        }
+    }
+
+    pub fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
+        crate::float::requant::check_f16_q8_0(src, out);
+        // SAFETY: `self` proves the target features; lengths checked above.
+        unsafe { requant::f16_q8_0(src, out) }
     }
 }

@@ -14,6 +14,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::float::hsum;
+use super::qrows::f16_at;
+use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 
 /// Weight rows per pass of the one-token kernel.
@@ -28,25 +30,14 @@ thread_local! {
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The f16 scale of the Q8_0 block at `p`.
-///
-/// # Safety
-/// Two bytes at `p` must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_scale(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees the scale field is readable.
-    let h = unsafe { p.cast::<u16>().read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
-}
-
-/// The f16 scales of four consecutive Q8_0 blocks at `p` as an xmm of f32.
+/// The f16 scales of four consecutive Q8_0 blocks at `p` as an xmm of f32 (the AVX-512
+/// `q8q8.rs` reuses it).
 ///
 /// # Safety
 /// The four blocks' scale fields must be readable.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_scales4(p: *const u8) -> __m128 {
+pub(crate) unsafe fn q8_scales4(p: *const u8) -> __m128 {
     let mut bits = 0u64;
     for j in 0..4 {
         // SAFETY: the caller guarantees the four scale fields are readable.
@@ -109,12 +100,12 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
         unsafe {
             let xp = x.add(b * BB);
             let xq = _mm256_loadu_si256(xp.add(2).cast());
-            let dx = q8_scale(xp);
+            let dx = f16_at(xp);
             for r in 0..R {
                 let wp = w[r].add(b * BB);
                 let wq = _mm256_loadu_si256(wp.add(2).cast());
                 let p32 = block_dot(_mm256_abs_epi8(wq), wq, xq);
-                let d = _mm256_set1_ps(q8_scale(wp) * dx);
+                let d = _mm256_set1_ps(f16_at(wp) * dx);
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d, acc[r]);
             }
         }
@@ -169,7 +160,7 @@ unsafe fn dot_q8_tokens<const T: usize>(
             let aw = _mm256_abs_epi8(wq);
             // The weight scale times four tokens' block scales, in both 128-bit halves (one
             // multiply per four tokens; each token then takes its lane with a shuffle).
-            let dw = _mm256_set1_ps(q8_scale(wp));
+            let dw = _mm256_set1_ps(f16_at(wp));
             let dxb = dx.add(TOKENS * b);
             let d0 = _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb)));
             let d1 = if T > 4 {
@@ -204,9 +195,7 @@ pub unsafe fn matmul_q8_0_q8_0(
     let rb = nb * Q8_0_BLOCK_BYTES;
     let nr = rows.len();
     assert!(
-        crate::extent::holds(w.len(), rows.end, rb)
-            && crate::extent::holds(xq.len(), n_tok, rb)
-            && crate::extent::holds(out.len(), n_tok, nr)
+        holds(w.len(), rows.end, rb) && holds(xq.len(), n_tok, rb) && holds(out.len(), n_tok, nr)
     );
     if n_tok > 1 {
         // SAFETY: shapes checked above.
@@ -260,7 +249,7 @@ unsafe fn matmul_tokens(
             for b in 0..nb {
                 let at = ((t / TOKENS) * nb + b) * TOKENS + t % TOKENS;
                 // SAFETY: block b of token t lies inside xq (checked by the caller).
-                dx[at] = unsafe { q8_scale(xq.as_ptr().add((t * nb + b) * Q8_0_BLOCK_BYTES)) };
+                dx[at] = unsafe { f16_at(xq.as_ptr().add((t * nb + b) * Q8_0_BLOCK_BYTES)) };
             }
         }
         // SAFETY: as this function's contract; dx holds the tiles' scales.

@@ -98,7 +98,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
 /// See [`crate::scalar::ternary::raw_dots`].
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_ternary`.
+/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -208,7 +208,7 @@ unsafe fn tile<const T: usize>(
 /// up to [`TILE_TOKENS_MAX`], else [`TILE_TOKENS`] at a time).
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_ternary`.
+/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 unsafe fn raw_dots_multi_tile(
     w: &TernaryMatrix,
@@ -310,7 +310,7 @@ unsafe fn group4_multi<const T: usize>(
 /// Up to this many token rows the group kernel (4 rows against 2 tokens); beyond, the register
 /// tile, which unpacks each weight half once for all the tile's tokens instead of once per
 /// token pair, and for batched decode (up to [`TILE_TOKENS_MAX`] tokens) also reads the
-/// weights once (prefill 128 tokens: tile 85-93, group 80-84 GMAC/s).
+/// weights once (the tile measured faster for prefill; `bench/2026-11-26-kernels-figures.md`).
 const GROUP_TOKENS_MAX: usize = 2;
 
 /// Activation bytes per token block of `raw_dots_multi`.
@@ -320,7 +320,7 @@ const ACT_BLOCK_BYTES: usize = 512 << 10;
 /// against 2 token rows at a time; otherwise the register tile.
 ///
 /// # Safety
-/// AVX2; shapes as checked by `x86_64::check_ternary`.
+/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

@@ -53,7 +53,7 @@ unsafe fn tile<const T: usize>(
 /// See [`crate::scalar::binary::raw_dots_multi`].
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_binary`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::binary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots_multi(
     w: &BinaryMatrix,
@@ -100,7 +100,7 @@ pub unsafe fn raw_dots_multi(
 /// See [`crate::scalar::binary::xor_popcounts`].
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI and VPOPCNTDQ; shapes as checked by `x86_64::check_binary`.
+/// AVX-512 F/BW/VNNI and VPOPCNTDQ; shapes as checked by `crate::binary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vpopcntdq")]
 pub unsafe fn xor_popcounts(
     w: &BinaryMatrix,

@@ -5,17 +5,15 @@
 //! kernels walk 4-row groups (one sequential weight stream) and prefetch weights 4 KiB ahead.
 //! - Decode (`raw_dots`, one token) shares the four activation loads of a block among the 4
 //!   rows and takes code vector `l` as `x & (3 << 2l)` (no shift: shifts and `vpdpbusd` both
-//!   need port 0 on Intel cores) into its own accumulator, rescaled exactly at the end
-//!   (121 -> 150 GMAC/s hot).
+//!   need port 0 on Intel cores) into its own accumulator, rescaled exactly at the end.
 //! - Matrix x matrix (`raw_dots_multi`: prefill and batched decode) unpacks a group's block
 //!   once (`(x >> 2l) & 3`) per 4 token rows; the group's weights stay in L1 across the token
 //!   sub-tiles and the activations of a token block (<= 512 KiB) stay in L2 across groups.
 //!   It replaced a row x 8-token register tile with K chunks, which was slower everywhere
-//!   (2560x6912, 128 tokens: 140 -> 224 GMAC/s; 4-token batched decode from DRAM: 59 -> 122),
-//!   and prefetching inside that tile had cost 30%.
+//!   (prefetching inside that tile cost too).
 //!
 //! A `vpmultishiftqb` (VBMI) unpack measured no faster (it also runs on port 0) and was
-//! dropped.
+//! dropped. What each choice measured: `bench/2026-11-26-kernels-figures.md`.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -24,9 +22,9 @@ use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 /// Bytes from one block of a row to the next block of the same row.
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
-/// How far ahead of the current block decode prefetches weights.
-/// Measured on Sapphire Rapids, 1 GiB cold set, ratio to a plain read: no prefetch 0.63,
-/// 1 KiB 0.75, 2 KiB 0.84, 4 KiB 0.88-0.91 (T0 or T1 hint; NTA 0.72), 8 KiB 0.86.
+/// How far ahead of the current block decode prefetches weights: the distance that came
+/// closest to a plain read of a cold set (shorter and longer ones, and the NTA hint, read
+/// slower; `bench/2026-11-26-kernels-figures.md`).
 pub(crate) const PREFETCH_BYTES: usize = 4096;
 
 /// Raw dots of the 4 rows of one group over `nblk` blocks.
@@ -40,7 +38,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
     // Masking without shifting: code vector `l` is taken as `x & (3 << 2l)` = `4^l c`
     // (at most 128, still a valid unsigned byte), accumulated separately per `l` and
     // scaled back by an exact arithmetic shift at the end. This keeps the unpack off
-    // port 0 (where both `vpdpbusd` and the shifts run): 121 -> 150 GMAC/s hot.
+    // port 0 (where both `vpdpbusd` and the shifts run).
     let m = [
         _mm512_set1_epi8(0x03),
         _mm512_set1_epi8(0x0C),
@@ -92,7 +90,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
 /// See [`crate::scalar::ternary::raw_dots`].
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -190,7 +188,7 @@ unsafe fn group4_batch<const T: usize>(
 /// time, token blocks of at most [`ACT_BLOCK_BYTES`] of activations.
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `x86_64::check_ternary`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

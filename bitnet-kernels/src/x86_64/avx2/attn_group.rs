@@ -1,143 +1,16 @@
-//! Grouped-query attention over an f16 KV cache on x86: the `n_q` query heads that share one
+//! AVX2 grouped-query attention over an f16 KV cache: the `n_q` query heads that share one
 //! KV head are scored (and their values summed) in one pass, so each K and V row is loaded
 //! and converted once per group instead of once per head.
 //!
-//! The per-head kernels in `x86_64/{avx2,avx512}/float.rs` stay the reference shape; these
-//! sum in another order and are held to the same dot budget. Group sizes 2, 4 and 8 have
-//! register-resident kernels; other sizes run the per-head kernels head by head.
+//! The per-head kernels in `attn.rs` stay the reference shape; these sum in another order
+//! and are held to the same dot budget. Group sizes 2, 4 and 8 have register-resident
+//! kernels; for other sizes [`scores_group`] and [`wsum_group`] return `false` and the caller
+//! runs the per-head kernels head by head.
 
 // acc[j][h] pairs position j with head h; index loops say that more plainly than zips.
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
-
-/// Lanes `0..n` of a 16-lane mask.
-#[inline(always)]
-fn mask16(n: usize) -> __mmask16 {
-    ((1u32 << n.min(16)) - 1) as __mmask16
-}
-
-/// Scores of `G` heads (`q` is `[G][d]`) against positions `p0..p0 + P`; returns `[P][G]`.
-///
-/// # Safety
-/// AVX-512 F/BW/VL/DQ + F16C; positions `p0..p0 + P` (`d` elements at stride `kv_stride`) lie
-/// inside `k`, and `q` holds `G * d` floats.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn scores_tile_avx512<const G: usize, const P: usize>(
-    q: *const f32,
-    d: usize,
-    k: *const u16,
-    kv_stride: usize,
-    p0: usize,
-) -> [[f32; G]; P] {
-    let mut acc = [[_mm512_setzero_ps(); G]; P];
-    let mut c = 0;
-    while c < d {
-        let m = mask16(d - c);
-        // SAFETY: lanes c.. below d of each position and each head (caller's contract);
-        // masked-out lanes are not read.
-        unsafe {
-            let kv: [__m512; P] = std::array::from_fn(|j| {
-                let row = k.add((p0 + j) * kv_stride + c);
-                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row.cast()))
-            });
-            for h in 0..G {
-                let qv = _mm512_maskz_loadu_ps(m, q.add(h * d + c));
-                for j in 0..P {
-                    acc[j][h] = _mm512_fmadd_ps(qv, kv[j], acc[j][h]);
-                }
-            }
-        }
-        c += 16;
-    }
-    acc.map(|a| a.map(|v| _mm512_reduce_add_ps(v)))
-}
-
-/// # Safety
-/// As [`scores_tile_avx512`] for every position below `n_pos`; `out` holds `G * n_pos`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn scores_group_avx512<const G: usize>(
-    q: &[f32],
-    k: &[u16],
-    kv_stride: usize,
-    n_pos: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let d = q.len() / G;
-    let mut p = 0;
-    while p < n_pos {
-        // SAFETY: positions below n_pos lie inside k (checked by the safe API).
-        unsafe {
-            if p + 2 <= n_pos {
-                let s = scores_tile_avx512::<G, 2>(q.as_ptr(), d, k.as_ptr(), kv_stride, p);
-                for (j, sj) in s.iter().enumerate() {
-                    for (h, &v) in sj.iter().enumerate() {
-                        out[h * n_pos + p + j] = scale * v;
-                    }
-                }
-                p += 2;
-            } else {
-                let s = scores_tile_avx512::<G, 1>(q.as_ptr(), d, k.as_ptr(), kv_stride, p);
-                for (h, &v) in s[0].iter().enumerate() {
-                    out[h * n_pos + p] = scale * v;
-                }
-                p += 1;
-            }
-        }
-    }
-}
-
-/// `out[h] += Σ_p w[h][p] v_p` for `G` heads, 32 output lanes per pass.
-///
-/// # Safety
-/// AVX-512 F/BW/VL/DQ + F16C; shapes as the safe API checks them (`w` is `[G][n_pos]`,
-/// `out` is `[G][d]`, every position's `d` values inside `v`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
-unsafe fn wsum_group_avx512<const G: usize>(
-    w: &[f32],
-    v: &[u16],
-    kv_stride: usize,
-    n_pos: usize,
-    out: &mut [f32],
-) {
-    let d = out.len() / G;
-    let mut c = 0;
-    while c < d {
-        let m = [mask16(d - c), mask16(d.saturating_sub(c + 16))];
-        // Accumulate onto `out` (a cache walked block by block sums as one pass would).
-        let acc_init: [[__m512; 2]; G] = std::array::from_fn(|h| {
-            std::array::from_fn(|j| {
-                let src = out.as_ptr().wrapping_add(h * d + c + 16 * j);
-                // SAFETY: the mask covers only lanes below d of head h's output row.
-                unsafe { _mm512_maskz_loadu_ps(m[j], src) }
-            })
-        });
-        let mut acc = acc_init;
-        for p in 0..n_pos {
-            // SAFETY: the masked-in lanes lie below d of position p, inside v; the address of
-            // an all-masked second half is formed with wrapping arithmetic.
-            let vv: [__m512; 2] = std::array::from_fn(|j| unsafe {
-                let row = v.as_ptr().wrapping_add(p * kv_stride + c + 16 * j);
-                _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m[j], row.cast()))
-            });
-            for (h, a) in acc.iter_mut().enumerate() {
-                let wv = _mm512_set1_ps(w[h * n_pos + p]);
-                a[0] = _mm512_fmadd_ps(wv, vv[0], a[0]);
-                a[1] = _mm512_fmadd_ps(wv, vv[1], a[1]);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            for j in 0..2 {
-                let dst = out.as_mut_ptr().wrapping_add(h * d + c + 16 * j);
-                // SAFETY: the mask covers only lanes below d of head h's output row.
-                unsafe { _mm512_mask_storeu_ps(dst, m[j], a[j]) };
-            }
-        }
-        c += 32;
-    }
-}
 
 /// How many positions ahead the grouped score kernels prefetch K rows.
 const PREFETCH_POS: usize = 16;
@@ -148,7 +21,7 @@ const PREFETCH_POS: usize = 16;
 /// AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn reduce8_avx2(a: [__m256; 8]) -> __m256 {
+fn reduce8(a: [__m256; 8]) -> __m256 {
     // Pairwise adds within 128-bit halves, then the two halves of each sum added: 7 adds
     // and 2 permutes for 8 sums instead of 8 separate horizontal sums.
     let t0 = _mm256_hadd_ps(a[0], a[1]);
@@ -174,7 +47,7 @@ pub(crate) fn reduce8_avx2(a: [__m256; 8]) -> __m256 {
 /// of each position `p0..p0 + P`, position `p` at `p * kv_stride`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_tile8_avx2<const G: usize, const P: usize>(
+unsafe fn scores_tile8<const G: usize, const P: usize>(
     q: *const f32,
     d: usize,
     k: *const u16,
@@ -202,7 +75,7 @@ unsafe fn scores_tile8_avx2<const G: usize, const P: usize>(
     }
     let mut out = [0.0f32; 8];
     // SAFETY: `out` holds 8 floats.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), reduce8_avx2(acc)) };
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), reduce8(acc)) };
     for j in 0..P {
         for h in 0..G {
             for i in c..d {
@@ -216,10 +89,10 @@ unsafe fn scores_tile8_avx2<const G: usize, const P: usize>(
 }
 
 /// # Safety
-/// As [`scores_tile8_avx2`] for every position below `n_pos`; `out` holds `G * n_pos`;
+/// As [`scores_tile8`] for every position below `n_pos`; `out` holds `G * n_pos`;
 /// `G * P == 8`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_group_avx2<const G: usize, const P: usize>(
+unsafe fn scores_g<const G: usize, const P: usize>(
     q: &[f32],
     k: &[u16],
     kv_stride: usize,
@@ -243,7 +116,7 @@ unsafe fn scores_group_avx2<const G: usize, const P: usize>(
             }
         }
         // SAFETY: positions p..p + P lie below n_pos, inside k (checked by the safe API).
-        let s = unsafe { scores_tile8_avx2::<G, P>(q.as_ptr(), d, k.as_ptr(), kv_stride, p) };
+        let s = unsafe { scores_tile8::<G, P>(q.as_ptr(), d, k.as_ptr(), kv_stride, p) };
         for j in 0..P {
             for h in 0..G {
                 out[h * n_pos + p + j] = scale * s[j * G + h];
@@ -253,7 +126,7 @@ unsafe fn scores_group_avx2<const G: usize, const P: usize>(
     }
     while p < n_pos {
         // SAFETY: position p < n_pos lies inside k (checked by the safe API).
-        let s = unsafe { scores_tile8_avx2::<G, 1>(q.as_ptr(), d, k.as_ptr(), kv_stride, p) };
+        let s = unsafe { scores_tile8::<G, 1>(q.as_ptr(), d, k.as_ptr(), kv_stride, p) };
         for (h, &v) in s[..G].iter().enumerate() {
             out[h * n_pos + p] = scale * v;
         }
@@ -272,9 +145,10 @@ const WSUM_TILE_POS: usize = 32;
 /// prefetched during the first pass.
 ///
 /// # Safety
-/// AVX2 + FMA + F16C; shapes as [`wsum_group_avx512`].
+/// AVX2 + FMA + F16C; shapes as the safe API checks them (`w` is `[G][n_pos]`, `out` is
+/// `[G][d]`, every position's `d` values inside `v`).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn wsum_group_avx2<const G: usize>(
+unsafe fn wsum_g<const G: usize>(
     w: &[f32],
     v: &[u16],
     kv_stride: usize,
@@ -305,7 +179,7 @@ unsafe fn wsum_group_avx2<const G: usize>(
                     // The next tile's rows, a line of each per pass that starts one: asked
                     // for all at once at the tile's start, the requests outnumbered the
                     // misses a core keeps in flight and most were dropped (the sum read V
-                    // from memory at 5 GB/s, against 8-13 for the scores).
+                    // from memory far slower than the scores read K).
                     let line = v.as_ptr().wrapping_add((p + WSUM_TILE_POS) * kv_stride + c);
                     // A hint: it reads nothing and never faults.
                     _mm_prefetch::<_MM_HINT_T0>(line.cast());
@@ -356,11 +230,9 @@ unsafe fn wsum_group_avx2<const G: usize>(
 /// nothing) for group sizes without a kernel here.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/DQ + F16C when `avx512`, AVX2 + FMA + F16C
-/// otherwise; shapes checked by the safe API.
+/// The CPU must support AVX2, FMA and F16C; shapes as `crate::float::attn` checks them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn scores_group(
-    avx512: bool,
     q: &[f32],
     n_q: usize,
     k: &[u16],
@@ -369,23 +241,15 @@ pub(crate) unsafe fn scores_group(
     scale: f32,
     out: &mut [f32],
 ) -> bool {
-    macro_rules! go {
-        ($g:literal) => {
-            // SAFETY: the caller guarantees the CPU features and the shapes.
-            unsafe {
-                if avx512 {
-                    scores_group_avx512::<$g>(q, k, kv_stride, n_pos, scale, out)
-                } else {
-                    scores_group_avx2::<$g, { 8 / $g }>(q, k, kv_stride, n_pos, scale, out)
-                }
-            }
-        };
-    }
-    match n_q {
-        2 => go!(2),
-        4 => go!(4),
-        8 => go!(8),
-        _ => return false,
+    // SAFETY: the caller guarantees the CPU features and the shapes. A tile holds 8 / G
+    // positions (eight accumulators).
+    unsafe {
+        match n_q {
+            2 => scores_g::<2, 4>(q, k, kv_stride, n_pos, scale, out),
+            4 => scores_g::<4, 2>(q, k, kv_stride, n_pos, scale, out),
+            8 => scores_g::<8, 1>(q, k, kv_stride, n_pos, scale, out),
+            _ => return false,
+        }
     }
     true
 }
@@ -396,7 +260,6 @@ pub(crate) unsafe fn scores_group(
 /// # Safety
 /// As [`scores_group`].
 pub(crate) unsafe fn wsum_group(
-    avx512: bool,
     w: &[f32],
     n_q: usize,
     v: &[u16],
@@ -404,23 +267,14 @@ pub(crate) unsafe fn wsum_group(
     n_pos: usize,
     out: &mut [f32],
 ) -> bool {
-    macro_rules! go {
-        ($g:literal) => {
-            // SAFETY: the caller guarantees the CPU features and the shapes.
-            unsafe {
-                if avx512 {
-                    wsum_group_avx512::<$g>(w, v, kv_stride, n_pos, out)
-                } else {
-                    wsum_group_avx2::<$g>(w, v, kv_stride, n_pos, out)
-                }
-            }
-        };
-    }
-    match n_q {
-        2 => go!(2),
-        4 => go!(4),
-        8 => go!(8),
-        _ => return false,
+    // SAFETY: the caller guarantees the CPU features and the shapes.
+    unsafe {
+        match n_q {
+            2 => wsum_g::<2>(w, v, kv_stride, n_pos, out),
+            4 => wsum_g::<4>(w, v, kv_stride, n_pos, out),
+            8 => wsum_g::<8>(w, v, kv_stride, n_pos, out),
+            _ => return false,
+        }
     }
     true
 }

@@ -6,11 +6,11 @@
 //!
 //! At depth the rows come from DRAM, one head's slice of every position: the kernels
 //! prefetch rows ahead, and the weighted sum walks positions in L1-sized tiles so each row
-//! is fetched once for all its passes over the output lanes (together 2.3x faster than
-//! without, q8_0 at 4,096 positions).
+//! is fetched once for all its passes over the output lanes (what the two bought:
+//! `bench/2026-11-26-kernels-figures.md`).
 //!
 //! AVX-512 machines run these too (no 512-bit versions yet: the machine they were written
-//! on has no AVX-512 to test them).
+//! on has no AVX-512 to test them); `x86_64/avx512/mod.rs` says which ops reuse AVX2.
 
 // acc[h][j] pairs head h with lane group j; index loops say that more plainly than zips.
 #![allow(clippy::needless_range_loop)]
@@ -28,8 +28,7 @@ pub(crate) const Q80: u8 = 4;
 
 /// The f16 at `p` as f32 in every lane. Broadcast before the conversion: a scalar
 /// conversion compiled to a `vpinsrw` merging into a live register, a false dependency that
-/// chained every position's decode to the previous one (q8_0's weighted sum ran at half
-/// the speed of q8_r's).
+/// chained every position's decode to the previous one.
 ///
 /// # Safety
 /// Two bytes at `p` readable; AVX2/FMA/F16C.
@@ -113,8 +112,8 @@ unsafe fn half_block<const F: u8>(row: *const u8, b: usize, half: usize) -> [__m
 
 /// Rows ahead of the one being read whose lines are prefetched. A head's row is a fraction
 /// of a position's bytes (the other KV heads sit between), and at depth the cache comes
-/// from DRAM: the hardware prefetchers do not keep up with that pattern (measured at about
-/// 1 GB/s without these hints, against 15 GB/s of streaming bandwidth on the 2-core EPYC).
+/// from DRAM: the hardware prefetchers do not keep up with that pattern (without these hints
+/// the rows were read at a fraction of the streaming bandwidth).
 pub(crate) const PREFETCH_ROWS: usize = 16;
 
 /// Positions the weighted sum reads per tile: every pass over a tile (16 or 32 output lanes)
@@ -302,7 +301,7 @@ fn kernels_of(fmt: KvQuant, g: usize) -> Option<(ScoresKernel, WsumKernel)> {
         // Q4_0 values take the integer-weighted sum (nibbles multiplied as bytes); this
         // module's decode-to-float kernel still scores Q4_0 keys against a float query.
         KvQuant::Q4_0 => {
-            kernels::<Q40>(g).and_then(|(s, _)| Some((s, super::kv_q4_wsum_x86::wsum_kernel(g)?)))
+            kernels::<Q40>(g).and_then(|(s, _)| Some((s, super::kv_q4_wsum::wsum_kernel(g)?)))
         }
         KvQuant::B1 => kernels::<B1>(g),
     }

@@ -1,5 +1,5 @@
 //! AVX2 XNOR/popcount scores of B1 keys against a sign-quantized query
-//! (`crate::scalar::kv::attn_scores_b1_xnor`): eight positions per pass, one lane each.
+//! (`crate::scalar::kv_b1_xnor::attn_scores_b1_xnor`): eight positions per pass, one lane each.
 //! Per block, the eight keys' sign words and f16 scales are gathered once for all the
 //! group's heads; each head's word is XORed in, the bits counted (nibble table), and
 //! `(32 - 2 count) * s_k` multiplied-added with the head's block scale, in the reference's
@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 
 use crate::float::kv::B1_BLOCK_BYTES;
-use crate::scalar::kv as scalar;
+use crate::scalar::kv_b1_xnor as scalar;
 
 /// Heads scored per pass over the keys (accumulators held in registers).
 const HEADS: usize = 8;

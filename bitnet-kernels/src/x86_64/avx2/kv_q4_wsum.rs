@@ -1,5 +1,5 @@
 //! AVX2 weighted sum of Q4_0 values with integer weights (the specification:
-//! `crate::scalar::kv::attn_weighted_sum_q4_0`, bit for bit).
+//! `crate::scalar::kv_q4_wsum::attn_weighted_sum_q4_0`, bit for bit).
 //!
 //! The float weighted sum turned every nibble into a float before its multiply-add, and at 2
 //! threads that decoding, not the bytes Q4_0 halves, bounded it. Here each head's weights of
@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 
 use crate::float::formats::Q4_0_BLOCK_BYTES;
 use crate::float::kv::QK_KV;
-use crate::scalar::kv::{Q4_0_WSUM_TILE, q4_0_wsum_step};
+use crate::scalar::kv_q4_wsum::{Q4_0_WSUM_TILE, attn_weighted_sum_q4_0, q4_0_wsum_step};
 
 const TILE: usize = Q4_0_WSUM_TILE;
 /// Blocks whose weights are rounded together before their products (d <= 256 in one go).
@@ -47,7 +47,7 @@ fn hmax(v: __m256) -> f32 {
 }
 
 /// The integer weights of the products `c` (lanes past the tile's positions hold 0), as
-/// `crate::scalar::kv::q4_0_wsum_weights` rounds them, into `bytes` (`k[p]` at byte `p`;
+/// `crate::scalar::kv_q4_wsum::q4_0_wsum_weights` rounds them, into `bytes` (`k[p]` at byte `p`;
 /// zeros when the tile adds nothing); `None` when the tile adds nothing.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -104,7 +104,7 @@ unsafe fn wsum_q4_0_g<const G: usize>(
 ) {
     if (TILE - 1).saturating_mul(kv_stride) > i32::MAX as usize {
         // The scale gather takes i32 offsets; rows this far apart take the reference (same bits).
-        return crate::scalar::kv::attn_weighted_sum_q4_0(w, G, v, kv_stride, n_pos, out);
+        return attn_weighted_sum_q4_0(w, G, v, kv_stride, n_pos, out);
     }
     let d = out.len() / G;
     let nb = d / QK_KV;
@@ -245,8 +245,8 @@ unsafe fn wsum_q4_0_g<const G: usize>(
     }
 }
 
-/// The kernel for a group of `g` heads (1, 2, 4 or 8), as an entry of `kv_x86`'s table.
-pub(crate) fn wsum_kernel(g: usize) -> Option<super::kv_x86::WsumKernel> {
+/// The kernel for a group of `g` heads (1, 2, 4 or 8), as an entry of `kv.rs`' table.
+pub(crate) fn wsum_kernel(g: usize) -> Option<super::kv::WsumKernel> {
     Some(match g {
         1 => wsum_q4_0_g::<1>,
         2 => wsum_q4_0_g::<2>,

@@ -1,22 +1,23 @@
 //! AVX2 scoring of integer-coded keys (Q8_0, Q8R, Q4_0) against an int8 query
-//! (`crate::float::kv::attn_scores_kv_int8_query`). Each key block is loaded once for the GQA
+//! (`crate::float::kv::attn_scores_kv_int8_query`; the specification is
+//! `crate::scalar::kv_int8`). Each key block is loaded once for the GQA
 //! group as 32 bytes (Q8_0 and Q8R signed codes, Q4_0 unsigned nibbles), and each (head, row)
 //! block dot is `vpmaddubsw` + `vpmaddwd` over all 32 values, exact in i32 lanes (Q8_0 and
 //! Q8R through the sign trick: `|k|` times `q` carrying `k`'s sign keeps the unsigned operand
 //! of `vpmaddubsw` in range; Q4_0's 8 comes off through the query's block sums). Four such
 //! dots are gathered into one vector before the conversion and the scaling by the key's and
-//! the query's block scales ([`scores_tile`]). Decoding the keys to floats instead (`kv_x86`)
+//! the query's block scales ([`scores_tile`]). Decoding the keys to floats instead (`kv.rs`)
 //! takes four FMAs for those 32 values per head, plus the conversions: the attention at depth
 //! is bound by that arithmetic, not by the bytes.
 
 use std::arch::x86_64::*;
 
+use super::kv::{PREFETCH_ROWS, Q8R, Q40, Q80, f16_splat, prefetch_row, row_bytes};
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
-use crate::float::kv_x86::{PREFETCH_ROWS, Q8R, Q40, Q80, f16_splat, prefetch_row, row_bytes};
 
 /// Block `b` of the row at `row`: its scale in every lane and its 32 integer values in
-/// order: for Q8_0 and Q8R the signed codes `crate::scalar::kv::block_ints` gives, for Q4_0
+/// order: for Q8_0 and Q8R the signed codes `crate::scalar::kv_int8::block_ints` gives, for Q4_0
 /// the unsigned nibbles (`block_ints`' values + 8; the tile takes the 8 off through the
 /// query's block sums, which spares the sign trick).
 ///
@@ -271,7 +272,7 @@ fn kernel_of(fmt: KvQuant, g: usize) -> Option<ScoresKernel> {
     }
 }
 
-/// `crate::scalar::kv::attn_scores_int8_query`, 256 bits wide.
+/// `crate::scalar::kv_int8::attn_scores_int8_query`, 256 bits wide.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `fmt` has integer codes; shapes checked by the
