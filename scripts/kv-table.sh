@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The KV cache type table (README, "KV cache types"): per K/V type pair, the bytes a token
+# The KV cache type table (docs/kv-cache.md, "KV cache types"): per K/V type pair, the bytes a token
 # takes per layer and the cache at 4,096 tokens (from `bitnet inspect`), decode speed at
 # depth 512 and 4,096 on the BitNet b1.58 2B-4T shape (generated model, seed 1), and the
 # perplexity, mean KL divergence and top-1 agreement against the f16 run on the shipped

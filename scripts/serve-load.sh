@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The server's load run (README, "bitnet serve" figures): one `bitnet serve` on loopback over
+# The server's load run (docs/serve.md, "Load figures"): one `bitnet serve` on loopback over
 # a 2-layer model of the 2B-4T widths (generated, seed 1), driven by bitnet-loadtest with
 # streaming clients at each concurrency in one run, while the server's RSS is sampled every
 # second. Writes bench/YYYY-MM-DD-COMMIT-serve-load.{md,json}, then fails (exit 1, saying

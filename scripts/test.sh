@@ -2,7 +2,7 @@
 # The test suite, as CI runs it: everything with the best kernels this CPU has, then the
 # whole suite again with the scalar kernels forced, so the fallbacks stay honest; and the
 # embedding examples of bitnet-core run on the shipped model (they exit non-zero when they
-# fail). Needs ../shared beside the checkout (test data); see README.
+# fail). Needs ../shared beside the checkout (test data); see README.md and ../shared/data/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every core by default; JOBS=N to share the machine.

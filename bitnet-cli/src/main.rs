@@ -1,7 +1,7 @@
 //! The `bitnet` binary: a thin command-line layer over bitnet-core. One module per
 //! subcommand under `cmd/`, the flags they share under `args/`, loading a model and making
-//! an engine under `setup/`; this file only parses arguments, dispatches, and turns errors
-//! into exit codes.
+//! an engine under `setup/`, the figures they report under `report/`; this file only parses
+//! arguments, dispatches, and turns errors into exit codes.
 #![forbid(unsafe_code)]
 
 mod args;
@@ -9,6 +9,7 @@ mod cmd;
 mod interrupt;
 mod output;
 mod output_file;
+mod report;
 mod setup;
 
 use std::process::ExitCode;

@@ -4,16 +4,14 @@
 //! a client leaving mid-stream, and SIGTERM. `--step-delay-ms` (hidden) slows the tiny model
 //! down where a test needs requests to last.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::shipped_model;
 use serde_json::{Value, json};
-
-fn model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
-}
 
 /// A running server; killed when dropped unless it already exited.
 struct Server {
@@ -34,7 +32,7 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_bitnet"))
             .arg("serve")
             .arg("-m")
-            .arg(model())
+            .arg(shipped_model())
             .args(["--port", "0", "-t", "1", "--no-pin"])
             .args(extra)
             .stdout(Stdio::piped())
@@ -729,7 +727,7 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     // A --keep that leaves nothing to shift is refused at start.
     let mut bad = Command::new(env!("CARGO_BIN_EXE_bitnet"))
         .args(["serve", "-m"])
-        .arg(model())
+        .arg(shipped_model())
         .args([
             "--port",
             "0",

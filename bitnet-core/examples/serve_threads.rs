@@ -2,7 +2,8 @@
 //! client submits a request through a cloned [`Handle`] and reads its replies from its own
 //! channel; the runtime decodes all running requests together (continuous batching). One
 //! client asks for two answers to one prompt (its prompt is evaluated once), and one
-//! cancels its request after a few tokens.
+//! cancels, after a few tokens, a request that would otherwise never end (a sliding window
+//! keeps making room for it).
 //!
 //! `cargo run --release -p bitnet-core --example serve_threads -- MODEL.gguf [CLIENTS]`
 //! (CI runs it on the shipped model, `models/shakespeare.gguf`.)
@@ -12,6 +13,7 @@ use std::sync::Arc;
 
 use bitnet_core::runtime::{Handle, Reply, Request, Runtime, RuntimeOptions};
 use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::scheduler::ContextPolicy;
 use bitnet_core::{
     CoreError, Engine, EngineOptions, GenParams, LoadOptions, Model, Scheduler, SchedulerOptions,
     StopReason,
@@ -22,20 +24,10 @@ use bitnet_core::{
 fn client(
     engine: Handle,
     prompt: Vec<u32>,
-    seed: u64,
+    params: GenParams,
     n: usize,
     cancel_after: Option<usize>,
 ) -> Result<Vec<(String, StopReason)>, String> {
-    let params = GenParams {
-        max_tokens: 32,
-        sampler: SamplerConfig {
-            seed,
-            ..SamplerConfig::default()
-        },
-        // Every answer runs to `max_tokens`, so the cancelled one is cut for sure.
-        ignore_eos: true,
-        ..GenParams::default()
-    };
     let request = Request {
         n,
         ..Request::new(prompt, params)
@@ -88,10 +80,28 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(|i| {
             let engine = runtime.handle();
             let prompt = prompts[i % prompts.len()].clone();
-            // Client 0 wants two answers; client 1 stops its request after 5 tokens.
+            let mut params = GenParams {
+                max_tokens: 32,
+                sampler: SamplerConfig {
+                    seed: i as u64,
+                    ..SamplerConfig::default()
+                },
+                ..GenParams::default()
+            };
+            // Client 0 wants two answers. Client 1 stops, after 5 tokens, a request with no
+            // end of its own: no token limit, no end-of-generation token, and a window that
+            // makes room in the cache as it fills.
             let n = if i == 0 { 2 } else { 1 };
             let cancel_after = (i == 1).then_some(5);
-            std::thread::spawn(move || client(engine, prompt, i as u64, n, cancel_after))
+            if i == 1 {
+                params.max_tokens = usize::MAX;
+                params.ignore_eos = true;
+                params.context = ContextPolicy::Window {
+                    sinks: 4,
+                    window: 64,
+                };
+            }
+            std::thread::spawn(move || client(engine, prompt, params, n, cancel_after))
         })
         .collect();
     let mut failed = false;

@@ -18,19 +18,10 @@ pub enum CoreError {
     /// The file's metadata or tensor list does not describe a model we run.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    /// The KV cache could not be set up as asked (sizes, memory, rotation).
+    /// The KV cache refused: it could not be set up as asked (sizes, memory, rotation), it
+    /// is full, or a sequence handle is stale.
     #[error(transparent)]
     Kv(#[from] crate::kv::KvError),
-    #[error(
-        "the KV cache is full: {needed} more positions need blocks, {} of {} blocks are \
-         held by sequences (raise -c, run fewer sequences at once, or end kept conversations)",
-        stats.used, stats.n_blocks
-    )]
-    KvFull {
-        needed: usize,
-        stats: crate::kv::PoolStats,
-    },
-    /// The tokenizer could not be built from the file's metadata.
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// The sampler configuration was refused.

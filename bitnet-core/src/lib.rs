@@ -12,7 +12,8 @@
 //! - [`tokenizer`], [`sampling`], [`config`], [`threadpool`], [`synth`] (the model
 //!   generator), [`health`] (repetition signals).
 //!
-//! Dependencies point down: runtime -> scheduler -> engine -> {kv, model} -> kernels.
+//! Dependencies point down: {runtime, chat} -> scheduler -> engine -> {kv, model} ->
+//! kernels.
 //!
 //! Generating from a model (the shipped one, here):
 //!
@@ -68,6 +69,7 @@ pub mod tokenizer;
 
 pub use engine::{Engine, EngineOptions, Session};
 pub use error::CoreError;
+pub use kv::SeqId;
 pub use model::{LoadOptions, Model};
 pub use scheduler::{
     Event, GenParams, GenStats, Scheduler, SchedulerOptions, StopReason, generate,

@@ -1,8 +1,8 @@
 //! A persistent fork-join thread pool for the forward pass.
 //!
-//! A decode step runs a couple of hundred small parallel regions (one per matmul, each
-//! 50–500 µs), so the cost that matters is dispatch + join latency, not throughput. Workers
-//! are spawned once; a region is published by bumping an atomic generation counter, workers
+//! A decode step runs a couple of hundred small parallel regions (one per matmul, each a
+//! fraction of a millisecond), so the cost that matters is dispatch + join latency, not
+//! throughput. Workers are spawned once; a region is published by bumping an atomic generation counter, workers
 //! spin on it for a short while ([`DEFAULT_SPIN`]) and only then sleep on a condvar, so a
 //! busy decode loop never pays a futex wake-up while an idle pool does not burn a core. The
 //! calling thread runs part 0, then any part no worker has claimed yet (so a worker the OS

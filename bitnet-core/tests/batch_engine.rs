@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::sched::eval_last;
+use common::sched::{eval_last, seeded_tokens};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,12 +18,6 @@ use common::models::{engine, preset, synth_model};
 /// Grouped-query attention (4 heads on 2 KV heads) so the grouped kernels run.
 fn model(tag: &str, isa: Isa) -> (Arc<Model>, PathBuf) {
     synth_model(tag, &preset("tiny-bitnet"), Some(isa))
-}
-
-fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(7919).wrapping_add(seed * 104_729 + 13)) % n_vocab as u32)
-        .collect()
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -50,10 +44,10 @@ fn a_sequence_in_a_batch_of_eight_matches_it_alone() {
         let prompts: Vec<Vec<u32>> = lens
             .iter()
             .enumerate()
-            .map(|(i, &n)| tokens(n, i as u32 + 1, v))
+            .map(|(i, &n)| seeded_tokens(n, i as u32 + 1, v))
             .collect();
         let steps = 6;
-        let streams: Vec<Vec<u32>> = (0..8).map(|i| tokens(steps, 50 + i, v)).collect();
+        let streams: Vec<Vec<u32>> = (0..8).map(|i| seeded_tokens(steps, 50 + i, v)).collect();
 
         // Alone: each sequence on a fresh engine, prompt then one token at a time.
         let mut alone: Vec<Vec<Vec<f32>>> = Vec::new();
@@ -138,7 +132,7 @@ fn forks_share_blocks_and_copy_on_write() {
     let mut e = engine(&m, 256, 64, 1);
     let bt = e.kv().block_tokens();
     let a = e.kv_mut().new_sequence();
-    let prompt = tokens(2 * bt + bt / 2, 3, v); // two full blocks and half of a third
+    let prompt = seeded_tokens(2 * bt + bt / 2, 3, v); // two full blocks and half of a third
     eval_last(&mut e, a, &prompt, 64);
     assert_eq!(e.kv().stats().pool.used, 3);
     let b = e.kv_mut().fork(a).unwrap();
@@ -193,7 +187,7 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
     let (m, path) = model("prefix", Isa::Scalar);
     let v = m.n_vocab();
     let mut e = engine(&m, 1024, 128, 1);
-    let shared = tokens(300, 11, v);
+    let shared = seeded_tokens(300, 11, v);
     let a = e.kv_mut().new_sequence();
     eval_last(&mut e, a, &shared, 128);
     e.kv_mut().free_sequence(a).unwrap();
@@ -203,7 +197,7 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
     );
 
     let mut second = shared.clone();
-    second.extend(tokens(20, 12, v));
+    second.extend(seeded_tokens(20, 12, v));
     let b = e.kv_mut().new_sequence();
     let reused = e.kv_mut().reuse_prefix(b, &second).unwrap();
     assert_eq!(reused, 300, "the whole shared prefix comes from the cache");
@@ -221,7 +215,7 @@ fn a_shared_300_token_prefix_is_not_evaluated_again() {
 
     // A prompt that diverges inside a cached block reuses the rows before the divergence.
     let mut third = shared[..150].to_vec();
-    third.extend(tokens(10, 13, v));
+    third.extend(seeded_tokens(10, 13, v));
     let d = e.kv_mut().new_sequence();
     assert_eq!(e.kv_mut().reuse_prefix(d, &third).unwrap(), 150);
     let got = eval_last(&mut e, d, &third[150..], 128);
@@ -252,7 +246,7 @@ fn batch_errors_change_nothing() {
         e.forward(&twice, |_, _, _| {}).is_err(),
         "one sequence twice"
     );
-    let big = tokens(17, 1, m.n_vocab());
+    let big = seeded_tokens(17, 1, m.n_vocab());
     let over = [BatchItem {
         seq: a,
         tokens: &big,

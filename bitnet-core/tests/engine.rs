@@ -12,13 +12,9 @@ use bitnet_core::model::{HeadMode, LoadMode};
 use bitnet_core::synth::SynthSpec;
 use bitnet_gguf::TensorType;
 use bitnet_kernels::Isa;
-use common::metrics::max_rel_diff;
+use common::metrics::{max_rel_diff, rel_l2_f32};
 use common::models::preset;
 use common::setup::{decode_all, prefill_all, spread_prompt};
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
-    common::metrics::rel_l2(a, b) as f32
-}
 
 /// Largest |prefill - decode| logit difference, relative to the largest |logit|. Ternary
 /// products are exact integers and attention reads the same f16 cache either way; only the
@@ -223,7 +219,7 @@ fn scalar_and_best_kernels_agree() {
     .unwrap();
     let a = prefill_all(&model_s, &toks);
     let b = prefill_all(&model_b, &toks);
-    let e = rel_l2(&b, &a);
+    let e = rel_l2_f32(&b, &a);
     assert!(e <= ISA_REL_L2_TOL, "scalar vs {}: rel-L2 {e}", Isa::best());
     std::fs::remove_file(&path).ok();
 }
@@ -484,7 +480,7 @@ fn q8_kv_cache_matches_f16_closely_and_prefill_equals_decode() {
     let toks = spread_prompt(20, 512);
     let a = prefill_all(&common::setup::load(&path, &q8).unwrap(), &toks);
     let b = prefill_all(&common::setup::load(&path, &opts(2)).unwrap(), &toks);
-    let e = rel_l2(&a, &b);
+    let e = rel_l2_f32(&a, &b);
     assert!(e <= KV_Q8_REL_L2_TOL && e > 0.0, "q8 vs f16 KV: rel-L2 {e}");
     std::fs::remove_file(&path).ok();
 }

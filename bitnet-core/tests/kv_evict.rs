@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::sched::{bounded_params, eval_last, run_bounded};
+use common::sched::{bounded_params, eval_last, run_bounded, seeded_tokens};
 
 use std::sync::Arc;
 
@@ -47,9 +47,11 @@ fn engine_kv(m: &Arc<Model>, n_ctx: usize, threads: usize, kv: KvType) -> Engine
     engine_with(m, opts)
 }
 
+/// `n` token ids in `3..503`, different for each `seed`.
 fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(7919).wrapping_add(seed * 104_729 + 13)) % 500 + 3)
+    seeded_tokens(n, seed, 500)
+        .into_iter()
+        .map(|t| t + 3)
         .collect()
 }
 

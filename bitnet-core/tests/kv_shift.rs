@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::sched::eval_last;
+use common::sched::{eval_last, seeded_tokens};
 
 use std::sync::Arc;
 
@@ -22,12 +22,6 @@ fn model(tag: &str, name: &str) -> Arc<Model> {
 /// Passes of 32 tokens on one thread.
 fn engine(model: &Arc<Model>, n_ctx: usize) -> Engine {
     common::models::engine(model, n_ctx, 32, 1)
-}
-
-fn tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
-    (0..n as u32)
-        .map(|i| (i.wrapping_mul(7919).wrapping_add(seed * 104_729 + 13)) % n_vocab as u32)
-        .collect()
 }
 
 fn row(e: &Engine, seq: SeqId, layer: usize, pos: usize, is_k: bool) -> Vec<f32> {
@@ -56,7 +50,7 @@ fn head_norms(v: &[f32], hd: usize) -> Vec<f32> {
 fn check_shift_moves_rows(preset: &str) {
     let m = model(&format!("shift-{preset}"), preset);
     let (nv, nl, hd) = (m.n_vocab(), m.config().n_layer, m.config().head_dim);
-    let toks = tokens(70, 3, nv);
+    let toks = seeded_tokens(70, 3, nv);
     // keep and discard on and off block boundaries (blocks are 16 positions).
     for (keep, discard) in [(16, 32), (0, 5), (4, 20), (9, 61)] {
         let mut e = engine(&m, 256);
@@ -128,7 +122,7 @@ fn a_window_with_sinks_runs_in_constant_memory_and_frees_every_block() {
     let start = e.kv().available_blocks();
     let seq = e.kv_mut().new_sequence();
     let (sinks, window, chunk) = (4, 96, 32);
-    let stream = tokens(2000, 5, nv);
+    let stream = seeded_tokens(2000, 5, nv);
     let mut most_blocks = 0;
     for &t in &stream {
         if e.kv().sequence(seq).unwrap().len() == sinks + window {
@@ -158,13 +152,13 @@ fn a_window_with_sinks_runs_in_constant_memory_and_frees_every_block() {
 fn the_prefix_cache_never_serves_shifted_rows() {
     let m = model("shift-cache", "tiny-bitnet");
     let nv = m.n_vocab();
-    let toks = tokens(64, 11, nv);
+    let toks = seeded_tokens(64, 11, nv);
     let mut e = engine(&m, 256);
     let a = e.kv_mut().new_sequence();
     let before = eval_last(&mut e, a, &toks, 32);
     // Shift, grow past where the old blocks were, and end the sequence.
     e.shift(a, 8, 24).unwrap();
-    eval_last(&mut e, a, &tokens(40, 12, nv), 32);
+    eval_last(&mut e, a, &seeded_tokens(40, 12, nv), 32);
     e.kv_mut().free_sequence(a).unwrap();
     // The same prompt again: whatever the cache gives must be the unshifted rows.
     let b = e.kv_mut().new_sequence();

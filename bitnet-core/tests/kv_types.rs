@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use bitnet_core::CoreError;
 use bitnet_core::kv::KvType;
 use bitnet_core::synth::SynthSpec;
-use common::metrics::max_rel_diff;
+use common::metrics::{max_rel_diff, rel_l2_f32};
 use common::setup::{Opts, decode_all, load, prefill_all, spread_prompt};
 
 /// Prefill and decode read the same encoded rows; only summation order differs.
@@ -20,7 +20,7 @@ const PREFILL_DECODE_TOL: f32 = 1e-5;
 /// decides a pair), on the tiny random models. A random tiny model amplifies rounding (f32
 /// against f16 already moves them a few percent on the golden model), so these bound gross
 /// errors, ordered by the formats' precision; the real accuracy figures come from perplexity
-/// and KL divergence on the trained model (README, KV cache section).
+/// and KL divergence on the trained model (docs/kv-cache.md, "Against the golden logits").
 fn rel_l2_budget(t: KvType) -> f32 {
     match t {
         KvType::F16 | KvType::F32 => 0.04,
@@ -47,11 +47,7 @@ fn opts(k: KvType, v: KvType) -> Opts {
     }
 }
 
-fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
-    common::metrics::rel_l2(a, b) as f32
-}
-
-/// The pairs tested: every type for both, and the mixed pairs the README measures.
+/// The pairs tested: every type for both, and the mixed pairs docs/kv-cache.md measures.
 fn pairs() -> Vec<(KvType, KvType)> {
     let mut p: Vec<_> = KvType::ALL.iter().map(|&t| (t, t)).collect();
     p.extend([
@@ -81,7 +77,7 @@ fn check_spec(spec: &SynthSpec, tag: &str) {
             max_rel_diff(&a[..n], &a[n..2 * n]) > 1e-3,
             "{what}: degenerate"
         );
-        let e = rel_l2(&a, &reference);
+        let e = rel_l2_f32(&a, &reference);
         let budget = rel_l2_budget(k).max(rel_l2_budget(v));
         eprintln!("{what}: rel-L2 vs f16 {e:.4} (budget {budget})");
         assert!(e <= budget, "{what}: rel-L2 vs f16 {e} > {budget}");

@@ -4,6 +4,7 @@
 //! llama.cpp's multi-letter flags (`-ctk`, `-np`) rewritten before parsing.
 
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use bitnet_core::engine::EngineOptions;
@@ -11,7 +12,7 @@ use bitnet_core::kv::{KvRotate, KvType};
 use bitnet_core::model::{HeadMode, LoadMode, LoadOptions};
 use bitnet_kernels::Isa;
 
-use crate::setup::limits::warn_threads;
+use crate::output::note;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum HeadArg {
@@ -150,6 +151,24 @@ impl ModelArgs {
             kv_xnor: self.kv_xnor,
             ..EngineOptions::default()
         }
+    }
+}
+
+/// Logical CPUs this process may run on.
+pub fn logical_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Warns (once per process) when more threads are asked for than there are logical CPUs:
+/// they then take turns on the cores and every parallel step waits for the slowest.
+pub fn warn_threads(threads: usize) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let cpus = logical_cpus();
+    if threads > cpus && !WARNED.swap(true, Ordering::Relaxed) {
+        note!(
+            "warning: -t {threads} is more threads than the {cpus} logical CPUs here: they will \
+             share cores and run slower than -t {cpus}"
+        );
     }
 }
 

@@ -14,15 +14,15 @@ use bitnet_core::kv::{PoolStats, SeqId};
 use bitnet_core::scheduler::{Event, GenParams, GenStats, Scheduler, SchedulerOptions, generate};
 use bitnet_core::tokenizer::Tokenizer;
 
-use super::bench::{peak_rss, profile_table};
 use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
 use crate::args::context::ContextArgs;
 use crate::args::model::ModelArgs;
 use crate::args::prompt::PromptArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
 use crate::output::{human_bytes, note};
+use crate::report::{self, peak_rss};
+use crate::setup::Setup;
 use crate::setup::limits::prompt_too_long;
-use crate::setup::{Setup, figures};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -155,10 +155,10 @@ pub fn run(args: Args) -> Result<()> {
             line.push_str(h);
         }
         note!("{line}");
-        note!("{}", figures::phases_line(load, engine_secs));
+        note!("{}", report::load::phases_line(load, engine_secs));
         note!(
             "{}",
-            figures::memory_line(&load.memory, sched.engine().kv().bytes(), peak_rss())
+            report::load::memory_line(&load.memory, sched.engine().kv().bytes(), peak_rss())
         );
     } else if let Some(h) = &entropy {
         note!("{h}");
@@ -167,7 +167,7 @@ pub fn run(args: Args) -> Result<()> {
         // stderr may be a closed pipe too: the run itself succeeded, so that is not an error.
         let mut err = io::stderr().lock();
         let _ = writeln!(err, "profile (prompt and generation):").and_then(|()| {
-            profile_table::write_profile(&mut err, sched.engine().profile(), stats.gen_tokens + 1)
+            report::profile::write_profile(&mut err, sched.engine().profile(), stats.gen_tokens + 1)
         });
     }
     Ok(())
@@ -175,25 +175,33 @@ pub fn run(args: Args) -> Result<()> {
 
 /// Loads the model and encodes `prompts`, saying before the engine allocates anything
 /// what stops the run: an empty prompt, a context the machine cannot hold, a prompt that
-/// leaves no room (unless a context policy shifts). With `numbered`, errors name the prompt.
+/// leaves no room (unless a context policy shifts). With `numbered` (`--parallel`), the
+/// context is checked first and errors name the prompt; one prompt is checked for emptiness
+/// before the context.
 fn prepare(args: &Args, prompts: &[String], numbered: bool) -> Result<(Setup, Vec<Vec<u32>>)> {
     args.sampling.check()?;
     let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
     let tokenizer = setup.tokenizer()?;
+    let checked = if numbered {
+        Some(setup.check_context()?)
+    } else {
+        None
+    };
     let encoded: Vec<Vec<u32>> = prompts
         .iter()
         .map(|p| tokenizer.encode(p, true, false))
         .collect();
+    if !numbered && encoded.iter().any(Vec::is_empty) {
+        bail!("the prompt is empty after tokenization");
+    }
+    let n_ctx = match checked {
+        Some(n) => n,
+        None => setup.check_context()?,
+    };
     for (i, t) in encoded.iter().enumerate() {
         if t.is_empty() {
-            if numbered {
-                bail!("prompt {} is empty after tokenization", i + 1);
-            }
-            bail!("the prompt is empty after tokenization");
+            bail!("prompt {} is empty after tokenization", i + 1);
         }
-    }
-    let n_ctx = setup.check_context()?;
-    for (i, t) in encoded.iter().enumerate() {
         if t.len() >= n_ctx && !args.context.shifts() {
             let e = prompt_too_long(t.len(), n_ctx);
             return Err(if numbered {

@@ -1,8 +1,7 @@
 //! Limits said out loud, before they cost anything: the memory a context will take (checked
 //! against the machine's memory before the KV cache is allocated), a context beyond what the
-//! model was trained on, a prompt that does not fit, more threads than CPUs.
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! model was trained on, a prompt that does not fit. (More threads than CPUs is said where
+//! `-t` is read, `args/model.rs`.)
 
 use anyhow::{Result, bail};
 use bitnet_core::engine::{EngineOptions, default_threads};
@@ -93,24 +92,6 @@ pub fn mem_total() -> Option<u64> {
         .parse()
         .ok()?;
     Some(kb * 1024)
-}
-
-/// Logical CPUs this process may run on.
-pub fn logical_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// Warns (once per process) when more threads are asked for than there are logical CPUs:
-/// they then take turns on the cores and every parallel step waits for the slowest.
-pub fn warn_threads(threads: usize) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    let cpus = logical_cpus();
-    if threads > cpus && !WARNED.swap(true, Ordering::Relaxed) {
-        note!(
-            "warning: -t {threads} is more threads than the {cpus} logical CPUs here: they will \
-             share cores and run slower than -t {cpus}"
-        );
-    }
 }
 
 /// The error for a prompt of `n_prompt` tokens that leaves no room to generate in a context

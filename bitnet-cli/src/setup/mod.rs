@@ -1,9 +1,8 @@
 //! Loading a model and making an engine the way every model-running command wants: the
 //! load options and engine options of the command line ([`crate::args`]), a clear message
 //! for a vocab-only file or a mapped file cut short, the context's memory checked before it
-//! is allocated ([`limits`]), and the figures of what the load cost ([`figures`]).
+//! is allocated ([`limits`]).
 
-pub mod figures;
 pub mod limits;
 
 use std::path::Path;

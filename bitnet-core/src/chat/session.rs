@@ -22,7 +22,7 @@ use super::conversation::{continuation, tokenize_prompt};
 use super::{ChatError, Conversation, Message};
 use crate::engine::Engine;
 use crate::error::CoreError;
-use crate::kv::SeqId;
+use crate::kv::{KvError, SeqId};
 use crate::model::Model;
 use crate::sampling::SamplerConfig;
 use crate::scheduler::{
@@ -55,11 +55,17 @@ pub enum SessionError {
         n_ctx: usize,
     },
     /// A loaded conversation the template cannot render (the conversation is unchanged).
-    #[error("the loaded conversation")]
-    LoadedConversation(#[source] ChatError),
+    #[error("the loaded conversation: {0}")]
+    LoadedConversation(ChatError),
     /// Generating the reply failed (the message leaves the conversation again).
     #[error("generating the reply: {0}")]
-    Reply(#[source] CoreError),
+    Reply(CoreError),
+}
+
+impl From<KvError> for SessionError {
+    fn from(e: KvError) -> Self {
+        SessionError::Core(e.into())
+    }
 }
 
 type Result<T> = std::result::Result<T, SessionError>;
@@ -101,6 +107,11 @@ impl TurnStats {
         } else {
             0.0
         }
+    }
+
+    /// Whether the reply was cut short (an interrupt, or the text callback asked to stop).
+    pub fn was_interrupted(&self) -> bool {
+        self.reply.stop_reason == StopReason::Cancelled
     }
 }
 
@@ -146,10 +157,10 @@ impl ChatSession {
         sched: Scheduler,
         conv: Conversation,
         settings: ReplySettings,
-    ) -> std::result::Result<ChatSession, CoreError> {
+    ) -> Result<ChatSession> {
         let model = sched.engine().model().clone();
         if model.tokenizer().is_none() {
-            return Err(CoreError::NoTokenizer);
+            return Err(CoreError::NoTokenizer.into());
         }
         Ok(ChatSession {
             model,
@@ -549,10 +560,5 @@ impl ChatSession {
             n += 1;
         }
         n
-    }
-
-    /// Whether the last reply was cut short.
-    pub fn was_interrupted(stats: &TurnStats) -> bool {
-        stats.reply.stop_reason == StopReason::Cancelled
     }
 }

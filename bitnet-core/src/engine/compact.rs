@@ -117,6 +117,6 @@ impl Engine {
                 }
             }
         }
-        self.kv.remove_positions(id, remove)
+        Ok(self.kv.remove_positions(id, remove)?)
     }
 }

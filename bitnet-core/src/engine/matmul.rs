@@ -56,7 +56,8 @@ impl Blocked<'_> {
 
 /// Chunks per thread a product is cut into at most (see [`n_chunks`]).
 pub(super) const CHUNKS_PER_THREAD: usize = 4;
-/// Smallest chunk worth a claim, in weight bytes (about 5 µs of streaming).
+/// Smallest chunk worth a claim, in weight bytes (a claim costs an atomic operation; a
+/// chunk should stream many times that long).
 const MIN_CHUNK_BYTES: usize = 64 << 10;
 
 /// Chunks a product of `rows` rows (groups of `align`) streaming `bytes` of weights is cut

@@ -11,7 +11,8 @@
 //! one row at a time, into preallocated memory; then it commits the tokens to their
 //! sequences.
 //!
-//! Files: `batch.rs` the batch; `forward.rs` the workspace and the per-layer math;
+//! Files: `batch.rs` the batch; `workspace.rs` the pool and buffers a pass computes in;
+//! `forward.rs` the per-layer math;
 //! `matmul.rs` products across threads (and the head); `buffers.rs` the per-token buffers;
 //! `attention.rs` paged attention; `compact.rs` removing positions (shift, evict);
 //! `attn_stats.rs` optional attention statistics; `profile.rs` the per-op timer;
@@ -26,6 +27,7 @@ mod forward;
 mod matmul;
 pub mod profile;
 mod session;
+mod workspace;
 
 use std::sync::Arc;
 
@@ -38,9 +40,9 @@ use crate::model::Model;
 pub use attn_stats::ENTROPY_EMA_WEIGHT;
 use batch::Batch;
 pub use batch::{BatchItem, Logits};
-use forward::Workspace;
 pub use profile::{OpKind, Profile, ProfileRow};
 pub use session::Session;
+use workspace::Workspace;
 
 /// Run-time settings of an [`Engine`]: none of them is part of the model.
 #[derive(Clone, Debug)]
@@ -90,7 +92,7 @@ impl Default for EngineOptions {
     }
 }
 
-/// Positions per KV block by default (`docs/kv-cache.md` has the measurement behind it).
+/// Positions per KV block by default (`bitnet bench --kv-block` measures other sizes).
 pub const DEFAULT_BLOCK_TOKENS: usize = 16;
 
 /// The engine; see the module docs.

@@ -1,9 +1,13 @@
 //! What the KV cache refuses: sizes that make no cache, a cache larger than the machine, a
-//! rotation the head dimension or the cache's state does not allow.
+//! rotation the head dimension or the cache's state does not allow, a full pool, a stale
+//! sequence handle.
 
 use thiserror::Error;
 
-/// Errors of the KV cache's set-up.
+use super::manager::PoolStats;
+use super::sequence::SeqId;
+
+/// Errors of the KV cache.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KvError {
     #[error(
@@ -49,4 +53,29 @@ pub enum KvError {
          cannot be mixed)"
     )]
     RotateInUse,
+    /// No block is left for positions a sequence needs.
+    #[error(
+        "the KV cache is full: {needed} more positions need blocks, {} of {} blocks are \
+         held by sequences (raise -c, run fewer sequences at once, or end kept conversations)",
+        stats.used, stats.n_blocks
+    )]
+    Full { needed: usize, stats: PoolStats },
+    /// A handle of a sequence that was freed (or never made here).
+    #[error("no live sequence {0}")]
+    NoSequence(SeqId),
+    /// Reusing or sharing a prefix starts from an empty sequence.
+    #[error("{action} needs an empty sequence, {seq} holds tokens")]
+    NotEmpty { action: &'static str, seq: SeqId },
+    /// A row asked for that the cache does not hold.
+    #[error(
+        "no K/V row at layer {layer}, position {pos} (the cache has {n_layer} layers, the \
+         sequence {len} positions) for {floats} floats"
+    )]
+    NoRow {
+        layer: usize,
+        pos: usize,
+        n_layer: usize,
+        len: usize,
+        floats: usize,
+    },
 }

@@ -6,7 +6,7 @@
 //! independently (`-ctk`, `-ctv`).
 //!
 //! Strides are always in bytes: in a run of one KV head's rows (the pool is head-major, see
-//! `KvPool`), position `p` starts at byte `p * stride`. Keys of the integer formats are
+//! `KvStorage`), position `p` starts at byte `p * stride`. Keys of the integer formats are
 //! scored against an int8 query by default (`int8_scores`). The quantized layouts are
 //! documented in `bitnet_kernels::float::kv`.
 
@@ -85,7 +85,7 @@ impl KvType {
 }
 
 /// Which sides of the KV cache are stored Hadamard-rotated (`--kv-rotate`; see
-/// [`crate::kv::KvPool::set_rotation`]).
+/// [`crate::kv::KvStorage::set_rotation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum KvRotate {
     /// Neither (plain rows).

@@ -18,7 +18,6 @@ use super::error::KvError;
 use super::format::{KvFormat, KvType};
 use super::sequence::{SeqId, Sequence};
 use super::storage::KvStorage;
-use crate::error::CoreError;
 
 /// Occupancy of the pool.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -199,18 +198,15 @@ impl KvManager {
         self.blocks.clear_cache();
     }
 
-    fn kv_full(&self, needed: usize) -> CoreError {
-        CoreError::KvFull {
+    fn kv_full(&self, needed: usize) -> KvError {
+        KvError::Full {
             needed,
             stats: self.pool_stats(),
         }
     }
 
-    fn bad_seq(id: SeqId) -> CoreError {
-        CoreError::InvalidOption {
-            option: "sequence",
-            reason: format!("no live sequence {id}"),
-        }
+    fn bad_seq(id: SeqId) -> KvError {
+        KvError::NoSequence(id)
     }
 
     /// A new, empty sequence. Its token list and block table get their full capacity now
@@ -242,7 +238,7 @@ impl KvManager {
     }
 
     /// The sequence `id`.
-    pub fn sequence(&self, id: SeqId) -> Result<&Sequence, CoreError> {
+    pub fn sequence(&self, id: SeqId) -> Result<&Sequence, KvError> {
         self.slots
             .get(id.index as usize)
             .filter(|s| s.generation == id.generation)
@@ -250,7 +246,7 @@ impl KvManager {
             .ok_or_else(|| Self::bad_seq(id))
     }
 
-    fn sequence_mut(&mut self, id: SeqId) -> Result<&mut Sequence, CoreError> {
+    fn sequence_mut(&mut self, id: SeqId) -> Result<&mut Sequence, KvError> {
         self.slots
             .get_mut(id.index as usize)
             .filter(|s| s.generation == id.generation)
@@ -260,7 +256,7 @@ impl KvManager {
 
     /// A new sequence holding the same positions as `src`, sharing its blocks (the first
     /// write into a shared block copies it).
-    pub fn fork(&mut self, src: SeqId) -> Result<SeqId, CoreError> {
+    pub fn fork(&mut self, src: SeqId) -> Result<SeqId, KvError> {
         let (tokens, blocks, nodes, shifted, mass) = {
             let from = self.sequence(src)?;
             (
@@ -293,11 +289,11 @@ impl KvManager {
     /// Makes the empty sequence `dst` hold the first `n` positions of `src`, sharing its
     /// blocks as [`KvManager::fork`] does (a server's `n` answers to one prompt keep their
     /// ids).
-    pub fn share_prefix(&mut self, src: SeqId, dst: SeqId, n: usize) -> Result<(), CoreError> {
+    pub fn share_prefix(&mut self, src: SeqId, dst: SeqId, n: usize) -> Result<(), KvError> {
         if !self.sequence(dst)?.is_empty() {
-            return Err(CoreError::InvalidOption {
-                option: "sequence",
-                reason: format!("sharing a prefix needs an empty sequence, {dst} holds tokens"),
+            return Err(KvError::NotEmpty {
+                action: "sharing a prefix",
+                seq: dst,
             });
         }
         let bt = self.block_tokens();
@@ -327,7 +323,7 @@ impl KvManager {
 
     /// Ends sequence `id`: its blocks are released, and the ones holding a known prefix
     /// (its full blocks, and the partly filled last one) stay in the prefix cache.
-    pub fn free_sequence(&mut self, id: SeqId) -> Result<(), CoreError> {
+    pub fn free_sequence(&mut self, id: SeqId) -> Result<(), KvError> {
         self.sequence(id)?;
         let bt = self.block_tokens();
         let KvManager { slots, blocks, .. } = self;
@@ -362,7 +358,7 @@ impl KvManager {
 
     /// Keeps only the first `n` positions of sequence `id` (no-op if it holds fewer); the
     /// blocks past them go back to the pool.
-    pub fn truncate(&mut self, id: SeqId, n: usize) -> Result<(), CoreError> {
+    pub fn truncate(&mut self, id: SeqId, n: usize) -> Result<(), KvError> {
         let bt = self.block_tokens();
         let seq = self.sequence_mut(id)?;
         if n >= seq.tokens.len() {
@@ -385,7 +381,7 @@ impl KvManager {
     /// of the block size it holds, and that length is returned. A partly matched block
     /// that another sequence also holds is copied at the first write, so it costs one
     /// block more than starting without it; whole matched blocks cost what they save.
-    pub fn trim_to_whole_blocks(&mut self, id: SeqId) -> Result<usize, CoreError> {
+    pub fn trim_to_whole_blocks(&mut self, id: SeqId) -> Result<usize, KvError> {
         let bt = self.block_tokens();
         let whole = self.sequence(id)?.len() / bt * bt;
         self.truncate(id, whole)?;
@@ -397,7 +393,7 @@ impl KvManager {
     /// decode) that reads it, read back with [`Sequence::attention_mass`]. Positions already
     /// held start at zero. Off by default; while no sequence of a batch tracks, the
     /// attention pass does no extra work.
-    pub fn track_attention_mass(&mut self, id: SeqId, on: bool) -> Result<(), CoreError> {
+    pub fn track_attention_mass(&mut self, id: SeqId, on: bool) -> Result<(), KvError> {
         let max = self.max_pos;
         let seq = self.sequence_mut(id)?;
         if !on {
@@ -420,19 +416,17 @@ impl KvManager {
         pos: usize,
         is_k: bool,
         out: &mut [f32],
-    ) -> Result<(), CoreError> {
+    ) -> Result<(), KvError> {
         let s = &self.storage;
         let seq = self.sequence(id)?;
         let width = s.n_kv_heads() * s.head_dim();
         if layer >= s.n_layer() || pos >= seq.len() || out.len() != width {
-            return Err(CoreError::InvalidOption {
-                option: "read_kv_row",
-                reason: format!(
-                    "layer {layer} position {pos} (of {} layers, {} positions), {} floats",
-                    s.n_layer(),
-                    seq.len(),
-                    out.len()
-                ),
+            return Err(KvError::NoRow {
+                layer,
+                pos,
+                n_layer: s.n_layer(),
+                len: seq.len(),
+                floats: out.len(),
             });
         }
         let bt = self.block_tokens();
@@ -443,12 +437,12 @@ impl KvManager {
     /// Attaches to the empty sequence `id` the longest cached prefix of `prompt` (whole
     /// blocks by exact match, then the best partial match), leaving at least the last
     /// prompt token to evaluate. Returns how many prompt tokens the sequence now holds.
-    pub fn reuse_prefix(&mut self, id: SeqId, prompt: &[u32]) -> Result<usize, CoreError> {
+    pub fn reuse_prefix(&mut self, id: SeqId, prompt: &[u32]) -> Result<usize, KvError> {
         let bt = self.block_tokens();
         if !self.sequence(id)?.is_empty() {
-            return Err(CoreError::InvalidOption {
-                option: "sequence",
-                reason: format!("prefix reuse needs an empty sequence, {id} holds tokens"),
+            return Err(KvError::NotEmpty {
+                action: "prefix reuse",
+                seq: id,
             });
         }
         // The last token is always evaluated: its logits start the generation.
@@ -487,7 +481,7 @@ impl KvManager {
 
     /// Blocks sequence `id` still needs to hold `n_total` positions, counting a copy of a
     /// shared or cached last block.
-    pub fn blocks_needed(&self, id: SeqId, n_total: usize) -> Result<usize, CoreError> {
+    pub fn blocks_needed(&self, id: SeqId, n_total: usize) -> Result<usize, KvError> {
         let seq = self.sequence(id)?;
         let bt = self.block_tokens();
         let want = n_total.div_ceil(bt);
@@ -549,7 +543,7 @@ impl KvManager {
 
     /// Gives sequence `id` writable blocks for positions `len..len + n` (before a forward
     /// pass writes their rows).
-    pub(crate) fn reserve(&mut self, id: SeqId, n: usize) -> Result<(), CoreError> {
+    pub(crate) fn reserve(&mut self, id: SeqId, n: usize) -> Result<(), KvError> {
         let bt = self.block_tokens();
         let (len, blocks_now) = {
             let s = self.sequence(id)?;
@@ -580,7 +574,7 @@ impl KvManager {
         id: SeqId,
         tokens: &[u32],
         add_mass: impl FnOnce(&mut [f32]),
-    ) -> Result<(), CoreError> {
+    ) -> Result<(), KvError> {
         let bt = self.block_tokens();
         let KvManager { slots, blocks, .. } = self;
         let seq = slots
@@ -613,11 +607,7 @@ impl KvManager {
     /// Before positions from `first` on are moved down (a shift or an eviction): every block
     /// of sequence `id` from the one holding `first` becomes the sequence's own (copied if
     /// shared, out of the prefix cache if cached). Returns the block table then.
-    pub(crate) fn own_blocks_from(
-        &mut self,
-        id: SeqId,
-        first: usize,
-    ) -> Result<Vec<u32>, CoreError> {
+    pub(crate) fn own_blocks_from(&mut self, id: SeqId, first: usize) -> Result<Vec<u32>, KvError> {
         let n = self.sequence(id)?.len();
         let bt = self.block_tokens();
         for j in first / bt..n.div_ceil(bt) {
@@ -635,11 +625,7 @@ impl KvManager {
     /// `remove` (strictly increasing) from sequence `id`'s tokens and attention mass, takes
     /// the sequence out of the prefix cache for good, and gives blocks no longer needed
     /// back to the pool.
-    pub(crate) fn remove_positions(
-        &mut self,
-        id: SeqId,
-        remove: &[usize],
-    ) -> Result<(), CoreError> {
+    pub(crate) fn remove_positions(&mut self, id: SeqId, remove: &[usize]) -> Result<(), KvError> {
         let bt = self.block_tokens();
         let first = remove.first().copied().unwrap_or(0);
         let seq = self.sequence_mut(id)?;

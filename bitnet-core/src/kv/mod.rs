@@ -8,14 +8,13 @@
 //!   ([`sequence`]); it answers admission questions (blocks needed, blocks available, a
 //!   cached prefix to reuse) so the scheduler never does block arithmetic.
 
-pub mod blocks;
+mod blocks;
 mod error;
 pub mod format;
 pub mod manager;
 mod sequence;
 pub mod storage;
 
-pub use blocks::BlockPool;
 pub use error::KvError;
 pub use format::{FORMATS, KvFormat, KvRotate, KvType};
 pub use manager::{KvManager, KvStats, PoolStats};

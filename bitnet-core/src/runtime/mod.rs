@@ -43,15 +43,14 @@ use thiserror::Error;
 use crate::error::CoreError;
 use crate::scheduler::{GenParams, GenStats, Scheduler, TokenLogprobs};
 
-pub use worker::warm_up;
-
 /// One request: `n` answers to one prompt.
 #[derive(Clone, Debug)]
 pub struct Request {
     pub prompt: Vec<u32>,
     pub params: GenParams,
     /// Answers to generate (OpenAI's `n`): the prompt is evaluated once and shared, and
-    /// answer `i` samples with seed `params.sampler.seed + i`.
+    /// answer `i` samples with seed `params.sampler.seed + i`. 0 asks for nothing (the
+    /// request hears nothing back).
     pub n: usize,
     /// Report each token's log probability with this many alternatives.
     pub logprobs: Option<usize>,
@@ -74,7 +73,8 @@ impl Request {
 }
 
 /// What a request hears back; `index` is the answer (OpenAI's choice index). Every answer
-/// ends with exactly one `Done` or `Error`.
+/// ends with exactly one `Done` or `Error`, unless the engine thread stops first (its
+/// scheduler could not be built, or the runtime was dropped): the channel then closes.
 #[derive(Debug)]
 pub enum Reply {
     Token {
@@ -307,9 +307,10 @@ pub struct Runtime<E = CoreError> {
 impl<E: Send + 'static> Runtime<E> {
     /// Starts the engine thread: it runs `build` (load a model, make the engine and the
     /// scheduler: the engine must be made on the thread that runs it), then serves
-    /// requests until [`Runtime::shutdown`]. Requests submitted meanwhile wait; if `build`
-    /// fails the thread ends, its requests hear nothing more than [`Stopped`], and
-    /// [`Runtime::shutdown`] returns the error.
+    /// requests until [`Runtime::shutdown`]. Requests submitted meanwhile wait. If `build`
+    /// fails the thread ends: requests already submitted see their reply channels close
+    /// without a reply, later submissions get [`Stopped`], and [`Runtime::shutdown`]
+    /// returns the error.
     pub fn spawn(
         options: RuntimeOptions,
         build: impl FnOnce() -> Result<Scheduler, E> + Send + 'static,
@@ -348,11 +349,13 @@ impl<E: Send + 'static> Runtime<E> {
     }
 }
 
+/// Dropped without [`Runtime::shutdown`], the runtime tells the engine thread to cancel what
+/// is left and end, and does not wait for it (a thread still loading a model would hold up
+/// the caller for the whole load).
 impl<E> Drop for Runtime<E> {
     fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
+        if self.thread.take().is_some() {
             self.handle.exit();
-            let _ = t.join();
         }
     }
 }

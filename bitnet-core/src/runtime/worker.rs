@@ -6,13 +6,11 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Command, Reply, ReplySink, RequestId, RuntimeOptions};
-use crate::error::CoreError;
 use crate::kv::SeqId;
-use crate::sampling::SamplerConfig;
-use crate::scheduler::{Event, GenParams, Scheduler, SubmitOptions};
+use crate::scheduler::{Event, Scheduler, SubmitOptions};
 
 /// A live sequence's way back to its request, and its timing.
 struct Live {
@@ -21,32 +19,6 @@ struct Live {
     index: usize,
     t_submit: Instant,
     t_last: Option<Instant>,
-}
-
-/// Runs a short generation through the prefill and batched decode paths, so the first
-/// request does not pay for page faults and lazy set-up; then forgets its cache.
-/// `step_delay` slows it as it slows serving.
-pub fn warm_up(sched: &mut Scheduler, step_delay: Duration) -> Result<(), CoreError> {
-    let n_vocab = sched.engine().n_vocab() as u32;
-    let prompt: Vec<u32> = (0..8u32).map(|i| (i * 37 + 11) % n_vocab).collect();
-    for i in 0..2u64 {
-        let params = GenParams {
-            max_tokens: 4,
-            sampler: SamplerConfig {
-                seed: i,
-                ..SamplerConfig::default()
-            },
-            ignore_eos: true,
-            ..GenParams::default()
-        };
-        sched.submit(&prompt[i as usize..], params)?;
-    }
-    while !sched.is_idle() {
-        sched.step(&mut |_| {})?;
-        std::thread::sleep(step_delay);
-    }
-    sched.engine_mut().kv_mut().clear_prefix_cache();
-    Ok(())
 }
 
 /// The engine loop; returns when told to exit, or when every handle is gone and no work

@@ -1,11 +1,15 @@
-//! The generation loop behind `bitnet generate`: a thin loop over the [`Scheduler`] with one
-//! request. Text reaches the caller only as whole UTF-8 characters and never includes a
-//! stop string.
+//! Driving the scheduler to the end of its work: [`generate`], the loop behind `bitnet
+//! generate` (one request; text reaches the caller only as whole UTF-8 characters and never
+//! includes a stop string), and [`warm_up`], a throw-away generation a server runs before
+//! its first client.
 
 use super::output::{Event, GenStats, StopReason};
 use super::{GenParams, Scheduler};
+use std::time::Duration;
+
 use crate::error::CoreError;
 use crate::kv::SeqId;
+use crate::sampling::SamplerConfig;
 
 /// Generates from `prompt` on the scheduler (which should have nothing else to do),
 /// calling `on_text` with each piece of text as it becomes final; `on_text` returns false
@@ -43,4 +47,31 @@ pub fn generate(
         stats.stop_reason = StopReason::Callback;
     }
     Ok((id, stats))
+}
+
+/// Runs a short generation through the prefill and batched decode paths on a scheduler with
+/// nothing else to do, so the first real request does not pay for page faults and lazy
+/// set-up; then forgets its cache. `step_delay` sleeps after every step (a test server's
+/// slowness).
+pub fn warm_up(sched: &mut Scheduler, step_delay: Duration) -> Result<(), CoreError> {
+    let n_vocab = sched.engine().n_vocab() as u32;
+    let prompt: Vec<u32> = (0..8u32).map(|i| (i * 37 + 11) % n_vocab).collect();
+    for i in 0..2u64 {
+        let params = GenParams {
+            max_tokens: 4,
+            sampler: SamplerConfig {
+                seed: i,
+                ..SamplerConfig::default()
+            },
+            ignore_eos: true,
+            ..GenParams::default()
+        };
+        sched.submit(&prompt[i as usize..], params)?;
+    }
+    while !sched.is_idle() {
+        sched.step(&mut |_| {})?;
+        std::thread::sleep(step_delay);
+    }
+    sched.engine_mut().kv_mut().clear_prefix_cache();
+    Ok(())
 }

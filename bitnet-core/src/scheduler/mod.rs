@@ -31,11 +31,11 @@ use std::time::Instant;
 
 use crate::engine::{BatchItem, Engine, Logits};
 use crate::error::CoreError;
-use crate::kv::SeqId;
+use crate::kv::{KvError, SeqId};
 use crate::sampling::{Sampler, StopMatcher};
 use crate::tokenizer::TextStream;
 
-pub use generate::generate;
+pub use generate::{generate, warm_up};
 pub use output::{Event, GenStats, StopReason, TokenLogprobs};
 use output::{log_probs, unheal};
 pub use policy::{ContextMode, ContextPolicy, MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
@@ -416,10 +416,10 @@ impl Scheduler {
                 // pool (`enqueue` caps it at the context), so the rest is held by sequences
                 // kept after their requests, and waiting would spin forever.
                 let r = self.waiting.pop_front().expect("front exists");
-                let error = CoreError::KvFull {
+                let error = CoreError::Kv(KvError::Full {
                     needed: r.total - r.base,
                     stats: self.engine.kv().pool_stats(),
-                };
+                });
                 self.release(&r);
                 on_event(Event::Error { seq: r.seq, error });
                 continue;

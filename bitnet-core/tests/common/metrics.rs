@@ -1,5 +1,10 @@
 //! Comparison metrics for logits, as the golden README defines them.
 
+/// [`rel_l2`] as an `f32`, for budgets kept in `f32`.
+pub fn rel_l2_f32(ours: &[f32], theirs: &[f32]) -> f32 {
+    rel_l2(ours, theirs) as f32
+}
+
 /// `||ours - theirs|| / ||theirs||` over all values.
 pub fn rel_l2(ours: &[f32], theirs: &[f32]) -> f64 {
     assert_eq!(ours.len(), theirs.len());

@@ -24,6 +24,13 @@ pub fn bounded_params(max_tokens: usize, context: ContextPolicy) -> GenParams {
     }
 }
 
+/// `n` token ids below `n_vocab`, spread over it and different for each `seed`.
+pub fn seeded_tokens(n: usize, seed: u32, n_vocab: usize) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(7919).wrapping_add(seed * 104_729 + 13)) % n_vocab as u32)
+        .collect()
+}
+
 /// `n` pseudo-random token ids in `3..503` (xorshift from `seed`).
 pub fn random_tokens(n: usize, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

@@ -15,7 +15,6 @@
 pub mod compare;
 pub mod membw;
 pub mod paired;
-pub mod profile_table;
 pub mod report;
 pub mod suite;
 
@@ -30,10 +29,10 @@ use bitnet_core::kv::{KvRotate, KvType};
 use bitnet_gguf::GgufFile;
 
 use self::report::{BenchReport, Format, MachineInfo};
+use crate::args::model::warn_threads;
 use crate::args::model::{HeadArg, ModelArgs, parse_isa};
 use crate::output::{Progress, note};
 use crate::output_file::OutputFile;
-use crate::setup::limits::warn_threads;
 use crate::setup::load_model;
 
 #[derive(Debug, clap::Args)]
@@ -412,18 +411,6 @@ fn reset_peak_rss() {
     let _ = fs::write("/proc/self/clear_refs", "5");
 }
 
-/// Peak resident set size in bytes (`VmHWM`), 0 where unknown.
-pub fn peak_rss() -> u64 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 fn cpu_name() -> String {
     fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -486,12 +473,5 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(20_413), (2025, 11, 21));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-
-    #[test]
-    fn peak_rss_is_reported_on_linux() {
-        if cfg!(target_os = "linux") {
-            assert!(peak_rss() > 0);
-        }
     }
 }

@@ -16,7 +16,8 @@ use bitnet_core::kv::{KvType, SeqId};
 use bitnet_core::model::Model;
 
 use super::report::{BenchRow, TestKind, mean_stddev};
-use super::{Args, clear_progress, membw, paired, peak_rss, profile_table, progress};
+use super::{Args, clear_progress, membw, paired, progress};
+use crate::report::{self, peak_rss};
 use crate::setup::limits::check_context;
 
 /// One configuration under test: its engine, and what every row measured on it says about
@@ -293,7 +294,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                                     format!("{} threads", cfg.threads)
                                 },
                             )?;
-                            profile_table::write_profile(&mut err, engine.profile(), n)?;
+                            report::profile::write_profile(&mut err, engine.profile(), n)?;
                             engine.set_profiling(false);
                         }
                     }

@@ -257,7 +257,7 @@ fn reply(
     writeln!(out)?;
     out.flush()?;
     drop(out);
-    if ChatSession::was_interrupted(&stats) {
+    if stats.was_interrupted() {
         screen.info("(stopped; the reply so far is kept)");
     }
     if stats.dropped > 0 {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::chat::ChatTemplate;
-use bitnet_core::runtime::{Observer, Reply, ReplySink, Runtime, RuntimeOptions, warm_up};
-use bitnet_core::scheduler::{GenStats, Scheduler, SchedulerOptions, StopReason};
+use bitnet_core::runtime::{Observer, Reply, ReplySink, Runtime, RuntimeOptions};
+use bitnet_core::scheduler::{GenStats, Scheduler, SchedulerOptions, StopReason, warm_up};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Args;

@@ -1,0 +1,32 @@
+//! Figures the commands report about a run besides their own output: the process's peak
+//! memory, where the load's time went and where the weights live ([`load`]), and where a
+//! run's time went per op kind ([`profile`]).
+
+pub mod load;
+pub mod profile;
+
+use std::fs;
+
+/// Peak resident set size in bytes (`VmHWM`), 0 where unknown.
+pub fn peak_rss() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_rss_is_reported_on_linux() {
+        if cfg!(target_os = "linux") {
+            assert!(peak_rss() > 0);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The workspace of the forward pass: everything a pass computes in, allocated once with
+//! the engine and sized for its largest batch: the thread pool (one, pinned), the rope
+//! table, the per-token activation buffers, the blocked outputs of a projection group, the
+//! attention scratch, the head's buffers, the profile and the attention statistics.
+
+use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, QK8_0, RopeTable};
+use bitnet_kernels::{ActScale, Isa};
+
+use super::EngineOptions;
+use super::attention;
+use super::attn_stats::AttnStats;
+use super::batch::Batch;
+use super::buffers::Bufs;
+use super::profile::{Profile, SubTimer};
+use crate::error::CoreError;
+use crate::kv::KvManager;
+use crate::model::Model;
+use crate::model::linear::{bit_words, padded};
+use crate::threadpool::{PinPolicy, ThreadPool};
+
+/// Tokens per head call when many rows want logits.
+pub(super) const HEAD_BATCH: usize = 32;
+
+/// Everything a forward pass computes in; see the module docs.
+#[derive(Debug)]
+pub(super) struct Workspace {
+    pub(super) isa: Isa,
+    pub(super) pool: ThreadPool,
+    pub(super) rope: RopeTable,
+    /// Tokens per forward pass at most.
+    pub(super) chunk: usize,
+    pub(super) bufs: Bufs,
+    /// Blocked outputs of up to three projections of a group.
+    pub(super) blk: [Vec<f32>; 3],
+    /// Attention scratch, [`attention::attention_scratch`] floats per thread: scores, a
+    /// run's copy, a chunk's output and statistics, the quantized query, and the thread's
+    /// share of the chunk results left for merging.
+    pub(super) scores: Vec<f32>,
+    /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
+    pub(super) hn: Vec<f32>,
+    /// The same as Q8_0 rows (`--head q8`).
+    pub(super) hq8: Vec<u8>,
+    /// One row of logits (the last one handed out).
+    pub(super) logits: Vec<f32>,
+    /// Blocked head output for up to `HEAD_BATCH` rows.
+    pub(super) head_blk: Vec<f32>,
+    pub(super) profile: Profile,
+    pub(super) timer: SubTimer,
+    /// Attention entropy and received mass, when asked for.
+    pub(super) attn_stats: AttnStats,
+    /// B1 keys scored by XNOR/popcount (`EngineOptions::kv_xnor`).
+    pub(super) kv_xnor: bool,
+}
+
+impl Workspace {
+    /// The pool and every buffer for passes of up to `opts.batch` tokens over `model`,
+    /// whose sequences live in `kv`.
+    pub(super) fn new(
+        model: &Model,
+        opts: &EngineOptions,
+        kv: &KvManager,
+    ) -> Result<Workspace, CoreError> {
+        let cfg = &model.config;
+        let threads = if opts.threads == 0 {
+            super::default_threads()
+        } else {
+            opts.threads
+        };
+        let pin = if opts.pin {
+            PinPolicy::Cores
+        } else {
+            PinPolicy::None
+        };
+        let pool = ThreadPool::new(threads, pin)?;
+        let max_pos = kv.max_seq_len();
+        let chunk = opts.batch.min(max_pos).max(1);
+        let rope = RopeTable::new(cfg.rope_dim, cfg.rope_theta, max_pos);
+
+        let (e, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+        let max_in = e.max(qd).max(ff);
+        let bufs = Bufs {
+            x: vec![0.0; chunk * e],
+            xn: vec![0.0; chunk * max_in],
+            xq: vec![0; chunk * padded(max_in)],
+            acts: vec![ActScale { scale: 1.0, sum: 0 }; chunk],
+            bits: vec![0; chunk * bit_words(max_in)],
+            bit_scales: vec![0.0; chunk],
+            q: vec![0.0; chunk * qd],
+            k: vec![0.0; chunk * kvd],
+            v: vec![0.0; chunk * kvd],
+            att: vec![0.0; chunk * qd],
+            ff: vec![0.0; chunk * ff],
+        };
+        let blk = [
+            vec![0.0; chunk * qd.max(ff).max(e)],
+            vec![0.0; chunk * kvd.max(ff)],
+            vec![0.0; chunk * kvd],
+        ];
+        let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
+        let group = cfg.gqa_group();
+        // Sized for the cache's whole blocks, as the attention pass lays rows out.
+        let per_thread = attention::attention_scratch(
+            group,
+            cfg.head_dim,
+            kv.capacity_tokens(),
+            kv.block_tokens(),
+            opts.kv_xnor,
+            opts.k_type.format().int8_scores.is_some(),
+        );
+        let attn_stats = AttnStats::new(
+            opts.attn_entropy_every,
+            cfg.n_layer,
+            chunk * (cfg.n_head / group.max(1)),
+        );
+        Ok(Workspace {
+            isa: model.isa,
+            rope,
+            chunk,
+            bufs,
+            blk,
+            scores: vec![0.0; pool.n_threads() * per_thread],
+            pool,
+            hn: vec![0.0; HEAD_BATCH * e],
+            hq8: vec![0; HEAD_BATCH * q8_row],
+            logits: vec![0.0; cfg.n_vocab],
+            // Untouched pages of a zeroed allocation cost no memory until a batch of
+            // several logits rows first uses them.
+            head_blk: vec![0.0; HEAD_BATCH * cfg.n_vocab],
+            profile: Profile::new(false),
+            timer: SubTimer::default(),
+            attn_stats,
+            kv_xnor: opts.kv_xnor,
+        })
+    }
+
+    pub(super) fn threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    pub(super) fn max_batch(&self) -> usize {
+        self.chunk
+    }
+
+    pub(super) fn set_profiling(&mut self, on: bool) {
+        if on && !self.profile.is_enabled() {
+            self.profile.clear();
+            let _ = self.pool.take_wait_stats();
+        }
+        self.profile.set_enabled(on);
+        self.pool.set_profiling(on);
+    }
+
+    /// Sets up the statistics of the pass laid out in `batch` (`track`: some sequence of
+    /// it accumulates attention mass).
+    pub(super) fn begin_pass(&mut self, batch: &Batch, track: bool, block_tokens: usize) {
+        let nt = self.pool.n_threads();
+        self.attn_stats.begin_pass(batch, track, nt, block_tokens);
+    }
+}
