@@ -24,6 +24,24 @@ pub fn act_scale_from_absmax(absmax: f32) -> f32 {
     127.0 / absmax.max(ACT_MIN_ABSMAX)
 }
 
+/// One value: `clamp(round_half_even(v * scale), -128, 127)`. A NaN product maps to -128, as
+/// the x86 conversion (integer indefinite, then clamped) does, so every kernel set agrees.
+#[inline(always)]
+pub(crate) fn quantize_one(v: f32, scale: f32) -> i8 {
+    let p = v * scale;
+    if p.is_nan() {
+        return -128;
+    }
+    let r = p.round_ties_even();
+    if r >= 127.0 {
+        127
+    } else if r <= -128.0 {
+        -128
+    } else {
+        r as i8
+    }
+}
+
 /// Quantizes one token row: `s = 127 / max(max|x|, 1e-5)`,
 /// `q = clamp(round_half_even(x * s), -128, 127)`. `q.len() >= x.len()`; `q[x.len()..]` is
 /// zeroed (the padding the matrix kernels expect).

@@ -1,4 +1,6 @@
-//! The one place a kernel set named by an [`Isa`] becomes kernels.
+//! The one place a kernel set named by an [`Isa`] becomes kernels, and the public home of
+//! that mechanism: [`token`] and [`Simd`] (tests and benches call one set's methods through
+//! them; the rest of the workspace uses the safe API modules).
 //!
 //! [`token`] turns an `Isa` into a proof token: a value that can only be built once the CPU
 //! features of its set were detected (once per process, each behind a `OnceLock`), so its
@@ -8,9 +10,15 @@
 //!
 //! The safe API modules (`crate::act`, `crate::ternary`, `crate::float`, ...) check shapes,
 //! then call `token(isa)` and the op's method on [`Simd`], which forwards to the token of the
-//! detected set; only those token methods call `#[target_feature]` code. Adding an
-//! instruction set is a variant of [`Simd`] holding its token type (with the same method
-//! names), an arm in [`token`], and the set's arm in `forward!` below.
+//! detected set; only those token methods call `#[target_feature]` code. A method returning
+//! `bool` may decline an input it has no kernel for (`false`, nothing written): the API then
+//! takes another path, the set's one-head kernels for a GQA group size without a group
+//! kernel, the scalar reference for rows too far apart for a kernel's gathers. No SIMD tree
+//! calls `crate::scalar`.
+//!
+//! Adding an instruction set (say `src/aarch64/neon/`) is a variant of [`Simd`] holding its
+//! token type (with the same method names), cfg-gated to its architecture like the x86
+//! ones, an arm in [`token`], and the set's arm in `forward!` below.
 
 use std::ops::Range;
 
@@ -121,9 +129,9 @@ forward! {
     fn attn_weighted_sum_f16_group(self, w: &[f32], n_q: usize, v: &[u16], kv_stride: usize, n_pos: usize, out: &mut [f32]) -> bool;
     // Low-bit KV cache attention (`crate::float::kv`).
     fn attn_scores_kv(self, fmt: KvQuant, q: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
-    fn attn_weighted_sum_kv(self, fmt: KvQuant, w: &[f32], n_q: usize, v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]);
+    fn attn_weighted_sum_kv(self, fmt: KvQuant, w: &[f32], n_q: usize, v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]) -> bool;
     fn attn_scores_kv_int8_query(self, fmt: KvQuant, codes: &[i8], scales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
-    fn attn_scores_b1_xnor(self, qbits: &[u32], qscales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_scores_b1_xnor(self, qbits: &[u32], qscales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]) -> bool;
     // Rotation and load-time re-encoding (`crate::float::hadamard`, `crate::float::requant`).
     fn hadamard_rows(self, d: usize, x: &mut [f32]);
     fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]);

@@ -10,10 +10,16 @@
 //! touches memory; a shape error is a bug in the caller (the loader checks tensor shapes) and
 //! panics with a message. Scalar kernels (`crate::scalar`) are the specification; the SIMD
 //! kernels match exact operations bit for bit and reductions within the budgets named below.
+//! What every kernel set shares, the reference included, is defined here rather than in any
+//! set's tree: the exact f16/bf16 conversions (`half.rs`), the dequantize-a-chunk path of
+//! quantized rows (`matmul_by_chunks`), and in the submodules the format details the kernels
+//! must agree on (the Q4_0 weight step and one B1 row's score in [`kv`], the Hadamard scale,
+//! the F16 -> Q8_0 path of a block holding an infinity or NaN).
 
 pub(crate) mod attn;
 pub mod formats;
 pub mod hadamard;
+pub(crate) mod half;
 pub mod kv;
 pub(crate) mod requant;
 pub(crate) mod rope;
@@ -34,13 +40,13 @@ pub use formats::{
     dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
 };
 pub use hadamard::{hadamard_rows, hadamard_supported};
+pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use kv::{
     KvQuant, QK_KV, attn_scores_b1_xnor, attn_scores_kv, attn_scores_kv_int8_query,
     attn_weighted_sum_kv, b1_sign_query, int8_query, kv_dequantize, kv_quantize,
 };
 pub use requant::requantize_row_q8_0;
 pub use rope::RopeTable;
-pub use scalar::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 /// Error budget of an f32 dot product of `n` terms, against the exact (f64) value:
 /// `|got - exact| <= (n + DOT_SLACK_TERMS) * DOT_EPS_PER_TERM * Σ|a_i b_i|`. This is the
@@ -166,6 +172,49 @@ pub fn matmul_f32(
         return simd.matmul_f32(fmt, data, row_len, x, n_tok, rows, out);
     }
     scalar::matmul_f32(fmt, data, row_len, x, n_tok, rows, out)
+}
+
+/// Elements dequantized at a time by [`matmul_by_chunks`]: a whole number of blocks of
+/// every format, small enough for the stack and L1.
+pub(crate) const DEQUANT_CHUNK: usize = QK_K;
+
+/// The dequantize-a-chunk path of [`matmul_f32`], portable and shared by every kernel set
+/// (the scalar reference's quantized rows, and the Q4_0 rows the SIMD sets decode no other
+/// way): each row is dequantized 256 elements at a time into a stack buffer and dotted with
+/// every token (`dot` is the set's own f32 dot), so the row is decoded once per call,
+/// whatever `n_tok` is.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_by_chunks(
+    fmt: RowFormat,
+    data: &[u8],
+    row_len: usize,
+    x: &[f32],
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+    dot: &dyn Fn(&[f32], &[f32]) -> f32,
+) {
+    let rb = fmt.row_bytes(row_len).expect("checked by the caller");
+    let nr = rows.len();
+    let mut buf = [0.0f32; DEQUANT_CHUNK];
+    for (i, r) in rows.enumerate() {
+        let row = &data[r * rb..(r + 1) * rb];
+        for t in 0..n_tok {
+            out[t * nr + i] = 0.0;
+        }
+        let mut start = 0;
+        while start < row_len {
+            let len = DEQUANT_CHUNK.min(row_len - start);
+            let b0 = fmt.row_bytes(start).expect("whole blocks");
+            let b1 = fmt.row_bytes(start + len).expect("whole blocks");
+            dequantize_row(fmt, &row[b0..b1], &mut buf[..len]);
+            for t in 0..n_tok {
+                let xt = &x[t * row_len + start..t * row_len + start + len];
+                out[t * nr + i] += dot(&buf[..len], xt);
+            }
+            start += len;
+        }
+    }
 }
 
 /// Q8_0 weight rows times one Q8_0 activation row (`xq` from [`quantize_row_q8_0`]): the

@@ -7,32 +7,44 @@
 //! src/{act,ternary,binary,formats,probe}.rs   the safe API by op family: each function
 //! src/float.rs, src/float/*.rs                checks shapes, then dispatches (no SIMD here)
 //! src/isa.rs        the kernel sets, CPU detection, BITNET_KERNEL
-//! src/dispatch.rs   Isa -> proof token, detected once: the one dispatch mechanism
+//! src/dispatch.rs   Isa -> proof token, detected once: the one dispatch mechanism (public)
 //! src/scalar/       the reference kernel of every op: the specification
 //! src/x86_64/avx2/     AVX2 kernels and the Avx2 token, one file per op family
 //! src/x86_64/avx512/   AVX-512 kernels and the Avx512 token, the same file names
-//! src/x86_64/{entries,rows,exp}.rs   what the two x86 sets share
+//! src/x86_64/{entries,rows,exp,f16c,q6k}.rs   what the two x86 sets share
 //! ```
 //!
 //! Op families and their files (in `scalar/`, `x86_64/avx2/`, `x86_64/avx512/`): `act`,
-//! `ternary`, `binary`, `float` (dense float), `qrows` (quantized rows; scalar: `float`),
-//! `q8q8`, `rope`, `attn`, `attn_group` (scalar: `attn`), `kv`, `kv_int8`, `kv_q4_wsum`,
+//! `ternary`, `binary`, `float` (dense float), `qrows` (quantized rows), `q8q8`, `rope`,
+//! `attn`, `attn_group` (grouped-query attention over f16), `kv`, `kv_int8`, `kv_q4_wsum`,
 //! `kv_b1_xnor`, `hadamard`, `requant`. The AVX-512 tree has no KV, Hadamard or requant
-//! files yet: its token forwards those ops to the AVX2 kernels (`x86_64/avx512/mod.rs`).
+//! files yet: its token forwards those ops to the `Avx2` token (`x86_64/avx512/mod.rs`).
 //!
-//! **Dispatch.** Every API function takes an [`Isa`]; `dispatch::token` turns it into a proof
-//! token of the best set at most that capable which this CPU runs (so a wrong `Isa` costs
-//! speed, never soundness), or `None` for the scalar reference. A token can only be built
-//! after its CPU features were detected, so its methods are safe; they are the only code that
-//! calls `#[target_feature]` kernels, and every `unsafe` block they hold says why it is
-//! sound. Hot loops stay inside the `#[target_feature]` functions, so intrinsics inline.
+//! **No tree imports another.** `scalar/` is called only by the API modules, as the
+//! reference; an ISA tree never calls it, and never imports another ISA tree's files. What
+//! several trees need lives above them: portable definitions every set must agree on (the
+//! rounding of one activation in [`act`], the f16 conversions and the chunked path of
+//! quantized rows in [`float`], KV format details in [`float::kv`]) in the API modules;
+//! helpers the x86 sets share, with their `#[target_feature]`, in `x86_64/`. Sets are linked
+//! only at the token level (AVX-512's forwarding list).
+//!
+//! **Dispatch.** Every API function takes an [`Isa`]; [`dispatch::token`] turns it into a
+//! proof token of the best set at most that capable which this CPU runs (so a wrong `Isa`
+//! costs speed, never soundness), or `None` for the scalar reference. A token can only be
+//! built after its CPU features were detected, so its methods are safe; they are the only
+//! code that calls `#[target_feature]` kernels, and every `unsafe` block they hold says why
+//! it is sound. A method may decline an input its kernels cannot take (it returns `false`)
+//! and the API takes the reference path. Hot loops stay inside the `#[target_feature]`
+//! functions, so intrinsics inline.
 //!
 //! **Adding an instruction set** (e.g. `src/aarch64/neon/`): an [`Isa`] variant and its
-//! feature check (`src/isa.rs`); its kernels under the file and function names of `scalar/`;
-//! a token type, built only after detection, with the methods `dispatch::Simd` forwards
-//! (`Avx2`'s are the full list; a missing kernel can forward to another set's or to scalar);
-//! then a `Simd` variant, its arm in the `forward!` list and in `dispatch::token`. The tests
-//! check every set this CPU runs against the scalar kernels.
+//! feature check (`src/isa.rs`); its kernels under the file and function names of `scalar/`,
+//! importing only the API modules and its own architecture's shared helpers
+//! (`src/aarch64/`); a token type, built only after detection, with the methods
+//! [`dispatch::Simd`] forwards (`Avx2`'s are the full list; an op with no kernel yet can
+//! forward to another set's token, or decline where its method returns `bool`); then a
+//! `Simd` variant, its arm in the `forward!` list and in `dispatch::token`. The tests check
+//! every set this CPU runs against the scalar kernels.
 //!
 //! Integer side: [`quantize_act`] (int8 activations), [`TernaryMatrix`] with
 //! [`ternary_matvec`] / [`ternary_matmul`], [`BinaryMatrix`] with [`binary_matvec`],
@@ -44,7 +56,7 @@
 pub mod act;
 pub mod aligned;
 pub mod binary;
-mod dispatch;
+pub mod dispatch;
 pub mod error;
 mod extent;
 pub mod float;

@@ -39,6 +39,7 @@ use crate::aligned::AlignedVec;
 use crate::dispatch::{prefetch_lines, token};
 use crate::error::KernelError;
 use crate::extent::tokens_times;
+use crate::float::f16_to_f32;
 use crate::formats::{self, TQ_BLOCK, TQ1_0_BYTES, TQ2_0_BYTES};
 use crate::isa::Isa;
 use crate::scalar;
@@ -408,7 +409,7 @@ impl TernaryMatrix {
                     let (codes, d) = blk.split_at(BLOCK_BYTES);
                     bad |= formats::tq2_0_to_repacked(codes.try_into().expect("64"), dst);
                     let d_bits = u16::from_le_bytes([d[0], d[1]]);
-                    let d = scalar::float::f16_to_f32(d_bits);
+                    let d = f16_to_f32(d_bits);
                     if !d.is_finite() {
                         return None;
                     }
@@ -428,7 +429,7 @@ impl TernaryMatrix {
             return None;
         }
         let (scale, block_scales) = if uniform {
-            (common.map_or(0.0, scalar::float::f16_to_f32), None)
+            (common.map_or(0.0, f16_to_f32), None)
         } else {
             (1.0, Some(ds))
         };

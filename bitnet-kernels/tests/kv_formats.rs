@@ -479,3 +479,58 @@ fn q4_0_integer_weighted_sum_matches_its_reference_bit_for_bit() {
         }
     }
 }
+
+/// Rows too far apart for the i32 offsets of the SIMD kernels' gathers (the Q4_0 weighted
+/// sum gathers a tile's block scales, the B1 XNOR scores eight rows): the token declines and
+/// the safe API runs the reference, so every kernel set still gives the reference's bits.
+/// One position keeps the cache one row long however far apart rows are.
+#[test]
+fn rows_past_the_gathers_reach_take_the_reference() {
+    use bitnet_kernels::Isa;
+    let mut r = rng(45);
+    let (d, n_pos) = (64, 1);
+    // Past both reaches: `i32::MAX / 15` (Q4_0 tiles of 16) and `i32::MAX / 8` (B1).
+    let far = i32::MAX as usize / 4;
+    let (q4, _) = encode(KvQuant::Q4_0, d, &normal_vec(&mut r, d, 2.0));
+    let (b1, _) = encode(KvQuant::B1, d, &normal_vec(&mut r, d, 2.0));
+    for n_q in [1usize, 3, 4] {
+        let w = normal_vec(&mut r, n_q * n_pos, 0.3);
+        let start = normal_vec(&mut r, n_q * d, 1.0);
+        let mut want_sum = start.clone();
+        let q4_0 = KvQuant::Q4_0;
+        attn_weighted_sum_kv(Isa::Scalar, q4_0, &w, n_q, &q4, far, n_pos, &mut want_sum);
+        let q = normal_vec(&mut r, n_q * d, 1.0);
+        let (mut qbits, mut qscales) = (vec![0u32; n_q * d / 32], vec![0.0f32; n_q * d / 32]);
+        b1_sign_query(&q, &mut qbits, &mut qscales);
+        let mut want_scores = vec![0.0f32; n_q * n_pos];
+        attn_scores_b1_xnor(
+            Isa::Scalar,
+            &qbits,
+            &qscales,
+            n_q,
+            &b1,
+            far,
+            n_pos,
+            0.1,
+            &mut want_scores,
+        );
+        for isa in isas() {
+            let mut sum = start.clone();
+            attn_weighted_sum_kv(isa, q4_0, &w, n_q, &q4, far, n_pos, &mut sum);
+            assert_eq!(bits(&sum), bits(&want_sum), "{isa} q4_0 n_q={n_q}");
+            let mut scores = vec![0.0f32; n_q * n_pos];
+            attn_scores_b1_xnor(
+                isa,
+                &qbits,
+                &qscales,
+                n_q,
+                &b1,
+                far,
+                n_pos,
+                0.1,
+                &mut scores,
+            );
+            assert_eq!(bits(&scores), bits(&want_scores), "{isa} b1 n_q={n_q}");
+        }
+    }
+}

@@ -38,7 +38,7 @@ fn ternary_products_refuse_a_token_count_that_wraps() {
 fn simd_ternary_products_refuse_a_token_count_that_wraps() {
     let w = TernaryMatrix::from_trits(&[1i8; 256 * 256], 256, 256, 1.0).unwrap();
     for isa in kernel_sets() {
-        let Some(simd) = bitnet_kernels::x86_64::token(isa) else {
+        let Some(simd) = bitnet_kernels::dispatch::token(isa) else {
             continue;
         };
         let q = vec![1i8; 256];
@@ -58,7 +58,7 @@ fn binary_products_refuse_a_token_count_that_wraps() {
     let pc = w.padded_cols();
     assert_eq!(pc, 256);
     for isa in kernel_sets() {
-        let Some(simd) = bitnet_kernels::x86_64::token(isa) else {
+        let Some(simd) = bitnet_kernels::dispatch::token(isa) else {
             continue;
         };
         let q = vec![1i8; pc];

@@ -2,14 +2,15 @@
 //! against every cached position, and the weighted sum of the cached values, per head or for
 //! the query heads of a GQA group at once (f16). The low-bit KV formats are `kv.rs`.
 //!
-//! Shapes are checked here before any kernel runs; the kernels are `crate::scalar::attn`
-//! (the specification) and the SIMD `attn` / `attn_group` kernels, reached through
-//! `crate::dispatch::token`.
+//! Shapes are checked here before any kernel runs; the kernels are `crate::scalar::attn` and
+//! `crate::scalar::attn_group` (the specification) and the SIMD `attn` / `attn_group`
+//! kernels of the same names, reached through `crate::dispatch::token`.
 
 use crate::dispatch::token;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::isa::Isa;
 use crate::scalar::attn as scalar;
+use crate::scalar::attn_group as scalar_group;
 
 fn check_attn(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos: usize) {
     assert!(
@@ -155,11 +156,13 @@ pub fn attn_scores_f16_group(
     out: &mut [f32],
 ) {
     let d = check_group_scores(q.len(), n_q, k.len(), kv_stride, n_pos, out.len());
-    if let Some(simd) = token(isa)
-        && simd.attn_scores_f16_group(q, n_q, k, kv_stride, n_pos, scale, out)
-    {
+    let Some(simd) = token(isa) else {
+        return scalar_group::scores_group(q, n_q, k, kv_stride, n_pos, scale, out);
+    };
+    if simd.attn_scores_f16_group(q, n_q, k, kv_stride, n_pos, scale, out) {
         return;
     }
+    // No group kernel of this size in the set: head after head, with its one-head kernel.
     for (qh, oh) in q
         .chunks_exact(d.max(1))
         .zip(out.chunks_exact_mut(n_pos.max(1)))
@@ -185,11 +188,13 @@ pub fn attn_weighted_sum_f16_group(
     out: &mut [f32],
 ) {
     let d = check_group_wsum(w.len(), n_q, v.len(), kv_stride, n_pos, out.len());
-    if let Some(simd) = token(isa)
-        && simd.attn_weighted_sum_f16_group(w, n_q, v, kv_stride, n_pos, out)
-    {
+    let Some(simd) = token(isa) else {
+        return scalar_group::wsum_group(w, n_q, v, kv_stride, n_pos, out);
+    };
+    if simd.attn_weighted_sum_f16_group(w, n_q, v, kv_stride, n_pos, out) {
         return;
     }
+    // No group kernel of this size in the set: head after head, with its one-head kernel.
     for h in 0..n_q {
         let wh = &w[h * n_pos..(h + 1) * n_pos];
         attn_weighted_sum_f16(isa, wh, v, kv_stride, n_pos, &mut out[h * d..(h + 1) * d]);

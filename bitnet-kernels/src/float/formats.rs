@@ -5,7 +5,7 @@
 //! of GGUF files. Every layout is little-endian and matches ggml's `block_*` structs byte for
 //! byte, so rows read straight out of a mapped file can be handed over unchanged.
 
-use crate::scalar::float::{f16_to_f32, f32_to_f16};
+use crate::float::half::{bf16_to_f32, f16_to_f32, f32_to_f16};
 
 /// Elements per Q8_0 block.
 pub const QK8_0: usize = 32;
@@ -154,7 +154,7 @@ pub fn dequantize_row(fmt: RowFormat, bytes: &[u8], out: &mut [f32]) {
         }
         RowFormat::BF16 => {
             for (o, b) in out.iter_mut().zip(blocks) {
-                *o = crate::scalar::float::bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                *o = bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
             }
         }
         RowFormat::Q8_0 => {

@@ -34,6 +34,11 @@ pub fn hadamard_rows(isa: Isa, d: usize, x: &mut [f32]) {
 /// reference, which gives the same bits.
 pub(crate) const SIMD_MIN_ROW: usize = 8;
 
+/// `1 / sqrt(n)` as every Hadamard kernel scales by it (computed in f64, rounded once).
+pub(crate) fn inv_sqrt(n: usize) -> f32 {
+    (1.0 / (n as f64).sqrt()) as f32
+}
+
 /// The shapes of [`hadamard_rows`] (checked there, and again by the SIMD token methods).
 pub(crate) fn check_rows(d: usize, x: &[f32]) {
     assert!(

@@ -30,6 +30,7 @@
 
 use crate::dispatch::token;
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK4_0, QK8_0};
+use crate::float::half::f16_at;
 use crate::isa::Isa;
 use crate::scalar::kv as scalar;
 
@@ -43,6 +44,16 @@ pub const B1_BLOCK_BYTES: usize = 2 + QK_KV / 8;
 pub const Q8R_SCALE_BYTES: usize = 4;
 /// Largest finite OCP E4M3 value.
 pub const E4M3_MAX: f32 = 448.0;
+/// Positions per tile of the integer-weighted sum of Q4_0 values ([`attn_weighted_sum_kv`]
+/// on Q4_0 rows; `crate::scalar::kv_q4_wsum` has its definition): a call's positions are
+/// taken 16 at a time from its first, so calls that start at multiples of 16 (the engine's
+/// KV blocks of 16 tokens or more) tile a sequence alike however its blocks are grouped into
+/// calls.
+pub const Q4_0_WSUM_TILE: usize = 16;
+
+/// Largest magnitude of a Q4_0 weighted sum's integer weight: two products of a nibble
+/// (<= 15) and a weight fit a signed 16-bit lane (`vpmaddubsw`), and so do 16 of them.
+pub const Q4_0_WSUM_WEIGHT_MAX: f32 = 127.0;
 
 const _: () = assert!(FP8_BLOCK_BYTES == 34);
 const _: () = assert!(B1_BLOCK_BYTES == 6);
@@ -264,10 +275,22 @@ pub fn attn_weighted_sum_kv(
     if n_pos == 0 {
         return;
     }
-    if let Some(simd) = token(isa) {
-        return simd.attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out);
+    if let Some(simd) = token(isa)
+        && simd.attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out)
+    {
+        return;
     }
     scalar::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out);
+}
+
+/// For a tile's largest weight magnitude `m` in the Q4_0 integer-weighted sum (the same for
+/// every kernel set): the step `m / 127` and the factor `127 / m` that rounds weights to
+/// steps, or `None` (the tile adds nothing) when `m` is 0 or so small that `127 / m`
+/// overflows (below 4e-37: contributions far under any f32 output's ulp).
+#[inline]
+pub(crate) fn q4_0_wsum_step(m: f32) -> Option<(f32, f32)> {
+    let inv = Q4_0_WSUM_WEIGHT_MAX / m;
+    inv.is_finite().then(|| (m / Q4_0_WSUM_WEIGHT_MAX, inv))
 }
 
 /// The sign-quantized query of [`attn_scores_b1_xnor`]: per 32 values of `q`, sign bits
@@ -314,8 +337,10 @@ pub fn attn_scores_b1_xnor(
     if n_pos == 0 {
         return;
     }
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
+    if let Some(simd) = token(isa)
+        && simd.attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out)
+    {
+        return;
     }
     scalar::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
 }
@@ -347,6 +372,24 @@ pub(crate) fn check_b1_xnor(
         n_pos,
         ol,
     );
+}
+
+/// One B1 key row against one sign-quantized query head, before the attention scale:
+/// `Σ_b fma(((32 - 2 popcount(q_b ^ k_b)) * s_k,b), s_q,b, acc)` in block order (the count
+/// of agreeing signs minus the disagreeing ones is `2 popcount(!(q ^ k)) - 32`). The
+/// definition every kernel set's [`attn_scores_b1_xnor`] matches bit for bit (the SIMD
+/// kernels score their last positions with it).
+#[inline]
+pub(crate) fn b1_xnor_row(qbits: &[u32], qscales: &[f32], row: &[u8]) -> f32 {
+    let mut acc = 0.0f32;
+    for (b, (&qw, &qs)) in qbits.iter().zip(qscales).enumerate() {
+        let blk = &row[B1_BLOCK_BYTES * b..][..B1_BLOCK_BYTES];
+        let kw = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        let agree = 32 - 2 * (qw ^ kw).count_ones() as i32;
+        let t = agree as f32 * f16_at(blk, 0);
+        acc = t.mul_add(qs, acc);
+    }
+    acc
 }
 
 /// The int8 query of [`attn_scores_kv_int8_query`]: per 32 values of `q`, the scale

@@ -1,27 +1,12 @@
-//! Reference activation quantization (see [`crate::act`] for the definitions).
+//! Reference activation quantization (see [`crate::act`] for the definitions; the rounding
+//! of one value, `quantize_one`, is there too, as every kernel set rounds its tails with it).
+
+use crate::act::quantize_one;
 
 /// `max |x|` (0 for an empty row). NaNs are ignored, as `vmaxps` with the NaN second does.
 pub fn absmax(x: &[f32]) -> f32 {
     x.iter()
         .fold(0.0f32, |m, &v| if v.abs() > m { v.abs() } else { m })
-}
-
-/// One value: `clamp(round_half_even(v * scale), -128, 127)`. A NaN product maps to -128, as
-/// the x86 conversion (integer indefinite, then clamped) does, so every kernel set agrees.
-#[inline(always)]
-pub fn quantize_one(v: f32, scale: f32) -> i8 {
-    let p = v * scale;
-    if p.is_nan() {
-        return -128;
-    }
-    let r = p.round_ties_even();
-    if r >= 127.0 {
-        127
-    } else if r <= -128.0 {
-        -128
-    } else {
-        r as i8
-    }
 }
 
 /// Writes `q[i] = quantize_one(x[i], scale)`; returns the sum of the written values.

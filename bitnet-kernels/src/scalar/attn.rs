@@ -1,7 +1,9 @@
-//! Reference attention over one KV head of an f16, f32 or Q8_0 cache: scores and weighted
-//! sums written plainly, the specification of the SIMD `attn` (and `attn_group`) kernels.
+//! Reference attention of one query head over one KV head of an f16, f32 or Q8_0 cache:
+//! scores and weighted sums written plainly, the specification of the SIMD `attn` kernels
+//! (the grouped-query references, head after head with these, are `attn_group.rs`).
 
-use super::float::{dot_by, dot_f32, f16_table, q8_0_block};
+use super::float::{dot_by, dot_f32, f16_table};
+use super::qrows::q8_0_block;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 
 /// `out[p] = scale * dot(q, k[p * kv_stride..][..q.len()])` for an f16 cache.

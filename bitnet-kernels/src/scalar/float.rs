@@ -1,9 +1,10 @@
 //! Reference dense float kernels: the specification the AVX2 and AVX-512 versions in
-//! `x86_64/*/float.rs` (and `qrows.rs` for quantized rows) are tested against, and the
-//! portable fallback. The other float families have their own files, as in the SIMD trees:
-//! `q8q8.rs`, `rope.rs`, `attn.rs`.
+//! `x86_64/*/float.rs` are tested against, and the portable fallback. The other float
+//! families have their own files, as in the SIMD trees: `qrows.rs` (quantized rows, which
+//! [`matmul_f32`] hands them), `q8q8.rs`, `rope.rs`, `attn.rs`, `attn_group.rs`.
 //!
-//! Conversions here are exact and must match the hardware (F16C) bit for bit. Reductions
+//! The slice conversions here use the exact f16 conversions of `crate::float` (which match
+//! the hardware, F16C, bit for bit), through a table of every f16 value. Reductions
 //! (dots, norms, softmax sums) are written plainly; SIMD versions may sum in another order
 //! and are held to the error budgets named in [`crate::float`]. Shapes are checked by the
 //! safe API in `crate::float` before any kernel runs; these functions index with bounds
@@ -12,87 +13,12 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK_K, RowFormat, dequantize_row};
+use crate::float::formats::RowFormat;
+use crate::float::half::{bf16_to_f32, f16_to_f32, f32_to_f16};
 
 // ---------------------------------------------------------------------------------------
 // Conversions
 // ---------------------------------------------------------------------------------------
-
-/// IEEE binary16 -> binary32, exact. A NaN keeps its sign and payload and comes out quiet
-/// (as `vcvtph2ps` does).
-pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x03ff);
-    let bits = match exp {
-        0 if man == 0 => sign,
-        0 => {
-            // Subnormal: value = man * 2^-24; normalise the leading one into the implicit bit.
-            let shift = man.leading_zeros() - 21; // 1..=10
-            let e = 127 - 15 + 1 - shift;
-            sign | (e << 23) | ((man << shift) & 0x03ff) << 13
-        }
-        0x1f if man == 0 => sign | 0x7f80_0000,
-        0x1f => sign | 0x7fc0_0000 | (man << 13),
-        _ => sign | ((exp + 127 - 15) << 23) | (man << 13),
-    };
-    f32::from_bits(bits)
-}
-
-/// IEEE binary32 -> binary16, round to nearest, ties to even; overflow gives infinity,
-/// tiny values give signed zero or a subnormal; a NaN keeps its sign and top payload bits
-/// and comes out quiet (as `vcvtps2ph` does).
-pub fn f32_to_f16(x: f32) -> u16 {
-    let bits = x.to_bits();
-    let sign = ((bits >> 16) & 0x8000) as u16;
-    let abs = bits & 0x7fff_ffff;
-    if abs >= 0x7f80_0000 {
-        return if abs > 0x7f80_0000 {
-            sign | 0x7e00 | ((abs >> 13) & 0x03ff) as u16
-        } else {
-            sign | 0x7c00
-        };
-    }
-    if abs >= 0x477f_f000 {
-        // >= 65520, halfway between 65504 (odd mantissa) and 2^16: rounds to infinity.
-        return sign | 0x7c00;
-    }
-    if abs >= 0x3880_0000 {
-        // Normal in f16 (>= 2^-14).
-        let h = ((abs >> 13) - ((127 - 15) << 10)) as u16;
-        let rest = abs & 0x1fff;
-        let up = rest > 0x1000 || (rest == 0x1000 && h & 1 == 1);
-        return sign | (h + u16::from(up)); // a carry rolls into the exponent, as it should
-    }
-    if abs <= 0x3300_0000 {
-        // <= 2^-25, at most half the smallest subnormal: ties to even give zero.
-        return sign;
-    }
-    // Subnormal in f16: units of 2^-24.
-    let e = abs >> 23; // 102..=112
-    let man = (abs & 0x007f_ffff) | 0x0080_0000;
-    let shift = 126 - e; // 14..=24
-    let h = man >> shift;
-    let rest = man & ((1 << shift) - 1);
-    let half = 1 << (shift - 1);
-    let up = rest > half || (rest == half && h & 1 == 1);
-    sign | (h + u32::from(up)) as u16
-}
-
-/// bfloat16 -> f32, exact.
-pub fn bf16_to_f32(h: u16) -> f32 {
-    f32::from_bits(u32::from(h) << 16)
-}
-
-/// f32 -> bfloat16, round to nearest, ties to even; a NaN stays a (quiet) NaN.
-pub fn f32_to_bf16(x: f32) -> u16 {
-    let bits = x.to_bits();
-    if x.is_nan() {
-        return ((bits >> 16) | 0x0040) as u16;
-    }
-    let round = 0x7fff + ((bits >> 16) & 1);
-    (bits.wrapping_add(round) >> 16) as u16
-}
 
 /// Every f16 value as f32, built once: the scalar kernels' fast path for f16 rows.
 pub(super) fn f16_table() -> &'static [f32] {
@@ -181,58 +107,8 @@ pub fn matmul_f32(
                 }
             }
         }
-        _ => matmul_by_chunks(fmt, data, row_len, x, n_tok, rows, out, &dot_f32),
+        _ => super::qrows::matmul_quantized(fmt, data, row_len, x, n_tok, rows, out),
     }
-}
-
-/// Elements dequantized at a time by [`matmul_by_chunks`]: a whole number of blocks of
-/// every format, small enough for the stack and L1.
-pub const DEQUANT_CHUNK: usize = QK_K;
-
-/// The block-quantized path of `matmul_f32`, shared by every ISA: each row is dequantized
-/// 256 elements at a time into a stack buffer and dotted with every token (`dot` is the
-/// ISA's own f32 dot), so the row is decoded once per call, whatever `n_tok` is.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_by_chunks(
-    fmt: RowFormat,
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-    dot: &dyn Fn(&[f32], &[f32]) -> f32,
-) {
-    let rb = fmt.row_bytes(row_len).expect("checked by the caller");
-    let nr = rows.len();
-    let mut buf = [0.0f32; DEQUANT_CHUNK];
-    for (i, r) in rows.enumerate() {
-        let row = &data[r * rb..(r + 1) * rb];
-        for t in 0..n_tok {
-            out[t * nr + i] = 0.0;
-        }
-        let mut start = 0;
-        while start < row_len {
-            let len = DEQUANT_CHUNK.min(row_len - start);
-            let b0 = fmt.row_bytes(start).expect("whole blocks");
-            let b1 = fmt.row_bytes(start + len).expect("whole blocks");
-            dequantize_row(fmt, &row[b0..b1], &mut buf[..len]);
-            for t in 0..n_tok {
-                let xt = &x[t * row_len + start..t * row_len + start + len];
-                out[t * nr + i] += dot(&buf[..len], xt);
-            }
-            start += len;
-        }
-    }
-}
-
-/// The f16 scale of a Q8_0 block and its 32 quants.
-#[inline]
-pub fn q8_0_block(b: &[u8]) -> (f32, &[u8]) {
-    (
-        f16_to_f32(u16::from_le_bytes([b[0], b[1]])),
-        &b[2..Q8_0_BLOCK_BYTES],
-    )
 }
 
 // ---------------------------------------------------------------------------------------

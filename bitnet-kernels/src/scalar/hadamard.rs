@@ -1,5 +1,7 @@
 //! Reference fast Walsh-Hadamard transform (the specification of the AVX2 kernel).
 
+use crate::float::hadamard::inv_sqrt;
+
 /// The orthonormal Walsh-Hadamard transform of `x` in place: `x <- H x / sqrt(n)` with
 /// `n = x.len()` a power of two. Butterfly stages of span 1, 2, 4, ... in that order, then
 /// one multiply by `1 / sqrt(n)`; the AVX2 kernel performs the same additions in the same
@@ -22,9 +24,4 @@ pub fn fwht(x: &mut [f32]) {
     for v in x {
         *v *= s;
     }
-}
-
-/// `1 / sqrt(n)` as both kernels use it (computed in f64, rounded once).
-pub fn inv_sqrt(n: usize) -> f32 {
-    (1.0 / (n as f64).sqrt()) as f32
 }

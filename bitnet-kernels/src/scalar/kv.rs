@@ -14,16 +14,17 @@
 //! `kv_b1_xnor.rs` (B1 keys against a sign query); their items are re-exported here.
 
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+use crate::float::half::{f16_at, f16_to_f32, f32_to_f16};
 use crate::float::kv::{
     B1_BLOCK_BYTES, E4M3_MAX, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV,
 };
-use crate::scalar::float::{f16_to_f32, f32_to_f16};
 
-pub use super::kv_b1_xnor::{attn_scores_b1_xnor, b1_sign_query, b1_xnor_row};
+pub use super::kv_b1_xnor::{attn_scores_b1_xnor, b1_sign_query};
 pub use super::kv_int8::{attn_scores_int8_query, block_ints, int8_query, int8_query_row};
-pub use super::kv_q4_wsum::{
-    Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX, attn_weighted_sum_q4_0, q4_0_wsum_step, q4_0_wsum_weights,
-};
+pub use super::kv_q4_wsum::{attn_weighted_sum_q4_0, q4_0_wsum_weights};
+// The tile and weight bound of Q4_0's integer-weighted sum are format definitions, kept in
+// `crate::float::kv` (the SIMD kernels use them too); re-exported here, beside the reference.
+pub use crate::float::kv::{Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX};
 
 /// f16's largest finite value: the block scales saturate here.
 const F16_MAX: f32 = 65504.0;
@@ -57,11 +58,6 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
 pub fn e4m3_to_f32(c: u8) -> f32 {
     let c = u32::from(c);
     f32::from_bits(((c & 0x80) << 24) | ((c & 0x7f) << 20)) * f32::from_bits((127 + 120) << 23)
-}
-
-/// The f16 at byte `i` of `b`.
-pub(super) fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
 }
 
 /// An f16 scale for `v >= 0`, saturating at f16's largest value.

@@ -2,8 +2,9 @@
 //! layouts) against an int8 query: exact integer dots per block, then the two block scales.
 //! The specification of the SIMD `kv_int8` kernels.
 
-use super::kv::{absmax, f16_at};
+use super::kv::absmax;
 use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+use crate::float::half::f16_at;
 use crate::float::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
 
 /// The int8 query of the integer scoring of Q8_0, Q8R and Q4_0 keys: per 32 values of `q`

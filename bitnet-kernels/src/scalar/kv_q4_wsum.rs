@@ -1,18 +1,10 @@
 //! Reference Q4_0 weighted sum with integer weights (`crate::float::kv` has the Q4_0
-//! layout): each tile's weights rounded to integers, the nibbles multiplied as integers. The
-//! specification of the SIMD `kv_q4_wsum` kernels, bit for bit.
+//! layout, and the tile, weight bound and rounding step every kernel set shares): each
+//! tile's weights rounded to integers, the nibbles multiplied as integers. The specification
+//! of the SIMD `kv_q4_wsum` kernels, bit for bit.
 
 use super::kv_int8::block_ints;
-use crate::float::kv::{KvQuant, QK_KV};
-
-/// Positions per tile of [`attn_weighted_sum_q4_0`]: a call's positions are taken 16 at a
-/// time from its first, so calls that start at multiples of 16 (the engine's KV blocks of 16
-/// tokens or more) tile a sequence alike however its blocks are grouped into calls.
-pub const Q4_0_WSUM_TILE: usize = 16;
-
-/// Largest magnitude of a Q4_0 weighted sum's integer weight: two products of a nibble
-/// (<= 15) and a weight fit a signed 16-bit lane (`vpmaddubsw`), and so do 16 of them.
-pub const Q4_0_WSUM_WEIGHT_MAX: f32 = 127.0;
+use crate::float::kv::{KvQuant, Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
 
 /// Q4_0 values weighted with integer weights: per head `h`, block `b` and tile `t` of
 /// [`Q4_0_WSUM_TILE`] positions, the products `c_p = w[h][p] * s_p,b` are rounded (ties to
@@ -69,13 +61,4 @@ pub fn q4_0_wsum_weights(c: &[f32]) -> Option<(f32, Vec<i32>)> {
         .map(|&x| (x * inv).round_ties_even() as i32)
         .collect();
     Some((step, k))
-}
-
-/// For a tile's largest weight magnitude `m`: the step `m / 127` and the factor `127 / m`
-/// that rounds weights to steps, or `None` (the tile adds nothing) when `m` is 0 or so small
-/// that `127 / m` overflows (below 4e-37: contributions far under any f32 output's ulp).
-#[inline]
-pub fn q4_0_wsum_step(m: f32) -> Option<(f32, f32)> {
-    let inv = Q4_0_WSUM_WEIGHT_MAX / m;
-    inv.is_finite().then(|| (m / Q4_0_WSUM_WEIGHT_MAX, inv))
 }

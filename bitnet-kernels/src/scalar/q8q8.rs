@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::float::q8_0_block;
+use super::qrows::q8_0_block;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0, RowFormat};
 
 /// Q8_0 weights times Q8_0 activations: per block an exact i32 dot, scaled by

@@ -5,8 +5,9 @@
 //! compiler vectorizes; the SIMD `requant` kernels perform the same operations on the same
 //! values.
 
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0, quantize_row_q8_0};
-use crate::scalar::float::{f16_to_f32, f32_to_f16};
+use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::float::half::{f16_to_f32, f32_to_f16};
+use crate::float::requant::f16_q8_0_via_f32;
 
 /// F16 bits of a finite value (`h & 0x7fff < 0x7c00`) as f32. Exact, like [`f16_to_f32`],
 /// but branch-free so a block of them vectorizes: normal values move their exponent and
@@ -39,8 +40,9 @@ fn round_q8(x: f32) -> i8 {
 
 /// The fused F16 -> Q8_0 row: per block, the largest magnitude from the F16 bits (their
 /// order is the values' order), the reference's `d` and `1 / d`, then each value decoded,
-/// scaled and rounded as [`quantize_row_q8_0`] does. A block holding an infinity or NaN
-/// takes the reference path (no real head has one, but the bytes must still match).
+/// scaled and rounded as `quantize_row_q8_0` does. A block holding an infinity or NaN
+/// takes the reference path, `crate::float::requant::f16_q8_0_via_f32` (no real head has
+/// one, but the bytes must still match).
 #[inline(always)]
 pub fn f16_q8_0(src: &[u8], out: &mut [u8]) {
     for (sb, b) in src
@@ -53,11 +55,7 @@ pub fn f16_q8_0(src: &[u8], out: &mut [u8]) {
         }
         let top = h.iter().fold(0u16, |m, &v| m.max(v & 0x7fff));
         if top >= 0x7c00 {
-            let mut x = [0.0f32; QK8_0];
-            for (o, &v) in x.iter_mut().zip(&h) {
-                *o = f16_to_f32(v);
-            }
-            quantize_row_q8_0(&x, b);
+            f16_q8_0_via_f32(sb, b);
             continue;
         }
         let d = f16_to_f32(top) / 127.0;

@@ -128,9 +128,7 @@ macro_rules! token_entries {
                 }
                 RowFormat::Q4_0 => {
                     let dot = |a: &[f32], b: &[f32]| self.dot_f32(a, b);
-                    crate::scalar::float::matmul_by_chunks(
-                        fmt, data, row_len, x, n_tok, rows, out, &dot,
-                    )
+                    crate::float::matmul_by_chunks(fmt, data, row_len, x, n_tok, rows, out, &dot)
                 }
             }
         }

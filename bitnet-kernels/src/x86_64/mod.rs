@@ -1,26 +1,29 @@
 //! x86-64 kernels, one tree per instruction set with the same file names in each
-//! (`avx2/`, `avx512/`), mirroring `crate::scalar`.
+//! (`avx2/`, `avx512/`), mirroring `scalar/`.
 //!
 //! Each tree's `mod.rs` holds its proof token ([`avx2::Avx2`], [`avx512::Avx512`]): a value
 //! that can only be built after the CPU features were detected, whose methods are therefore
 //! safe; they are the one place the tree's `#[target_feature]` kernels are called from.
-//! `crate::dispatch` turns an `Isa` into one of them ([`token`]).
+//! `crate::dispatch` turns an `Isa` into one of them.
 //!
 //! What the two trees share lives here, not in either tree: `entries.rs` (the token methods
 //! both have, one list), `rows.rs` (the row and token walks of the float kernels, which do
-//! not depend on the lane width, and each tree's glue to them) and `exp.rs` (the constants
-//! of the vectorized `exp`). The AVX-512 tree reuses AVX2 code only where it says so: the
-//! ops of `avx512/mod.rs`' `reuse_avx2!` list (and its 1-bit XNOR without VPOPCNTDQ), and
-//! the helpers named in the imports of `avx512/qrows.rs` and `avx512/q8q8.rs`; the AVX2
-//! tree never uses AVX-512 code.
+//! not depend on the lane width, and each tree's glue to them), `exp.rs` (the constants of
+//! the vectorized `exp`), `f16c.rs` (F16C reads of block scales) and `q6k.rs` (the Q6_K code
+//! unpacking). Neither tree imports the other's files, and none of this calls the scalar
+//! kernels: portable definitions that every set needs (the int8 rounding of one value, the
+//! f16 conversions, the chunked path of Q4_0 rows, ...) are in the API modules. The one
+//! link between the trees is at the token level: `avx512/mod.rs`' `reuse_avx2!` list (and
+//! its 1-bit XNOR without VPOPCNTDQ) forwards the ops with no 512-bit kernel to the
+//! [`avx2::Avx2`] token.
 
 pub mod avx2;
 pub mod avx512;
 mod entries;
 mod exp;
+mod f16c;
+mod q6k;
 mod rows;
-
-pub use crate::dispatch::{Simd, token};
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched: a
 /// hint for loops whose source the hardware prefetchers lose (at 4 KiB page boundaries).

@@ -383,7 +383,7 @@ macro_rules! tile_kernels {
             }
         }
 
-        /// `scalar::float::matmul_f32` for these rows, through the shared tile walk.
+        /// `matmul_quantized` of `scalar/qrows.rs` for these rows, through the shared tile walk.
         ///
         /// # Safety
         #[doc = concat!("The CPU must support ", $cpu, ". Shapes are checked here.")]

@@ -1,5 +1,5 @@
 //! AVX2 attention over one KV head of an f16, f32 or Q8_0 cache: the same names and
-//! contracts as `scalar::attn`, 256 bits wide. Scores take the shared position walk
+//! contracts as `scalar/attn.rs`, 256 bits wide. Scores take the shared position walk
 //! (`crate::x86_64::rows::attn_scores`, four positions a pass) with this set's dots; the
 //! weighted sums keep 32 output lanes in registers while the positions stream past. Grouped
 //! f16 attention is `attn_group.rs`, the low-bit KV formats `kv*.rs`.
@@ -75,7 +75,7 @@ unsafe fn attn_weighted_sum<const K: u8>(
 
 rows::plain_attn_kernels!("avx2,fma,f16c", "AVX2, FMA and F16C");
 
-/// `scalar::attn::attn_scores_q8_0`, 256 bits wide.
+/// `attn_scores_q8_0` of `scalar/attn.rs`, 256 bits wide.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -110,7 +110,7 @@ pub unsafe fn attn_scores_q8_0(
     }
 }
 
-/// `scalar::attn::attn_weighted_sum_q8_0`, 256 bits wide.
+/// `attn_weighted_sum_q8_0` of `scalar/attn.rs`, 256 bits wide.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.

@@ -70,7 +70,7 @@ unsafe fn tile<const T: usize>(
     }
 }
 
-/// See [`crate::scalar::binary::raw_dots_multi`].
+/// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///
 /// # Safety
 /// AVX2; shapes as checked by `crate::binary::check_raw_dots`.
@@ -113,7 +113,7 @@ pub unsafe fn raw_dots_multi(
     }
 }
 
-/// See [`crate::scalar::binary::xor_popcounts`].
+/// See the reference `xor_popcounts` (`scalar/binary.rs`).
 ///
 /// # Safety
 /// AVX2; shapes as checked by `crate::binary::check_raw_dots`.

@@ -1,4 +1,4 @@
-//! AVX2 + FMA + F16C dense float kernels: the same names and contracts as `scalar::float`,
+//! AVX2 + FMA + F16C dense float kernels: the same names and contracts as `scalar/float.rs`,
 //! 256 bits wide: f16 conversions, dots and plain-float mat-muls, RMSNorm, softmax and the
 //! element-wise activations. (Quantized rows are `qrows.rs`, Q8_0 x Q8_0 `q8q8.rs`, RoPE
 //! `rope.rs`, attention `attn.rs`.)

@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::scalar::hadamard as scalar;
+use crate::float::hadamard::inv_sqrt;
 
 /// Spans 1, 2 and 4 of the butterfly within one vector of 8 lanes.
 #[inline]
@@ -23,7 +23,8 @@ fn butterflies_in_vector(v: __m256) -> __m256 {
     _mm256_blend_ps::<0b1111_0000>(_mm256_add_ps(v, p), _mm256_sub_ps(p, v))
 }
 
-/// [`scalar::fwht`] on one row of `x.len()` values (a power of two, at least 8).
+/// The reference `fwht` (`scalar/hadamard.rs`) on one row of `x.len()` values (a power of
+/// two, at least 8).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA; `x.len()` a power of two >= 8.
@@ -54,7 +55,7 @@ pub(crate) unsafe fn fwht(x: &mut [f32]) {
         }
         h *= 2;
     }
-    let s = _mm256_set1_ps(scalar::inv_sqrt(n));
+    let s = _mm256_set1_ps(inv_sqrt(n));
     for i in (0..n).step_by(8) {
         // SAFETY: i + 8 <= n.
         unsafe { _mm256_storeu_ps(p.add(i), _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), s)) };

@@ -307,7 +307,7 @@ fn kernels_of(fmt: KvQuant, g: usize) -> Option<(ScoresKernel, WsumKernel)> {
     }
 }
 
-/// `crate::scalar::kv::attn_scores`, 256 bits wide.
+/// `attn_scores` of `scalar/kv.rs`, 256 bits wide.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; shapes checked by the safe API.
@@ -336,7 +336,7 @@ pub(crate) unsafe fn attn_scores(
     }
 }
 
-/// `crate::scalar::kv::attn_weighted_sum`, 256 bits wide.
+/// `attn_weighted_sum` of `scalar/kv.rs`, 256 bits wide.
 ///
 /// # Safety
 /// As [`attn_scores`].

@@ -1,17 +1,18 @@
-//! AVX2 XNOR/popcount scores of B1 keys against a sign-quantized query
-//! (`crate::scalar::kv_b1_xnor::attn_scores_b1_xnor`): eight positions per pass, one lane each.
+//! AVX2 XNOR/popcount scores of B1 keys against a sign-quantized query (the reference is
+//! `scalar/kv_b1_xnor.rs`): eight positions per pass, one lane each.
 //! Per block, the eight keys' sign words and f16 scales are gathered once for all the
 //! group's heads; each head's word is XORed in, the bits counted (nibble table), and
 //! `(32 - 2 count) * s_k` multiplied-added with the head's block scale, in the reference's
-//! block order and with its roundings, so the lanes are its results bit for bit.
+//! block order and with its roundings, so the lanes are its results bit for bit. The last
+//! `n_pos % 8` positions are scored one at a time by the definition of one row's score,
+//! `crate::float::kv::b1_xnor_row`.
 
 // acc[h] pairs with head h0 + h; an index loop says that more plainly than a zip.
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
-use crate::float::kv::B1_BLOCK_BYTES;
-use crate::scalar::kv_b1_xnor as scalar;
+use crate::float::kv::{B1_BLOCK_BYTES, b1_xnor_row};
 
 /// Heads scored per pass over the keys (accumulators held in registers).
 const HEADS: usize = 8;
@@ -110,7 +111,7 @@ pub(crate) unsafe fn attn_scores_b1_xnor(
             let (qb, qs) = (&qbits[h * nb..][..nb], &qscales[h * nb..][..nb]);
             for p in full..n_pos {
                 let row = &k[p * kv_stride..][..rb];
-                out[h * n_pos + p] = scale * scalar::b1_xnor_row(qb, qs, row);
+                out[h * n_pos + p] = scale * b1_xnor_row(qb, qs, row);
             }
         }
     }

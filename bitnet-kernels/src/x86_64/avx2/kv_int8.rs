@@ -1,8 +1,8 @@
 //! AVX2 scoring of integer-coded keys (Q8_0, Q8R, Q4_0) against an int8 query
-//! (`crate::float::kv::attn_scores_kv_int8_query`; the specification is
-//! `crate::scalar::kv_int8`). Each key block is loaded once for the GQA
-//! group as 32 bytes (Q8_0 and Q8R signed codes, Q4_0 unsigned nibbles), and each (head, row)
-//! block dot is `vpmaddubsw` + `vpmaddwd` over all 32 values, exact in i32 lanes (Q8_0 and
+//! (`crate::float::kv::attn_scores_kv_int8_query`; the specification is `scalar/kv_int8.rs`).
+//! Each key block is loaded once for the GQA group as 32 bytes (Q8_0 and Q8R signed codes,
+//! Q4_0 unsigned nibbles), and each (head, row) block dot is `vpmaddubsw` + `vpmaddwd` over
+//! all 32 values, exact in i32 lanes (Q8_0 and
 //! Q8R through the sign trick: `|k|` times `q` carrying `k`'s sign keeps the unsigned operand
 //! of `vpmaddubsw` in range; Q4_0's 8 comes off through the query's block sums). Four such
 //! dots are gathered into one vector before the conversion and the scaling by the key's and
@@ -17,8 +17,8 @@ use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::float::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
 
 /// Block `b` of the row at `row`: its scale in every lane and its 32 integer values in
-/// order: for Q8_0 and Q8R the signed codes `crate::scalar::kv_int8::block_ints` gives, for Q4_0
-/// the unsigned nibbles (`block_ints`' values + 8; the tile takes the 8 off through the
+/// order: for Q8_0 and Q8R the signed codes the reference's `block_ints` gives, for Q4_0 the
+/// unsigned nibbles (`block_ints`' values + 8; the tile takes the 8 off through the
 /// query's block sums, which spares the sign trick).
 ///
 /// # Safety
@@ -272,7 +272,7 @@ fn kernel_of(fmt: KvQuant, g: usize) -> Option<ScoresKernel> {
     }
 }
 
-/// `crate::scalar::kv_int8::attn_scores_int8_query`, 256 bits wide.
+/// `attn_scores_int8_query` of `scalar/kv_int8.rs`, 256 bits wide.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `fmt` has integer codes; shapes checked by the

@@ -1,5 +1,6 @@
 //! AVX2 weighted sum of Q4_0 values with integer weights (the specification:
-//! `crate::scalar::kv_q4_wsum::attn_weighted_sum_q4_0`, bit for bit).
+//! `attn_weighted_sum_q4_0` in `scalar/kv_q4_wsum.rs`, bit for bit; the tile and the weight
+//! rounding step are `crate::float::kv`'s).
 //!
 //! The float weighted sum turned every nibble into a float before its multiply-add, and at 2
 //! threads that decoding, not the bytes Q4_0 halves, bounded it. Here each head's weights of
@@ -17,8 +18,7 @@
 use std::arch::x86_64::*;
 
 use crate::float::formats::Q4_0_BLOCK_BYTES;
-use crate::float::kv::QK_KV;
-use crate::scalar::kv_q4_wsum::{Q4_0_WSUM_TILE, attn_weighted_sum_q4_0, q4_0_wsum_step};
+use crate::float::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
 
 const TILE: usize = Q4_0_WSUM_TILE;
 /// Blocks whose weights are rounded together before their products (d <= 256 in one go).
@@ -47,7 +47,7 @@ fn hmax(v: __m256) -> f32 {
 }
 
 /// The integer weights of the products `c` (lanes past the tile's positions hold 0), as
-/// `crate::scalar::kv_q4_wsum::q4_0_wsum_weights` rounds them, into `bytes` (`k[p]` at byte `p`;
+/// the reference's `q4_0_wsum_weights` rounds them, into `bytes` (`k[p]` at byte `p`;
 /// zeros when the tile adds nothing); `None` when the tile adds nothing.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -102,10 +102,12 @@ unsafe fn wsum_q4_0_g<const G: usize>(
     n_pos: usize,
     out: &mut [f32],
 ) {
-    if (TILE - 1).saturating_mul(kv_stride) > i32::MAX as usize {
-        // The scale gather takes i32 offsets; rows this far apart take the reference (same bits).
-        return attn_weighted_sum_q4_0(w, G, v, kv_stride, n_pos, out);
-    }
+    // The scale gather takes i32 offsets; the token method leaves rows farther apart to the
+    // reference (same bits).
+    assert!(
+        gather_reaches(kv_stride),
+        "Q4_0 weighted sum: rows {kv_stride} bytes apart are past the scale gathers' reach"
+    );
     let d = out.len() / G;
     let nb = d / QK_KV;
     let rb = nb * Q4_0_BLOCK_BYTES;
@@ -243,6 +245,12 @@ unsafe fn wsum_q4_0_g<const G: usize>(
         }
         t0 += n;
     }
+}
+
+/// Whether the kernels take rows `kv_stride` bytes apart: a tile's block scales are gathered
+/// with i32 offsets, up to `(16 - 1) * kv_stride`.
+pub(crate) fn gather_reaches(kv_stride: usize) -> bool {
+    (TILE - 1).saturating_mul(kv_stride) <= i32::MAX as usize
 }
 
 /// The kernel for a group of `g` heads (1, 2, 4 or 8), as an entry of `kv.rs`' table.

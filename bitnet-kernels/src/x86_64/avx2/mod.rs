@@ -4,10 +4,13 @@
 //! methods both x86 sets have come from `x86_64/entries.rs` (they call the kernel of the same
 //! name in this tree's files), the AVX2-only ones are written out below.
 //!
-//! One file per op family, the same names as `crate::scalar` and `x86_64/avx512/`: `act`,
+//! One file per op family, the same names as `scalar/` and `x86_64/avx512/`: `act`,
 //! `ternary`, `binary` (integer), `float` (dense float), `qrows` (quantized rows), `q8q8`,
 //! `rope`, `attn`, `attn_group`, and the AVX2-only `kv`, `kv_int8`, `kv_q4_wsum`,
-//! `kv_b1_xnor`, `hadamard`, `requant` (which the AVX-512 set reuses).
+//! `kv_b1_xnor`, `hadamard`, `requant` (which the AVX-512 token forwards to this one). The
+//! files are private to this tree: what both x86 sets use is in `x86_64/`. Where a kernel
+//! cannot take an input (rows too far apart for its i32 gather offsets), its method returns
+//! `false` and the safe API runs the scalar reference; no method here calls it.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -26,8 +29,8 @@ mod kv;
 mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
-pub(super) mod q8q8;
-pub(super) mod qrows;
+mod q8q8;
+mod qrows;
 mod requant;
 mod rope;
 mod ternary;
@@ -87,6 +90,9 @@ impl Avx2 {
         unsafe { kv::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) }
     }
 
+    /// `false` (and nothing done) for Q4_0 rows more than `i32::MAX / 15` bytes apart (the
+    /// integer-weighted sum gathers a tile's scales with i32 offsets): the safe API then runs
+    /// the reference, whose bits that kernel gives.
     #[allow(clippy::too_many_arguments)]
     pub fn attn_weighted_sum_kv(
         self,
@@ -97,7 +103,7 @@ impl Avx2 {
         kv_stride: usize,
         n_pos: usize,
         out: &mut [f32],
-    ) {
+    ) -> bool {
         let (ol, vl, wl) = (out.len(), v.len(), w.len());
         crate::float::kv::check(
             "attn_weighted_sum_kv",
@@ -109,8 +115,13 @@ impl Avx2 {
             n_pos,
             wl,
         );
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { kv::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out) }
+        if fmt == KvQuant::Q4_0 && !kv_q4_wsum::gather_reaches(kv_stride) {
+            return false;
+        }
+        // SAFETY: `self` proves the target features; shapes checked above, and Q4_0 rows
+        // are near enough for the scale gathers.
+        unsafe { kv::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out) };
+        true
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -135,8 +146,9 @@ impl Avx2 {
         }
     }
 
-    /// Rows more than `i32::MAX / 8` bytes apart take the reference (the kernel gathers eight
-    /// rows with i32 offsets); it gives the same bits.
+    /// `false` (and nothing done) for rows more than `i32::MAX / 8` bytes apart (the kernel
+    /// gathers eight rows with i32 offsets): the safe API then runs the reference, whose bits
+    /// the kernel gives.
     #[allow(clippy::too_many_arguments)]
     pub fn attn_scores_b1_xnor(
         self,
@@ -148,18 +160,17 @@ impl Avx2 {
         n_pos: usize,
         scale: f32,
         out: &mut [f32],
-    ) {
+    ) -> bool {
         crate::float::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
         if kv_stride > i32::MAX as usize / 8 {
-            return crate::scalar::kv_b1_xnor::attn_scores_b1_xnor(
-                qbits, qscales, n_q, k, kv_stride, n_pos, scale, out,
-            );
+            return false;
         }
         // SAFETY: `self` proves the target features; shapes checked above, and eight strides
         // fit the gathers' i32 offsets.
         unsafe {
             kv_b1_xnor::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out)
-        }
+        };
+        true
     }
 
     /// Rows of `d` values, `d` a power of two of at least 8.

@@ -14,9 +14,9 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::float::hsum;
-use super::qrows::f16_at;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::x86_64::f16c::{f16_at, q8_scales4};
 
 /// Weight rows per pass of the one-token kernel.
 const ROWS: usize = 4;
@@ -28,23 +28,6 @@ const PREFETCH_BYTES: usize = 6144;
 thread_local! {
     /// The activation scales of a batched call as f32 (grown once per thread, then reused).
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The f16 scales of four consecutive Q8_0 blocks at `p` as an xmm of f32 (the AVX-512
-/// `q8q8.rs` reuses it).
-///
-/// # Safety
-/// The four blocks' scale fields must be readable.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q8_scales4(p: *const u8) -> __m128 {
-    let mut bits = 0u64;
-    for j in 0..4 {
-        // SAFETY: the caller guarantees the four scale fields are readable.
-        let h = unsafe { p.add(j * Q8_0_BLOCK_BYTES).cast::<u16>().read_unaligned() };
-        bits |= u64::from(h) << (16 * j);
-    }
-    _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64))
 }
 
 /// The i32 lanes of the dot of the quants of one weight block (`wq`, with `aw = |wq|`) and

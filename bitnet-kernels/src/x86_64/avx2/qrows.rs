@@ -1,67 +1,19 @@
 //! AVX2 block-quantized rows (Q8_0, Q6_K) times f32 vectors: weight rows of heads and
 //! embeddings kept in those formats. Each row is decoded in registers, never written out,
 //! once for a tile of token rows (the shared tile walk `crate::x86_64::rows::matmul_tiles`).
-//! Q4_0 (rare in heads) keeps the shared dequantize-a-chunk path
-//! (`crate::scalar::float::matmul_by_chunks` with this set's dot). The Q8_0 block decoder
-//! also serves the Q8_0 KV cache (`attn.rs`); the AVX-512 set reuses the Q6_K bit unpacking.
+//! Q4_0 (rare in heads) keeps the portable dequantize-a-chunk path
+//! (`crate::float::matmul_by_chunks` with this set's dot). The Q8_0 block decoder also
+//! serves the Q8_0 KV cache (`attn.rs`). The F16C scale read and the Q6_K code unpacking are
+//! the shared x86 ones (`x86_64/f16c.rs`, `x86_64/q6k.rs`).
 
 use std::arch::x86_64::*;
 
 use super::float::hsum;
 use crate::float::RowFormat;
 use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
+use crate::x86_64::f16c::f16_at;
+use crate::x86_64::q6k::q6k_quarters;
 use crate::x86_64::rows;
-
-/// The f16 at `p` as f32, through F16C.
-///
-/// # Safety
-/// Two bytes at `p` must be readable; the CPU must support F16C.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn f16_at(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees the two bytes are readable.
-    let h = unsafe { p.cast::<u16>().read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
-}
-
-/// The 6-bit codes (minus 32) of the four 32-element quarters of Q6_K half-block `n` of the
-/// block at `blk`, rebuilt with byte logic: low nibbles from `ql`, 2-bit fields from `qh`.
-///
-/// # Safety
-/// The block (210 bytes) must be readable; AVX2.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q6k_quarters(blk: *const u8, n: usize) -> [__m256i; 4] {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m2 = _mm256_set1_epi8(0x30);
-    // SAFETY: ql (64 bytes at 64 n) and qh (32 bytes at 128 + 32 n) lie inside the block.
-    let (la, lb, qh) = unsafe {
-        (
-            _mm256_loadu_si256(blk.add(64 * n).cast()),
-            _mm256_loadu_si256(blk.add(64 * n + 32).cast()),
-            _mm256_loadu_si256(blk.add(128 + 32 * n).cast()),
-        )
-    };
-    let q = [
-        _mm256_or_si256(
-            _mm256_and_si256(la, m4),
-            _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(lb, m4),
-            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(la), m4),
-            _mm256_and_si256(qh, m2),
-        ),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(lb), m4),
-            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
-        ),
-    ];
-    q.map(|v| _mm256_sub_epi8(v, _mm256_set1_epi8(32)))
-}
 
 /// Dots of one Q6_K row of `nb` super-blocks with `T` token rows of `x` (`xs` floats apart),
 /// 256 bits wide: per half-block the 6-bit codes of the four 32-element quarters come from

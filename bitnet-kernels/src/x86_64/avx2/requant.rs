@@ -1,14 +1,14 @@
 //! AVX2 + F16C F16 -> Q8_0 row re-encoding (`--head q8` at load time): the operations of
-//! `crate::scalar::requant` on 32 values at a time, so the same bytes.
+//! the portable fused loop (`scalar/requant.rs`) on 32 values at a time, so the same bytes.
 
 use std::arch::x86_64::*;
 
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
-use crate::scalar::requant as scalar;
+use crate::float::requant::f16_q8_0_via_f32;
 
-/// `crate::scalar::requant::f16_q8_0` with F16C conversions and AVX2 arithmetic: the same operations on the
-/// same values (IEEE multiply, compare and convert are exact or correctly rounded alike),
-/// so the same bytes.
+/// The portable `f16_q8_0` (`scalar/requant.rs`) with F16C conversions and AVX2
+/// arithmetic: the same operations on the same values (IEEE multiply, compare and convert
+/// are exact or correctly rounded alike), so the same bytes.
 ///
 /// # Safety
 /// The CPU must support AVX2 and F16C; `out.len()` is a multiple of 34 and `src.len()` is
@@ -30,12 +30,13 @@ pub(crate) unsafe fn f16_q8_0(src: &[u8], out: &mut [u8]) {
         // SAFETY: `sb` holds 64 bytes: four unaligned 16-byte loads.
         let h: [__m128i; 4] =
             std::array::from_fn(|i| unsafe { _mm_loadu_si128(sb.as_ptr().add(16 * i).cast()) });
-        // An all-ones exponent (infinity or NaN) anywhere: the reference path.
+        // An all-ones exponent (infinity or NaN) anywhere: the reference path (the portable
+        // loop's too).
         let special = h.iter().fold(_mm_setzero_si128(), |acc, &v| {
             _mm_or_si128(acc, _mm_cmpeq_epi16(_mm_and_si128(v, exp), exp))
         });
         if _mm_movemask_epi8(special) != 0 {
-            scalar::f16_q8_0(sb, b);
+            f16_q8_0_via_f32(sb, b);
             continue;
         }
         let v = h.map(|x| _mm256_cvtph_ps(x));
@@ -55,8 +56,8 @@ pub(crate) unsafe fn f16_q8_0(src: &[u8], out: &mut [u8]) {
         let vid = _mm256_set1_ps(id);
         let q = v.map(|x| {
             let x = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, vid), lo), hi);
-            // trunc(x + copysign(0.49999997, x)): round half away from zero, see
-            // `scalar::round_q8`.
+            // trunc(x + copysign(0.49999997, x)): round half away from zero, see `round_q8`
+            // in `scalar/requant.rs`.
             _mm256_cvttps_epi32(_mm256_add_ps(x, _mm256_or_ps(half, _mm256_and_ps(sign, x))))
         });
         let q16 = [

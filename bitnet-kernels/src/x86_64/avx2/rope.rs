@@ -1,4 +1,4 @@
-//! AVX2 RoPE: the rotations of `crate::scalar::rope`, 8 lanes at a time, with the same
+//! AVX2 RoPE: the rotations of `scalar/rope.rs`, 8 lanes at a time, with the same
 //! multiplies and adds (no fused multiply-add), so bit for bit the reference's results.
 
 use std::arch::x86_64::*;

@@ -95,7 +95,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
     [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
 }
 
-/// See [`crate::scalar::ternary::raw_dots`].
+/// See the reference `raw_dots` (`scalar/ternary.rs`).
 ///
 /// # Safety
 /// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
@@ -316,8 +316,8 @@ const GROUP_TOKENS_MAX: usize = 2;
 /// Activation bytes per token block of `raw_dots_multi`.
 const ACT_BLOCK_BYTES: usize = 512 << 10;
 
-/// See [`crate::scalar::ternary::raw_dots_multi`]: for a few token rows, 4-row groups
-/// against 2 token rows at a time; otherwise the register tile.
+/// See the reference `raw_dots_multi` (`scalar/ternary.rs`): for a few token rows, 4-row
+/// groups against 2 token rows at a time; otherwise the register tile.
 ///
 /// # Safety
 /// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.

@@ -1,5 +1,5 @@
 //! AVX-512 attention over one KV head of an f16, f32 or Q8_0 cache: the same names and
-//! contracts as `scalar::attn`, 512 bits wide with masked tails. Scores take the shared
+//! contracts as `scalar/attn.rs`, 512 bits wide with masked tails. Scores take the shared
 //! position walk (`crate::x86_64::rows::attn_scores`, four positions a pass) with this set's
 //! dots; the weighted sums keep 64 output lanes in registers while the positions stream
 //! past. Grouped f16 attention is `attn_group.rs`.
@@ -60,7 +60,7 @@ rows::plain_attn_kernels!(
     "AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA and F16C"
 );
 
-/// `scalar::attn::attn_scores_q8_0`, 512 bits wide.
+/// `attn_scores_q8_0` of `scalar/attn.rs`, 512 bits wide.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C.
@@ -94,7 +94,7 @@ pub unsafe fn attn_scores_q8_0(
     }
 }
 
-/// `scalar::attn::attn_weighted_sum_q8_0`, 512 bits wide.
+/// `attn_weighted_sum_q8_0` of `scalar/attn.rs`, 512 bits wide.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C.

@@ -50,7 +50,7 @@ unsafe fn tile<const T: usize>(
     }
 }
 
-/// See [`crate::scalar::binary::raw_dots_multi`].
+/// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI; shapes as checked by `crate::binary::check_raw_dots`.
@@ -97,7 +97,7 @@ pub unsafe fn raw_dots_multi(
     }
 }
 
-/// See [`crate::scalar::binary::xor_popcounts`].
+/// See the reference `xor_popcounts` (`scalar/binary.rs`).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI and VPOPCNTDQ; shapes as checked by `crate::binary::check_raw_dots`.

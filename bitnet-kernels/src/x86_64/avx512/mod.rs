@@ -7,10 +7,10 @@
 //! The files have the names of `x86_64/avx2/` for the op families with 512-bit kernels
 //! (`act`, `ternary`, `binary`, `float`, `qrows`, `q8q8`, `rope`, `attn`, `attn_group`).
 //! The others (the low-bit KV kernels, Hadamard, F16 -> Q8_0 re-encoding) have no 512-bit
-//! version yet: the `reuse_avx2!` list below forwards them to the AVX2 kernels, the one place
-//! this set reuses AVX2 wholesale. (`qrows.rs` and `q8q8.rs` also reuse AVX2 helpers of
-//! their own family, named in their imports; and `binary_xor_popcounts` falls back to
-//! AVX2 on a CPU without VPOPCNTDQ.)
+//! version yet: the `reuse_avx2!` list below forwards them to the [`Avx2`] token, and
+//! `binary_xor_popcounts` does so on a CPU without VPOPCNTDQ. That token-level forwarding is
+//! the only link to the AVX2 tree: no file here imports an AVX2 file (the helpers both sets
+//! use are in `x86_64/`: `f16c.rs`, `q6k.rs`, `rows.rs`, `exp.rs`).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -74,10 +74,10 @@ impl Avx512 {
     }
 }
 
-/// The op families with no 512-bit kernels yet: an `Avx512` runs the AVX2 kernels of the same
-/// name (its proof covers AVX2, see [`Avx512::avx2`]). This list is the one place AVX-512
-/// reuses whole AVX2 kernels (besides [`Avx512::binary_xor_popcounts`] on a CPU without
-/// VPOPCNTDQ).
+/// The op families with no 512-bit kernels yet: an `Avx512` calls the [`Avx2`] token's method
+/// of the same name (its proof covers AVX2, see [`Avx512::avx2`]). This list is the one place
+/// AVX-512 reuses whole AVX2 kernels (besides [`Avx512::binary_xor_popcounts`] on a CPU
+/// without VPOPCNTDQ).
 macro_rules! reuse_avx2 {
     ($( fn $name:ident(self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; )*) => {
         impl Avx512 {
@@ -95,9 +95,9 @@ macro_rules! reuse_avx2 {
 
 reuse_avx2! {
     fn attn_scores_kv(self, fmt: KvQuant, q: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
-    fn attn_weighted_sum_kv(self, fmt: KvQuant, w: &[f32], n_q: usize, v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]);
+    fn attn_weighted_sum_kv(self, fmt: KvQuant, w: &[f32], n_q: usize, v: &[u8], kv_stride: usize, n_pos: usize, out: &mut [f32]) -> bool;
     fn attn_scores_kv_int8_query(self, fmt: KvQuant, codes: &[i8], scales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
-    fn attn_scores_b1_xnor(self, qbits: &[u32], qscales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]);
+    fn attn_scores_b1_xnor(self, qbits: &[u32], qscales: &[f32], n_q: usize, k: &[u8], kv_stride: usize, n_pos: usize, scale: f32, out: &mut [f32]) -> bool;
     fn hadamard_rows(self, d: usize, x: &mut [f32]);
     fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]);
 }

@@ -1,15 +1,14 @@
 //! AVX-512 Q8_0 x Q8_0 products: the `--head q8` output head, as `avx2/q8q8.rs` at 512
 //! bits. Two blocks share a register; the int8 products use `vpdpbusd` with an offset
-//! instead of signs (see [`dot_q8_rows`]). The four-scale F16C read is the AVX2 file's,
-//! reused.
+//! instead of signs (see [`dot_q8_rows`]). The four-scale F16C read is the shared x86 one
+//! (`x86_64/f16c.rs`).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
-// AVX-512 reusing an AVX2 helper of the same op family.
-use crate::x86_64::avx2::q8q8::q8_scales4;
+use crate::x86_64::f16c::q8_scales4;
 use crate::x86_64::rows::ROWS;
 
 /// The f16 scales of two Q8_0 blocks (at `p` and `p + 34`) as lanes 0 and 1 of an xmm.

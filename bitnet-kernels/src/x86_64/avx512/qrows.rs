@@ -1,15 +1,15 @@
 //! AVX-512 block-quantized rows (Q8_0, Q6_K) times f32 vectors, as `avx2/qrows.rs` at 512
 //! bits: each row decoded in registers once for a tile of token rows (the shared tile walk
 //! `crate::x86_64::rows::matmul_tiles`). The Q8_0 block decoder also serves the Q8_0 KV
-//! cache (`attn.rs`). The Q6_K bit unpacking and the F16C scale read are
-//! the AVX2 file's, reused (they are 256-bit work either way).
+//! cache (`attn.rs`). The F16C scale read and the Q6_K code unpacking are the shared x86
+//! ones (`x86_64/f16c.rs`, `x86_64/q6k.rs`: 128- and 256-bit work either way).
 
 use std::arch::x86_64::*;
 
 use crate::float::RowFormat;
 use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
-// AVX-512 reusing AVX2 helpers of the same op family (`attn.rs` takes `f16_at` from here).
-pub(super) use crate::x86_64::avx2::qrows::{f16_at, q6k_quarters};
+use crate::x86_64::f16c::f16_at;
+use crate::x86_64::q6k::q6k_quarters;
 use crate::x86_64::rows;
 
 /// Dots of one Q8_0 row of `nb` blocks with `T` token rows of `x` (`xs` floats apart), 512

@@ -1,4 +1,4 @@
-//! AVX-512 RoPE: the rotations of `crate::scalar::rope`, 16 lanes at a time with masked
+//! AVX-512 RoPE: the rotations of `scalar/rope.rs`, 16 lanes at a time with masked
 //! tails, with the same multiplies and adds (no fused multiply-add), so bit for bit the
 //! reference's results.
 

@@ -87,7 +87,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
     out
 }
 
-/// See [`crate::scalar::ternary::raw_dots`].
+/// See the reference `raw_dots` (`scalar/ternary.rs`).
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
@@ -184,8 +184,8 @@ unsafe fn group4_batch<const T: usize>(
     out
 }
 
-/// See [`crate::scalar::ternary::raw_dots_multi`]: 4-row groups against 4 token rows at a
-/// time, token blocks of at most [`ACT_BLOCK_BYTES`] of activations.
+/// See the reference `raw_dots_multi` (`scalar/ternary.rs`): 4-row groups against 4 token
+/// rows at a time, token blocks of at most [`ACT_BLOCK_BYTES`] of activations.
 ///
 /// # Safety
 /// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.

@@ -1,0 +1,45 @@
+//! The Q6_K code unpacking both x86 sets use: the 6-bit codes of a half-block rebuilt from
+//! their low nibbles and 2-bit fields with 256-bit byte logic. The AVX-512 quantized-row
+//! kernel widens the same 256-bit codes to 512-bit floats, so the unpacking is shared here
+//! rather than written twice (the Q6_K layout is `crate::float::formats::Q6K_BLOCK_BYTES`).
+
+use std::arch::x86_64::*;
+
+/// The 6-bit codes (minus 32) of the four 32-element quarters of Q6_K half-block `n` of the
+/// block at `blk`, rebuilt with byte logic: low nibbles from `ql`, 2-bit fields from `qh`.
+///
+/// # Safety
+/// The block (210 bytes) must be readable; AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6k_quarters(blk: *const u8, n: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m2 = _mm256_set1_epi8(0x30);
+    // SAFETY: ql (64 bytes at 64 n) and qh (32 bytes at 128 + 32 n) lie inside the block.
+    let (la, lb, qh) = unsafe {
+        (
+            _mm256_loadu_si256(blk.add(64 * n).cast()),
+            _mm256_loadu_si256(blk.add(64 * n + 32).cast()),
+            _mm256_loadu_si256(blk.add(128 + 32 * n).cast()),
+        )
+    };
+    let q = [
+        _mm256_or_si256(
+            _mm256_and_si256(la, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(lb, m4),
+            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(la), m4),
+            _mm256_and_si256(qh, m2),
+        ),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(lb), m4),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m2),
+        ),
+    ];
+    q.map(|v| _mm256_sub_epi8(v, _mm256_set1_epi8(32)))
+}
