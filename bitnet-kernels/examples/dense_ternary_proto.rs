@@ -18,7 +18,7 @@
 //! That is 8 vector operations a 32 weights (2 compares, 3 adds, the multiply-add, the
 //! accumulation, one load) against the 2-bit kernel's 4.75 (its three shifts and four masks are
 //! shared by 128 weights), for 20% fewer bytes. Measured on the AVX2 machine of 2026-11-26
-//! (2 cores of an AMD EPYC, Zen 3), the figures are in the README's "Performance" section:
+//! (2 cores of an AMD EPYC, Zen 3), the figures are in `bench/2026-11-26-1a68c04-dense-ternary.md`:
 //! the dense kernel is bound by its arithmetic at about half the 2-bit kernel's rate per
 //! thread, so here it loses. It would win only where a thread's share of the bandwidth is
 //! below its decode rate (many cores on few memory channels), which nothing here can measure.

@@ -1,5 +1,5 @@
-//! Prints the ternary kernel figures as a table (the quick, non-criterion way to fill the
-//! README): hot decode GMAC/s, cold decode GB/s against a plain SIMD read of the same bytes,
+//! Prints the ternary kernel figures as a table (the quick, non-criterion way to fill a
+//! bench record, as `bench/2026-11-26-kernels-figures.md`): hot decode GMAC/s, cold decode GB/s against a plain SIMD read of the same bytes,
 //! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves).
 //!
 //! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...

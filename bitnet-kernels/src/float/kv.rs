@@ -315,8 +315,8 @@ pub fn b1_sign_query(q: &[f32], bits: &mut [u32], scales: &mut [f32]) {
 /// from [`b1_sign_query`]) against `n_pos` B1 key rows at byte stride `kv_stride`, by
 /// XNOR/popcount: `out[h * n_pos + p] = scale * Σ_b s_q * s_k * (2 popcount(!(q_b ^ k_b)) -
 /// 32)`. Every kernel set gives the scalar reference's bits. A 1-bit query loses most of
-/// the query's information; this is an opt-in speed path, see the README's KV section for
-/// what it costs.
+/// the query's information; this is an opt-in speed path (`docs/kv-cache.md`, "XNOR scores
+/// for sign keys", says what it costs).
 ///
 /// # Panics
 /// As [`attn_scores_kv`] for B1 rows of `32 * qbits.len() / n_q` values, and if
