@@ -1,5 +1,5 @@
 //! One forward pass's batch: the caller's [`BatchItem`]s (tokens of several sequences, each
-//! after what its sequence holds) laid out token by token ([`Batch`]): each token's
+//! after what its sequence holds) laid out token by token (`Batch`): each token's
 //! position, the KV block and slot its rows go to, its sequence's block table, and the
 //! logits rows wanted. The engine keeps one `Batch` (preallocated for its largest pass),
 //! fills it from the items, and hands it to the forward pass as an argument.

@@ -6,7 +6,7 @@
 //!
 //! [`Engine::forward`] evaluates one batch: every item's tokens after what its sequence
 //! holds, at their own positions. It reserves the items' KV blocks, lays the batch out, runs
-//! the layers ([`forward`]: every weight matrix streamed once for the whole batch, attention
+//! the layers (`forward.rs`: every weight matrix streamed once for the whole batch, attention
 //! over each token's own blocks) and hands out logits only for the rows that ask for them,
 //! one row at a time, into preallocated memory; then it commits the tokens to their
 //! sequences.

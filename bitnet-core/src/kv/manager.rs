@@ -1,6 +1,6 @@
 //! The KV manager: the one owner of the cache. It keeps the table of live sequences (each a
 //! token list and a block table, see [`Sequence`]), hands blocks out of the
-//! [`BlockPool`] and keeps their rows in the [`KvStorage`], and answers the questions a
+//! block pool (`blocks.rs`) and keeps their rows in the [`KvStorage`], and answers the questions a
 //! scheduler asks before it admits a request: how many blocks a sequence still needs, how
 //! many the pool can give, how much of a prompt the prefix cache already holds. Nothing
 //! outside `kv/` does block arithmetic.
@@ -8,8 +8,8 @@
 //! Sequences are created, forked (sharing blocks), truncated and freed here; a freed
 //! sequence's blocks stay in the prefix cache, and [`KvManager::reuse_prefix`] lets a new
 //! sequence start from the longest cached prefix of its prompt. The engine reserves blocks
-//! before a forward pass writes rows ([`KvManager::reserve`]) and commits the evaluated
-//! tokens after it ([`KvManager::commit`]).
+//! before a forward pass writes rows (`KvManager::reserve`) and commits the evaluated
+//! tokens after it (`KvManager::commit`).
 
 use bitnet_kernels::Isa;
 

@@ -1,11 +1,11 @@
 //! The paged KV cache, split by concern:
 //!
-//! - [`format`]: the element formats as a table (bytes per row, encoder, attention kernels);
-//! - [`storage`]: the K and V bytes of every block, and row encode/decode;
-//! - [`blocks`]: who holds which block (reference counts, free list, LRU) and the prefix
+//! - `format`: the element formats as a table (bytes per row, encoder, attention kernels);
+//! - `storage`: the K and V bytes of every block, and row encode/decode;
+//! - `blocks`: who holds which block (reference counts, free list, LRU) and the prefix
 //!   index of blocks that hold a known token prefix;
-//! - [`manager`]: the one owner of all three and of the sequences' block tables
-//!   ([`sequence`]); it answers admission questions (blocks needed, blocks available, a
+//! - `manager`: the one owner of all three and of the sequences' block tables
+//!   (`sequence`); it answers admission questions (blocks needed, blocks available, a
 //!   cached prefix to reuse) so the scheduler never does block arithmetic.
 
 mod blocks;

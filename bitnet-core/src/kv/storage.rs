@@ -1,7 +1,7 @@
 //! The bytes of the KV cache: every layer's K and V rows for a fixed number of blocks of
 //! `block_tokens` positions, allocated once (64-byte aligned) and never grown, with the row
 //! encoders and decoders of the chosen formats. Which block belongs to whom is not known
-//! here ([`super::blocks`] and [`super::manager`] keep that).
+//! here (`blocks.rs` and `manager.rs` keep that).
 //!
 //! Layout: `k[layer][kv head][block][position in block][head_dim]` in K's format's bytes
 //! (V the same in V's format: the two are chosen independently), each head's part of a

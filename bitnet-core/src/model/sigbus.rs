@@ -37,7 +37,7 @@ pub fn sigbus_message(path: &Path) -> String {
     )
 }
 
-/// Installs (once per process) a SIGBUS handler that writes [`sigbus_message`] for `path`
+/// Installs (once per process) a SIGBUS handler that writes `sigbus_message(path)` for `path`
 /// and exits with status 128 + SIGBUS. A later call only replaces the file named (the last
 /// mapped file is the one reported). Returns an error if the handler could not be installed;
 /// the process then keeps the default behaviour, which is safe, only silent.

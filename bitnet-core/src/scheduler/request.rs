@@ -20,7 +20,7 @@ pub struct GenParams {
     pub stop: Vec<String>,
     /// Keep generating past end-of-generation tokens.
     pub ignore_eos: bool,
-    /// Keep the sequence and its KV when done, for [`Scheduler::submit_on`].
+    /// Keep the sequence and its KV when done, for [`super::Scheduler::submit_on`].
     pub keep: bool,
     /// What happens when the sequence fills its context.
     pub context: ContextPolicy,
@@ -39,7 +39,7 @@ impl Default for GenParams {
     }
 }
 
-/// What a request wants besides [`GenParams`] (see [`Scheduler::submit_with`]).
+/// What a request wants besides [`GenParams`] (see [`super::Scheduler::submit_with`]).
 #[derive(Clone, Debug, Default)]
 pub struct SubmitOptions {
     /// Report each sampled token's log probability and this many most likely tokens.
