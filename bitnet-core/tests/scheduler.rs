@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bitnet_core::CoreError;
 use bitnet_core::kv::SeqId;
 use bitnet_core::model::Model;
 use bitnet_core::sampling::SamplerConfig;
@@ -242,9 +243,18 @@ fn too_long_is_refused_and_too_many_wait() {
     let err = s.submit(&random_tokens(129, 1), greedy(4)).unwrap_err();
     assert!(err.to_string().contains("context"), "{err}");
     assert!(s.submit(&[], greedy(4)).is_err(), "an empty prompt");
-    assert!(
-        s.submit(&[100_000], greedy(4)).is_err(),
-        "a token past the vocabulary"
+    assert!(matches!(
+        s.submit(&[3, 100_000], greedy(4)),
+        Err(CoreError::TokenOutOfRange {
+            token: 100_000,
+            index: 1,
+            ..
+        })
+    ));
+    assert_eq!(
+        s.engine().kv().stats().sequences,
+        0,
+        "a refused request leaves no sequence behind"
     );
     // Three requests of 60 tokens each (4 blocks each): two fit at once, one waits.
     let ids: Vec<SeqId> = (0..3)

@@ -4,7 +4,7 @@
 //! `-t` is read, `args/model.rs`.)
 
 use anyhow::{Result, bail};
-use bitnet_core::engine::{EngineOptions, default_threads};
+use bitnet_core::engine::EngineOptions;
 use bitnet_core::kv::KvStorage;
 use bitnet_core::model::Model;
 
@@ -27,11 +27,7 @@ pub fn context_bytes(model: &Model, opts: &EngineOptions, n_ctx: usize) -> (u64,
         opts.block_tokens,
     );
     let kv = u64::try_from(kv).unwrap_or(u64::MAX);
-    let threads = if opts.threads == 0 {
-        default_threads()
-    } else {
-        opts.threads
-    };
+    let threads = opts.thread_count();
     let f32s = (threads as u128 * cfg.gqa_group() as u128 + cfg.rope_dim as u128)
         .saturating_mul(n_ctx as u128);
     let other = u64::try_from(f32s.saturating_mul(4)).unwrap_or(u64::MAX);

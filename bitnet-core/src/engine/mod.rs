@@ -92,6 +92,17 @@ impl Default for EngineOptions {
     }
 }
 
+impl EngineOptions {
+    /// The threads a pass runs on: `threads`, or the physical cores when it is 0.
+    pub fn thread_count(&self) -> usize {
+        if self.threads == 0 {
+            default_threads()
+        } else {
+            self.threads
+        }
+    }
+}
+
 /// Positions per KV block by default (`bitnet bench --kv-block` measures other sizes).
 pub const DEFAULT_BLOCK_TOKENS: usize = 16;
 
@@ -127,7 +138,7 @@ impl Engine {
     pub fn new(model: Arc<Model>, opts: &EngineOptions) -> Result<Engine, CoreError> {
         let cfg = &model.config;
         let n_ctx = if opts.n_ctx == 0 {
-            cfg.n_ctx_train.clamp(1, 4096)
+            model.default_n_ctx()
         } else {
             opts.n_ctx
         };
@@ -276,10 +287,22 @@ impl Engine {
         }
     }
 
+    /// Refuses a token id outside the vocabulary (naming the first one and its index).
+    pub(crate) fn check_token_ids(&self, tokens: &[u32]) -> Result<(), CoreError> {
+        let n_vocab = self.n_vocab();
+        match tokens.iter().position(|&t| t as usize >= n_vocab) {
+            Some(index) => Err(CoreError::TokenOutOfRange {
+                token: tokens[index],
+                index,
+                n_vocab,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Checks a batch before anything is reserved: its size, one item per sequence, token
     /// ids in the vocabulary, and room in every sequence.
     fn check(&self, items: &[BatchItem<'_>]) -> Result<usize, CoreError> {
-        let n_vocab = self.model.config.n_vocab;
         let total: usize = items.iter().map(|it| it.tokens.len()).sum();
         if total == 0 {
             return Err(CoreError::EmptyInput);
@@ -301,18 +324,7 @@ impl Engine {
                     reason: format!("sequence {} appears twice in one batch", it.seq),
                 });
             }
-            if let Some((index, &token)) = it
-                .tokens
-                .iter()
-                .enumerate()
-                .find(|&(_, &t)| t as usize >= n_vocab)
-            {
-                return Err(CoreError::TokenOutOfRange {
-                    token,
-                    index,
-                    n_vocab,
-                });
-            }
+            self.check_token_ids(it.tokens)?;
             let n_past = self.kv.sequence(it.seq)?.len();
             if n_past + it.tokens.len() > max_pos {
                 return Err(CoreError::ContextOverflow {

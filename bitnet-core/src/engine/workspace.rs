@@ -61,11 +61,7 @@ impl Workspace {
         kv: &KvManager,
     ) -> Result<Workspace, CoreError> {
         let cfg = &model.config;
-        let threads = if opts.threads == 0 {
-            super::default_threads()
-        } else {
-            opts.threads
-        };
+        let threads = opts.thread_count();
         let pin = if opts.pin {
             PinPolicy::Cores
         } else {

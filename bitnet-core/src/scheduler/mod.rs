@@ -197,18 +197,8 @@ impl Scheduler {
         if prompt.is_empty() {
             return Err(CoreError::EmptyInput);
         }
+        self.engine.check_token_ids(prompt)?;
         let n_vocab = self.engine.n_vocab();
-        if let Some((index, &token)) = prompt
-            .iter()
-            .enumerate()
-            .find(|&(_, &t)| t as usize >= n_vocab)
-        {
-            return Err(CoreError::TokenOutOfRange {
-                token,
-                index,
-                n_vocab,
-            });
-        }
         let base = self.engine.kv().sequence(seq)?.len() - usize::from(again);
         let max_len = self.engine.kv().max_seq_len();
         params.context.validate(max_len)?;
