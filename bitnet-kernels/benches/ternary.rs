@@ -22,6 +22,8 @@ use bitnet_kernels::{
 };
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
+// The table-lookup prototypes are x86 (AVX-512 `vpermw`, AVX2 `pshufb`).
+#[cfg(target_arch = "x86_64")]
 mod tl_proto;
 
 const SHAPES: [(&str, usize, usize); 5] = [
@@ -291,7 +293,10 @@ fn binary(c: &mut Criterion) {
 }
 
 fn table_lookup(c: &mut Criterion) {
+    #[cfg(target_arch = "x86_64")]
     tl_proto::bench(c);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = c;
 }
 
 criterion_group!(benches, hot, cold, prefill, binary, table_lookup);

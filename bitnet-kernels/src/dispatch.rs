@@ -5,7 +5,8 @@
 //! [`token`] turns an `Isa` into a proof token: a value that can only be built once the CPU
 //! features of its set were detected (once per process, each behind a `OnceLock`), so its
 //! methods are safe. A set this CPU cannot run is lowered to the best one it can (AVX-512 to
-//! AVX2, either to scalar): a wrong `Isa` argument costs speed, never soundness. `None` means
+//! AVX2, I8MM to dotprod to NEON, any to scalar): a wrong `Isa` argument costs speed, never
+//! soundness. `None` means
 //! the scalar reference kernels (`crate::scalar`).
 //!
 //! The safe API modules (`crate::act`, `crate::ternary`, `crate::float`, ...) check shapes,
@@ -16,12 +17,14 @@
 //! kernel, the scalar reference for rows too far apart for a kernel's gathers. No SIMD tree
 //! calls `crate::scalar`.
 //!
-//! Adding an instruction set (say `src/aarch64/neon/`) is a variant of [`Simd`] holding its
-//! token type (with the same method names), cfg-gated to its architecture like the x86
-//! ones, an arm in [`token`], and the set's arm in `forward!` below.
+//! Adding an instruction set is a variant of [`Simd`] holding its token type (with the same
+//! method names), cfg-gated to its architecture, an arm in [`token`], and the set's arm in
+//! `forward!` below.
 
 use std::ops::Range;
 
+#[cfg(target_arch = "aarch64")]
+use crate::aarch64::{dotprod::Dotprod, i8mm::I8mm, neon::Neon};
 use crate::binary::BinaryMatrix;
 use crate::float::RowFormat;
 use crate::float::kv::KvQuant;
@@ -38,6 +41,12 @@ pub enum Simd {
     Avx2(Avx2),
     #[cfg(target_arch = "x86_64")]
     Avx512(Avx512),
+    #[cfg(target_arch = "aarch64")]
+    Neon(Neon),
+    #[cfg(target_arch = "aarch64")]
+    Dotprod(Dotprod),
+    #[cfg(target_arch = "aarch64")]
+    I8mm(I8mm),
 }
 
 /// The SIMD set to run for `isa`: the set itself if this CPU runs it, else the best set below
@@ -54,17 +63,33 @@ pub fn token(isa: Isa) -> Option<Simd> {
             .or_else(|| Avx2::new().map(Simd::Avx2)),
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::Avx512 => None,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => Neon::new().map(Simd::Neon),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Dotprod => Dotprod::new()
+            .map(Simd::Dotprod)
+            .or_else(|| Neon::new().map(Simd::Neon)),
+        #[cfg(target_arch = "aarch64")]
+        Isa::I8mm => I8mm::new()
+            .map(Simd::I8mm)
+            .or_else(|| Dotprod::new().map(Simd::Dotprod))
+            .or_else(|| Neon::new().map(Simd::Neon)),
+        #[cfg(not(target_arch = "aarch64"))]
+        Isa::Neon | Isa::Dotprod | Isa::I8mm => None,
     }
 }
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched: a
 /// hint for loops whose source the hardware prefetchers lose. Not a kernel (x86-64's
-/// prefetch is baseline SSE, it needs no token); nothing on targets without a hint here.
+/// prefetch is baseline SSE, AArch64's `PRFM` is in the base ISA: neither needs a token);
+/// nothing on targets without a hint here.
 #[inline(always)]
 pub(crate) fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
     #[cfg(target_arch = "x86_64")]
     crate::x86_64::prefetch_lines(bytes, at, n);
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    crate::aarch64::prefetch_lines(bytes, at, n);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (bytes, at, n);
 }
 
@@ -75,13 +100,22 @@ macro_rules! forward {
             $(
                 #[inline]
                 #[allow(clippy::too_many_arguments)]
-                #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+                #[cfg_attr(
+                    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+                    allow(unused_variables)
+                )]
                 pub fn $name(self $(, $arg: $ty)*) $(-> $ret)? {
                     match self {
                         #[cfg(target_arch = "x86_64")]
                         Simd::Avx2(k) => k.$name($($arg),*),
                         #[cfg(target_arch = "x86_64")]
                         Simd::Avx512(k) => k.$name($($arg),*),
+                        #[cfg(target_arch = "aarch64")]
+                        Simd::Neon(k) => k.$name($($arg),*),
+                        #[cfg(target_arch = "aarch64")]
+                        Simd::Dotprod(k) => k.$name($($arg),*),
+                        #[cfg(target_arch = "aarch64")]
+                        Simd::I8mm(k) => k.$name($($arg),*),
                     }
                 }
             )*

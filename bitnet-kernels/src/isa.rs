@@ -1,5 +1,6 @@
 //! Which instruction set the kernels run on: detected once per process, or forced by the
-//! user (`BITNET_KERNEL=scalar|avx2|avx512`, `--kernel` in the CLI) to rule out a SIMD bug.
+//! user (`BITNET_KERNEL=scalar|avx2|avx512|neon|dotprod|i8mm`, `--kernel` in the CLI) to rule
+//! out a SIMD bug.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -9,7 +10,8 @@ use crate::error::KernelError;
 /// Environment variable that forces a kernel set for the whole process.
 pub const KERNEL_ENV: &str = "BITNET_KERNEL";
 
-/// A kernel set. Ordered from least to most capable.
+/// A kernel set. Within one architecture, ordered from least to most capable; a CPU only ever
+/// runs scalar and the sets of its own architecture.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
     /// Portable Rust, the reference for every kernel.
@@ -18,16 +20,34 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later).
     Avx512,
+    /// AArch64 Advanced SIMD (every ARMv8-A core: Apple M, Cortex-A53 and later, Graviton).
+    Neon,
+    /// NEON + the ARMv8.2 dot products SDOT/UDOT (Apple M1 and later, Cortex-A76 as in the
+    /// Raspberry Pi 5, Neoverse N1 / Graviton 2 and later).
+    Dotprod,
+    /// Dotprod + the ARMv8.6 int8 matrix multiply SMMLA (Apple M2 and later, Graviton 3,
+    /// Neoverse V1/N2).
+    I8mm,
 }
 
 impl Isa {
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 6] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::Avx512,
+        Isa::Neon,
+        Isa::Dotprod,
+        Isa::I8mm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "dotprod",
+            Isa::I8mm => "i8mm",
         }
     }
 
@@ -36,6 +56,9 @@ impl Isa {
             "scalar" => Ok(Isa::Scalar),
             "avx2" => Ok(Isa::Avx2),
             "avx512" | "avx-512" => Ok(Isa::Avx512),
+            "neon" => Ok(Isa::Neon),
+            "dotprod" => Ok(Isa::Dotprod),
+            "i8mm" => Ok(Isa::I8mm),
             _ => Err(KernelError::UnknownIsa {
                 name: name.to_string(),
             }),
@@ -78,6 +101,18 @@ impl Isa {
             }
             #[cfg(not(target_arch = "x86_64"))]
             Isa::Avx2 | Isa::Avx512 => Some("x86_64"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => (!std::arch::is_aarch64_feature_detected!("neon")).then_some("neon"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Dotprod => Isa::Neon.missing_feature().or_else(|| {
+                (!std::arch::is_aarch64_feature_detected!("dotprod")).then_some("dotprod")
+            }),
+            #[cfg(target_arch = "aarch64")]
+            Isa::I8mm => Isa::Dotprod
+                .missing_feature()
+                .or_else(|| (!std::arch::is_aarch64_feature_detected!("i8mm")).then_some("i8mm")),
+            #[cfg(not(target_arch = "aarch64"))]
+            Isa::Neon | Isa::Dotprod | Isa::I8mm => Some("aarch64"),
         }
     }
 
@@ -146,7 +181,7 @@ mod tests {
             assert_eq!(Isa::parse(isa.name()).unwrap(), isa);
         }
         assert!(matches!(
-            Isa::parse("neon"),
+            Isa::parse("sve2"),
             Err(KernelError::UnknownIsa { .. })
         ));
     }

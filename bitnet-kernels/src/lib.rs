@@ -53,6 +53,8 @@
 // Index loops over lanes, tiles and block positions read more plainly than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
 pub mod act;
 pub mod aligned;
 pub mod binary;
@@ -65,6 +67,8 @@ pub mod isa;
 pub mod probe;
 pub mod scalar;
 pub mod ternary;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod token_entries;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
 

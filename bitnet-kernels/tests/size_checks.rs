@@ -33,7 +33,7 @@ fn ternary_products_refuse_a_token_count_that_wraps() {
 }
 
 /// The per-kernel-set entry point checks on its own, not only through the wrapper above.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[test]
 fn simd_ternary_products_refuse_a_token_count_that_wraps() {
     let w = TernaryMatrix::from_trits(&[1i8; 256 * 256], 256, 256, 1.0).unwrap();
@@ -51,7 +51,7 @@ fn simd_ternary_products_refuse_a_token_count_that_wraps() {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[test]
 fn binary_products_refuse_a_token_count_that_wraps() {
     let w = BinaryMatrix::from_signs(&[1i8; 256 * 256], 256, 256, 1.0).unwrap();

@@ -6,9 +6,9 @@
 //! safe; they are the one place the tree's `#[target_feature]` kernels are called from.
 //! `crate::dispatch` turns an `Isa` into one of them.
 //!
-//! What the two trees share lives here, not in either tree: `entries.rs` (the token methods
-//! both have, one list), `rows.rs` (the row and token walks of the float kernels, which do
-//! not depend on the lane width, and each tree's glue to them), `exp.rs` (the constants of
+//! What the two trees share lives here, not in either tree (the token methods every SIMD set
+//! has are one list for all sets, `crate::token_entries`): `rows.rs` (the row and token
+//! walks of the float kernels, which do not depend on the lane width, and each tree's glue), `exp.rs` (the constants of
 //! the vectorized `exp`), `f16c.rs` (F16C reads of block scales) and `q6k.rs` (the Q6_K code
 //! unpacking). Neither tree imports the other's files, and none of this calls the scalar
 //! kernels: portable definitions that every set needs (the int8 rounding of one value, the
@@ -19,7 +19,6 @@
 
 pub mod avx2;
 pub mod avx512;
-mod entries;
 mod exp;
 mod f16c;
 mod q6k;

@@ -1,7 +1,7 @@
 //! The AVX2 + FMA + F16C kernel set (Haswell and later, Zen). [`Avx2`] is the proof that the
 //! CPU has those features: it can only be built after detection, so its methods are safe.
 //! They are the one place this tree's `#[target_feature]` kernels are called from: the
-//! methods both x86 sets have come from `x86_64/entries.rs` (they call the kernel of the same
+//! methods both x86 sets have come from `src/token_entries.rs` (they call the kernel of the same
 //! name in this tree's files), the AVX2-only ones are written out below.
 //!
 //! One file per op family, the same names as `scalar/` and `x86_64/avx512/`: `act`,
@@ -56,8 +56,8 @@ impl Avx2 {
         Avx2 { _proof: () }
     }
 
-    // The methods both x86 tokens have (`x86_64/entries.rs`).
-    super::entries::token_entries!();
+    // The methods every SIMD token has (`src/token_entries.rs`).
+    crate::token_entries::token_entries!();
 
     pub fn binary_xor_popcounts(
         self,

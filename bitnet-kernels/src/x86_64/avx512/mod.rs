@@ -2,7 +2,7 @@
 //! Sapphire Rapids, Zen 4 and later). [`Avx512`] is the proof that the CPU has them: it can
 //! only be built after detection, so its methods are safe. They are the one place this
 //! tree's `#[target_feature]` kernels are called from: the methods both x86 sets have come
-//! from `x86_64/entries.rs` (they call the kernel of the same name in this tree's files).
+//! from `src/token_entries.rs` (they call the kernel of the same name in this tree's files).
 //!
 //! The files have the names of `x86_64/avx2/` for the op families with 512-bit kernels
 //! (`act`, `ternary`, `binary`, `float`, `qrows`, `q8q8`, `rope`, `attn`, `attn_group`).
@@ -53,8 +53,8 @@ impl Avx512 {
         unsafe { Avx2::new_unchecked() }
     }
 
-    // The methods both x86 tokens have (`x86_64/entries.rs`).
-    super::entries::token_entries!();
+    // The methods every SIMD token has (`src/token_entries.rs`).
+    crate::token_entries::token_entries!();
 
     pub fn binary_xor_popcounts(
         self,

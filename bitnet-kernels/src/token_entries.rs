@@ -1,23 +1,22 @@
-//! The safe entry points both x86 tokens have: [`token_entries!`] expands, inside the
-//! `impl` of [`super::avx2::Avx2`] and of [`super::avx512::Avx512`], to one method per kernel
-//! that both trees implement. Each method checks what its kernel reads through raw pointers
-//! (where the kernel does not check it itself), then calls the kernel of the same name in
-//! the invoking tree (`act::absmax` is `avx2::act::absmax` in one, `avx512::act::absmax` in
-//! the other): the same file and function names in every tree are what lets one list serve
-//! both. These methods, and the few each token adds for itself in its `mod.rs`, are the only
+//! The safe entry points every SIMD token has: [`token_entries!`] expands, inside the `impl`
+//! of each token (`Avx2`, `Avx512`, `Neon`), to one method per kernel that every full tree
+//! implements. Each method checks what its kernel reads through raw pointers (where the
+//! kernel does not check it itself), then calls the kernel of the same name in the invoking
+//! tree (`act::absmax` is `avx2::act::absmax` in one, `neon::act::absmax` in another): the
+//! same file and function names in every tree are what lets one list serve them all. These methods, and the few each token adds for itself in its `mod.rs`, are the only
 //! place the `#[target_feature]` kernels are called from safe code.
 //!
 //! Every `unsafe` block here rests on the same two facts: `self` is a token of the invoking
 //! set, which only exists once that set's CPU features were detected, and the shapes the
 //! kernel reads were checked (by the kernel itself, or just above the call).
 
-/// The methods of an x86 token for the kernels both x86 trees implement; see the module docs.
+/// The methods of a SIMD token for the kernels every full tree implements; see the module docs.
 macro_rules! token_entries {
     () => {
         // Activations (`crate::act`, `crate::probe`).
 
         pub fn absmax(self, x: &[f32]) -> f32 {
-            // SAFETY: `self` proves the target features (module docs of `x86_64::entries`).
+            // SAFETY: `self` proves the target features (module docs of `token_entries`).
             unsafe { act::absmax(x) }
         }
 
@@ -334,4 +333,4 @@ macro_rules! token_entries {
     };
 }
 
-pub(super) use token_entries;
+pub(crate) use token_entries;

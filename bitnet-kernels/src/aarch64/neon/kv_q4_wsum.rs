@@ -1,0 +1,1 @@
+// PLACEHOLDER: the scalar reference until the NEON kernel lands.

@@ -1,0 +1,176 @@
+//! The NEON kernel set (ARMv8-A Advanced SIMD, every AArch64 core). [`Neon`] is the proof that
+//! the CPU has it: it can only be built after detection, so its methods are safe. They are
+//! the one place this tree's `#[target_feature]` kernels are called from: the methods every
+//! full tree has come from `src/token_entries.rs`, the rest are written out below.
+//!
+//! One file per op family, the names of `scalar/`: `act`, `ternary`, `binary`, `float`,
+//! `qrows`, `q8q8`, `rope`, `attn`, `attn_group`, `kv`, `kv_int8`, `kv_q4_wsum`,
+//! `kv_b1_xnor`, `hadamard`, `requant`. Integer products here use the baseline widening
+//! multiplies (`SMULL`/`SMLAL` + `SADALP`); the `dotprod` and `i8mm` trees replace the ones
+//! their instructions speed up.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use crate::binary::BinaryMatrix;
+use crate::float::kv::KvQuant;
+use crate::isa::Isa;
+
+mod act;
+mod attn;
+mod attn_group;
+mod binary;
+mod float;
+mod hadamard;
+mod kv;
+mod kv_b1_xnor;
+mod kv_int8;
+mod kv_q4_wsum;
+mod q8q8;
+mod qrows;
+mod requant;
+mod rope;
+mod ternary;
+
+/// Proof that Advanced SIMD (NEON) was detected.
+#[derive(Copy, Clone, Debug)]
+pub struct Neon {
+    _proof: (),
+}
+
+impl Neon {
+    /// `Some` if this CPU runs the NEON kernel set (detected once per process).
+    #[inline]
+    pub fn new() -> Option<Self> {
+        static OK: OnceLock<bool> = OnceLock::new();
+        OK.get_or_init(|| Isa::Neon.is_available())
+            .then_some(Neon { _proof: () })
+    }
+
+    /// # Safety
+    /// The CPU must support NEON.
+    pub(crate) unsafe fn new_unchecked() -> Self {
+        Neon { _proof: () }
+    }
+
+    // The methods every SIMD token has (`src/token_entries.rs`).
+    crate::token_entries::token_entries!();
+
+    pub fn binary_xor_popcounts(
+        self,
+        w: &BinaryMatrix,
+        x: &[u64],
+        rows: Range<usize>,
+        words: Range<usize>,
+        out: &mut [i32],
+    ) {
+        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { binary::xor_popcounts(w, x, rows, words, out) }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_kv(
+        self,
+        fmt: KvQuant,
+        q: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let (ql, kl, ol) = (q.len(), k.len(), out.len());
+        crate::float::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { kv::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) }
+    }
+
+    /// Always `true`: NEON has no gathers, so no row distance is out of reach.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_weighted_sum_kv(
+        self,
+        fmt: KvQuant,
+        w: &[f32],
+        n_q: usize,
+        v: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        out: &mut [f32],
+    ) -> bool {
+        let (ol, vl, wl) = (out.len(), v.len(), w.len());
+        crate::float::kv::check(
+            "attn_weighted_sum_kv",
+            fmt,
+            ol,
+            n_q,
+            vl,
+            kv_stride,
+            n_pos,
+            wl,
+        );
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { kv::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out) };
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_kv_int8_query(
+        self,
+        fmt: KvQuant,
+        codes: &[i8],
+        scales: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        crate::float::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe {
+            kv_int8::attn_scores_int8_query(
+                fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out,
+            )
+        }
+    }
+
+    /// Always `true` (no gathers here, see [`Self::attn_weighted_sum_kv`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_scores_b1_xnor(
+        self,
+        qbits: &[u32],
+        qscales: &[f32],
+        n_q: usize,
+        k: &[u8],
+        kv_stride: usize,
+        n_pos: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) -> bool {
+        crate::float::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe {
+            kv_b1_xnor::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out)
+        };
+        true
+    }
+
+    /// Rows of `d` values, `d` a power of two of at least 8.
+    pub fn hadamard_rows(self, d: usize, x: &mut [f32]) {
+        crate::float::hadamard::check_rows(d, x);
+        assert!(d >= crate::float::hadamard::SIMD_MIN_ROW);
+        for row in x.chunks_exact_mut(d) {
+            // SAFETY: `self` proves the target features; the row is a power of two >= 8.
+            unsafe { hadamard::fwht(row) };
+        }
+    }
+
+    pub fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
+        crate::float::requant::check_f16_q8_0(src, out);
+        // SAFETY: `self` proves the target features; lengths checked above.
+        unsafe { requant::f16_q8_0(src, out) }
+    }
+}
