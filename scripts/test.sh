@@ -2,7 +2,10 @@
 # The test suite, as CI runs it: everything with the best kernels this CPU has, then the
 # whole suite again with the scalar kernels forced, so the fallbacks stay honest; and the
 # embedding examples of bitnet-core run on the shipped model (they exit non-zero when they
-# fail). Needs ../shared beside the checkout (test data); see README.md and ../shared/data/README.md.
+# fail); then, on an x86-64 Linux machine, the AArch64 pass under emulation
+# (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
+# shipped model's text; it installs the cross tools it needs). Needs ../shared beside the
+# checkout (test data); see README.md and ../shared/data/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every core by default; JOBS=N to share the machine.
@@ -17,3 +20,10 @@ for example in generate chat serve_threads; do
   cargo run -q -j "$jobs" -p bitnet-core --example "$example" -- models/shakespeare.gguf
 done
 BITNET_KERNEL=scalar cargo test --workspace -j "$jobs"
+if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
+  if [ "${BITNET_SKIP_ARM:-0}" = 1 ]; then
+    echo "== ARM pass SKIPPED (BITNET_SKIP_ARM=1): the ARM kernels were not tested" >&2
+  else
+    JOBS="$jobs" ./scripts/test-arm.sh
+  fi
+fi

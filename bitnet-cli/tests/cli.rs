@@ -450,3 +450,53 @@ fn bench_compare_flags_regressions_beyond_the_spread() {
     // Without --fail-on-regress the same comparison exits 0.
     run_ok(bitnet().args(["bench", "--compare"]).arg(&old).arg(&worse));
 }
+
+#[test]
+fn inspect_names_the_kernel_set_and_what_the_cpu_runs() {
+    let model = tiny_model();
+    let available: Vec<&str> = bitnet_kernels::Isa::available()
+        .into_iter()
+        .map(bitnet_kernels::Isa::name)
+        .collect();
+    let best = bitnet_kernels::Isa::best().name();
+    let r = inspect_json(model, &[]);
+    // The suite also runs with BITNET_KERNEL=scalar: the report follows the variable.
+    let expected = std::env::var("BITNET_KERNEL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| best.to_owned());
+    assert_eq!(r["kernels"]["selected"], expected.as_str());
+    assert_eq!(r["kernels"]["available"], serde_json::json!(available));
+    let out = run_ok(
+        bitnet()
+            .arg("inspect")
+            .arg(model)
+            .env("BITNET_KERNEL", "scalar"),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().find(|l| l.starts_with("kernels: ")).unwrap();
+    assert!(
+        line.starts_with("kernels: scalar (this CPU runs: scalar"),
+        "{line}"
+    );
+    // A set this CPU cannot run is named with the reason, not silently replaced.
+    let foreign = if cfg!(target_arch = "aarch64") {
+        "avx2"
+    } else {
+        "neon"
+    };
+    let r = inspect_json_env(model, foreign);
+    let selected = r["kernels"]["selected"].as_str().unwrap();
+    assert!(selected.starts_with("none (BITNET_KERNEL"), "{selected}");
+}
+
+fn inspect_json_env(path: &Path, kernel: &str) -> Value {
+    let out = run_ok(
+        bitnet()
+            .arg("inspect")
+            .arg(path)
+            .arg("--json")
+            .env("BITNET_KERNEL", kernel),
+    );
+    serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
+}

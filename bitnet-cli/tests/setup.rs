@@ -19,6 +19,10 @@ fn readme_says_how_to_install_and_what_is_needed() {
         "rustfmt",
         "clippy",
         "`cc`",
+        "scripts/setup-arm.sh",
+        "gcc-aarch64-linux-gnu",
+        "qemu-user",
+        "xcode-select --install",
     ] {
         assert!(readme.contains(needle), "README lacks {needle:?}");
     }
@@ -44,6 +48,7 @@ fn scripts_build_with_every_core() {
     for script in [
         ".ci/run",
         "scripts/test.sh",
+        "scripts/test-arm.sh",
         "scripts/demo.sh",
         "scripts/bench-record.sh",
         "scripts/perf.sh",

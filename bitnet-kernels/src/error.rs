@@ -5,7 +5,9 @@ use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KernelError {
-    #[error("unknown kernel set {name:?} (expected one of: scalar, avx2, avx512)")]
+    #[error(
+        "unknown kernel set {name:?} (expected one of: scalar, avx2, avx512, neon, dotprod, i8mm)"
+    )]
     UnknownIsa { name: String },
     #[error("kernel set {isa} was requested but this CPU lacks {missing}")]
     IsaUnavailable {

@@ -11,10 +11,15 @@
 //! src/scalar/       the reference kernel of every op: the specification
 //! src/x86_64/avx2/     AVX2 kernels and the Avx2 token, one file per op family
 //! src/x86_64/avx512/   AVX-512 kernels and the Avx512 token, the same file names
-//! src/x86_64/{entries,rows,exp,f16c,q6k}.rs   what the two x86 sets share
+//! src/x86_64/{rows,exp,f16c,q6k}.rs   what the two x86 sets share
+//! src/aarch64/neon/    NEON kernels of every op and the Neon token
+//! src/aarch64/dotprod/ SDOT integer products and the Dotprod token (the rest: NEON's)
+//! src/aarch64/i8mm/    SMMLA multi-token products and the I8mm token (the rest: dotprod's)
+//! src/aarch64/*.rs     what the ARM sets share (asm.rs: SDOT, SMMLA, f16 conversions)
+//! src/token_entries.rs the token methods every full set has (Avx2, Avx512, Neon)
 //! ```
 //!
-//! Op families and their files (in `scalar/`, `x86_64/avx2/`, `x86_64/avx512/`): `act`,
+//! Op families and their files (in `scalar/`, `x86_64/avx2/`, `aarch64/neon/`, ...): `act`,
 //! `ternary`, `binary`, `float` (dense float), `qrows` (quantized rows), `q8q8`, `rope`,
 //! `attn`, `attn_group` (grouped-query attention over f16), `kv`, `kv_int8`, `kv_q4_wsum`,
 //! `kv_b1_xnor`, `hadamard`, `requant`. The AVX-512 tree has no KV, Hadamard or requant
@@ -25,8 +30,9 @@
 //! several trees need lives above them: portable definitions every set must agree on (the
 //! rounding of one activation in [`act`], the f16 conversions and the chunked path of
 //! quantized rows in [`float`], KV format details in [`float::kv`]) in the API modules;
-//! helpers the x86 sets share, with their `#[target_feature]`, in `x86_64/`. Sets are linked
-//! only at the token level (AVX-512's forwarding list).
+//! helpers an architecture's sets share, with their `#[target_feature]`, in `x86_64/` and
+//! `aarch64/`. Sets are linked only at the token level (AVX-512's forwarding list, and the
+//! ARM levels' `reuse_neon!` / `reuse_dotprod!`).
 //!
 //! **Dispatch.** Every API function takes an [`Isa`]; [`dispatch::token`] turns it into a
 //! proof token of the best set at most that capable which this CPU runs (so a wrong `Isa`
@@ -37,12 +43,13 @@
 //! and the API takes the reference path. Hot loops stay inside the `#[target_feature]`
 //! functions, so intrinsics inline.
 //!
-//! **Adding an instruction set** (e.g. `src/aarch64/neon/`): an [`Isa`] variant and its
-//! feature check (`src/isa.rs`); its kernels under the file and function names of `scalar/`,
-//! importing only the API modules and its own architecture's shared helpers
-//! (`src/aarch64/`); a token type, built only after detection, with the methods
-//! [`dispatch::Simd`] forwards (`Avx2`'s are the full list; an op with no kernel yet can
-//! forward to another set's token, or decline where its method returns `bool`); then a
+//! **Adding an instruction set** (say SVE2 in `src/aarch64/sve2/`): an [`Isa`] variant and
+//! its feature check (`src/isa.rs`); its kernels under the file and function names of
+//! `scalar/`, importing only the API modules and its own architecture's shared helpers
+//! (`src/aarch64/*.rs`); a token type, built only after detection, with the methods
+//! [`dispatch::Simd`] forwards (`token_entries!` plus `Neon`'s own are the full list; an op
+//! with no kernel yet can forward to another set's token, as `Dotprod` forwards to `Neon`,
+//! or decline where its method returns `bool`); then a
 //! `Simd` variant, its arm in the `forward!` list and in `dispatch::token`. The tests check
 //! every set this CPU runs against the scalar kernels.
 //!

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use bitnet_core::kv::KvType;
 use bitnet_gguf::{GgufFile, LoadMode, Metadata, TensorInfo, TensorType, Value};
+use bitnet_kernels::Isa;
+use bitnet_kernels::isa::KERNEL_ENV;
 use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
 use serde::Serialize;
 
@@ -52,6 +54,25 @@ struct Report {
     n_params: u64,
     memory: Option<MemoryEstimate>,
     weights: Option<Vec<WeightDetail>>,
+    kernels: KernelSummary,
+}
+
+/// The kernel set a model-running command would pick here, and what this CPU runs.
+#[derive(Debug, Serialize)]
+struct KernelSummary {
+    /// `BITNET_KERNEL` if set (or why it cannot run here), else the best set.
+    selected: String,
+    available: Vec<&'static str>,
+}
+
+fn kernel_summary() -> KernelSummary {
+    KernelSummary {
+        selected: match Isa::from_env() {
+            Ok(isa) => isa.name().to_owned(),
+            Err(e) => format!("none ({KERNEL_ENV}: {e})"),
+        },
+        available: Isa::available().into_iter().map(Isa::name).collect(),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -230,6 +251,7 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
         n_params,
         memory,
         weights,
+        kernels: kernel_summary(),
     })
 }
 
@@ -425,6 +447,12 @@ fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
             "architecture: (none: not a model file, e.g. vocab only)"
         )?,
     }
+    writeln!(
+        out,
+        "kernels: {} (this CPU runs: {}; `--kernel` or {KERNEL_ENV} chooses)",
+        r.kernels.selected,
+        r.kernels.available.join(", ")
+    )?;
     if !r.hyper_parameters.is_empty() {
         writeln!(out, "\nhyper-parameters:")?;
         for (k, v) in &r.hyper_parameters {
