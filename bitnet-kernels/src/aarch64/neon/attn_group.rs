@@ -204,8 +204,8 @@ unsafe fn wsum_pass<const G: usize, const NV: usize>(
 ) {
     let d = out.len() / G;
     let o = out.as_mut_ptr();
-    // SAFETY: lanes c..c + 4 NV lie below d of each head's output row.
     let mut acc: [[float32x4_t; NV]; G] = std::array::from_fn(|h| {
+        // SAFETY: lanes c..c + 4 NV lie below d of each head's output row.
         std::array::from_fn(|i| unsafe { vld1q_f32(o.add(h * d + c + 4 * i)) })
     });
     for p in t {
