@@ -20,6 +20,7 @@ pub mod i8mm;
 pub mod neon;
 
 mod asm;
+mod exp;
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched.
 #[inline(always)]
