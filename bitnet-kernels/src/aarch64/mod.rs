@@ -21,6 +21,7 @@ pub mod neon;
 
 mod asm;
 mod exp;
+mod rows;
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched.
 #[inline(always)]
