@@ -103,5 +103,16 @@ pub unsafe fn matmul_q8_0_q8_0(
             && holds(out.len(), n_tok, rows.len())
     );
     // SAFETY: this function enables NEON and DotProd; shapes checked above.
-    unsafe { walk(Rows { nb }, w.as_ptr(), rb, xq.as_ptr(), rb, n_tok, rows, out) }
+    unsafe {
+        walk(
+            Rows { nb },
+            w.as_ptr(),
+            rb,
+            xq.as_ptr(),
+            rb,
+            n_tok,
+            rows,
+            out,
+        )
+    }
 }

@@ -80,9 +80,9 @@ unsafe fn dots<const R: usize, const T: usize>(
         // SAFETY: block b is below nb for every row and token (caller); the CPU has I8MM.
         unsafe {
             // Token scales as [x0, x1, x0, x1] (x1 = 0 for a single token).
-            let dx = vreinterpretq_f32_f64(vdupq_laneq_f64::<0>(vreinterpretq_f64_f32(
-                f16_lanes(x, off),
-            )));
+            let dx = vreinterpretq_f32_f64(vdupq_laneq_f64::<0>(vreinterpretq_f64_f32(f16_lanes(
+                x, off,
+            ))));
             let dw = f16_lanes(w, off);
             // Row scales as [w0, w0, w1, w1] and [w2, w2, w3, w3].
             let dwp = [vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)];
@@ -156,5 +156,16 @@ pub unsafe fn matmul_q8_0_q8_0(
             && holds(out.len(), n_tok, rows.len())
     );
     // SAFETY: this function enables NEON and I8MM; shapes checked above.
-    unsafe { walk(Rows { nb }, w.as_ptr(), rb, xq.as_ptr(), rb, n_tok, rows, out) }
+    unsafe {
+        walk(
+            Rows { nb },
+            w.as_ptr(),
+            rb,
+            xq.as_ptr(),
+            rb,
+            n_tok,
+            rows,
+            out,
+        )
+    }
 }

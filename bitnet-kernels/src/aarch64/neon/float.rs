@@ -114,7 +114,7 @@ pub(super) unsafe fn dot_tile<const K: u8, const R: usize, const T: usize>(
     let mut a0 = [[z; T]; R];
     let mut a1 = [[z; T]; R];
     let mut i = 0;
-    // SAFETY (whole function): every load is of elements below n (the caller's extent).
+    // SAFETY: every load is of elements below n (the caller's extent).
     unsafe {
         while i + 8 <= n {
             let xv = x.map(|p| load8::<F32>(p.cast(), i));
@@ -384,7 +384,9 @@ pub unsafe fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let ss = unsafe { dot_tile::<F32, 1, 1>([x.as_ptr().cast()], [x.as_ptr()], n)[0][0] };
     let inv = vdupq_n_f32(1.0 / (ss / n.max(1) as f32 + eps).sqrt());
     out[..n].copy_from_slice(&x[..n]);
-    zip4(&mut out[..n], weight, |v, g| vmulq_f32(vmulq_f32(v, inv), g));
+    zip4(&mut out[..n], weight, |v, g| {
+        vmulq_f32(vmulq_f32(v, inv), g)
+    });
 }
 
 /// Same contract as the scalar kernel of this name.

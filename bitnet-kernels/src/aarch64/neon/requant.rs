@@ -53,7 +53,11 @@ pub(crate) unsafe fn f16_q8_0(src: &[u8], out: &mut [u8]) {
         let vid = vdupq_n_f32(id);
         let q: [int32x4_t; 8] = std::array::from_fn(|k| {
             let v = h[k / 2];
-            let v = if k % 2 == 0 { vget_low_u16(v) } else { vget_high_u16(v) };
+            let v = if k % 2 == 0 {
+                vget_low_u16(v)
+            } else {
+                vget_high_u16(v)
+            };
             // Finite: |v| <= amax, so |v * id| is at most about 127.
             let x = vminq_f32(vmaxq_f32(vmulq_f32(f16x4_to_f32x4(v), vid), lo), hi);
             // trunc(x + copysign(0.49999997, x)): see `round_q8` in `scalar/requant.rs`.
