@@ -7,15 +7,17 @@
 //! (`FMLA`); no lanes are added at the end.
 //!
 //! Tiles of 4 weight rows x 2 tokens (`crate::aarch64::rows`), as two row pairs; a single
-//! token is paired with zeros and a single row with itself, and the extra lanes dropped.
+//! row is paired with itself and the extra lanes dropped. A single token (decode, or the
+//! last of an odd batch) takes `SDOT` instead, the exact block sums of four rows gathered
+//! into one vector's lanes, each lane then accumulated as a pair's lane is.
 //! A pair's lane takes the same operations whatever its partner, so batched results equal
 //! single-token ones bit for bit.
 
 use std::arch::aarch64::*;
 use std::ops::Range;
 
-use crate::aarch64::asm::smmla;
-use crate::aarch64::rows::{Tile, f16_lanes, walk};
+use crate::aarch64::asm::{sdot, smmla};
+use crate::aarch64::rows::{Tile, f16_lanes, lane, walk};
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 
@@ -38,33 +40,14 @@ unsafe fn pair(a: *const u8, b: *const u8) -> [int8x16_t; 4] {
     .map(|v| vreinterpretq_s8_s64(v))
 }
 
-/// The 32 quants of the block at `a` interleaved with zeros, as [`pair`] does.
-///
-/// # Safety
-/// NEON; 32 bytes readable at `a`.
-#[inline]
-#[target_feature(enable = "neon")]
-unsafe fn single(a: *const u8) -> [int8x16_t; 4] {
-    // SAFETY: the caller guarantees the 32 bytes.
-    let a = unsafe { vld1q_s64_x2(a.cast()) };
-    let z = vdupq_n_s64(0);
-    [
-        vzip1q_s64(a.0, z),
-        vzip2q_s64(a.0, z),
-        vzip1q_s64(a.1, z),
-        vzip2q_s64(a.1, z),
-    ]
-    .map(|v| vreinterpretq_s8_s64(v))
-}
-
 /// Q8_0 x Q8_0 dots of `R` (4 or 1) weight rows with `T` (2 or 1) activation rows of `nb`
 /// blocks. Accumulator `p` holds rows `2p, 2p + 1` (row 0 twice when `R == 1`) x tokens
-/// `0, 1` (token 0 and zeros when `T == 1`) as `[r0 t0, r0 t1, r1 t0, r1 t1]`.
+/// `0, 1` as `[r0 t0, r0 t1, r1 t0, r1 t1]`; one token goes to [`dots_one`].
 ///
 /// # Safety
 /// NEON and I8MM; each `w[r]` and `x[t]` points at `nb` readable Q8_0 blocks.
 #[inline]
-#[target_feature(enable = "neon,i8mm")]
+#[target_feature(enable = "neon,dotprod,i8mm")]
 unsafe fn dots<const R: usize, const T: usize>(
     w: [*const u8; R],
     x: [*const u8; T],
@@ -73,24 +56,25 @@ unsafe fn dots<const R: usize, const T: usize>(
     const BB: usize = Q8_0_BLOCK_BYTES;
     // The walk instantiates 4-token tiles too, but never calls them (`TOKENS` is 2).
     assert!((R == 4 || R == 1) && (T == 2 || T == 1));
+    if T == 1 {
+        // SAFETY: forwarded from the caller.
+        let s = unsafe { dots_one::<R>(w, x[0], nb) };
+        return std::array::from_fn(|r| std::array::from_fn(|_| s[r]));
+    }
     let np = R.div_ceil(2);
     let mut acc = [vdupq_n_f32(0.0); 2];
     for b in 0..nb {
         let off = b * BB;
         // SAFETY: block b is below nb for every row and token (caller); the CPU has I8MM.
         unsafe {
-            // Token scales as [x0, x1, x0, x1] (x1 = 0 for a single token).
+            // Token scales as [x0, x1, x0, x1].
             let dx = vreinterpretq_f32_f64(vdupq_laneq_f64::<0>(vreinterpretq_f64_f32(f16_lanes(
                 x, off,
             ))));
             let dw = f16_lanes(w, off);
             // Row scales as [w0, w0, w1, w1] and [w2, w2, w3, w3].
             let dwp = [vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)];
-            let xq = if T == 2 {
-                pair(x[0].add(off + 2), x[T - 1].add(off + 2))
-            } else {
-                single(x[0].add(off + 2))
-            };
+            let xq = pair(x[0].add(off + 2), x[T - 1].add(off + 2));
             for p in 0..np {
                 let (ra, rb) = (w[(2 * p).min(R - 1)], w[(2 * p + 1).min(R - 1)]);
                 let wq = pair(ra.add(off + 2), rb.add(off + 2));
@@ -112,6 +96,47 @@ unsafe fn dots<const R: usize, const T: usize>(
         }
     }
     out
+}
+
+/// Q8_0 x Q8_0 dots of `R` (4 or 1) weight rows with one activation row of `nb` blocks.
+/// `SMMLA` would spend half its products on a padding token here, so each row's block dot
+/// is two `SDOT`s, the four rows' lanes summed pairwise (`ADDP`) into one vector of exact
+/// block sums; lane `r` then takes exactly the operations of a pair's lane in [`dots`]
+/// (`acc + f32(sum) * (d_w * d_x)`, fused), so a token's results are the same bits alone
+/// as in a batch.
+///
+/// # Safety
+/// NEON, DotProd and I8MM; each `w[r]` and `x` points at `nb` readable Q8_0 blocks.
+#[inline]
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn dots_one<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize) -> [f32; R] {
+    const BB: usize = Q8_0_BLOCK_BYTES;
+    let mut acc = vdupq_n_f32(0.0);
+    for b in 0..nb {
+        let off = b * BB;
+        // SAFETY: block b is below nb for every row and the token (caller); the CPU has
+        // DotProd.
+        unsafe {
+            let xq = vld1q_s8_x2(x.add(off + 2).cast());
+            let s = w.map(|p| {
+                let q = vld1q_s8_x2(p.add(off + 2).cast());
+                sdot(sdot(vdupq_n_s32(0), q.0, xq.0), q.1, xq.1)
+            });
+            let sums = if R == 4 {
+                let (a, c) = (vpaddq_s32(s[0], s[1 % R]), vpaddq_s32(s[2 % R], s[3 % R]));
+                vpaddq_s32(a, c)
+            } else {
+                let a = vpaddq_s32(s[0], s[0]);
+                vpaddq_s32(a, a)
+            };
+            let d = vmulq_f32(f16_lanes(w, off), lane(f16_lanes([x], off), 0));
+            acc = vfmaq_f32(acc, vcvtq_f32_s32(sums), d);
+        }
+    }
+    let mut l = [0.0f32; 4];
+    // SAFETY: the buffer holds 4 floats.
+    unsafe { vst1q_f32(l.as_mut_ptr(), acc) };
+    std::array::from_fn(|r| l[r])
 }
 
 /// The [`Tile`] of this kernel: rows of `nb` blocks.
@@ -139,7 +164,7 @@ impl Tile for Rows {
 ///
 /// # Safety
 /// The CPU must support NEON and I8MM. Shapes are checked here.
-#[target_feature(enable = "neon,i8mm")]
+#[target_feature(enable = "neon,dotprod,i8mm")]
 pub unsafe fn matmul_q8_0_q8_0(
     w: &[u8],
     row_len: usize,
