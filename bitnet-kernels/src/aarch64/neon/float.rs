@@ -116,7 +116,9 @@ pub(super) unsafe fn dot_tile<const K: u8, const R: usize, const T: usize>(
     let mut i = 0;
     // SAFETY: every load is of elements below n (the caller's extent).
     unsafe {
-        while i + 8 <= n {
+        // Two 8-element steps a pass (the same operations as one at a time): the loads of
+        // a pass share their address arithmetic.
+        let mut step = |i: usize| {
             let xv = x.map(|p| load8::<F32>(p.cast(), i));
             for r in 0..R {
                 let wv = load8::<K>(w[r], i);
@@ -125,6 +127,14 @@ pub(super) unsafe fn dot_tile<const K: u8, const R: usize, const T: usize>(
                     a1[r][t] = vfmaq_f32(a1[r][t], wv[1], xv[t][1]);
                 }
             }
+        };
+        while i + 16 <= n {
+            step(i);
+            step(i + 8);
+            i += 16;
+        }
+        if i + 8 <= n {
+            step(i);
             i += 8;
         }
         if i + 4 <= n {
