@@ -13,14 +13,18 @@
 //!
 //! What several trees share lives here: `asm.rs`, the instructions Rust's `std::arch` offers
 //! no stable intrinsic for (`SDOT`, `SMMLA`, the f16 conversions `FCVTL`/`FCVTN`), each a
-//! one-instruction `asm!` wrapper.
+//! one-instruction `asm!` wrapper; `half.rs`, f16 reads (block scales, 8-lane widening);
+//! `exp.rs`, the vectorized `exp` of softmax and SiLU; `rows.rs`, the row and token walk of
+//! the float and Q8_0 x Q8_0 products.
 
 pub mod dotprod;
 pub mod i8mm;
 pub mod neon;
 
 mod asm;
+mod exp;
 mod half;
+mod rows;
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched.
 #[inline(always)]
