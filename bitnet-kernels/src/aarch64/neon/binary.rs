@@ -94,11 +94,12 @@ pub unsafe fn raw_dots_multi(
     let n = rows.len();
     for (i, r) in rows.enumerate() {
         let mut t0 = 0;
-        // SAFETY (all calls): tokens t0..t0 + T exist; shapes checked by the caller.
         while t0 + TILE_TOKENS <= n_tok {
+            // SAFETY: tokens t0..t0 + 4 exist; shapes checked by the caller.
             unsafe { row_tokens::<TILE_TOKENS>(w, q, r, i, n, t0, &words, out) };
             t0 += TILE_TOKENS;
         }
+        // SAFETY: tokens t0..n_tok exist; shapes checked by the caller.
         unsafe {
             match n_tok - t0 {
                 1 => row_tokens::<1>(w, q, r, i, n, t0, &words, out),
