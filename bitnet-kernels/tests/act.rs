@@ -82,3 +82,44 @@ fn sign_bits_identical_across_isas() {
         }
     }
 }
+
+#[test]
+fn int8_nan_and_infinity_match_the_reference() {
+    // NaN inputs quantize to -128 and are ignored by absmax; an infinite input makes the
+    // scale 0, so its product is NaN too. Positions hit the vector body and the tail.
+    let mut rng = StdRng::seed_from_u64(12);
+    for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0] {
+        for len in [5usize, 16, 37, 70] {
+            let mut x: Vec<f32> = (0..len).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+            for j in [0, len / 2, len - 1] {
+                x[j] = special;
+            }
+            let mut want = vec![0i8; len];
+            let a = quantize_act(Isa::Scalar, &x, &mut want);
+            for isa in Isa::available() {
+                let mut got = vec![3i8; len];
+                let b = quantize_act(isa, &x, &mut got);
+                assert_eq!(b.sum, a.sum, "{isa} {special} len {len}");
+                assert_eq!(b.scale.to_bits(), a.scale.to_bits(), "{isa} {special}");
+                assert_eq!(got, want, "{isa} {special} len {len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sum_bytes_matches_a_plain_sum() {
+    use bitnet_kernels::probe::sum_bytes;
+    let mut rng = StdRng::seed_from_u64(13);
+    // Long enough for the u16 lanes to be flushed several times; all-0xFF is the worst case.
+    for len in [0usize, 1, 63, 64, 65, 1000, 64 * 300 + 17] {
+        let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        let ff = vec![0xFFu8; len];
+        for d in [&data, &ff] {
+            let want: u64 = d.iter().map(|&b| b as u64).sum();
+            for isa in Isa::available() {
+                assert_eq!(sum_bytes(isa, d), want, "{isa} len {len}");
+            }
+        }
+    }
+}

@@ -41,6 +41,9 @@ fn sign_x_int8_matches_exact() {
         (9, 640, 1),
         (17, 2560, 9),
         (6, 3000, 4),
+        // Token tails of 3 after none and after one 4-token tile.
+        (3, 700, 3),
+        (4, 300, 7),
     ] {
         let signs = rand_signs(&mut rng, rows * cols);
         let w = BinaryMatrix::from_signs(&signs, rows, cols, 0.5).unwrap();

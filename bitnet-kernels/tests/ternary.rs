@@ -453,3 +453,50 @@ fn misaligned_activation_buffers() {
         }
     }
 }
+
+#[test]
+fn long_rows_multi_token_extremes() {
+    // Rows longer than 64 blocks (the SMMLA kernel folds its scaled accumulators every 64
+    // blocks), the largest products (+1 weights, i.e. code 2, x -128) and odd token counts,
+    // also over a block sub-range and a row range inside one group.
+    let cols = 64 * 256 * 2 + 300;
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut trits = vec![1i8; 4 * cols];
+    for t in trits[3 * cols..].iter_mut() {
+        *t = rng.random_range(-1i8..=1);
+    }
+    let w = TernaryMatrix::from_trits(&trits, 4, cols, 1.0).unwrap();
+    let pc = w.padded_cols();
+    for n_tok in [1usize, 2, 3, 5] {
+        let mut q = vec![-128i8; n_tok * pc];
+        for t in 0..n_tok {
+            q[t * pc + cols..(t + 1) * pc].fill(0);
+            if t % 2 == 1 {
+                for v in q[t * pc..t * pc + cols].iter_mut() {
+                    *v = rng.random_range(-128i16..=127) as i8;
+                }
+            }
+        }
+        for isa in Isa::available() {
+            for range in [0..4, 1..3] {
+                let n = range.len();
+                let mut got = vec![0; n_tok * n];
+                ternary_int_dots_multi(isa, &w, &q, n_tok, range.clone(), &mut got);
+                for t in 0..n_tok {
+                    for (i, r) in range.clone().enumerate() {
+                        assert_eq!(
+                            got[t * n + i],
+                            exact_dot(&trits, cols, r, &q[t * pc..]),
+                            "{isa} n_tok {n_tok} tok {t} row {r}"
+                        );
+                    }
+                }
+            }
+            let mut one = vec![0; 3];
+            ternary_int_dots(isa, &w, &q[..pc], 1..4, &mut one);
+            for (i, r) in (1..4).enumerate() {
+                assert_eq!(one[i], exact_dot(&trits, cols, r, &q), "{isa} row {r}");
+            }
+        }
+    }
+}
