@@ -171,10 +171,17 @@ unsafe fn group_tokens<const P: usize>(
 /// # Safety
 /// NEON; `q` holds `n_tok` rows of `pc` values and the blocks lie inside them.
 #[target_feature(enable = "neon")]
-unsafe fn interleave_pairs(q: &[i8], n_tok: usize, pc: usize, blocks: &Range<usize>) -> Vec<i8> {
+unsafe fn interleave_pairs(
+    q: &[i8],
+    n_tok: usize,
+    pc: usize,
+    blocks: &Range<usize>,
+    buf: &mut Vec<i8>,
+) {
     let nblk = blocks.len();
     let n_pairs = n_tok.div_ceil(2);
-    let mut buf = vec![0i8; n_pairs * nblk * PAIR_BLOCK];
+    // Every byte is written below; only growth needs filling.
+    buf.resize(n_pairs * nblk * PAIR_BLOCK, 0);
     let zero = vdupq_n_u8(0);
     for p in 0..n_pairs {
         let t1 = (2 * p + 1 < n_tok).then_some(2 * p + 1);
@@ -197,7 +204,6 @@ unsafe fn interleave_pairs(q: &[i8], n_tok: usize, pc: usize, blocks: &Range<usi
             }
         }
     }
-    buf
 }
 
 /// See the reference `raw_dots_multi` (`scalar/ternary.rs`): the activations interleaved
@@ -218,21 +224,49 @@ pub unsafe fn raw_dots_multi(
         out.fill(0);
         return;
     }
-    // SAFETY: shapes checked by the caller.
-    let pairs = unsafe { interleave_pairs(q, n_tok, w.padded_cols(), &blocks) };
+    // One buffer per thread, reused across calls: the per-block-scale path calls this once
+    // per block, and an allocation each time would cost more than the interleave.
+    PAIRS.with_borrow_mut(|pairs| {
+        // SAFETY: shapes checked by the caller.
+        unsafe { interleave_pairs(q, n_tok, w.padded_cols(), &blocks, pairs) };
+        // SAFETY: as above; the buffer holds every pair of every block.
+        unsafe { tiles(w, pairs, n_tok, &rows, &blocks, out) };
+    });
+}
+
+thread_local! {
+    static PAIRS: std::cell::RefCell<Vec<i8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Every row group against every token pair of the interleaved `pairs`.
+///
+/// # Safety
+/// NEON and I8MM; `pairs` is `interleave_pairs`' output for `n_tok` tokens and `blocks`;
+/// shapes checked by the caller.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "neon,dotprod,i8mm")]
+unsafe fn tiles(
+    w: &TernaryMatrix,
+    pairs: &[i8],
+    n_tok: usize,
+    rows: &Range<usize>,
+    blocks: &Range<usize>,
+    out: &mut [i32],
+) {
+    let (rows, blocks) = (rows.clone(), blocks.clone());
     let n_pairs = n_tok.div_ceil(2);
     for g in rows.start / ROW_GROUP..rows.end.div_ceil(ROW_GROUP) {
         let mut p0 = 0;
         while p0 + 2 <= n_pairs {
             let nt = (n_tok - 2 * p0).min(4);
             // SAFETY: pairs p0, p0 + 1 are in the buffer; shapes checked by the caller.
-            unsafe { group_tokens::<2>(w, &pairs, g, p0, nt, &rows, &blocks, out) };
+            unsafe { group_tokens::<2>(w, pairs, g, p0, nt, &rows, &blocks, out) };
             p0 += 2;
         }
         if p0 < n_pairs {
             let nt = n_tok - 2 * p0;
             // SAFETY: pair p0 is in the buffer; shapes checked by the caller.
-            unsafe { group_tokens::<1>(w, &pairs, g, p0, nt, &rows, &blocks, out) };
+            unsafe { group_tokens::<1>(w, pairs, g, p0, nt, &rows, &blocks, out) };
         }
     }
 }
