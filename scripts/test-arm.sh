@@ -10,8 +10,15 @@
 #      set, prefill and decode (the scalar reference is left to the x86 pass: it is the same
 #      portable code, and the slow part under emulation);
 #   3. the shipped model: the README's text and greedy text byte for byte as this machine's own
-#      build writes them, and the held-out perplexity to the printed digits, with each ARM set;
+#      build writes them, and the held-out perplexity of the first windows within 0.2% of this
+#      machine's (the float kernels sum in another order, and this relu2 model amplifies a
+#      last-bit difference: the x86 sets differ from each other in the 4th digit too; the full
+#      text takes minutes a set under emulation), with each ARM set;
 #   4. `cargo check` for aarch64-apple-darwin (macOS; nothing there can run it here).
+# Everything emulated runs one thread: under qemu-user 7.2 a two-thread run once hung with every
+# thread asleep in the pool's sleep/wake handshake (a SeqCst store-then-load on each side, which
+# needs store-load ordering the emulator's x86 translation may not give); this pass proves the
+# kernels, not the pool. Each emulated command also has a time limit, so a hang fails the pass.
 # On an ARM machine none of this is needed: `scripts/test.sh` tests the sets the CPU has.
 # scripts/setup-arm.sh installs what is missing (rustup target, cross gcc, qemu-user).
 set -euo pipefail
@@ -22,7 +29,8 @@ sysroot=/usr/aarch64-linux-gnu
 
 ./scripts/setup-arm.sh
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-runner() { echo "qemu-aarch64 -L $sysroot -cpu $1"; }
+runner() { echo "timeout 900 qemu-aarch64 -L $sysroot -cpu $1"; }
+emulate() { timeout 600 qemu-aarch64 -L "$sysroot" "$@"; }
 
 echo "== ARM 1/4: kernel tests under emulation"
 for cpu_sets in max:scalar,neon,dotprod,i8mm cortex-a76:scalar,neon,dotprod cortex-a57:scalar,neon; do
@@ -34,7 +42,7 @@ for cpu_sets in max:scalar,neon,dotprod,i8mm cortex-a76:scalar,neon,dotprod cort
 done
 
 echo "== ARM 2/4: golden logits, every ARM kernel set (qemu -cpu max)"
-CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$(runner max)" BITNET_TEST_KERNELS=neon,dotprod,i8mm \
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$(runner max)" BITNET_TEST_KERNELS=neon,dotprod,i8mm BITNET_TEST_THREADS=1 \
   cargo test -q -j "$jobs" -p bitnet-core --target "$target" --test golden_engine
 
 echo "== ARM 3/4: the shipped model, emulated against this machine's build"
@@ -50,18 +58,19 @@ trap 'rm -rf "$tmp"' EXIT
 awk '/^\$ bitnet generate -m models\/shakespeare.gguf -p "ROMEO:" -n 80 -s 1$/{on=1; next}
      on && /^```/{exit} on' README.md >"$tmp/readme.txt"
 [ -s "$tmp/readme.txt" ] || { echo "error: README sample not found" >&2; exit 1; }
-outputs_of() { # the three outputs compared: sampled text, greedy text, perplexity line
-  "$@" generate -m "$model" -p "ROMEO:" -n 80 -s 1 2>/dev/null >"$out.sampled"
-  "$@" generate -m "$model" -p "ROMEO:" -n 80 --temp 0 2>/dev/null >"$out.greedy"
-  "$@" perplexity -m "$model" -f "$heldout" -c 256 2>&1 | grep '^Final estimate' >"$out.ppl"
+outputs_of() { # the three outputs compared: sampled text, greedy text, perplexity
+  "$@" generate -t 1 -m "$model" -p "ROMEO:" -n 80 -s 1 2>/dev/null >"$out.sampled"
+  "$@" generate -t 1 -m "$model" -p "ROMEO:" -n 80 --temp 0 2>/dev/null >"$out.greedy"
+  "$@" perplexity -t 1 -m "$model" -f "$heldout" -c 256 --chunks 6 2>&1 |
+    sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p' >"$out.ppl"
 }
 out="$tmp/host"
 outputs_of "$host_bitnet"
-echo "-- this machine ($(uname -m)): $(cat "$out.ppl")"
+echo "-- this machine ($(uname -m)): perplexity of the first 6 windows $(cat "$out.ppl")"
 for isa in neon dotprod i8mm; do
   out="$tmp/$isa"
-  BITNET_KERNEL=$isa outputs_of qemu-aarch64 -L "$sysroot" -cpu max "$arm_bitnet"
-  for kind in sampled greedy ppl; do
+  BITNET_KERNEL=$isa outputs_of emulate -cpu max "$arm_bitnet"
+  for kind in sampled greedy; do
     if ! cmp -s "$tmp/host.$kind" "$out.$kind"; then
       echo "error: $isa ($kind) differs from this machine's output:" >&2
       diff "$tmp/host.$kind" "$out.$kind" >&2 || true
@@ -72,7 +81,12 @@ for isa in neon dotprod i8mm; do
     echo "error: $isa does not write the README's sample" >&2
     exit 1
   }
-  echo "-- $isa: README sample, greedy text and '$(cat "$out.ppl")' identical"
+  awk -v a="$(cat "$tmp/host.ppl")" -v b="$(cat "$out.ppl")" \
+    'BEGIN { d = (a - b) / a; if (a == "" || b == "" || d > 0.002 || d < -0.002) exit 1 }' || {
+    echo "error: $isa perplexity $(cat "$out.ppl") is not within 0.2% of $(cat "$tmp/host.ppl")" >&2
+    exit 1
+  }
+  echo "-- $isa: README sample and greedy text identical; perplexity $(cat "$out.ppl")"
 done
 
 echo "== ARM 4/4: cargo check --target aarch64-apple-darwin"

@@ -45,7 +45,7 @@ fn run_with_kv(gguf: &str, json: &str, logits: &str, kv: KvType) {
     for isa in sets {
         let opts = common::setup::Opts {
             isa: Some(isa),
-            threads: 2,
+            threads: test_threads(),
             pin: false,
             n_ctx: 64,
             k_type: kv,
@@ -91,6 +91,15 @@ fn run_with_kv(gguf: &str, json: &str, logits: &str, kv: KvType) {
             );
         }
     }
+}
+
+/// Two threads, or `BITNET_TEST_THREADS` (the emulated ARM pass runs one: see
+/// `scripts/test-arm.sh`).
+fn test_threads() -> usize {
+    std::env::var("BITNET_TEST_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
 }
 
 /// The sets to run prefill with, and those to run decode with too: every set this CPU runs
