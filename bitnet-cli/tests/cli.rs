@@ -306,11 +306,26 @@ fn generate_rejects_bad_options_with_clear_errors() {
     let out = bitnet()
         .args(["generate", "-m"])
         .arg(tiny_model())
-        .args(["-p", "Hi", "--kernel", "neon"])
+        .args(["-p", "Hi", "--kernel", "sve2"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown kernel set"));
+    // A known set of the other architecture is refused with what this CPU lacks.
+    let foreign = if cfg!(target_arch = "aarch64") {
+        "avx2"
+    } else {
+        "neon"
+    };
+    let out = bitnet()
+        .args(["generate", "-m"])
+        .arg(tiny_model())
+        .args(["-p", "Hi", "--kernel", foreign])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lacks"), "{err}");
     let long_prompt = "word ".repeat(600);
     let out = bitnet()
         .args(["generate", "-m"])
