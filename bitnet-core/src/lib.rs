@@ -9,6 +9,7 @@
 //!   together, each with its own sampler, stop strings and context policy;
 //! - [`runtime`]: the engine on a thread of its own, for many client threads (a server);
 //! - [`chat`]: chat templates, conversations, and [`chat::ChatSession`] (multi-turn chat);
+//! - [`constrain`]: structured output (JSON, JSON Schema, regular expressions, grammars);
 //! - [`tokenizer`], [`sampling`], [`config`], [`threadpool`], [`synth`] (the model
 //!   generator), [`health`] (repetition signals).
 //!
@@ -55,6 +56,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod constrain;
 pub mod engine;
 pub mod error;
 pub mod health;

@@ -624,6 +624,7 @@ impl Model {
             layers,
             isa,
             stats,
+            constraint_vocab: Default::default(),
         })
     }
 }

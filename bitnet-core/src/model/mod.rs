@@ -14,12 +14,14 @@ mod loader;
 mod sigbus;
 
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use bitnet_gguf::FileData;
 use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::ModelConfig;
+use crate::constrain::{ConstraintError, ConstraintVocab};
 use crate::tokenizer::Tokenizer;
 
 pub(crate) use linear::Linear;
@@ -224,6 +226,8 @@ pub struct Model {
     pub(crate) layers: Vec<Layer>,
     pub(crate) isa: Isa,
     pub(crate) stats: LoadStats,
+    /// The vocabulary as structured output sees it, built at the first constrained request.
+    pub(crate) constraint_vocab: OnceLock<Result<Arc<ConstraintVocab>, ConstraintError>>,
 }
 
 impl Model {
@@ -274,5 +278,18 @@ impl Model {
 
     pub fn head_mode(&self) -> HeadMode {
         self.head_mode
+    }
+
+    /// The vocabulary for structured output ([`crate::constrain`]), built on first use
+    /// (a trie of every token's bytes: tens of milliseconds on a 128k vocabulary).
+    pub fn constraint_vocab(&self) -> Result<Arc<ConstraintVocab>, ConstraintError> {
+        self.constraint_vocab
+            .get_or_init(|| {
+                let tok = self.tokenizer.as_ref().ok_or_else(|| {
+                    ConstraintError::Vocabulary("the model's tokenizer, and the file has none".into())
+                })?;
+                ConstraintVocab::new(tok, self.n_vocab()).map(Arc::new)
+            })
+            .clone()
     }
 }

@@ -1,0 +1,222 @@
+//! Structured output: a constraint that masks the logits at every step so that only tokens
+//! continuing a valid output can be sampled (JSON, a JSON Schema, a regular expression, a
+//! GBNF or Lark grammar).
+//!
+//! The masks come from llguidance (the engine llama.cpp, vLLM and SGLang use): an Earley
+//! parser over a derivative-based lexer, walking the vocabulary's byte trie once per step,
+//! which costs tens of microseconds on a 128k vocabulary, far under a decode step.
+//! llguidance has no GBNF reader, so GBNF (llama.cpp's grammar format) is translated to its
+//! Lark dialect here ([`gbnf_to_lark`]).
+//!
+//! - [`ConstraintSpec`]: what a request asks for;
+//! - [`ConstraintVocab`]: a model's vocabulary as llguidance sees it (built once per model);
+//! - [`Constraint`]: a spec compiled against a vocabulary, shared by every request using it;
+//! - [`ConstraintState`]: one sequence's position in it (forked with the sequence).
+
+mod gbnf;
+mod state;
+mod vocab;
+
+use std::sync::{Arc, Mutex};
+
+use llguidance::Matcher;
+use llguidance::api::TopLevelGrammar;
+use thiserror::Error;
+
+pub use gbnf::{GbnfError, gbnf_to_lark};
+pub use state::ConstraintState;
+pub use vocab::ConstraintVocab;
+
+/// What a generation must produce.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstraintSpec {
+    /// Any JSON value (OpenAI's `json_object` asks for an object: use a schema
+    /// `{"type": "object"}` for that).
+    Json,
+    /// A value valid under a JSON Schema.
+    JsonSchema(serde_json::Value),
+    /// Text matching a regular expression (whole).
+    Regex(String),
+    /// A grammar in llama.cpp's GBNF (the `root` rule).
+    Gbnf(String),
+    /// A grammar in llguidance's Lark dialect (the `start` rule).
+    Lark(String),
+}
+
+impl ConstraintSpec {
+    /// A short name for messages and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConstraintSpec::Json => "JSON",
+            ConstraintSpec::JsonSchema(_) => "JSON schema",
+            ConstraintSpec::Regex(_) => "regular expression",
+            ConstraintSpec::Gbnf(_) => "GBNF grammar",
+            ConstraintSpec::Lark(_) => "Lark grammar",
+        }
+    }
+}
+
+/// Why a constraint could not be compiled or followed.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ConstraintError {
+    /// A JSON Schema keyword that cannot be enforced token by token.
+    #[error("the JSON schema uses {keyword:?}, which structured output does not support")]
+    UnsupportedKeyword { keyword: String },
+    /// The spec is not valid (a schema that is not a schema, a grammar that does not parse).
+    #[error("invalid {kind}: {detail}")]
+    Invalid { kind: &'static str, detail: String },
+    /// The model has no tokenizer, or no end-of-generation token to end a constrained output.
+    #[error("structured output needs {0}")]
+    Vocabulary(String),
+    /// The constraint failed while generating (no token can continue, or the parser gave up
+    /// on a grammar too ambiguous for its limits).
+    #[error("the {kind} constraint failed while generating: {detail}")]
+    Failed { kind: &'static str, detail: String },
+}
+
+/// A compiled constraint: cheap to clone and share between requests; each sequence that
+/// follows it gets its own [`ConstraintState`] from [`Constraint::start`].
+#[derive(Clone)]
+pub struct Constraint {
+    kind: &'static str,
+    /// The matcher at the start of an output; cloned for each sequence. llguidance's
+    /// matcher is `Send` but not `Sync`, hence the lock (taken only to clone).
+    initial: Arc<Mutex<Matcher>>,
+    vocab: Arc<ConstraintVocab>,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Characters between JSON items and between a key and its value: one space after each, as
+/// Python's `json.dumps` and most models' training data write them. Fixed rather than free
+/// whitespace, so that a weak model cannot spend its tokens on blanks.
+const JSON_ITEM_SEPARATOR: &str = ", ";
+const JSON_KEY_SEPARATOR: &str = ": ";
+
+impl Constraint {
+    /// Compiles `spec` for `vocab`; a spec llguidance refuses comes back as
+    /// [`ConstraintError::Invalid`], a schema keyword it cannot enforce as
+    /// [`ConstraintError::UnsupportedKeyword`].
+    pub fn compile(
+        spec: &ConstraintSpec,
+        vocab: &Arc<ConstraintVocab>,
+    ) -> Result<Constraint, ConstraintError> {
+        let kind = spec.kind();
+        let invalid = |detail: String| ConstraintError::Invalid { kind, detail };
+        let grammar = match spec {
+            ConstraintSpec::Json => TopLevelGrammar::from_json_schema(json_options(
+                serde_json::json!({}),
+            )),
+            ConstraintSpec::JsonSchema(schema) => {
+                if !schema.is_object() && !schema.is_boolean() {
+                    return Err(invalid(format!(
+                        "a JSON schema is an object (or true/false), not {}",
+                        json_type_name(schema)
+                    )));
+                }
+                TopLevelGrammar::from_json_schema(json_options(schema.clone()))
+            }
+            ConstraintSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            ConstraintSpec::Gbnf(src) => {
+                let lark = gbnf_to_lark(src).map_err(|e| invalid(e.to_string()))?;
+                TopLevelGrammar::from_lark(lark)
+            }
+            ConstraintSpec::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+        };
+        let parser = vocab.factory().create_parser(grammar).map_err(|e| {
+            let msg = e.to_string();
+            match unimplemented_keyword(&msg) {
+                Some(keyword) => ConstraintError::UnsupportedKeyword { keyword },
+                None => invalid(first_lines(&msg)),
+            }
+        })?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(invalid(first_lines(&e)));
+        }
+        Ok(Constraint {
+            kind,
+            initial: Arc::new(Mutex::new(matcher)),
+            vocab: vocab.clone(),
+        })
+    }
+
+    /// What kind of spec this was compiled from.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// A fresh state: the start of an output.
+    pub fn start(&self) -> ConstraintState {
+        let matcher = self
+            .initial
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .deep_clone();
+        ConstraintState::new(self.kind, matcher, self.vocab.clone())
+    }
+}
+
+/// Puts our JSON layout options into a schema (llguidance reads them from `x-guidance`),
+/// unless the caller set their own.
+fn json_options(mut schema: serde_json::Value) -> serde_json::Value {
+    if schema == serde_json::Value::Bool(true) {
+        schema = serde_json::json!({});
+    }
+    if let Some(obj) = schema.as_object_mut()
+        && !obj.contains_key("x-guidance")
+    {
+        obj.insert(
+            "x-guidance".into(),
+            serde_json::json!({
+                "whitespace_flexible": false,
+                "item_separator": JSON_ITEM_SEPARATOR,
+                "key_separator": JSON_KEY_SEPARATOR,
+            }),
+        );
+    }
+    schema
+}
+
+fn json_type_name(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// The first keyword of llguidance's "Unimplemented keys: [\"a\", \"b\"]" message.
+fn unimplemented_keyword(msg: &str) -> Option<String> {
+    let rest = &msg[msg.find("Unimplemented keys: [")? + "Unimplemented keys: [".len()..];
+    let first = rest.split([',', ']']).next()?.trim().trim_matches('"');
+    (!first.is_empty()).then(|| first.to_owned())
+}
+
+/// llguidance's messages can carry the whole grammar: keep the start.
+fn first_lines(msg: &str) -> String {
+    const MAX: usize = 600;
+    let mut s: String = msg.lines().take(8).collect::<Vec<_>>().join("\n");
+    if s.len() > MAX {
+        let mut cut = MAX;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str(" ...");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;
