@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         max_tokens: 48,
         stop: template.stop_strings().to_vec(),
         context: ContextMode::Stop,
+        constraint: None,
     };
     let engine = Engine::new(model, &EngineOptions::default())?;
     let sched = Scheduler::new(engine, SchedulerOptions { max_running: 1 });

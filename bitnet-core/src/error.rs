@@ -27,6 +27,9 @@ pub enum CoreError {
     /// The sampler configuration was refused.
     #[error(transparent)]
     Sampling(#[from] crate::sampling::SamplingError),
+    /// A structured-output constraint was refused or failed.
+    #[error(transparent)]
+    Constraint(#[from] crate::constrain::ConstraintError),
     /// The thread pool could not be started.
     #[error(transparent)]
     Pool(#[from] crate::threadpool::PoolError),

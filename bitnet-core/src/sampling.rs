@@ -231,6 +231,8 @@ pub struct Sampler {
     counts: Vec<u32>,
     /// The only tokens the next sample may pick (sorted), when restricted.
     next_allowed: Option<Vec<u32>>,
+    /// The logits row with masked tokens made impossible ([`Sampler::sample_masked`]).
+    masked: Vec<f32>,
 }
 
 impl Sampler {
@@ -253,6 +255,7 @@ impl Sampler {
             probs: Vec::with_capacity(n_vocab),
             counts,
             next_allowed: None,
+            masked: Vec::new(),
         })
     }
 
@@ -290,6 +293,42 @@ impl Sampler {
         match self.next_allowed.take() {
             Some(allowed) => self.sample_among(&allowed, logits, history),
             None => self.sample_row(logits, history),
+        }
+    }
+
+    /// As [`Sampler::sample`], but only tokens whose bit is set in `mask` may be picked (bit
+    /// `t % 32` of word `t / 32`; structured output's token mask). The chain runs on the
+    /// masked row, so top-k, top-p and min-p choose among allowed tokens only. When every
+    /// allowed logit is impossible (NaN or -inf) the lowest allowed token is taken: the mask
+    /// holds even on a broken row. An all-zero mask yields token 0.
+    pub fn sample_masked(&mut self, logits: &[f32], history: &[u32], mask: &[u32]) -> u32 {
+        let n = logits.len().min(self.n_vocab);
+        let mut masked = std::mem::take(&mut self.masked);
+        masked.clear();
+        masked.resize(n, f32::NEG_INFINITY);
+        let mut first = None;
+        for (w, &bits) in mask.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                let t = w * 32 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if t >= n {
+                    break;
+                }
+                first.get_or_insert(t as u32);
+                masked[t] = logits[t];
+            }
+        }
+        let token = self.sample(&masked, history);
+        self.masked = masked;
+        let allowed = |t: u32| {
+            let t = t as usize;
+            mask.get(t / 32).is_some_and(|&w| w & (1 << (t % 32)) != 0)
+        };
+        if allowed(token) {
+            token
+        } else {
+            first.unwrap_or(0)
         }
     }
 

@@ -10,12 +10,14 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use bitnet_core::constrain::Constraint;
 use bitnet_core::kv::{PoolStats, SeqId};
 use bitnet_core::scheduler::{Event, GenParams, GenStats, Scheduler, SchedulerOptions, generate};
 use bitnet_core::tokenizer::Tokenizer;
 
 use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
 use crate::args::context::ContextArgs;
+use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
 use crate::args::prompt::PromptArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
@@ -59,6 +61,8 @@ pub struct Args {
     #[arg(long = "parallel", visible_alias = "np", value_name = "N")]
     pub parallel: Option<usize>,
     #[command(flatten)]
+    pub grammar: GrammarArgs,
+    #[command(flatten)]
     pub context: ContextArgs,
     #[command(flatten)]
     pub attn_entropy: AttnEntropyArgs,
@@ -100,6 +104,7 @@ pub fn run(args: Args) -> Result<()> {
     let prompt_tokens = encoded.remove(0);
     let model = &setup.model;
     let tokenizer = setup.tokenizer()?;
+    let constraint = args.grammar.constraint(model)?;
     let engine_t0 = std::time::Instant::now();
     let mut engine = setup.engine()?;
     let engine_secs = engine_t0.elapsed().as_secs_f64();
@@ -107,7 +112,7 @@ pub fn run(args: Args) -> Result<()> {
     let threads = engine.threads();
     let mut sched = Scheduler::new(engine, SchedulerOptions::default());
     let seed = args.sampling.seed();
-    let params = gen_params(&args, seed, tokenizer, prompt_tokens.len())?;
+    let params = gen_params(&args, seed, tokenizer, prompt_tokens.len(), constraint)?;
     let start_blocks = sched.engine().kv().pool_stats();
 
     let stdout = io::stdout();
@@ -147,6 +152,9 @@ pub fn run(args: Args) -> Result<()> {
         model.isa().name(),
         model.head_mode().name(),
     );
+    if stats.constraint_masks > 0 {
+        note!("{}", mask_line(&stats));
+    }
     let entropy = entropy_figures(sched.engine());
     if args.verbose {
         let mut line = health_line(&stats, start_blocks, sched.engine().kv().pool_stats());
@@ -214,12 +222,22 @@ fn prepare(args: &Args, prompts: &[String], numbered: bool) -> Result<(Setup, Ve
     Ok((setup, encoded))
 }
 
+/// What structured output cost: the token masks and their mean time.
+fn mask_line(stats: &GenStats) -> String {
+    format!(
+        "grammar: {} token masks, {:.1} us each",
+        stats.constraint_masks,
+        stats.constraint_secs * 1e6 / stats.constraint_masks.max(1) as f64
+    )
+}
+
 /// The request settings of the command line (`seed` for the first request).
 fn gen_params(
     args: &Args,
     seed: u64,
     tokenizer: &Tokenizer,
     prompt_len: usize,
+    constraint: Option<Constraint>,
 ) -> Result<GenParams> {
     let mut sampler = args.sampling.config(seed);
     if args.ignore_eos {
@@ -237,6 +255,7 @@ fn gen_params(
         ignore_eos: args.ignore_eos,
         keep: false,
         context,
+        constraint,
     })
 }
 
@@ -262,6 +281,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
     let (setup, encoded) = prepare(args, &prompts, true)?;
     let model = &setup.model;
     let tokenizer = setup.tokenizer()?;
+    let constraint = args.grammar.constraint(model)?;
     let engine = setup.engine()?;
     let threads = engine.threads();
     let mut sched = Scheduler::new(
@@ -277,7 +297,13 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         .enumerate()
         .map(|(i, t)| {
             // Each prompt its own stream of randomness, reproducible from the one seed.
-            let p = gen_params(args, seed.wrapping_add(i as u64), tokenizer, t.len())?;
+            let p = gen_params(
+                args,
+                seed.wrapping_add(i as u64),
+                tokenizer,
+                t.len(),
+                constraint.clone(),
+            )?;
             sched
                 .submit(t, p)
                 .with_context(|| format!("prompt {}", i + 1))

@@ -80,6 +80,8 @@ pub struct ReplySettings {
     /// A shifting mode (context shift, window, eviction) removes positions as the sequence
     /// fills instead of dropping old messages.
     pub context: ContextMode,
+    /// Structured output: every reply follows this constraint (`--grammar`, `--json-schema`).
+    pub constraint: Option<crate::constrain::Constraint>,
 }
 
 /// What one reply did.
@@ -437,6 +439,7 @@ impl ChatSession {
             ignore_eos: false,
             keep: true,
             context,
+            constraint: self.settings.constraint.clone(),
         };
         // Where the new tokens start in the sequence and in the conversation's tokens.
         let mut turn = turn;

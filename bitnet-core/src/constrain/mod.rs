@@ -111,9 +111,9 @@ impl Constraint {
         let kind = spec.kind();
         let invalid = |detail: String| ConstraintError::Invalid { kind, detail };
         let grammar = match spec {
-            ConstraintSpec::Json => TopLevelGrammar::from_json_schema(json_options(
-                serde_json::json!({}),
-            )),
+            ConstraintSpec::Json => {
+                TopLevelGrammar::from_json_schema(json_options(serde_json::json!({})))
+            }
             ConstraintSpec::JsonSchema(schema) => {
                 if !schema.is_object() && !schema.is_boolean() {
                     return Err(invalid(format!(

@@ -286,7 +286,9 @@ impl Model {
         self.constraint_vocab
             .get_or_init(|| {
                 let tok = self.tokenizer.as_ref().ok_or_else(|| {
-                    ConstraintError::Vocabulary("the model's tokenizer, and the file has none".into())
+                    ConstraintError::Vocabulary(
+                        "the model's tokenizer, and the file has none".into(),
+                    )
                 })?;
                 ConstraintVocab::new(tok, self.n_vocab()).map(Arc::new)
             })

@@ -228,8 +228,15 @@ impl Scheduler {
             .saturating_add(params.max_tokens)
             .min(limit);
         let mut sampler = Sampler::new(params.sampler.clone(), n_vocab)?;
-        if !extra.heal.is_empty() {
-            sampler.restrict_next(self.healing_tokens(&extra.heal)?);
+        let constraint = params.constraint.as_ref().map(|c| c.start());
+        // A constrained output starts where the grammar says, not with healed text.
+        let heal = if constraint.is_some() {
+            String::new()
+        } else {
+            extra.heal.clone()
+        };
+        if !heal.is_empty() {
+            sampler.restrict_next(self.healing_tokens(&heal)?);
         }
         let stop = StopMatcher::new(params.stop.clone());
         if again {
@@ -248,9 +255,11 @@ impl Scheduler {
             limit,
             discarded: 0,
             sampler,
+            constraint,
+            error: None,
             stop,
             text: TextStream::default(),
-            unheal: extra.heal.clone(),
+            unheal: heal,
             history,
             generated: Vec::with_capacity(params.max_tokens.min(total)),
             params,
@@ -509,7 +518,16 @@ impl Scheduler {
         let result = engine.forward(&items, |item, _, logits| {
             let t = Instant::now();
             let r = &mut running[item_req[item]];
-            let token = r.sampler.sample(logits, &r.history);
+            let token = match &mut r.constraint {
+                None => r.sampler.sample(logits, &r.history),
+                Some(c) => match c.compute_mask() {
+                    Ok(mask) => r.sampler.sample_masked(logits, &r.history, mask),
+                    Err(e) => {
+                        r.error = Some(e.into());
+                        0
+                    }
+                },
+            };
             if let Some(k) = r.extra.logprobs {
                 log_probs(logits, token, k, &mut r.lp);
             }
@@ -551,6 +569,11 @@ impl Scheduler {
                 r.t_first = Some(Instant::now());
             }
             let Some(t) = r.next else { continue };
+            if r.error.is_some() {
+                r.next = None;
+                self.finished.push((i, StopReason::Cancelled));
+                continue;
+            }
             if r.params.max_tokens == 0 {
                 // Only the prompt was asked for (`-n 0`): it is in the cache, nothing more.
                 r.next = None;
@@ -561,6 +584,14 @@ impl Scheduler {
             if eog && !r.params.ignore_eos {
                 r.next = None;
                 self.finished.push((i, StopReason::Eog));
+                continue;
+            }
+            if let Some(c) = &mut r.constraint
+                && let Err(e) = c.accept(t)
+            {
+                r.error = Some(e.into());
+                r.next = None;
+                self.finished.push((i, StopReason::Cancelled));
                 continue;
             }
             r.generated.push(t);
@@ -588,7 +619,11 @@ impl Scheduler {
                 }
             }
             let len = r.base + r.prompt.len() + r.generated.len();
-            if r.generated.len() >= r.params.max_tokens {
+            if r.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+                // The output is complete: nothing but its end may follow.
+                r.next = None;
+                self.finished.push((i, StopReason::Eog));
+            } else if r.generated.len() >= r.params.max_tokens {
                 self.finished.push((i, StopReason::MaxTokens));
             } else if r.params.context == ContextPolicy::Stop && len >= max_len {
                 self.finished.push((i, StopReason::ContextFull));
@@ -637,6 +672,11 @@ impl Scheduler {
         let finished = std::mem::take(&mut self.finished);
         for &(i, reason) in &finished {
             let mut r = self.running.remove(i);
+            if let Some(error) = r.error.take() {
+                on_event(Event::Error { seq: r.seq, error });
+                self.release(&r);
+                continue;
+            }
             let mut reason = reason;
             if reason != StopReason::StopString {
                 let rest = r.text.finish();

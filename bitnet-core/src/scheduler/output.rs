@@ -55,6 +55,9 @@ pub struct GenStats {
     /// Positions the context policy removed from the sequence to go on (0 unless it
     /// shifts; see [`crate::scheduler::ContextPolicy`]).
     pub discarded_tokens: usize,
+    /// Token masks a structured-output constraint computed, and the seconds they took.
+    pub constraint_masks: u64,
+    pub constraint_secs: f64,
 }
 
 impl GenStats {

@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use super::output::{GenStats, StopReason, TokenLogprobs};
 use super::policy::ContextPolicy;
+use crate::constrain::{Constraint, ConstraintState};
+use crate::error::CoreError;
 use crate::kv::SeqId;
 use crate::sampling::{Sampler, SamplerConfig, StopMatcher};
 use crate::tokenizer::TextStream;
@@ -24,6 +26,10 @@ pub struct GenParams {
     pub keep: bool,
     /// What happens when the sequence fills its context.
     pub context: ContextPolicy,
+    /// Structured output: only tokens that continue a valid output may be sampled, and the
+    /// request ends (as at an end-of-generation token) once the output is complete. Token
+    /// healing does not apply under a constraint.
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for GenParams {
@@ -35,6 +41,7 @@ impl Default for GenParams {
             ignore_eos: false,
             keep: false,
             context: ContextPolicy::Stop,
+            constraint: None,
         }
     }
 }
@@ -83,6 +90,11 @@ pub(crate) struct Request {
     /// Log probabilities of the token in `next`, when asked for.
     pub(crate) lp: TokenLogprobs,
     pub(crate) sampler: Sampler,
+    /// Where the output stands in its constraint, if it has one.
+    pub(crate) constraint: Option<ConstraintState>,
+    /// Why the request must end with an error at the next retirement (a constraint that
+    /// failed while sampling).
+    pub(crate) error: Option<CoreError>,
     pub(crate) stop: StopMatcher,
     pub(crate) text: TextStream,
     /// What is left to take off the front of the reported text (token healing).
@@ -111,6 +123,8 @@ impl Request {
             stop_reason: reason,
             tokens: self.generated.clone(),
             discarded_tokens: self.discarded,
+            constraint_masks: self.constraint.as_ref().map_or(0, |c| c.mask_time().0),
+            constraint_secs: self.constraint.as_ref().map_or(0.0, |c| c.mask_time().1),
         }
     }
 }

@@ -23,6 +23,7 @@ use crossterm::style::Stylize;
 
 use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
 use crate::args::context::ContextArgs;
+use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
 use crate::interrupt;
@@ -69,6 +70,9 @@ pub struct Args {
     /// Keep the input history in memory only (no history file).
     #[arg(long)]
     pub no_history: bool,
+    /// Every reply follows this grammar or schema.
+    #[command(flatten)]
+    pub grammar: GrammarArgs,
     #[command(flatten)]
     pub context: ContextArgs,
     #[command(flatten)]
@@ -138,6 +142,7 @@ pub fn run(args: Args) -> Result<()> {
         max_tokens,
         stop,
         context,
+        constraint: args.grammar.constraint(&model)?,
     };
     let mut chat = ChatSession::new(sched, conv, settings).context("starting the chat")?;
 

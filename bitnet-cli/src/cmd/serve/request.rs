@@ -196,6 +196,7 @@ pub fn gen_request(
             keep: false,
             // The server's --context-shift / --kv-window, set once the prompt is known.
             context: ContextPolicy::Stop,
+            constraint: None,
         },
         max_tokens,
         n: n as usize,
