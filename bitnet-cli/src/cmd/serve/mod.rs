@@ -17,6 +17,7 @@ mod response;
 mod routes;
 mod sse;
 mod state;
+mod structured;
 
 use std::io::Write;
 use std::path::PathBuf;

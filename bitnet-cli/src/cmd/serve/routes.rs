@@ -12,13 +12,16 @@ use axum::http::{StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bitnet_core::chat::{HealedPrompt, Message, healed_prompt_tokens};
+use bitnet_core::Model;
+use bitnet_core::chat::{HealedPrompt, Message, healed_prompt_tokens, tokenize_prompt};
+use bitnet_core::constrain::Constraint;
 use serde_json::{Value, json};
 
 use super::completion::complete;
 use super::error::{ApiError, ApiResult};
 use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
 use super::state::AppState;
+use super::structured::{compile, constraint_error, output_spec};
 
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body;
@@ -93,7 +96,7 @@ async fn completions(
     let obj = parse_body(&b)?;
     let loaded = state.ready()?;
     let tok = loaded.tokenizer()?;
-    let req = gen_request(
+    let mut req = gen_request(
         &obj,
         Api::Completion,
         tok.n_vocab(),
@@ -101,6 +104,7 @@ async fn completions(
         fresh_seed(),
     )?;
     let prompt = completion_prompt(&obj, tok)?;
+    req.params.constraint = constraint(&obj, &loaded.model)?;
     complete(
         state.clone(),
         Api::Completion,
@@ -127,6 +131,7 @@ async fn chat_completions(
         state.config.n_predict,
         fresh_seed(),
     )?;
+    req.params.constraint = constraint(&obj, &loaded.model)?;
     let messages: Vec<Message> = chat_messages(&obj)?
         .into_iter()
         .map(|(role, content)| Message::new(role, content))
@@ -141,7 +146,15 @@ async fn chat_completions(
     let HealedPrompt {
         tokens: prompt,
         heal,
-    } = healed_prompt_tokens(tok, &text, loaded.template.bos_text());
+    } = if req.params.constraint.is_some() {
+        // A constrained reply starts where its grammar says: the prompt stays whole.
+        HealedPrompt {
+            tokens: tokenize_prompt(tok, &text, loaded.template.bos_text()),
+            heal: String::new(),
+        }
+    } else {
+        healed_prompt_tokens(tok, &text, loaded.template.bos_text())
+    };
     if prompt.is_empty() {
         return Err(ApiError::invalid(
             "the conversation renders to nothing",
@@ -154,6 +167,17 @@ async fn chat_completions(
         }
     }
     complete(state.clone(), Api::Chat, prompt, heal, req, "messages").await
+}
+
+/// The request's structured-output constraint, compiled for the model.
+fn constraint(obj: &serde_json::Map<String, Value>, model: &Model) -> ApiResult<Option<Constraint>> {
+    let Some(out) = output_spec(obj)? else {
+        return Ok(None);
+    };
+    let vocab = model
+        .constraint_vocab()
+        .map_err(|e| constraint_error(&e, out.param))?;
+    compile(&out, &vocab).map(Some)
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
