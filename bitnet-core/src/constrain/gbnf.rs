@@ -1,4 +1,17 @@
 //! GBNF (llama.cpp's grammar format) translated to llguidance's Lark dialect.
+//!
+//! The reader follows llama.cpp's parser (`llama-grammar.cpp`): a rule ends at a newline
+//! outside parentheses; newlines may follow `::=` and `|` and may appear anywhere inside a
+//! group; `#` starts a comment.
+//!
+//! GBNF is matched character by character, while llguidance splits text into lexemes and
+//! lexes greedily (a lexeme that can go on does, with no backtracking). A lexeme longer than
+//! one character would change the language: `[a-z]+ "x"` as the two lexemes `/[a-z]+/` and
+//! `"x"` rejects `abx`. So every terminal here is one character long (a literal becomes one
+//! string per character): lexemes that each match exactly one code point cannot swallow
+//! one another, and the Earley parser sees exactly GBNF's character sequence.
+
+use std::collections::{HashMap, HashSet};
 
 use thiserror::Error;
 
@@ -11,12 +24,1194 @@ pub struct GbnfError {
     pub message: String,
 }
 
+/// Deepest nesting of groups and stacked repetitions (`((x)*)+`): the reader and the writer
+/// recurse on it, so hostile input must not choose it.
+const MAX_NESTING: usize = 64;
+/// llama.cpp's bound on repetition counts, and on repeated rules times their repetition.
+const MAX_REPETITION: u64 = 2000;
+/// Groups nested deeper than this in one Lark rule become rules of their own: llguidance's
+/// Lark reader refuses more than 30 levels.
+const LARK_GROUP_DEPTH: usize = 12;
+
+/// Deepest chain of rule references (groups counting as references) allowed: llguidance
+/// compiles a rule where it is first referenced, recursing, a few kilobytes of stack a
+/// level, and a thread's stack may be 2 MiB.
+const MAX_REFERENCE_DEPTH: usize = 256;
+
 /// Translates a GBNF grammar (start rule `root`) into Lark (start rule `start`).
 pub fn gbnf_to_lark(src: &str) -> Result<String, GbnfError> {
-    let _ = src;
-    Err(GbnfError {
-        line: 1,
-        column: 1,
-        message: "GBNF is not read yet".into(),
-    })
+    let mut reader = Reader {
+        src,
+        pos: 0,
+        names: Vec::new(),
+        ids: HashMap::new(),
+        first_use: Vec::new(),
+        rules: Vec::new(),
+    };
+    reader.grammar()?;
+    for (id, rule) in reader.rules.iter().enumerate() {
+        if rule.is_none() {
+            let at = reader.first_use[id];
+            return Err(reader.error_at(at, format!("rule '{}' is not defined", reader.names[id])));
+        }
+    }
+    let Some(&root) = reader.ids.get("root") else {
+        return Err(reader.error_at(0, "the grammar has no 'root' rule".into()));
+    };
+    let rules: Vec<Alternatives> = std::mem::take(&mut reader.rules)
+        .into_iter()
+        .flatten()
+        .collect();
+    if let Some(id) = too_deep(&rules, root) {
+        return Err(reader.error_at(
+            reader.first_use[id],
+            format!(
+                "rule '{}' is reached through rules nested too deep to compile (over \
+                 {MAX_REFERENCE_DEPTH} rules and groups)",
+                reader.names[id]
+            ),
+        ));
+    }
+    Ok(Writer::new(&reader.names).grammar(root, &rules))
+}
+
+/// `a | b c | ...`: alternatives, each a sequence.
+type Alternatives = Vec<Vec<Item>>;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Item {
+    /// A string literal (repetition applies to all of it).
+    Literal(Vec<char>),
+    /// A character class; ranges are inclusive and may be empty (`z-a` matches nothing).
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+    /// `.`: any character.
+    Any,
+    Rule(usize),
+    /// `<[id]>`, `!<[id]>` or `<text>` (a token named by its text).
+    Token {
+        negated: bool,
+        token: TokenRef,
+    },
+    Group(Alternatives),
+    Repeat {
+        item: Box<Item>,
+        min: u64,
+        max: Option<u64>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum TokenRef {
+    Id(u32),
+    Text(String),
+}
+
+/// What llama.cpp's repetition bound looks at, carried with each item as it is read.
+#[derive(Clone, Copy)]
+struct Size {
+    /// Nesting of groups and repetitions.
+    depth: usize,
+    /// Rules llama.cpp would repeat if this item were repeated.
+    weight: u64,
+    /// Rules llama.cpp generates for this item.
+    generated: u64,
+}
+
+const LEAF: Size = Size {
+    depth: 0,
+    weight: 1,
+    generated: 0,
+};
+
+struct Reader<'a> {
+    src: &'a str,
+    /// Byte offset into `src`.
+    pos: usize,
+    names: Vec<String>,
+    ids: HashMap<String, usize>,
+    /// Where each rule is first named (for "not defined").
+    first_use: Vec<usize>,
+    rules: Vec<Option<Alternatives>>,
+}
+
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-'
+}
+
+impl Reader<'_> {
+    fn error_at(&self, pos: usize, message: String) -> GbnfError {
+        let before = &self.src[..pos.min(self.src.len())];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        GbnfError {
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+            message,
+        }
+    }
+
+    fn error(&self, message: impl Into<String>) -> GbnfError {
+        self.error_at(self.pos, message.into())
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.src.as_bytes().get(self.pos).copied()
+    }
+
+    fn peek_at(&self, ahead: usize) -> Option<u8> {
+        self.src.as_bytes().get(self.pos + ahead).copied()
+    }
+
+    /// What is at the current position, for messages.
+    fn found(&self) -> String {
+        match self.src[self.pos..].chars().next() {
+            None => "the end of the grammar".into(),
+            Some('\n') | Some('\r') => "the end of the line".into(),
+            Some(c) => format!("{c:?}"),
+        }
+    }
+
+    fn skip_space(&mut self, newline_ok: bool) {
+        while let Some(b) = self.peek() {
+            match b {
+                b' ' | b'\t' => self.pos += 1,
+                b'\r' | b'\n' if newline_ok => self.pos += 1,
+                b'#' => {
+                    while !matches!(self.peek(), None | Some(b'\r' | b'\n')) {
+                        self.pos += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn name(&mut self) -> Option<&str> {
+        let start = self.pos;
+        while self.peek().is_some_and(is_word_byte) {
+            self.pos += 1;
+        }
+        (self.pos > start).then(|| &self.src[start..self.pos])
+    }
+
+    fn rule_id(&mut self, name: &str, at: usize) -> usize {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len();
+        self.names.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        self.first_use.push(at);
+        self.rules.push(None);
+        id
+    }
+
+    fn grammar(&mut self) -> Result<(), GbnfError> {
+        self.skip_space(true);
+        while self.peek().is_some() {
+            self.rule()?;
+        }
+        Ok(())
+    }
+
+    fn rule(&mut self) -> Result<(), GbnfError> {
+        let start = self.pos;
+        let Some(name) = self.name() else {
+            return Err(self.error(format!("expected a rule name, found {}", self.found())));
+        };
+        let name = name.to_string();
+        let id = self.rule_id(&name, start);
+        self.skip_space(false);
+        if !self.src[self.pos..].starts_with("::=") {
+            return Err(self.error(format!(
+                "expected '::=' after the rule name '{name}', found {}",
+                self.found()
+            )));
+        }
+        self.pos += 3;
+        self.skip_space(true);
+        let (alternatives, _) = self.alternatives(false, 0)?;
+        match self.peek() {
+            None => {}
+            Some(b'\n') => self.pos += 1,
+            Some(b'\r') => self.pos += if self.peek_at(1) == Some(b'\n') { 2 } else { 1 },
+            Some(_) => {
+                return Err(self.error(format!(
+                    "expected the end of the line after rule '{name}', found {}",
+                    self.found()
+                )));
+            }
+        }
+        self.skip_space(true);
+        // As in llama.cpp, a rule defined twice keeps its last definition.
+        self.rules[id] = Some(alternatives);
+        Ok(())
+    }
+
+    fn alternatives(
+        &mut self,
+        nested: bool,
+        depth: usize,
+    ) -> Result<(Alternatives, Size), GbnfError> {
+        let mut alternatives = Vec::new();
+        let mut size = Size {
+            depth: 1,
+            weight: 1,
+            generated: 1,
+        };
+        loop {
+            let (sequence, inner) = self.sequence(nested, depth)?;
+            alternatives.push(sequence);
+            size.depth = size.depth.max(inner.depth + 1);
+            size.generated = size.generated.saturating_add(inner.generated);
+            if self.peek() != Some(b'|') {
+                break;
+            }
+            self.pos += 1;
+            self.skip_space(true);
+        }
+        size.weight = size.generated.max(1);
+        Ok((alternatives, size))
+    }
+
+    /// Reads items until something that cannot start or follow one. `depth` is the group
+    /// nesting of this sequence.
+    fn sequence(&mut self, nested: bool, depth: usize) -> Result<(Vec<Item>, Size), GbnfError> {
+        let mut items: Vec<(Item, Size)> = Vec::new();
+        while let Some(b) = self.peek() {
+            let start = self.pos;
+            let item = match b {
+                b'"' => (self.literal()?, LEAF),
+                b'[' => (self.class()?, LEAF),
+                b'<' | b'!' => (self.token()?, LEAF),
+                b'.' => {
+                    self.pos += 1;
+                    (Item::Any, LEAF)
+                }
+                b'(' => {
+                    if depth + 1 >= MAX_NESTING {
+                        return Err(
+                            self.error(format!("groups are nested more than {MAX_NESTING} deep"))
+                        );
+                    }
+                    self.pos += 1;
+                    self.skip_space(true);
+                    let (alternatives, size) = self.alternatives(true, depth + 1)?;
+                    if size.depth >= MAX_NESTING {
+                        return Err(self.error_at(
+                            start,
+                            format!(
+                                "groups and repetitions are nested more than {MAX_NESTING} deep"
+                            ),
+                        ));
+                    }
+                    if self.peek() != Some(b')') {
+                        let message = match self.peek() {
+                            None => "this '(' is never closed".to_string(),
+                            Some(_) => format!("expected ')', found {}", self.found()),
+                        };
+                        let at = if self.peek().is_none() {
+                            start
+                        } else {
+                            self.pos
+                        };
+                        return Err(self.error_at(at, message));
+                    }
+                    self.pos += 1;
+                    (Item::Group(alternatives), size)
+                }
+                b'*' | b'+' | b'?' | b'{' => {
+                    let Some(last) = items.pop() else {
+                        return Err(
+                            self.error(format!("{} has nothing before it to repeat", self.found()))
+                        );
+                    };
+                    self.pos += 1;
+                    let (min, max) = match b {
+                        b'*' => (0, None),
+                        b'+' => (1, None),
+                        b'?' => (0, Some(1)),
+                        _ => self.counts(nested, start)?,
+                    };
+                    self.repeat(last, min, max, start)?
+                }
+                _ if is_word_byte(b) => {
+                    let name = self.name().unwrap_or_default().to_string();
+                    (Item::Rule(self.rule_id(&name, start)), LEAF)
+                }
+                _ => break,
+            };
+            items.push(item);
+            self.skip_space(nested);
+        }
+        let mut size = Size {
+            depth: 0,
+            weight: 1,
+            generated: 0,
+        };
+        for (_, s) in &items {
+            size.depth = size.depth.max(s.depth);
+            size.generated = size.generated.saturating_add(s.generated);
+        }
+        Ok((items.into_iter().map(|(item, _)| item).collect(), size))
+    }
+}
+
+impl Reader<'_> {
+    /// `"..."`, the opening quote at `pos`.
+    fn literal(&mut self) -> Result<Item, GbnfError> {
+        let start = self.pos;
+        self.pos += 1;
+        let mut chars = Vec::new();
+        loop {
+            match self.peek() {
+                None => return Err(self.error_at(start, "this string is never closed".into())),
+                Some(b'"') => break,
+                Some(_) => chars.push(self.char()?),
+            }
+        }
+        self.pos += 1;
+        Ok(Item::Literal(chars))
+    }
+
+    /// `[...]` or `[^...]`, the bracket at `pos`. As in llama.cpp, `-` before `]` is itself,
+    /// and `]` closes the class wherever it stands (so `[]` matches nothing).
+    fn class(&mut self) -> Result<Item, GbnfError> {
+        let start = self.pos;
+        self.pos += 1;
+        let negated = self.peek() == Some(b'^');
+        if negated {
+            self.pos += 1;
+        }
+        let unclosed = |r: &Self| r.error_at(start, "this character class is never closed".into());
+        let mut ranges = Vec::new();
+        loop {
+            match self.peek() {
+                None => return Err(unclosed(self)),
+                Some(b']') => break,
+                Some(_) => {}
+            }
+            let lo = self.char()?;
+            let mut hi = lo;
+            if self.peek() == Some(b'-') && self.peek_at(1) != Some(b']') {
+                self.pos += 1;
+                if self.peek().is_none() {
+                    return Err(unclosed(self));
+                }
+                hi = self.char()?;
+            }
+            ranges.push((lo, hi));
+        }
+        self.pos += 1;
+        Ok(Item::Class { negated, ranges })
+    }
+
+    /// One character of a literal or class, escapes decoded.
+    fn char(&mut self) -> Result<char, GbnfError> {
+        let rest = &self.src[self.pos..];
+        let Some(c) = rest.chars().next() else {
+            return Err(self.error("unexpected end of the grammar"));
+        };
+        if c != '\\' {
+            self.pos += c.len_utf8();
+            return Ok(c);
+        }
+        let start = self.pos;
+        let escape = rest[1..].chars().next();
+        let digits = match escape {
+            Some('x') => 2,
+            Some('u') => 4,
+            Some('U') => 8,
+            Some(c @ ('\\' | '"' | '[' | ']' | '-')) => {
+                self.pos += 2;
+                return Ok(c);
+            }
+            Some(c @ ('t' | 'r' | 'n')) => {
+                self.pos += 2;
+                return Ok(match c {
+                    't' => '\t',
+                    'r' => '\r',
+                    _ => '\n',
+                });
+            }
+            Some(c) => return Err(self.error(format!("unknown escape '\\{c}'"))),
+            None => return Err(self.error("a '\\' at the end of the grammar")),
+        };
+        let escape = escape.unwrap_or_default();
+        let hex = rest
+            .get(2..2 + digits)
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        let Some(hex) = hex else {
+            return Err(self.error(format!("'\\{escape}' needs {digits} hexadecimal digits")));
+        };
+        let value = u32::from_str_radix(hex, 16).unwrap_or(u32::MAX);
+        let Some(c) = char::from_u32(value) else {
+            return Err(self.error_at(
+                start,
+                format!("'\\{escape}{hex}' is not a Unicode character"),
+            ));
+        };
+        self.pos += 2 + digits;
+        Ok(c)
+    }
+
+    /// `<[id]>`, `!<[id]>` or `<text>`, at `pos`.
+    fn token(&mut self) -> Result<Item, GbnfError> {
+        let start = self.pos;
+        let negated = self.peek() == Some(b'!');
+        if negated {
+            self.pos += 1;
+        }
+        if self.peek() != Some(b'<') {
+            return Err(self.error(format!("expected '<' after '!', found {}", self.found())));
+        }
+        let Some(len) = self.src[self.pos..].find('>') else {
+            return Err(self.error_at(start, "this token is never closed with '>'".into()));
+        };
+        let text = &self.src[self.pos..self.pos + len + 1];
+        let token = if let Some(id) = text.strip_prefix("<[").and_then(|t| t.strip_suffix("]>")) {
+            let id = id
+                .parse::<u32>()
+                .ok()
+                .filter(|_| id.bytes().all(|b| b.is_ascii_digit()));
+            match id {
+                Some(id) => TokenRef::Id(id),
+                None => return Err(self.error_at(start, "expected a token id in '<[...]>'".into())),
+            }
+        } else if negated {
+            return Err(self.error_at(
+                start,
+                "a negated token is only supported by id, as '!<[id]>'".into(),
+            ));
+        } else if text[1..text.len() - 1].is_empty()
+            || text[1..text.len() - 1].contains(|c: char| c == '<' || c.is_whitespace())
+        {
+            return Err(self.error_at(
+                start,
+                "a token named by its text has no spaces and no '<' in it".into(),
+            ));
+        } else {
+            TokenRef::Text(text.to_string())
+        };
+        self.pos += len + 1;
+        Ok(Item::Token { negated, token })
+    }
+
+    /// `{m}`, `{m,}`, `{m,n}` or `{,n}`, after the `{`.
+    fn counts(&mut self, nested: bool, start: usize) -> Result<(u64, Option<u64>), GbnfError> {
+        self.skip_space(nested);
+        let min = self.number()?;
+        self.skip_space(nested);
+        let max = match self.peek() {
+            Some(b'}') if min.is_some() => min,
+            Some(b',') => {
+                self.pos += 1;
+                self.skip_space(nested);
+                let max = self.number()?;
+                self.skip_space(nested);
+                max
+            }
+            _ => {
+                return Err(self.error(format!(
+                    "expected a number, ',' or '}}', found {}",
+                    self.found()
+                )));
+            }
+        };
+        if min.is_none() && max.is_none() {
+            return Err(self.error_at(start, "a repetition needs a count, as in {2,5}".into()));
+        }
+        if self.peek() != Some(b'}') {
+            return Err(self.error(format!("expected '}}', found {}", self.found())));
+        }
+        self.pos += 1;
+        let min = min.unwrap_or(0);
+        for n in [Some(min), max].into_iter().flatten() {
+            if n > MAX_REPETITION {
+                return Err(self.error_at(
+                    start,
+                    format!("a repetition count over {MAX_REPETITION} ({n})"),
+                ));
+            }
+        }
+        if max.is_some_and(|max| max < min) {
+            return Err(self.error_at(
+                start,
+                "the repetition's maximum is below its minimum".into(),
+            ));
+        }
+        Ok((min, max))
+    }
+
+    fn number(&mut self) -> Result<Option<u64>, GbnfError> {
+        let start = self.pos;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.pos += 1;
+        }
+        if start == self.pos {
+            return Ok(None);
+        }
+        // Anything too long for u64 is over the bound anyway.
+        Ok(Some(self.src[start..self.pos].parse().unwrap_or(u64::MAX)))
+    }
+
+    /// `item` repeated; fails as llama.cpp does when the rules it would expand into pass
+    /// its bound (nested repetitions multiply).
+    fn repeat(
+        &self,
+        (item, size): (Item, Size),
+        min: u64,
+        max: Option<u64>,
+        at: usize,
+    ) -> Result<(Item, Size), GbnfError> {
+        let times = match max {
+            Some(max) if max > 0 => max,
+            _ => min.max(1),
+        };
+        let weight = size.weight.saturating_mul(times);
+        if weight >= MAX_REPETITION {
+            return Err(self.error_at(
+                at,
+                format!(
+                    "this repetition expands past {MAX_REPETITION} rules; repeat less or \
+                     simplify what is repeated"
+                ),
+            ));
+        }
+        if size.depth + 1 >= MAX_NESTING {
+            return Err(self.error_at(
+                at,
+                format!("groups and repetitions are nested more than {MAX_NESTING} deep"),
+            ));
+        }
+        let size = Size {
+            depth: size.depth + 1,
+            weight,
+            generated: size
+                .generated
+                .saturating_add(max.map_or(1, |max| max - min)),
+        };
+        let item = Item::Repeat {
+            item: Box::new(item),
+            min,
+            max,
+        };
+        Ok((item, size))
+    }
+}
+
+/// The first rule that llguidance would reach more than [`MAX_REFERENCE_DEPTH`] deep,
+/// following references from `root` depth first in the order written, as it compiles.
+fn too_deep(rules: &[Alternatives], root: usize) -> Option<usize> {
+    fn refs(alternatives: &Alternatives, groups: usize, out: &mut Vec<(usize, usize)>) {
+        for item in alternatives.iter().flatten() {
+            item_refs(item, groups, out);
+        }
+    }
+    fn item_refs(item: &Item, groups: usize, out: &mut Vec<(usize, usize)>) {
+        match item {
+            Item::Rule(id) => out.push((*id, groups + 1)),
+            Item::Group(alternatives) => refs(alternatives, groups + 1, out),
+            Item::Repeat { item, .. } => item_refs(item, groups + 1, out),
+            _ => {}
+        }
+    }
+    let references: Vec<Vec<(usize, usize)>> = rules
+        .iter()
+        .map(|alternatives| {
+            let mut out = Vec::new();
+            refs(alternatives, 0, &mut out);
+            out
+        })
+        .collect();
+    let mut seen = vec![false; rules.len()];
+    seen[root] = true;
+    // (rule, next reference to follow, depth)
+    let mut stack = vec![(root, 0, 1)];
+    while let Some(frame) = stack.last_mut() {
+        let (rule, next, depth) = *frame;
+        let Some(&(id, cost)) = references[rule].get(next) else {
+            stack.pop();
+            continue;
+        };
+        frame.1 += 1;
+        if !seen[id] {
+            seen[id] = true;
+            if depth + cost > MAX_REFERENCE_DEPTH {
+                return Some(id);
+            }
+            stack.push((id, 0, depth + cost));
+        }
+    }
+    None
+}
+
+/// Writes the Lark text: one rule per GBNF rule, plus rules for groups nested too deep.
+struct Writer {
+    /// Lark name of each GBNF rule, by id.
+    names: Vec<String>,
+    used: HashSet<String>,
+    /// Rules made from deep groups, written after the rule they came from.
+    extra: Vec<String>,
+}
+
+impl Writer {
+    fn new(gbnf_names: &[String]) -> Writer {
+        let mut writer = Writer {
+            names: Vec::new(),
+            used: HashSet::from(["start".to_string()]),
+            extra: Vec::new(),
+        };
+        for name in gbnf_names {
+            let name = writer.unique(&lark_name(name));
+            writer.names.push(name);
+        }
+        writer
+    }
+
+    /// `base`, or `base-2`, `base-3`... if taken.
+    fn unique(&mut self, base: &str) -> String {
+        let mut name = base.to_string();
+        let mut n = 1;
+        while self.used.contains(&name) {
+            n += 1;
+            name = format!("{base}-{n}");
+        }
+        self.used.insert(name.clone());
+        name
+    }
+
+    fn grammar(mut self, root: usize, rules: &[Alternatives]) -> String {
+        let mut out = format!("start: {}\n", self.names[root]);
+        for (id, alternatives) in rules.iter().enumerate() {
+            let name = self.names[id].clone();
+            let body = self.alternatives(alternatives, &name, 1);
+            out.push_str(&format!("{name}: {body}\n"));
+            for rule in std::mem::take(&mut self.extra) {
+                out.push_str(&rule);
+            }
+        }
+        out
+    }
+
+    /// `depth`: Lark group nesting of the text written.
+    fn alternatives(&mut self, alternatives: &Alternatives, rule: &str, depth: usize) -> String {
+        let written: Vec<String> = alternatives
+            .iter()
+            .map(|sequence| {
+                let items: Vec<String> = sequence
+                    .iter()
+                    .map(|item| self.item(item, false, rule, depth))
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                if items.is_empty() {
+                    "\"\"".to_string()
+                } else {
+                    items.join(" ")
+                }
+            })
+            .collect();
+        written.join(" | ")
+    }
+
+    /// `atom`: the text must be one Lark atom, as the operand of a repetition.
+    fn item(&mut self, item: &Item, atom: bool, rule: &str, depth: usize) -> String {
+        match item {
+            Item::Literal(chars) => {
+                let strings: Vec<String> = chars.iter().map(|&c| lark_string(c)).collect();
+                match strings.len() {
+                    0 => "\"\"".to_string(),
+                    1 => strings.concat(),
+                    _ if atom => self.wrapped(item, rule, depth),
+                    _ => strings.join(" "),
+                }
+            }
+            Item::Class { negated, ranges } => class_regex(*negated, ranges),
+            Item::Any => ANY_CHAR.to_string(),
+            Item::Rule(id) => self.names[*id].clone(),
+            Item::Token { negated, token } => match token {
+                TokenRef::Id(id) if *negated => format!("<[^{id}]>"),
+                TokenRef::Id(id) => format!("<[{id}]>"),
+                TokenRef::Text(text) => text.clone(),
+            },
+            Item::Group(alternatives) => {
+                if depth + 1 > LARK_GROUP_DEPTH {
+                    let name = self.unique(rule);
+                    let body = self.alternatives(alternatives, &name, 1);
+                    self.extra.push(format!("{name}: {body}\n"));
+                    return name;
+                }
+                let body = self.alternatives(alternatives, rule, depth + 1);
+                format!("({body})")
+            }
+            Item::Repeat { .. } if atom => self.wrapped(item, rule, depth),
+            Item::Repeat { item, min, max } => {
+                let suffix = match (*min, *max) {
+                    (_, Some(0)) => return "\"\"".to_string(),
+                    (0, None) => "*".to_string(),
+                    (1, None) => "+".to_string(),
+                    (0, Some(1)) => "?".to_string(),
+                    (min, None) => format!("{{{min},}}"),
+                    (min, Some(max)) if min == max => format!("{{{min}}}"),
+                    (min, Some(max)) => format!("{{{min},{max}}}"),
+                };
+                let inner = self.item(item, true, rule, depth);
+                format!("{inner}{suffix}")
+            }
+        }
+    }
+
+    /// `item` made one atom: in parentheses, or a rule of its own when nested too deep.
+    fn wrapped(&mut self, item: &Item, rule: &str, depth: usize) -> String {
+        if depth + 1 > LARK_GROUP_DEPTH {
+            let name = self.unique(rule);
+            let body = self.item(item, false, &name, 1);
+            self.extra.push(format!("{name}: {body}\n"));
+            name
+        } else {
+            format!("({})", self.item(item, false, rule, depth + 1))
+        }
+    }
+}
+
+/// Any one character, newline included.
+const ANY_CHAR: &str = "/(?s:.)/";
+
+/// A GBNF name as a Lark rule name: lower case, starting with a letter.
+fn lark_name(gbnf: &str) -> String {
+    let lower = gbnf.to_ascii_lowercase();
+    if lower.starts_with(|c: char| c.is_ascii_lowercase()) {
+        lower
+    } else {
+        format!("r{lower}")
+    }
+}
+
+/// One character as a Lark string (JSON syntax; Lark's lexer also wants DEL escaped).
+fn lark_string(c: char) -> String {
+    match c {
+        '"' => "\"\\\"\"".to_string(),
+        '\\' => "\"\\\\\"".to_string(),
+        c if (c as u32) < 0x20 || c == '\u{7f}' => format!("\"\\u{:04x}\"", c as u32),
+        c => format!("\"{c}\""),
+    }
+}
+
+/// A character class as a Lark regex. Ranges that match nothing (`z-a`) are dropped, as
+/// they match nothing in llama.cpp either.
+fn class_regex(negated: bool, ranges: &[(char, char)]) -> String {
+    let ranges: Vec<&(char, char)> = ranges.iter().filter(|(lo, hi)| lo <= hi).collect();
+    if ranges.is_empty() {
+        return if negated {
+            ANY_CHAR.to_string()
+        } else {
+            // Matches nothing: the complement of every character.
+            "/[^\\x{0}-\\x{10FFFF}]/".to_string()
+        };
+    }
+    let mut out = String::from(if negated { "/[^" } else { "/[" });
+    for &&(lo, hi) in &ranges {
+        push_class_char(&mut out, lo);
+        if hi != lo {
+            out.push('-');
+            push_class_char(&mut out, hi);
+        }
+    }
+    out.push_str("]/");
+    out
+}
+
+/// A character inside a regex class: letters and digits as they are, everything else as
+/// `\x{..}`, which regex-syntax always reads as that character (and which has no `/` to end
+/// the Lark regex early).
+fn push_class_char(out: &mut String, c: char) {
+    if c.is_alphanumeric() {
+        out.push(c);
+    } else {
+        out.push_str(&format!("\\x{{{:X}}}", c as u32));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use llguidance::api::TopLevelGrammar;
+    use llguidance::{Matcher, ParserFactory};
+    use toktrie::ApproximateTokEnv;
+
+    use super::*;
+
+    /// A matcher for the translation of `gbnf` over a vocabulary of the 256 single bytes
+    /// (and a few named special tokens, the last one ending the text).
+    fn matcher(gbnf: &str) -> Matcher {
+        let lark = gbnf_to_lark(gbnf).unwrap_or_else(|e| panic!("{e}\n{gbnf}"));
+        let mut factory = ParserFactory::new_simple(&ApproximateTokEnv::single_byte_env())
+            .expect("byte vocabulary");
+        factory.quiet();
+        let parser = factory
+            .create_parser(TopLevelGrammar::from_lark(lark.clone()))
+            .unwrap_or_else(|e| panic!("llguidance refused\n{lark}\n{e}"));
+        Matcher::new(Ok(parser))
+    }
+
+    /// Whether the grammar matches all of `text`, fed one byte (one token) at a time.
+    fn matches(m: &Matcher, text: &str) -> bool {
+        let mut m = m.deep_clone();
+        let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+        m.try_consume_tokens(&tokens).expect("matcher") == tokens.len()
+            && m.is_accepting().expect("matcher")
+    }
+
+    fn check(gbnf: &str, accepted: &[&str], rejected: &[&str]) {
+        let m = matcher(gbnf);
+        for text in accepted {
+            assert!(matches(&m, text), "{text:?} should match\n{gbnf}");
+        }
+        for text in rejected {
+            assert!(!matches(&m, text), "{text:?} should not match\n{gbnf}");
+        }
+    }
+
+    fn error(gbnf: &str) -> GbnfError {
+        match gbnf_to_lark(gbnf) {
+            Ok(lark) => panic!("{gbnf:?} should be refused, gave\n{lark}"),
+            Err(e) => e,
+        }
+    }
+
+    fn assert_error(gbnf: &str, line: usize, column: usize, words: &str) {
+        let e = error(gbnf);
+        assert_eq!((e.line, e.column), (line, column), "{e}");
+        assert!(e.message.contains(words), "{e}");
+    }
+
+    #[test]
+    fn each_construct_translates() {
+        let lark = |g: &str| gbnf_to_lark(g).unwrap();
+        assert_eq!(lark("root ::= \"ab\""), "start: root\nroot: \"a\" \"b\"\n");
+        assert_eq!(
+            lark("root ::= [a-z_]"),
+            "start: root\nroot: /[a-z\\x{5F}]/\n"
+        );
+        assert_eq!(lark("root ::= [^\"]"), "start: root\nroot: /[^\\x{22}]/\n");
+        assert_eq!(lark("root ::= ."), "start: root\nroot: /(?s:.)/\n");
+        assert_eq!(
+            lark("root ::= | x\nx ::= \"\""),
+            "start: root\nroot: \"\" | x\nx: \"\"\n"
+        );
+        assert_eq!(
+            lark("root ::= (\"a\" | [0-9])*"),
+            "start: root\nroot: (\"a\" | /[0-9]/)*\n"
+        );
+        assert_eq!(
+            lark("root ::= \"ab\"+ \"c\"?"),
+            "start: root\nroot: (\"a\" \"b\")+ \"c\"?\n"
+        );
+        assert_eq!(
+            lark("root ::= \"a\"{2} \"b\"{2,} \"c\"{1,3} \"d\"{,4} \"e\"{0}"),
+            "start: root\nroot: \"a\"{2} \"b\"{2,} \"c\"{1,3} \"d\"{0,4} \"\"\n"
+        );
+        assert_eq!(lark("root ::= \"a\"*?"), "start: root\nroot: (\"a\"*)?\n");
+        assert_eq!(
+            lark("root ::= <[5]> !<[7]> <|tool|>"),
+            "start: root\nroot: <[5]> <[^7]> <|tool|>\n"
+        );
+        // Escapes, including the ones Lark's strings spell differently.
+        assert_eq!(
+            lark(r#"root ::= "\n\t\"\\\x7F\u00e9\U0001F600""#),
+            "start: root\nroot: \"\\u000a\" \"\\u0009\" \"\\\"\" \"\\\\\" \"\\u007f\" \"é\" \"😀\"\n"
+        );
+        assert_eq!(
+            lark(r"root ::= [\]\-\x2F/]"),
+            "start: root\nroot: /[\\x{5D}\\x{2D}\\x{2F}\\x{2F}]/\n"
+        );
+    }
+
+    #[test]
+    fn names_are_made_lark_names_without_collisions() {
+        let lark = gbnf_to_lark("root ::= Start start A-b 9x\nStart ::= \"1\"\nstart ::= \"2\"\nA-b ::= \"3\"\n9x ::= \"4\"").unwrap();
+        assert_eq!(
+            lark,
+            "start: root\nroot: start-2 start-3 a-b r9x\nstart-2: \"1\"\nstart-3: \"2\"\na-b: \"3\"\nr9x: \"4\"\n"
+        );
+        check(
+            "root ::= Start start\nStart ::= \"1\"\nstart ::= \"2\"",
+            &["12"],
+            &["21", "1", "11"],
+        );
+    }
+
+    #[test]
+    fn greedy_lexing_does_not_change_the_language() {
+        // As lexemes, `[a-z]*` would swallow the x and `"ab"` the b.
+        check(
+            "root ::= [a-z]* \"x\"",
+            &["x", "abx", "xxx"],
+            &["", "ab", "xa"],
+        );
+        check(
+            "root ::= (\"a\" | \"ab\") \"b\"",
+            &["ab", "abb"],
+            &["a", "b", "abbb"],
+        );
+        check("root ::= \"a\" | \"ab\"", &["a", "ab"], &["", "b", "aba"]);
+        check("root ::= [0-9]+ [0-9]", &["12", "123"], &["1", ""]);
+        check(
+            "root ::= .* \"end\"",
+            &["end", "the end", "endend"],
+            &["en", "end "],
+        );
+    }
+
+    #[test]
+    fn classes_repetitions_and_any_match_as_in_gbnf() {
+        check("root ::= [^a]", &["b", "\n", "é", "語"], &["a", "", "bb"]);
+        check("root ::= [a-cx-z]+", &["abc", "zyx"], &["d", "", "aw"]);
+        check("root ::= [z-a] | \"q\"", &["q"], &["z", "a", "m"]);
+        check("root ::= []", &[], &["", "a"]);
+        check("root ::= [^] [-a] [a-]", &["x-a", "\n--"], &["xb-", "x"]);
+        check(r"root ::= [\x00-\x1F\\]", &["\u{1}", "\\"], &[" ", "a"]);
+        check(
+            "root ::= \"ab\"{2,3}",
+            &["abab", "ababab"],
+            &["ab", "abababab", "aba"],
+        );
+        check("root ::= \"a\"{3}", &["aaa"], &["aa", "aaaa"]);
+        check("root ::= \"a\"{2,}", &["aa", "aaaaa"], &["a"]);
+        check("root ::= \"a\"{,2} \"b\"", &["b", "ab", "aab"], &["aaab"]);
+        check(
+            "root ::= (\"a\"{2}){2} \"b\"?",
+            &["aaaa", "aaaab"],
+            &["aaa", "aaaaaa"],
+        );
+        check("root ::= \"x\" \"y\"{0} \"z\"", &["xz"], &["xyz"]);
+        check("root ::= . \".\"", &["..", "\n.", "語."], &[".", "ab"]);
+    }
+
+    #[test]
+    fn rules_recursion_and_layout() {
+        // Left recursion, which llama.cpp refuses, is plain Earley.
+        check(
+            "root ::= list\nlist ::= list \",\" item | item\nitem ::= [0-9]",
+            &["1", "1,2,3"],
+            &["", "1,", ",1", "12"],
+        );
+        // Rules continue over lines inside groups and after `::=` or `|`; comments anywhere.
+        check(
+            "# numbers\nroot ::=\n  (\n  \"a\" # first\n  | \"b\"\n  )+ |\n  \"c\" # last\n\n",
+            &["a", "abba", "c"],
+            &["ac", ""],
+        );
+        check("root ::= \"a\"\r\nroot ::= \"b\"\r\n", &["b"], &["a"]);
+    }
+
+    #[test]
+    fn tokens_are_matched_by_id() {
+        check("root ::= \"a\" <[98]>", &["ab"], &["a", "aa"]);
+        check("root ::= !<[98]> \"c\"", &["ac", "cc"], &["bc", "c"]);
+    }
+
+    const JSON: &str = r#"
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+"#;
+
+    #[test]
+    fn a_json_grammar() {
+        check(
+            JSON,
+            &[
+                "{}",
+                r#"{"a": 1}"#,
+                r#"{"a": [1, 2.5, -3e4, "x\"y\u00e9", true, null, {"b": false}]}"#,
+                "{\n  \"k\": \"語\"}",
+            ],
+            &[
+                "",
+                "[]",
+                "{",
+                r#"{"a" 1}"#,
+                r#"{"a": 01}"#,
+                r#"{"a": "\x"}"#,
+                "{\"a\": \"\u{1}\"}",
+            ],
+        );
+    }
+
+    #[test]
+    fn an_arithmetic_grammar() {
+        let arithmetic = "root  ::= (expr \"=\" ws term \"\\n\")+\n\
+            expr  ::= term ([-+*/] term)*\n\
+            term  ::= ident | num | \"(\" ws expr \")\" ws\n\
+            ident ::= [a-z] [a-z0-9_]* ws\n\
+            num   ::= [0-9]+ ws\n\
+            ws    ::= [ \\t\\n]*\n";
+        check(
+            arithmetic,
+            &["1+2= 3\n", "(a_1 *20)/x=y\nb=1\n"],
+            &["1+2=3", "=3\n", "1++2=3\n", "A=1\n"],
+        );
+    }
+
+    #[test]
+    fn a_list_grammar() {
+        let list = "root ::= item+\n# Excludes various line break characters\nitem ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"";
+        check(
+            list,
+            &["- one\n", "- one\n- two words\n"],
+            &["", "- one", "-one\n", "- \n", "- a\u{2028}b\n"],
+        );
+    }
+
+    #[test]
+    fn a_japanese_grammar() {
+        let japanese = "root ::= jp-char+ ([ \\t\\n] jp-char+)*\n\
+            jp-char ::= hiragana | katakana | punctuation | cjk\n\
+            hiragana ::= [ぁ-ゟ]\n\
+            katakana ::= [ァ-ヿ]\n\
+            punctuation ::= [、-〾]\n\
+            cjk ::= [一-鿿]\n";
+        check(
+            japanese,
+            &["こんにちは", "日本語 カタカナ、ひらがな", "東京\n大阪"],
+            &["", "abc", "日本語 ", "日本a"],
+        );
+        check(
+            "root ::= \"寿司\"{2} [^寿]",
+            &["寿司寿司x", "寿司寿司語"],
+            &["寿司寿司寿", "寿司"],
+        );
+    }
+
+    #[test]
+    fn errors_say_where() {
+        assert_error("root ::= foo", 1, 10, "rule 'foo' is not defined");
+        assert_error("a ::= \"x\"", 1, 1, "no 'root' rule");
+        assert_error("root ::= \"a\nb", 1, 10, "string is never closed");
+        assert_error("root ::= [a-z\n", 1, 10, "class is never closed");
+        assert_error("root ::= \"a\\qb\"", 1, 12, "unknown escape '\\q'");
+        assert_error("root ::= \"\\x4\"", 1, 11, "2 hexadecimal digits");
+        assert_error("root ::= \"\\UFFFFFFFF\"", 1, 11, "not a Unicode character");
+        assert_error("root ::= \"a\"\n  \"b\"", 2, 3, "expected a rule name");
+        assert_error("root ::= (\"a\"\n", 1, 10, "'(' is never closed");
+        assert_error("root ::= (\"a\" ]", 1, 15, "expected ')'");
+        assert_error("root ::= \"a\" )", 1, 14, "expected the end of the line");
+        assert_error("root ::= * \"a\"", 1, 10, "nothing before it to repeat");
+        assert_error("root :: \"a\"", 1, 6, "expected '::='");
+        assert_error("root ::= \"a\"{3,2}", 1, 13, "below its minimum");
+        assert_error("root ::= \"a\"{2001}", 1, 13, "over 2000");
+        assert_error("root ::= \"a\"{}", 1, 14, "expected a number");
+        assert_error("root ::= \"a\"{ , }", 1, 13, "needs a count");
+        assert_error("root ::= ((\"a\"{0,50}){0,50})", 1, 22, "expands past 2000");
+        assert_error("root ::= !<foo>", 1, 10, "only supported by id");
+        assert_error("root ::= <[12x]>", 1, 10, "token id");
+        assert_error("root ::= <[12]", 1, 10, "never closed");
+        assert_error(
+            "root ::= \"x\"\nroot ::= é",
+            2,
+            10,
+            "expected the end of the line",
+        );
+    }
+
+    #[test]
+    fn hostile_input_is_refused_not_crashed() {
+        let deep = format!(
+            "root ::= {}\"a\"{}",
+            "(".repeat(100_000),
+            ")".repeat(100_000)
+        );
+        assert!(error(&deep).message.contains("nested"));
+        let stacked = format!("root ::= \"a\"{}", "?".repeat(100_000));
+        assert!(error(&stacked).message.contains("nested"));
+        // Nesting under the bound still compiles: llguidance's own limit on Lark nesting is
+        // kept by moving deep groups into rules of their own.
+        let n = MAX_NESTING - 2;
+        check(
+            &format!("root ::= {}\"a\"{}", "(".repeat(n / 2), ")+".repeat(n / 2)),
+            &["a", "aaa"],
+            &["", "b"],
+        );
+        check(
+            &format!("root ::= \"a\"{}", "?".repeat(n)),
+            &["", "a"],
+            &["aa"],
+        );
+        for junk in [
+            "",
+            "::=",
+            "root",
+            "root ::=",
+            "\\",
+            "root ::= \"\\",
+            "root ::= [\\",
+            "root ::= <",
+            "root ::= \"a\"{",
+            "root ::= \"a\"{99999999999999999999999}",
+            "\u{0}",
+            "root ::= [a-",
+        ] {
+            let _ = gbnf_to_lark(junk);
+        }
+    }
+
+    #[test]
+    fn long_chains_of_rules_are_refused_before_llguidance_recurses_through_them() {
+        let chain = |n: usize| {
+            let mut g = String::from("root ::= a0\n");
+            for i in 0..n {
+                g.push_str(&format!("a{i} ::= \"x\" a{} | \"z\"\n", i + 1));
+            }
+            g + &format!("a{n} ::= \"y\"\n")
+        };
+        check(
+            &chain(200),
+            &["xxz", "z", &format!("{}y", "x".repeat(200))],
+            &["xy", "xx"],
+        );
+        // Groups count towards the depth, as llguidance recurses through them too.
+        let mut grouped = String::from("root ::= a0\n");
+        for i in 0..22 {
+            let (open, close) = ("(".repeat(10), ")".repeat(10));
+            grouped.push_str(&format!("a{i} ::= {open}\"x\" a{}{close} | \"z\"\n", i + 1));
+        }
+        check(
+            &(grouped.clone() + "a22 ::= \"y\""),
+            &["xz", &format!("{}y", "x".repeat(22))],
+            &["x"],
+        );
+        let deeper = format!(
+            "a22 ::= {}\"y\" a23{}\na23 ::= \"w\"",
+            "(".repeat(13),
+            ")".repeat(13)
+        );
+        let e = error(&(grouped + &deeper));
+        assert!(e.message.contains("nested too deep"), "{e}");
+        let e = error(&chain(100_000));
+        assert!(e.message.contains("nested too deep"), "{e}");
+    }
 }
