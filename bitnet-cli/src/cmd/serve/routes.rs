@@ -170,7 +170,10 @@ async fn chat_completions(
 }
 
 /// The request's structured-output constraint, compiled for the model.
-fn constraint(obj: &serde_json::Map<String, Value>, model: &Model) -> ApiResult<Option<Constraint>> {
+fn constraint(
+    obj: &serde_json::Map<String, Value>,
+    model: &Model,
+) -> ApiResult<Option<Constraint>> {
     let Some(out) = output_spec(obj)? else {
         return Ok(None);
     };
