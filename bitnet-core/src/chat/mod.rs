@@ -19,21 +19,43 @@ mod session;
 mod template;
 mod template_limits;
 mod time;
+pub mod tools;
 
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
 pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
 pub use healing::{HealedPrompt, heal_prompt, healed_prompt_tokens};
 pub use session::{ChatSession, ReplyIo, ReplySettings, SessionError, TurnStats};
 pub use template::ChatTemplate;
+pub use tools::{
+    ParsedReply, Tool, ToolCall, ToolChoice, ToolError, ToolFormat, parse_tool_calls,
+    tool_call_constraint,
+};
 
 use thiserror::Error;
 
-/// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// One message of a conversation, in OpenAI's shape: it deserializes from a chat request's
+/// message (`content` may be `null` or a list of text parts) and from our saved chats
+/// (`{"role", "content"}`); the tool fields are written only when set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant` (templates may accept others).
+    /// `system`, `user`, `assistant` or `tool` (templates may accept others).
     pub role: String,
+    #[serde(default, deserialize_with = "tools::wire_content")]
     pub content: String,
+    /// The calls an assistant message makes.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "tools::wire_tool_calls"
+    )]
+    pub tool_calls: Vec<ToolCall>,
+    /// On a `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// On a `tool` message: the function that ran (OpenAI's older `function` role used it
+    /// too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -41,6 +63,7 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            ..Message::default()
         }
     }
     pub fn system(content: impl Into<String>) -> Message {
@@ -51,6 +74,30 @@ impl Message {
     }
     pub fn assistant(content: impl Into<String>) -> Message {
         Message::new("assistant", content)
+    }
+    /// An assistant message that calls tools (with `content` besides, often empty).
+    pub fn assistant_tool_calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Message {
+        Message {
+            tool_calls: calls,
+            ..Message::new("assistant", content)
+        }
+    }
+    /// A tool's result: the answer to the call `tool_call_id` of function `name`.
+    pub fn tool_result(
+        tool_call_id: impl Into<String>,
+        name: Option<String>,
+        content: impl Into<String>,
+    ) -> Message {
+        Message {
+            tool_call_id: Some(tool_call_id.into()),
+            name,
+            ..Message::new("tool", content)
+        }
+    }
+    /// Whether any tool field is set (such a message needs [`ChatTemplate::render_with_tools`]'s
+    /// treatment even without tools).
+    pub fn has_tool_fields(&self) -> bool {
+        !self.tool_calls.is_empty() || self.tool_call_id.is_some() || self.name.is_some()
     }
 }
 

@@ -5,10 +5,13 @@
 //! 100 GB string ([`super::template_limits`]).
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value, context};
 
 use super::builtin::{BuiltinTemplate, builtin};
+use super::tools::render::{ToolCaps, prepare, probe};
+use super::tools::{Tool, ToolFormat};
 use super::{ChatError, MAX_TEMPLATE_BYTES, Message, time};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
@@ -24,6 +27,8 @@ pub struct ChatTemplate {
     bos: String,
     eos: String,
     stop: Vec<String>,
+    /// What the template renders of tools, calls and results (probed on first use).
+    tool_caps: OnceLock<ToolCaps>,
 }
 
 impl ChatTemplate {
@@ -41,6 +46,7 @@ impl ChatTemplate {
             bos: bos.into(),
             eos: eos.into(),
             stop: Vec::new(),
+            tool_caps: OnceLock::new(),
         };
         let env = t.environment();
         env.template_from_str(&t.source)
@@ -142,10 +148,66 @@ impl ChatTemplate {
     }
 
     /// Renders `messages`; with `add_generation_prompt` the text ends where the assistant's
-    /// reply begins.
+    /// reply begins. Messages with tool fields are rendered as by
+    /// [`ChatTemplate::render_with_tools`] without tools.
     pub fn render(
         &self,
         messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// Renders `messages` offering `tools`. A template that handles tools (Llama 3.1's,
+    /// Qwen's, Mistral's) gets `tools` and the messages' `tool_calls`, `tool_call_id` and
+    /// `name` in OpenAI's shape, as Hugging Face's `apply_chat_template` passes them; what a
+    /// template does not render is written as text, as llama.cpp's generic fallback does:
+    /// the tools and how to call them in the system message, past calls in the assistant's
+    /// content, tool results as user messages naming the call
+    /// ([`super::tools`]'s `render`).
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[Tool],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let plain = tools.is_empty()
+            && messages
+                .iter()
+                .all(|m| !m.has_tool_fields() && m.role != "tool");
+        if plain {
+            return self.render_values(
+                Value::from_serialize(messages),
+                Value::UNDEFINED,
+                add_generation_prompt,
+            );
+        }
+        let (msgs, tools) = prepare(ToolFormat::detect(self), self.tool_caps(), messages, tools);
+        self.render_values(
+            Value::from_serialize(&msgs),
+            tools.map_or(Value::UNDEFINED, |t| Value::from_serialize(&t)),
+            add_generation_prompt,
+        )
+    }
+
+    /// What this template renders of tools, tool calls and tool results itself.
+    pub(super) fn tool_caps(&self) -> ToolCaps {
+        *self.tool_caps.get_or_init(|| {
+            probe(self, |msgs, tools| {
+                self.render_values(
+                    Value::from_serialize(msgs),
+                    tools.map_or(Value::UNDEFINED, Value::from_serialize),
+                    true,
+                )
+                .ok()
+            })
+        })
+    }
+
+    fn render_values(
+        &self,
+        messages: Value,
+        tools: Value,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
         let env = self.environment();
@@ -156,6 +218,7 @@ impl ChatTemplate {
         let tmpl = env.template_from_str(&self.source).map_err(render_err)?;
         tmpl.render(context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos,
             eos_token => &self.eos,
