@@ -112,7 +112,7 @@ impl Constraint {
         let invalid = |detail: String| ConstraintError::Invalid { kind, detail };
         let grammar = match spec {
             ConstraintSpec::Json => {
-                TopLevelGrammar::from_json_schema(json_options(serde_json::json!({})))
+                TopLevelGrammar::from_json_schema(prepare_json_schema(serde_json::json!({})))
             }
             ConstraintSpec::JsonSchema(schema) => {
                 if !schema.is_object() && !schema.is_boolean() {
@@ -121,7 +121,7 @@ impl Constraint {
                         json_type_name(schema)
                     )));
                 }
-                TopLevelGrammar::from_json_schema(json_options(schema.clone()))
+                TopLevelGrammar::from_json_schema(prepare_json_schema(schema.clone()))
             }
             ConstraintSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
             ConstraintSpec::Gbnf(src) => {
@@ -164,12 +164,18 @@ impl Constraint {
     }
 }
 
-/// Puts our JSON layout options into a schema (llguidance reads them from `x-guidance`),
-/// unless the caller set their own.
-fn json_options(mut schema: serde_json::Value) -> serde_json::Value {
+/// A JSON schema as generation follows it (also for Lark's inline `%json`):
+/// - an object schema that lists `properties` and says nothing of `additionalProperties`
+///   admits no other keys, as in llama.cpp's schema converter and OpenAI's strict mode (the
+///   output still validates against the schema as given; without this, a weak model
+///   invents keys without end);
+/// - our JSON layout options (llguidance reads them from `x-guidance`), unless the caller
+///   set their own.
+pub fn prepare_json_schema(mut schema: serde_json::Value) -> serde_json::Value {
     if schema == serde_json::Value::Bool(true) {
         schema = serde_json::json!({});
     }
+    close_objects(&mut schema, 0);
     if let Some(obj) = schema.as_object_mut()
         && !obj.contains_key("x-guidance")
     {
@@ -183,6 +189,43 @@ fn json_options(mut schema: serde_json::Value) -> serde_json::Value {
         );
     }
     schema
+}
+
+/// See [`prepare_json_schema`]. Values that are data, not schemas (`const`, `enum`,
+/// `default`, `examples`), are left alone; depth is bounded (a schema is untrusted input).
+fn close_objects(v: &mut serde_json::Value, depth: usize) {
+    const MAX_DEPTH: usize = 256;
+    if depth > MAX_DEPTH {
+        return;
+    }
+    match v {
+        serde_json::Value::Object(o) => {
+            let open = [
+                "additionalProperties",
+                "unevaluatedProperties",
+                "patternProperties",
+            ];
+            if o.get("properties").is_some_and(|p| p.is_object())
+                && !open.iter().any(|k| o.contains_key(*k))
+            {
+                o.insert(
+                    "additionalProperties".into(),
+                    serde_json::Value::Bool(false),
+                );
+            }
+            for (k, child) in o.iter_mut() {
+                if !matches!(k.as_str(), "const" | "enum" | "default" | "examples") {
+                    close_objects(child, depth + 1);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for child in a {
+                close_objects(child, depth + 1);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn json_type_name(v: &serde_json::Value) -> &'static str {

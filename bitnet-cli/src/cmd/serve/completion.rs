@@ -98,6 +98,7 @@ pub async fn complete(
             req.n,
             req.include_usage,
             prompt.len(),
+            req.tool_format,
         )
         .into_response());
     }
@@ -110,7 +111,7 @@ pub async fn complete(
         return Err(ApiError::internal(format!("generation failed: {e}")));
     }
     let tok = loaded.tokenizer()?;
-    Ok(Json(head.full(prompt.len(), &choices, tok)).into_response())
+    Ok(Json(head.full(prompt.len(), &choices, tok, req.tool_format)).into_response())
 }
 
 /// Every answer's text, tokens and figures, until each has ended.

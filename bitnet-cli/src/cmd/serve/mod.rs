@@ -18,6 +18,7 @@ mod routes;
 mod sse;
 mod state;
 mod structured;
+mod tools;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -2,6 +2,7 @@
 //! type checked, so every fault is a 400 that names the field. Unknown fields are ignored,
 //! as OpenAI's and llama.cpp's servers do. Sampling defaults are llama.cpp's.
 
+use bitnet_core::chat::{Message, ToolCall, ToolFormat};
 use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{ContextPolicy, GenParams};
 use bitnet_core::tokenizer::Tokenizer;
@@ -35,6 +36,8 @@ pub struct GenRequest {
     pub include_usage: bool,
     /// Log probabilities with this many alternatives.
     pub logprobs: Option<usize>,
+    /// The answer is read for tool calls in this syntax (a chat request with tools).
+    pub tool_format: Option<ToolFormat>,
 }
 
 /// The body as a JSON object: 400 for bytes that are not UTF-8, text that is not JSON, or
@@ -203,6 +206,7 @@ pub fn gen_request(
         stream,
         include_usage: stream && include_usage,
         logprobs,
+        tool_format: None,
     })
 }
 
@@ -301,8 +305,9 @@ fn encode(tok: &Tokenizer, text: &str) -> ApiResult<Vec<u32>> {
 }
 
 /// The messages of a chat request: `role` and `content` (a string, or a list of text
-/// parts).
-pub fn chat_messages(obj: &Map<String, Value>) -> ApiResult<Vec<(String, String)>> {
+/// parts), and the tool fields: an assistant's `tool_calls`, a tool result's
+/// `tool_call_id` and `name`.
+pub fn chat_messages(obj: &Map<String, Value>) -> ApiResult<Vec<Message>> {
     let list = match obj.get("messages") {
         None | Some(Value::Null) => {
             return Err(ApiError::invalid(
@@ -344,7 +349,32 @@ pub fn chat_messages(obj: &Map<String, Value>) -> ApiResult<Vec<(String, String)
                     .concat(),
                 Some(_) => return Err(bad()),
             };
-            Ok((role.to_owned(), content))
+            let mut msg = Message::new(role, content);
+            if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
+                msg.tool_calls = serde_json::from_value::<Vec<ToolCall>>(calls.clone()).map_err(
+                    |e| {
+                        ApiError::bad_field(
+                            "messages",
+                            &format!(
+                                "a list of messages whose 'tool_calls' are [{{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}] ({e})"
+                            ),
+                        )
+                    },
+                )?;
+            }
+            let text_field = |name: &str| -> ApiResult<Option<String>> {
+                match m.get(name) {
+                    None | Some(Value::Null) => Ok(None),
+                    Some(Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(ApiError::bad_field(
+                        "messages",
+                        &format!("a list of messages whose '{name}' is a string"),
+                    )),
+                }
+            };
+            msg.tool_call_id = text_field("tool_call_id")?;
+            msg.name = text_field("name")?;
+            Ok(msg)
         })
         .collect()
 }

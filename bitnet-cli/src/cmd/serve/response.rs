@@ -2,12 +2,14 @@
 //! `usage` with `prompt_tokens_details.cached_tokens`, `logprobs` in the chat or the legacy
 //! completions layout) plus llama.cpp's `timings` object.
 
+use bitnet_core::chat::ToolFormat;
 use bitnet_core::scheduler::TokenLogprobs;
 use bitnet_core::scheduler::{GenStats, StopReason};
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
 use super::request::Api;
+use super::tools::{calls_json, read_answer};
 
 /// What is known about one answer at its end.
 #[derive(Debug, Default)]
@@ -53,18 +55,43 @@ impl Head {
         }
     }
 
-    /// The whole answer (`stream: false`).
-    pub fn full(&self, prompt_tokens: usize, choices: &[Choice], tok: &Tokenizer) -> Value {
+    /// The whole answer (`stream: false`); with `tools`, each answer is read for tool calls
+    /// in that syntax.
+    pub fn full(
+        &self,
+        prompt_tokens: usize,
+        choices: &[Choice],
+        tok: &Tokenizer,
+        tools: Option<ToolFormat>,
+    ) -> Value {
         let list: Vec<Value> = choices
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let reason = c.stats.as_ref().map(|s| finish_reason(s.stop_reason));
+                let mut reason = c.stats.as_ref().map(|s| finish_reason(s.stop_reason));
                 let lp = (!c.logprobs.is_empty()).then(|| self.logprobs(&c.logprobs, tok, 0));
+                let mut message = json!({"role": "assistant", "content": c.text});
+                if let Some(format) = tools {
+                    let parsed = read_answer(format, &c.text);
+                    if parsed.tool_calls.is_empty() {
+                        message["content"] = json!(parsed.content);
+                    } else {
+                        let content = parsed.content.trim();
+                        message["content"] = if content.is_empty() {
+                            Value::Null
+                        } else {
+                            json!(content)
+                        };
+                        message["tool_calls"] = json!(calls_json(&parsed.tool_calls));
+                        if reason == Some("stop") {
+                            reason = Some("tool_calls");
+                        }
+                    }
+                }
                 match self.api {
                     Api::Chat => json!({
                         "index": i,
-                        "message": {"role": "assistant", "content": c.text},
+                        "message": message,
                         "logprobs": lp,
                         "finish_reason": reason,
                     }),
@@ -118,6 +145,18 @@ impl Head {
         self.chunk(vec![choice], with_usage_field)
     }
 
+    /// A chunk of a streamed answer's tool calls (`delta.tool_calls`, see
+    /// [`super::tools::call_deltas`]).
+    pub fn tool_delta(&self, index: usize, calls: Value, with_usage_field: bool) -> Value {
+        let choice = json!({
+            "index": index,
+            "delta": {"tool_calls": calls},
+            "logprobs": null,
+            "finish_reason": null,
+        });
+        self.chunk(vec![choice], with_usage_field)
+    }
+
     /// The first chunk of a chat answer: the role, as OpenAI sends it.
     pub fn role(&self, index: usize, with_usage_field: bool) -> Value {
         let choice = json!({
@@ -129,9 +168,19 @@ impl Head {
         self.chunk(vec![choice], with_usage_field)
     }
 
-    /// The last chunk of answer `index`: empty text and the finish reason.
-    pub fn finish(&self, index: usize, stats: &GenStats, with_usage_field: bool) -> Value {
-        let reason = finish_reason(stats.stop_reason);
+    /// The last chunk of answer `index`: empty text and the finish reason (`tool_calls`
+    /// when the answer was calls).
+    pub fn finish(
+        &self,
+        index: usize,
+        stats: &GenStats,
+        called: bool,
+        with_usage_field: bool,
+    ) -> Value {
+        let reason = match finish_reason(stats.stop_reason) {
+            "stop" if called => "tool_calls",
+            r => r,
+        };
         let choice = match self.api {
             Api::Chat => json!({
                 "index": index, "delta": {}, "logprobs": null, "finish_reason": reason,

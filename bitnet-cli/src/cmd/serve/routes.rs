@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bitnet_core::Model;
-use bitnet_core::chat::{HealedPrompt, Message, healed_prompt_tokens, tokenize_prompt};
+use bitnet_core::chat::{HealedPrompt, healed_prompt_tokens, tokenize_prompt};
 use bitnet_core::constrain::Constraint;
 use serde_json::{Value, json};
 
@@ -21,7 +21,8 @@ use super::completion::complete;
 use super::error::{ApiError, ApiResult};
 use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
 use super::state::AppState;
-use super::structured::{compile, constraint_error, output_spec};
+use super::structured::{OutputSpec, compile, constraint_error, output_spec};
+use super::tools::{format_of, tool_constraint, tool_request};
 
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body;
@@ -132,13 +133,33 @@ async fn chat_completions(
         fresh_seed(),
     )?;
     req.params.constraint = constraint(&obj, &loaded.model)?;
-    let messages: Vec<Message> = chat_messages(&obj)?
-        .into_iter()
-        .map(|(role, content)| Message::new(role, content))
-        .collect();
+    let messages = chat_messages(&obj)?;
+    let tools = tool_request(&obj)?;
+    if tools.active() {
+        let format = format_of(&loaded.template);
+        if let Some(spec) = tool_constraint(&tools, format, tok)? {
+            if req.params.constraint.is_some() {
+                return Err(ApiError::invalid(
+                    "a tool call and a response format cannot both constrain the answer: \
+                     give one, or tool_choice \"none\"",
+                    Some("response_format"),
+                ));
+            }
+            let out = OutputSpec {
+                spec,
+                param: "tools",
+            };
+            let vocab = loaded
+                .model
+                .constraint_vocab()
+                .map_err(|e| constraint_error(&e, "tools"))?;
+            req.params.constraint = Some(compile(&out, &vocab)?);
+        }
+        req.tool_format = Some(format);
+    }
     let text = loaded
         .template
-        .render(&messages, true)
+        .render_with_tools(&messages, &tools.tools, true)
         .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
     // Tokenized as the chat does: no second BOS when the template writes one, and a
     // generation prompt ending in a space the reply's first word would carry (BitNet's

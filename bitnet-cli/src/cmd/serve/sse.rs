@@ -10,8 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
+use bitnet_core::chat::ToolFormat;
 use bitnet_core::runtime::Reply;
 use bitnet_core::scheduler::{GenStats, TokenLogprobs};
+use bitnet_core::tokenizer::Tokenizer;
 use futures_util::Stream;
 use futures_util::stream;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -21,6 +23,7 @@ use super::error::ApiError;
 use super::request::Api;
 use super::response::Head;
 use super::state::{AppState, InFlight};
+use super::tools::{call_deltas, read_answer};
 
 struct Streaming {
     state: Arc<AppState>,
@@ -29,6 +32,9 @@ struct Streaming {
     rx: UnboundedReceiver<Reply>,
     include_usage: bool,
     prompt_tokens: usize,
+    /// With tools, each answer's text is held until it ends and is read for calls.
+    tools: Option<ToolFormat>,
+    held: Vec<String>,
     /// Per answer: log probabilities of tokens whose text has not been sent yet, the text
     /// offset reached, and the figures once done.
     pending: Vec<Vec<(u32, TokenLogprobs)>>,
@@ -48,6 +54,7 @@ pub fn stream(
     n: usize,
     include_usage: bool,
     prompt_tokens: usize,
+    tools: Option<ToolFormat>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let mut s = Streaming {
         deadline: Instant::now() + state.config.timeout,
@@ -57,6 +64,8 @@ pub fn stream(
         rx,
         include_usage,
         prompt_tokens,
+        tools,
+        held: vec![String::new(); n],
         pending: vec![Vec::new(); n],
         offsets: vec![0; n],
         stats: vec![None; n],
@@ -112,7 +121,8 @@ impl Streaming {
                 return;
             }
         };
-        let Some(loaded) = self.state.shared.model.get() else {
+        let state = self.state.clone();
+        let Some(loaded) = state.shared.model.get() else {
             return;
         };
         let Some(tok) = loaded.model.tokenizer() else {
@@ -125,6 +135,9 @@ impl Streaming {
                 logprobs: Some(lp),
             } => self.pending[index].push((token, lp)),
             Reply::Token { .. } => {}
+            Reply::Text { index, text } if self.tools.is_some() => {
+                self.held[index].push_str(&text);
+            }
             Reply::Text { index, text } => {
                 let lps = std::mem::take(&mut self.pending[index]);
                 let c = self.head.delta(
@@ -139,7 +152,8 @@ impl Streaming {
                 self.queued.push_back(data(&c));
             }
             Reply::Done { index, stats } => {
-                let c = self.head.finish(index, &stats, self.include_usage);
+                let called = self.flush_tools(index, tok);
+                let c = self.head.finish(index, &stats, called, self.include_usage);
                 self.queued.push_back(data(&c));
                 self.stats[index] = Some(stats);
                 self.open -= 1;
@@ -149,6 +163,39 @@ impl Streaming {
                 self.fail(ApiError::internal(format!("generation failed: {error}")));
             }
         }
+    }
+
+    /// With tools: sends answer `index`'s held text as its calls (`delta.tool_calls`
+    /// fragments, true) or as content (false).
+    fn flush_tools(&mut self, index: usize, tok: &Tokenizer) -> bool {
+        let Some(format) = self.tools else {
+            return false;
+        };
+        let text = std::mem::take(&mut self.held[index]);
+        let parsed = read_answer(format, &text);
+        if parsed.tool_calls.is_empty() {
+            if !parsed.content.is_empty() {
+                let lps = std::mem::take(&mut self.pending[index]);
+                let c = self.head.delta(
+                    index,
+                    &parsed.content,
+                    &lps,
+                    self.offsets[index],
+                    tok,
+                    self.include_usage,
+                );
+                self.offsets[index] += parsed.content.len();
+                self.queued.push_back(data(&c));
+            }
+            return false;
+        }
+        for (k, call) in parsed.tool_calls.iter().enumerate() {
+            for fragment in call_deltas(k, call) {
+                let c = self.head.tool_delta(index, fragment, self.include_usage);
+                self.queued.push_back(data(&c));
+            }
+        }
+        true
     }
 
     /// Ends the stream with an error event (the status line went out long ago).

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use super::{Tool, ToolChoice, ToolError, ToolFormat};
-use crate::constrain::ConstraintSpec;
+use crate::constrain::{ConstraintSpec, prepare_json_schema};
 use crate::tokenizer::Tokenizer;
 
 /// The constraint for a reply offering `tools` under `choice`, in `format`; `parallel`
@@ -168,18 +168,9 @@ fn generic_schema(tools: &[&Tool], auto: bool, parallel: bool) -> Value {
     })
 }
 
-/// A schema for Lark's inline `%json`, with the JSON layout of every other constraint
-/// (one space after `,` and `:`, no free whitespace), which `%json` does not get by itself.
-fn json_for_lark(mut schema: Value) -> String {
-    if let Some(o) = schema.as_object_mut() {
-        o.insert(
-            "x-guidance".into(),
-            json!({
-                "whitespace_flexible": false,
-                "item_separator": ", ",
-                "key_separator": ": ",
-            }),
-        );
-    }
-    schema.to_string()
+/// A schema for Lark's inline `%json`, prepared as every other constraint's (one space after
+/// `,` and `:`, no free whitespace, no keys a schema does not list), which `%json` does not
+/// get by itself.
+fn json_for_lark(schema: Value) -> String {
+    prepare_json_schema(schema).to_string()
 }
