@@ -70,9 +70,7 @@ pub fn tool_call_constraint(
                 "items": any_call(&allowed, key),
                 "minItems": 1,
             });
-            if !parallel {
-                list["maxItems"] = json!(1);
-            }
+            list["maxItems"] = json!(if parallel { MAX_PARALLEL_CALLS } else { 1 });
             format!(
                 "start: {} body\nbody: %json {}\n",
                 marker("[TOOL_CALLS]", tok),
@@ -84,10 +82,14 @@ pub fn tool_call_constraint(
     Ok(Some(ConstraintSpec::Lark(lark)))
 }
 
-/// `item`, or with `parallel` one or more `item`s separated by `sep`.
+/// Calls in one answer at most: a weak model may never stop listing calls, and an answer
+/// must end. Eight covers what parallel calls are used for (a few cities, a few files).
+pub const MAX_PARALLEL_CALLS: usize = 8;
+
+/// `item`, or with `parallel` one to [`MAX_PARALLEL_CALLS`] `item`s separated by `sep`.
 fn repeated(item: &str, sep: &str, parallel: bool) -> String {
     if parallel {
-        format!("{item} ({sep} {item})*")
+        format!("{item} ({sep} {item}){{0,{}}}", MAX_PARALLEL_CALLS - 1)
     } else {
         item.to_owned()
     }
@@ -143,9 +145,7 @@ fn generic_schema(tools: &[&Tool], auto: bool, parallel: bool) -> Value {
         "items": any_call(tools, "arguments"),
         "minItems": 1,
     });
-    if !parallel {
-        list["maxItems"] = json!(1);
-    }
+    list["maxItems"] = json!(if parallel { MAX_PARALLEL_CALLS } else { 1 });
     let calls = json!({
         "type": "object",
         "properties": { "tool_calls": list },
