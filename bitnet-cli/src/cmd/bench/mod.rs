@@ -136,6 +136,11 @@ pub struct Args {
     /// test): on a host whose speed drifts, only such pairs compare.
     #[arg(long)]
     pub interleave: bool,
+    /// Sample the tg tests under this JSON Schema (text, or @FILE): each sequence feeds back
+    /// the most likely token the structured-output mask allows, and the rows say what the
+    /// mask cost per token and its share of the step.
+    #[arg(long, value_name = "SCHEMA")]
+    pub json_schema: Option<String>,
     /// Compare two JSON reports instead of running: OLD NEW.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"])]
     pub compare: Option<Vec<PathBuf>>,

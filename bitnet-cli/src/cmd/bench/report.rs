@@ -70,6 +70,12 @@ pub struct BenchRow {
     /// `--interleave` tg rows after the first configuration: round-by-round ratios against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paired: Option<Paired>,
+    /// `--json-schema` tg rows: the structured-output mask's cost per sampled token
+    /// (microseconds, mask and advance), and its share of the whole step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_share: Option<f64>,
 }
 
 /// The default KV cache type (reports written before the K/V type options).
@@ -276,6 +282,12 @@ fn row_notes(r: &BenchRow) -> String {
     if let Some(p) = &r.paired {
         notes.push(p.describe());
     }
+    if let (Some(us), Some(share)) = (r.mask_us, r.mask_share) {
+        notes.push(format!(
+            "JSON-schema mask {us:.1} us/token, {:.2}% of the step",
+            share * 100.0
+        ));
+    }
     notes.join("; ")
 }
 
@@ -350,6 +362,8 @@ pub(crate) mod tests {
             kv_extra: None,
             n_depth: 0,
             paired: None,
+            mask_us: None,
+            mask_share: None,
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use bitnet_core::constrain::{Constraint, ConstraintError, ConstraintSpec, ConstraintState};
 use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
 use bitnet_core::kv::{KvType, SeqId};
 use bitnet_core::model::Model;
@@ -38,6 +39,8 @@ pub struct Config {
     kv_extra: Option<String>,
     /// The best pp figure at depth 0, which batched tg rows are compared with.
     best_pp: Option<f64>,
+    /// `--json-schema`: tg tests sample under it and time its masks.
+    constraint: Option<Constraint>,
 }
 
 impl Config {
@@ -96,6 +99,10 @@ impl Config {
             type_v,
             kv_extra,
             best_pp: None,
+            constraint: match &args.json_schema {
+                None => None,
+                Some(text) => Some(compile_schema(text, model)?),
+            },
             engine,
         })
     }
@@ -160,6 +167,8 @@ impl Config {
             kv_extra: self.kv_extra.clone(),
             n_depth: 0,
             paired: None,
+            mask_us: None,
+            mask_share: None,
         }
     }
 
@@ -254,6 +263,8 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                     seqs.push(s);
                 }
                 let mut samples = vec![Vec::with_capacity(args.reps); cfgs.len()];
+                let mut mask_secs = vec![0.0f64; cfgs.len()];
+                let mut step_secs = vec![0.0f64; cfgs.len()];
                 for rep in 0..total {
                     let order: Vec<usize> = if rep % 2 == 0 {
                         (0..cfgs.len()).collect()
@@ -274,8 +285,12 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                         let profiled = args.profile && rep + 1 == total;
                         engine.set_profiling(profiled);
                         let t = Instant::now();
-                        decode(engine, &seqs[i], n, n_vocab)?;
+                        let masks = decode(engine, &seqs[i], n, n_vocab, cfg.constraint.as_ref())?;
                         let secs = t.elapsed().as_secs_f64();
+                        if rep >= args.warmup {
+                            mask_secs[i] += masks;
+                            step_secs[i] += secs;
+                        }
                         back_to_depth(engine, &seqs[i], depth)?;
                         if rep >= args.warmup {
                             samples[i].push((b * n) as f64 / secs);
@@ -308,6 +323,11 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                     let mut row = cfg.row(TestKind::Tg, n, b, std::mem::take(&mut samples[i]));
                     row.n_depth = depth;
                     row.paired = paired;
+                    if cfg.constraint.is_some() && step_secs[i] > 0.0 {
+                        let tokens = (b * n * args.reps) as f64;
+                        row.mask_us = Some(mask_secs[i] * 1e6 / tokens);
+                        row.mask_share = Some(mask_secs[i] / step_secs[i]);
+                    }
                     if b > 1 && depth == 0 {
                         row.pp_share = cfg.best_pp.map(|pp| row.mean_tps / pp);
                     }
@@ -342,7 +362,7 @@ pub fn run_mixed(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Res
                     let t = Instant::now();
                     let seqs = prefill(engine, &prompts)?;
                     let t_pp = t.elapsed().as_secs_f64();
-                    decode(engine, &seqs, tg, n_vocab)?;
+                    decode(engine, &seqs, tg, n_vocab, None)?;
                     let t_all = t.elapsed().as_secs_f64();
                     release(engine, &seqs)?;
                     if rep >= args.warmup {
@@ -444,11 +464,24 @@ fn prefill_into(engine: &mut Engine, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Re
 }
 
 /// Decodes `n` tokens on each of `seqs` together: one forward pass per step with one
-/// token of every sequence, every sequence's logits produced.
-fn decode(engine: &mut Engine, seqs: &[SeqId], n: usize, n_vocab: u32) -> Result<()> {
-    let streams: Vec<Vec<u32>> = (0..seqs.len())
+/// token of every sequence, every sequence's logits produced. Under a `constraint` each
+/// sequence feeds back the most likely token its mask allows (starting a new output when
+/// one is complete), and the seconds spent on masks are returned.
+fn decode(
+    engine: &mut Engine,
+    seqs: &[SeqId],
+    n: usize,
+    n_vocab: u32,
+    constraint: Option<&Constraint>,
+) -> Result<f64> {
+    let mut streams: Vec<Vec<u32>> = (0..seqs.len())
         .map(|i| pseudo_tokens(n, n_vocab, 2 + i as u64))
         .collect();
+    let mut states: Vec<ConstraintState> = constraint
+        .map(|c| seqs.iter().map(|_| c.start()).collect())
+        .unwrap_or_default();
+    let mut mask_secs = 0.0f64;
+    let mut failure = None;
     let mut sink = 0.0f32;
     for step in 0..n {
         let items: Vec<BatchItem<'_>> = seqs
@@ -460,12 +493,75 @@ fn decode(engine: &mut Engine, seqs: &[SeqId], n: usize, n_vocab: u32) -> Result
                 logits: Logits::Last,
             })
             .collect();
+        let mut next: Vec<Option<u32>> = vec![None; seqs.len()];
         engine
-            .forward(&items, |_, _, row| sink += row[0])
+            .forward(&items, |item, _, row| {
+                sink += row[0];
+                let Some(state) = states.get_mut(item) else {
+                    return;
+                };
+                let t = Instant::now();
+                match masked_argmax(state, row) {
+                    Ok(token) => next[item] = Some(token),
+                    Err(e) => failure = Some(e),
+                }
+                if state.is_finished() {
+                    *state = constraint.expect("states come from it").start();
+                }
+                mask_secs += t.elapsed().as_secs_f64();
+            })
             .context("decoding")?;
+        drop(items);
+        if let Some(e) = failure.take() {
+            return Err(e).context("the --json-schema constraint");
+        }
+        if step + 1 < n {
+            for (s, t) in streams.iter_mut().zip(&next) {
+                if let Some(t) = *t {
+                    s[step + 1] = t;
+                }
+            }
+        }
     }
     std::hint::black_box(sink);
-    Ok(())
+    Ok(mask_secs)
+}
+
+/// The most likely token `state` allows, accepted into it (an end of generation restarts
+/// the output).
+fn masked_argmax(state: &mut ConstraintState, row: &[f32]) -> Result<u32, ConstraintError> {
+    let mask = state.compute_mask()?;
+    let mut best = (f32::NEG_INFINITY, None);
+    for (w, &bits) in mask.iter().enumerate() {
+        let mut bits = bits;
+        while bits != 0 {
+            let t = w * 32 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(&l) = row.get(t)
+                && (best.1.is_none() || l > best.0)
+            {
+                best = (l, Some(t as u32));
+            }
+        }
+    }
+    let token = best.1.unwrap_or(0);
+    state.accept(token)?;
+    Ok(token)
+}
+
+/// `--json-schema`'s text (or `@FILE`) compiled for `model`.
+fn compile_schema(text: &str, model: &Model) -> Result<Constraint> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+        None => text.to_owned(),
+    };
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).context("--json-schema: the schema is not valid JSON")?;
+    let vocab = model.constraint_vocab()?;
+    Ok(Constraint::compile(
+        &ConstraintSpec::JsonSchema(schema),
+        &vocab,
+    )?)
 }
 
 /// Cuts the sequences back to the `depth` tokens filled before the repetitions: every
