@@ -2,6 +2,8 @@
 //! data, a scratch directory and a tiny generated model. Each test file uses a subset.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
