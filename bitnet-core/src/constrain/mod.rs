@@ -170,7 +170,7 @@ impl Constraint {
 ///   output still validates against the schema as given; without this, a weak model
 ///   invents keys without end);
 /// - our JSON layout options (llguidance reads them from `x-guidance`), unless the caller
-///   set their own.
+///   set their own; `oneOf` is enforced as `anyOf`, as llama.cpp does.
 pub fn prepare_json_schema(mut schema: serde_json::Value) -> serde_json::Value {
     if schema == serde_json::Value::Bool(true) {
         schema = serde_json::json!({});
@@ -185,6 +185,10 @@ pub fn prepare_json_schema(mut schema: serde_json::Value) -> serde_json::Value {
                 "whitespace_flexible": false,
                 "item_separator": JSON_ITEM_SEPARATOR,
                 "key_separator": JSON_KEY_SEPARATOR,
+                // As llama.cpp's converter: branches that exclude each other (a tagged
+                // union, what pydantic writes) are enforced exactly; overlapping ones could
+                // let an output match two.
+                "coerce_one_of": true,
             }),
         );
     }
