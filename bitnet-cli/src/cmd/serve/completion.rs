@@ -90,17 +90,7 @@ pub async fn complete(
         .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
     let head = Head::new(api, &state.config.model_name);
     if req.stream {
-        return Ok(sse::stream(
-            state.clone(),
-            guard,
-            head,
-            rx,
-            req.n,
-            req.include_usage,
-            prompt.len(),
-            req.tool_format,
-        )
-        .into_response());
+        return Ok(sse::stream(state.clone(), guard, head, rx, req, prompt.len()).into_response());
     }
     let timeout = state.config.timeout;
     let choices = tokio::time::timeout(timeout, collect(rx, req.n, req.logprobs.is_some()))

@@ -20,7 +20,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use super::error::ApiError;
-use super::request::Api;
+use super::request::{Api, GenRequest};
 use super::response::Head;
 use super::state::{AppState, InFlight};
 use super::tools::{call_deltas, read_answer};
@@ -46,25 +46,25 @@ struct Streaming {
     finished: bool,
 }
 
+/// Streams the replies of `req` (its `n` answers, usage chunk, tool calls).
 pub fn stream(
     state: Arc<AppState>,
     guard: InFlight,
     head: Head,
     rx: UnboundedReceiver<Reply>,
-    n: usize,
-    include_usage: bool,
+    req: GenRequest,
     prompt_tokens: usize,
-    tools: Option<ToolFormat>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let n = req.n;
     let mut s = Streaming {
         deadline: Instant::now() + state.config.timeout,
         state,
         _guard: guard,
         head,
         rx,
-        include_usage,
+        include_usage: req.include_usage,
         prompt_tokens,
-        tools,
+        tools: req.tool_format,
         held: vec![String::new(); n],
         pending: vec![Vec::new(); n],
         offsets: vec![0; n],
