@@ -169,6 +169,7 @@ impl Constraint {
 ///   admits no other keys, as in llama.cpp's schema converter and OpenAI's strict mode (the
 ///   output still validates against the schema as given; without this, a weak model
 ///   invents keys without end);
+/// - a number or integer without bounds gets 16 digits at most ([`NUMBER_BOUND`]);
 /// - our JSON layout options (llguidance reads them from `x-guidance`), unless the caller
 ///   set their own; `oneOf` is enforced as `anyOf`, as llama.cpp does.
 pub fn prepare_json_schema(mut schema: serde_json::Value) -> serde_json::Value {
@@ -217,6 +218,7 @@ fn close_objects(v: &mut serde_json::Value, depth: usize) {
                     serde_json::Value::Bool(false),
                 );
             }
+            bound_numbers(o);
             for (k, child) in o.iter_mut() {
                 if !matches!(k.as_str(), "const" | "enum" | "default" | "examples") {
                     close_objects(child, depth + 1);
@@ -229,6 +231,32 @@ fn close_objects(v: &mut serde_json::Value, depth: usize) {
             }
         }
         _ => {}
+    }
+}
+
+/// The largest magnitude of a number or integer a schema leaves unbounded: 16 digits before
+/// the point, as llama.cpp's converter allows. llguidance's unbounded number admits any
+/// count of digits and any exponent: a weak model then writes `6E+6728` (which no JSON
+/// reader takes as a number) or `3333...` until `max_tokens`.
+const NUMBER_BOUND: i64 = 9_999_999_999_999_999;
+
+/// Bounds the numbers of a schema that says `"type": "number"` or `"integer"` (alone or in a
+/// list) without a bound on a side (see [`NUMBER_BOUND`]).
+fn bound_numbers(o: &mut serde_json::Map<String, serde_json::Value>) {
+    let numeric = |t: &serde_json::Value| matches!(t.as_str(), Some("number" | "integer"));
+    let is_numeric = match o.get("type") {
+        Some(serde_json::Value::Array(types)) => types.iter().any(numeric),
+        Some(t) => numeric(t),
+        None => false,
+    };
+    if !is_numeric {
+        return;
+    }
+    if !o.contains_key("minimum") && !o.contains_key("exclusiveMinimum") {
+        o.insert("minimum".into(), serde_json::json!(-NUMBER_BOUND));
+    }
+    if !o.contains_key("maximum") && !o.contains_key("exclusiveMaximum") {
+        o.insert("maximum".into(), serde_json::json!(NUMBER_BOUND));
     }
 }
 

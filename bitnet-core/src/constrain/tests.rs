@@ -217,9 +217,62 @@ fn object_schemas_are_closed_unless_they_say_otherwise() {
         json!({"properties": {"x": 1}})
     );
     assert_eq!(s["x-guidance"]["key_separator"], json!(": "));
+    let n = prepare_json_schema(json!({"type": "integer", "minimum": 0}));
+    assert_eq!(n["minimum"], json!(0));
+    assert_eq!(n["maximum"], json!(NUMBER_BOUND));
     // A caller's own layout wins.
     let own = prepare_json_schema(json!({"x-guidance": {"whitespace_flexible": true}}));
     assert_eq!(own["x-guidance"], json!({"whitespace_flexible": true}));
+}
+
+#[test]
+fn unbounded_numbers_parse_whatever_the_picks() {
+    let m = model();
+    let tok = m.tokenizer().unwrap();
+    let schema = json!({"type": "object", "properties": {
+        "x": {"type": "number"}, "n": {"type": "integer"}, "y": {"type": ["number", "null"]}},
+        "required": ["x", "n", "y"]});
+    let c = Constraint::compile(&ConstraintSpec::JsonSchema(schema), &vocab(&m)).unwrap();
+    let mut seed = 3u64;
+    let mut ended = 0;
+    for round in 0..40 {
+        let mut s = c.start();
+        // Random picks, leaning towards digits and exponents: what a random model does.
+        let text = drive(
+            &m,
+            &mut s,
+            |a| {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let digits: Vec<u32> = a
+                    .iter()
+                    .copied()
+                    .filter(|&t| {
+                        let p = tok.token_to_piece(t);
+                        !p.is_empty() && p.iter().all(|b| b"0123456789eE+".contains(b))
+                    })
+                    .collect();
+                let pool = if round % 2 == 0 && !digits.is_empty() && (seed >> 40) % 8 != 0 {
+                    &digits
+                } else {
+                    a
+                };
+                pool[(seed >> 33) as usize % pool.len()]
+            },
+            400,
+        );
+        if s.is_finished() {
+            ended += 1;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            for k in ["x", "n"] {
+                let x = v[k].as_f64().unwrap_or_else(|| panic!("{text}"));
+                assert!(x.abs() < 1e16, "{text}");
+            }
+        }
+    }
+    assert!(ended >= 20, "only {ended} of 40 outputs ended");
 }
 
 #[test]
