@@ -12,6 +12,38 @@
 //! - [`ConstraintVocab`]: a model's vocabulary as llguidance sees it (built once per model);
 //! - [`Constraint`]: a spec compiled against a vocabulary, shared by every request using it;
 //! - [`ConstraintState`]: one sequence's position in it (forked with the sequence).
+//!
+//! A request carries its constraint in [`crate::GenParams::constraint`]; the scheduler masks
+//! every sample and ends the request when the output is complete:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use bitnet_core::constrain::{Constraint, ConstraintSpec};
+//! use bitnet_core::{Engine, EngineOptions, GenParams, LoadOptions, Model, Scheduler, generate};
+//!
+//! # fn main() -> Result<(), bitnet_core::CoreError> {
+//! # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shakespeare.gguf");
+//! let model = Arc::new(Model::load(path, &LoadOptions::default())?);
+//! let schema = serde_json::json!({
+//!     "type": "object",
+//!     "properties": {"who": {"type": "string", "maxLength": 12}, "act": {"enum": [1, 2, 3]}},
+//!     "required": ["who", "act"]
+//! });
+//! let constraint = Constraint::compile(&ConstraintSpec::JsonSchema(schema), &model.constraint_vocab()?)?;
+//! let prompt = model.tokenizer().unwrap().encode("ROMEO:", true, false);
+//! let mut sched = Scheduler::new(Engine::new(model, &EngineOptions::default())?, Default::default());
+//! let params = GenParams { max_tokens: 100, constraint: Some(constraint), ..GenParams::default() };
+//! let mut text = String::new();
+//! generate(&mut sched, &prompt, params, |piece| {
+//!     text.push_str(piece);
+//!     true
+//! })?;
+//! let answer: serde_json::Value = serde_json::from_str(&text).expect("the schema holds");
+//! assert!([1, 2, 3].contains(&answer["act"].as_i64().unwrap()));
+//! # Ok(())
+//! # }
+//! ```
 
 mod gbnf;
 mod state;

@@ -253,11 +253,12 @@ fn unbounded_numbers_parse_whatever_the_picks() {
                         !p.is_empty() && p.iter().all(|b| b"0123456789eE+".contains(b))
                     })
                     .collect();
-                let pool = if round % 2 == 0 && !digits.is_empty() && (seed >> 40) % 8 != 0 {
-                    &digits
-                } else {
-                    a
-                };
+                let pool =
+                    if round % 2 == 0 && !digits.is_empty() && !(seed >> 40).is_multiple_of(8) {
+                        &digits
+                    } else {
+                        a
+                    };
                 pool[(seed >> 33) as usize % pool.len()]
             },
             400,
