@@ -143,3 +143,43 @@ fn every_chat_reply_follows_the_schema() {
         assert!(v["who"].is_string(), "{v}");
     }
 }
+
+#[test]
+fn bench_reports_the_mask_beside_the_step() {
+    let out = run_ok(bitnet().arg("bench").arg("-m").arg(shipped_model()).args([
+        "-p",
+        "0",
+        "-n",
+        "8",
+        "-b",
+        "1,2",
+        "-r",
+        "1",
+        "--warmup",
+        "0",
+        "--no-membw",
+        "-t",
+        "1",
+        "-o",
+        "json",
+        "--json-schema",
+        SCHEMA,
+    ]));
+    let report: Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    for r in rows {
+        let us = r["mask_us"].as_f64().unwrap();
+        let share = r["mask_share"].as_f64().unwrap();
+        assert!(us > 0.0 && share > 0.0 && share < 1.0, "{r}");
+    }
+    let err = run_err(bitnet().arg("bench").arg("-m").arg(shipped_model()).args([
+        "-p",
+        "0",
+        "-n",
+        "4",
+        "--json-schema",
+        "{not json",
+    ]));
+    assert!(err.contains("--json-schema"), "{err}");
+}

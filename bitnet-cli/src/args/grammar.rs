@@ -57,7 +57,7 @@ impl GrammarArgs {
             (None, None) => None,
         };
         if let Some(g) = grammar {
-            return Ok(Some(grammar_spec(g)));
+            return Ok(Some(ConstraintSpec::grammar(g)));
         }
         let schema = match (&self.json_schema, &self.json_schema_file) {
             (Some(s), _) => Some((s.clone(), "--json-schema")),
@@ -81,15 +81,6 @@ impl GrammarArgs {
         let c = Constraint::compile(&spec, &vocab)
             .with_context(|| format!("compiling the {}", spec.kind()))?;
         Ok(Some(c))
-    }
-}
-
-/// GBNF, or Lark when the text says `%llguidance` first.
-pub fn grammar_spec(text: String) -> ConstraintSpec {
-    if text.trim_start().starts_with("%llguidance") {
-        ConstraintSpec::Lark(text)
-    } else {
-        ConstraintSpec::Gbnf(text)
     }
 }
 

@@ -76,6 +76,17 @@ pub enum ConstraintSpec {
 }
 
 impl ConstraintSpec {
+    /// A grammar as llama.cpp takes one (`--grammar`, the server's `grammar`): GBNF, or
+    /// llguidance's Lark when the text starts with `%llguidance`.
+    pub fn grammar(text: impl Into<String>) -> ConstraintSpec {
+        let text = text.into();
+        if text.trim_start().starts_with("%llguidance") {
+            ConstraintSpec::Lark(text)
+        } else {
+            ConstraintSpec::Gbnf(text)
+        }
+    }
+
     /// A short name for messages and logs.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -49,6 +49,14 @@ fn drive(
     tok.decode(&ids)
 }
 
+/// A step of a 64-bit linear congruential generator; the high bits as a pick.
+fn next_random(seed: &mut u64) -> usize {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (*seed >> 33) as usize
+}
+
 #[test]
 fn a_regex_constraint_yields_only_matching_text() {
     let m = model();
@@ -65,13 +73,11 @@ fn a_regex_constraint_yields_only_matching_text() {
             &m,
             &mut state,
             |allowed| {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                let r = next_random(&mut seed);
                 if round == 0 {
                     allowed[0]
                 } else {
-                    allowed[(seed >> 33) as usize % allowed.len()]
+                    allowed[r % allowed.len()]
                 }
             },
             64,
@@ -242,9 +248,7 @@ fn unbounded_numbers_parse_whatever_the_picks() {
             &m,
             &mut s,
             |a| {
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                let r = next_random(&mut seed);
                 let digits: Vec<u32> = a
                     .iter()
                     .copied()
@@ -253,13 +257,12 @@ fn unbounded_numbers_parse_whatever_the_picks() {
                         !p.is_empty() && p.iter().all(|b| b"0123456789eE+".contains(b))
                     })
                     .collect();
-                let pool =
-                    if round % 2 == 0 && !digits.is_empty() && !(seed >> 40).is_multiple_of(8) {
-                        &digits
-                    } else {
-                        a
-                    };
-                pool[(seed >> 33) as usize % pool.len()]
+                let pool = if round % 2 == 0 && !digits.is_empty() && !r.is_multiple_of(8) {
+                    &digits
+                } else {
+                    a
+                };
+                pool[(r >> 3) % pool.len()]
             },
             400,
         );

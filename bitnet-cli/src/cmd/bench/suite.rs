@@ -15,6 +15,7 @@ use bitnet_core::constrain::{Constraint, ConstraintError, ConstraintSpec, Constr
 use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
 use bitnet_core::kv::{KvType, SeqId};
 use bitnet_core::model::Model;
+use bitnet_core::sampling::{Sampler, SamplerConfig};
 
 use super::report::{BenchRow, TestKind, mean_stddev};
 use super::{Args, clear_progress, membw, paired, progress};
@@ -480,6 +481,7 @@ fn decode(
     let mut states: Vec<ConstraintState> = constraint
         .map(|c| seqs.iter().map(|_| c.start()).collect())
         .unwrap_or_default();
+    let mut greedy = Sampler::new(SamplerConfig::greedy(), n_vocab as usize)?;
     let mut mask_secs = 0.0f64;
     let mut failure = None;
     let mut sink = 0.0f32;
@@ -501,7 +503,7 @@ fn decode(
                     return;
                 };
                 let t = Instant::now();
-                match masked_argmax(state, row) {
+                match masked_argmax(state, &mut greedy, row) {
                     Ok(token) => next[item] = Some(token),
                     Err(e) => failure = Some(e),
                 }
@@ -527,24 +529,14 @@ fn decode(
     Ok(mask_secs)
 }
 
-/// The most likely token `state` allows, accepted into it (an end of generation restarts
-/// the output).
-fn masked_argmax(state: &mut ConstraintState, row: &[f32]) -> Result<u32, ConstraintError> {
-    let mask = state.compute_mask()?;
-    let mut best = (f32::NEG_INFINITY, None);
-    for (w, &bits) in mask.iter().enumerate() {
-        let mut bits = bits;
-        while bits != 0 {
-            let t = w * 32 + bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if let Some(&l) = row.get(t)
-                && (best.1.is_none() || l > best.0)
-            {
-                best = (l, Some(t as u32));
-            }
-        }
-    }
-    let token = best.1.unwrap_or(0);
+/// The most likely token `state` allows (the scheduler's greedy masked sample), accepted
+/// into it.
+fn masked_argmax(
+    state: &mut ConstraintState,
+    greedy: &mut Sampler,
+    row: &[f32],
+) -> Result<u32, ConstraintError> {
+    let token = greedy.sample_masked(row, &[], state.compute_mask()?);
     state.accept(token)?;
     Ok(token)
 }

@@ -2,14 +2,14 @@
 //! `usage` with `prompt_tokens_details.cached_tokens`, `logprobs` in the chat or the legacy
 //! completions layout) plus llama.cpp's `timings` object.
 
-use bitnet_core::chat::ToolFormat;
+use bitnet_core::chat::{ToolFormat, parse_tool_calls};
 use bitnet_core::scheduler::TokenLogprobs;
 use bitnet_core::scheduler::{GenStats, StopReason};
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
 use super::request::Api;
-use super::tools::{calls_json, read_answer};
+use super::tools::calls_json;
 
 /// What is known about one answer at its end.
 #[derive(Debug, Default)]
@@ -72,7 +72,7 @@ impl Head {
                 let lp = (!c.logprobs.is_empty()).then(|| self.logprobs(&c.logprobs, tok, 0));
                 let mut message = json!({"role": "assistant", "content": c.text});
                 if let Some(format) = tools {
-                    let parsed = read_answer(format, &c.text);
+                    let parsed = parse_tool_calls(format, &c.text);
                     if parsed.tool_calls.is_empty() {
                         message["content"] = json!(parsed.content);
                     } else {

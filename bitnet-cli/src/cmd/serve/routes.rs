@@ -13,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bitnet_core::Model;
-use bitnet_core::chat::{HealedPrompt, healed_prompt_tokens, tokenize_prompt};
+use bitnet_core::chat::{HealedPrompt, ToolFormat, healed_prompt_tokens, tokenize_prompt};
 use bitnet_core::constrain::Constraint;
 use serde_json::{Value, json};
 
@@ -22,7 +22,7 @@ use super::error::{ApiError, ApiResult};
 use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
 use super::state::AppState;
 use super::structured::{OutputSpec, compile, constraint_error, output_spec};
-use super::tools::{format_of, tool_constraint, tool_request};
+use super::tools::{tool_constraint, tool_request};
 
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body;
@@ -136,7 +136,7 @@ async fn chat_completions(
     let messages = chat_messages(&obj)?;
     let tools = tool_request(&obj)?;
     if tools.active() {
-        let format = format_of(&loaded.template);
+        let format = ToolFormat::detect(&loaded.template);
         if let Some(spec) = tool_constraint(&tools, format, tok)? {
             if req.params.constraint.is_some() {
                 return Err(ApiError::invalid(

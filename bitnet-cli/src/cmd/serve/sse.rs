@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
-use bitnet_core::chat::ToolFormat;
+use bitnet_core::chat::{ToolFormat, parse_tool_calls};
 use bitnet_core::runtime::Reply;
 use bitnet_core::scheduler::{GenStats, TokenLogprobs};
 use bitnet_core::tokenizer::Tokenizer;
@@ -23,7 +23,7 @@ use super::error::ApiError;
 use super::request::{Api, GenRequest};
 use super::response::Head;
 use super::state::{AppState, InFlight};
-use super::tools::{call_deltas, read_answer};
+use super::tools::call_deltas;
 
 struct Streaming {
     state: Arc<AppState>,
@@ -172,7 +172,7 @@ impl Streaming {
             return false;
         };
         let text = std::mem::take(&mut self.held[index]);
-        let parsed = read_answer(format, &text);
+        let parsed = parse_tool_calls(format, &text);
         if parsed.tool_calls.is_empty() {
             if !parsed.content.is_empty() {
                 let lps = std::mem::take(&mut self.pending[index]);

@@ -40,13 +40,8 @@ pub fn output_spec(obj: &Map<String, Value>) -> ApiResult<Option<OutputSpec>> {
             .as_str()
             .ok_or_else(|| ApiError::bad_field("grammar", "a GBNF grammar as a string"))?;
         if !text.trim().is_empty() {
-            let spec = if text.trim_start().starts_with("%llguidance") {
-                ConstraintSpec::Lark(text.to_owned())
-            } else {
-                ConstraintSpec::Gbnf(text.to_owned())
-            };
             found.push(OutputSpec {
-                spec,
+                spec: ConstraintSpec::grammar(text),
                 param: "grammar",
             });
         }

@@ -3,10 +3,7 @@
 //! generic JSON answer), and the answer's calls in OpenAI's shape, whole
 //! (`message.tool_calls`) or streamed (`delta.tool_calls` fragments).
 
-use bitnet_core::chat::{
-    ChatTemplate, ParsedReply, Tool, ToolCall, ToolChoice, ToolFormat, parse_tool_calls,
-    tool_call_constraint,
-};
+use bitnet_core::chat::{Tool, ToolCall, ToolChoice, ToolFormat, tool_call_constraint};
 use bitnet_core::constrain::ConstraintSpec;
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Map, Value, json};
@@ -91,16 +88,6 @@ pub fn tool_constraint(
     }
     tool_call_constraint(format, &req.tools, &req.choice, req.parallel, Some(tok))
         .map_err(|e| ApiError::invalid(e.to_string(), Some("tool_choice")))
-}
-
-/// The tool-call syntax of the model's template.
-pub fn format_of(template: &ChatTemplate) -> ToolFormat {
-    ToolFormat::detect(template)
-}
-
-/// A finished answer read for calls.
-pub fn read_answer(format: ToolFormat, text: &str) -> ParsedReply {
-    parse_tool_calls(format, text)
 }
 
 /// `message.tool_calls` / the calls of a streamed answer.
