@@ -10,6 +10,29 @@ use serde_json::Value;
 
 use super::shipped_model;
 
+/// A server's stderr, as far as it has been written.
+#[derive(Clone, Default)]
+pub struct Log(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl Log {
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits until the log holds `needle`, failing after `secs`.
+    pub fn wait_for(&self, secs: u64, needle: &str) {
+        let t0 = Instant::now();
+        while !self.text().contains(needle) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "the server never logged {needle:?}; it logged:\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// A running server; killed when dropped unless it already exited.
 pub struct Server {
     pub child: Child,
@@ -26,16 +49,65 @@ impl Server {
 
     /// Starts a server and returns once it listens (it may still be loading).
     pub fn spawn(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bitnet"))
+        Server::spawn_with(&[], extra, None)
+    }
+
+    /// Starts a server whose stderr is collected into the returned log, and waits until
+    /// it is ready.
+    pub fn start_logged(extra: &[&str]) -> (Server, Log) {
+        Server::start_limited(None, extra)
+    }
+
+    /// As [`Server::start_logged`], under `ulimit -n FILES` when given.
+    pub fn start_limited(open_files: Option<u32>, extra: &[&str]) -> (Server, Log) {
+        let log = Log::default();
+        let limit = open_files.map(|n| format!("ulimit -n {n} && exec \"$0\" \"$@\""));
+        let prefix: Vec<&str> = match &limit {
+            Some(script) => vec!["sh", "-c", script],
+            None => vec![],
+        };
+        let s = Server::spawn_with(&prefix, extra, Some(&log));
+        s.wait_ready();
+        (s, log)
+    }
+
+    /// `prefix` runs the binary (`sh -c ...`), `log` collects stderr when given.
+    fn spawn_with(prefix: &[&str], extra: &[&str], log: Option<&Log>) -> Server {
+        let bin = env!("CARGO_BIN_EXE_bitnet");
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
             .arg("serve")
             .arg("-m")
             .arg(shipped_model())
             .args(["--port", "0", "-t", "1", "--no-pin"])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if log.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .spawn()
             .expect("spawning bitnet serve");
+        if let Some(log) = log {
+            let text = std::sync::Arc::clone(&log.0);
+            let stderr = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    let mut t = text.lock().unwrap();
+                    t.push_str(&line);
+                    t.push('\n');
+                }
+            });
+        }
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)

@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+pub mod fd_limit;
 mod worker;
 
 use std::sync::Arc;

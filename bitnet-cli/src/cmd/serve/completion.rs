@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
 
 use bitnet_core::runtime::{Reply, Request};
+use bitnet_core::scheduler::{GenStats, StopReason};
 
 use super::engine::Replies;
 use super::error::{ApiError, ApiResult};
@@ -100,8 +101,31 @@ pub async fn complete(
     if let Some(e) = choices.iter().find_map(|c| c.error.as_ref()) {
         return Err(ApiError::internal(format!("generation failed: {e}")));
     }
+    if let Some(s) = choices
+        .iter()
+        .filter_map(|c| c.stats.as_ref())
+        .find(|s| s.stop_reason == StopReason::Cancelled)
+    {
+        return Err(cut_off(s));
+    }
     let tok = loaded.tokenizer()?;
     Ok(Json(head.full(prompt.len(), &choices, tok, req.tool_format)).into_response())
+}
+
+/// An answer the server cancelled before it was complete (shutdown): 503, so a client never
+/// takes a truncated answer for a finished one, and may retry elsewhere.
+pub fn cut_off(stats: &GenStats) -> ApiError {
+    ApiError {
+        code: Some("cancelled"),
+        ..ApiError::unavailable(
+            format!(
+                "the answer was cut off after {} tokens: the server is shutting down (or \
+                 cancelled it); retry the request",
+                stats.gen_tokens
+            ),
+            Some(1),
+        )
+    }
 }
 
 /// Every answer's text, tokens and figures, until each has ended.

@@ -74,6 +74,16 @@ struct Gauges {
     sequences: usize,
 }
 
+/// The connection layer's figures (`conn/`).
+#[derive(Debug, Default)]
+pub struct ConnectionFigures {
+    pub open: AtomicU64,
+    pub refused: AtomicU64,
+    pub evicted: AtomicU64,
+    pub header_timeouts: AtomicU64,
+    pub idle_timeouts: AtomicU64,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     pub prompt_tokens: AtomicU64,
@@ -85,6 +95,7 @@ pub struct Metrics {
     pub ttft: Histogram,
     pub inter_token: Histogram,
     pub request: Histogram,
+    pub connections: ConnectionFigures,
     gauges: Mutex<Gauges>,
     repetition: Mutex<RepetitionWindow>,
     /// Per-layer attention entropy (`--attn-entropy`): `None` while off, so the gauge is
@@ -104,6 +115,7 @@ impl Default for Metrics {
             ttft: Histogram::new(LATENCY_BUCKETS),
             inter_token: Histogram::new(LATENCY_BUCKETS),
             request: Histogram::new(LATENCY_BUCKETS),
+            connections: ConnectionFigures::default(),
             gauges: Mutex::new(Gauges::default()),
             repetition: Mutex::new(RepetitionWindow::new(REPETITION_WINDOW)),
             attn_entropy: Mutex::new(None),
@@ -193,6 +205,37 @@ impl Metrics {
             "counter",
             "Sequences cancelled (client gone, timeout, shutdown).",
             c(&self.cancelled),
+        );
+        let k = &self.connections;
+        put(
+            "bitnet_connections_open",
+            "gauge",
+            "Client connections open.",
+            c(&k.open),
+        );
+        put(
+            "bitnet_connections_refused_total",
+            "counter",
+            "Connections refused with 503 at --max-connections (every open one was serving).",
+            c(&k.refused),
+        );
+        put(
+            "bitnet_connections_evicted_total",
+            "counter",
+            "Connections closed at --max-connections to make room (idle or slow to send).",
+            c(&k.evicted),
+        );
+        put(
+            "bitnet_connections_header_timeouts_total",
+            "counter",
+            "Connections closed because no complete request header came in --read-timeout.",
+            c(&k.header_timeouts),
+        );
+        put(
+            "bitnet_connections_idle_timeouts_total",
+            "counter",
+            "Keep-alive connections closed after --idle-timeout without a request.",
+            c(&k.idle_timeouts),
         );
         put(
             "bitnet_requests_processing",

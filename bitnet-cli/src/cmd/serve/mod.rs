@@ -4,11 +4,13 @@
 //!
 //! The HTTP side runs on tokio; the model runs on one engine thread of its own (the core's
 //! `runtime`, started in `engine.rs`), so the async runtime never blocks on model work. The listener is bound
-//! first, so `/health` answers 503 while the model loads and warms up. SIGINT or SIGTERM
-//! stops accepting, lets requests in flight finish until `--shutdown-timeout`, cancels the
-//! rest, and exits 0.
+//! first, so `/health` answers 503 while the model loads and warms up. Connections are
+//! capped and timed (`conn/`). SIGINT or SIGTERM stops accepting, lets requests in flight
+//! finish until `--shutdown-timeout`, cancels the rest (their answers end in an error),
+//! closes every connection left, and exits 0.
 
 mod completion;
+mod conn;
 mod engine;
 mod error;
 mod metrics;
@@ -27,7 +29,6 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use axum::serve::ListenerExt;
 
 use crate::args::attn_entropy::AttnEntropyArgs;
 use crate::args::context::ContextArgs;
@@ -74,9 +75,21 @@ pub struct Args {
     #[arg(long)]
     pub chat_template: Option<String>,
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are
-    /// cancelled.
+    /// cancelled (their answers then end with an error) and every connection is closed.
     #[arg(long, default_value_t = 10)]
     pub shutdown_timeout: u64,
+    /// Connections open at once (kept below the open-file limit). At the cap a new one
+    /// replaces the longest-waiting connection without a request; when all are serving,
+    /// it gets 503.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// Seconds a client may take to send a request's header (from connecting, or from its
+    /// first byte after an idle spell), and may pause while sending its body (then 408).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
+    pub read_timeout: u64,
+    /// Seconds a keep-alive connection may stay idle between requests before it is closed.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
+    pub idle_timeout: u64,
     /// Sleep this many milliseconds after every engine step: makes a tiny test model as
     /// slow as a big one (tests of queueing and disconnects).
     #[arg(long, default_value_t = 0, hide = true)]
@@ -144,44 +157,45 @@ async fn serve(args: Args, config: Config) -> Result<()> {
     println!("listening on http://{local}");
     let _ = std::io::stdout().flush();
 
+    let limits = conn::Limits {
+        max_connections: conn::connection_cap(args_max_connections(&args)),
+        read_timeout: Duration::from_secs(args.read_timeout),
+        idle_timeout: Duration::from_secs(args.idle_timeout),
+    };
     let shared = Arc::new(Shared::default());
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let parallel = config.parallel;
     let runtime = engine::spawn(args, shared.clone(), parallel, fail_tx)?;
 
-    let state = Arc::new(AppState::new(shared, runtime.handle(), config));
+    let state = Arc::new(AppState::new(shared.clone(), runtime.handle(), config));
     let app = routes::router(state.clone());
-    let shutdown = {
-        let state = state.clone();
-        async move {
-            shutdown_signal().await;
-            note!("shutting down: no new requests; waiting for those in flight");
-            state.shutting_down.store(true, SeqCst);
-            let deadline = state.config.shutdown_timeout;
+    let shutdown = conn::Shutdown {
+        signal: {
+            let state = state.clone();
+            async move {
+                shutdown_signal().await;
+                state.shutting_down.store(true, SeqCst);
+            }
+        },
+        deadline: state.config.shutdown_timeout,
+        cancel: {
             let engine = state.engine.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(deadline).await;
-                note!("shutdown deadline passed: cancelling the requests left");
-                engine.cancel_all();
-            });
-        }
+            move || engine.cancel_all()
+        },
     };
-    // Tokens go out as small writes: without TCP_NODELAY, Nagle's algorithm holds each one
-    // back until the previous one is acknowledged (40 ms behind a proxy).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     tokio::select! {
-        r = server => r.context("serving HTTP")?,
+        () = conn::serve(listener, app, limits, shared, shutdown) => {},
         Ok(e) = fail_rx => return Err(e),
     }
-    // The deadline task may still hold a handle: say so instead of waiting for it.
     state.engine.exit();
     drop(state);
     let _ = tokio::task::spawn_blocking(move || runtime.shutdown()).await;
     note!("stopped");
     Ok(())
+}
+
+fn args_max_connections(args: &Args) -> usize {
+    usize::try_from(args.max_connections).unwrap_or(usize::MAX)
 }
 
 async fn shutdown_signal() {

@@ -18,6 +18,7 @@ use bitnet_core::constrain::Constraint;
 use serde_json::{Value, json};
 
 use super::completion::complete;
+use super::conn::stall;
 use super::error::{ApiError, ApiResult};
 use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
 use super::state::AppState;
@@ -71,6 +72,8 @@ fn body(state: &AppState, b: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> 
     b.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(state.config.max_body)
+        } else if let Some(stall) = stall::stalled(&e) {
+            stall::error(stall)
         } else {
             ApiError::invalid(format!("cannot read the request body: {e}"), None)
         }

@@ -12,13 +12,14 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use bitnet_core::chat::{ToolFormat, parse_tool_calls};
 use bitnet_core::runtime::Reply;
-use bitnet_core::scheduler::{GenStats, TokenLogprobs};
+use bitnet_core::scheduler::{GenStats, StopReason, TokenLogprobs};
 use bitnet_core::tokenizer::Tokenizer;
 use futures_util::Stream;
 use futures_util::stream;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
+use super::completion::cut_off;
 use super::error::ApiError;
 use super::request::{Api, GenRequest};
 use super::response::Head;
@@ -150,6 +151,9 @@ impl Streaming {
                 );
                 self.offsets[index] += text.len();
                 self.queued.push_back(data(&c));
+            }
+            Reply::Done { stats, .. } if stats.stop_reason == StopReason::Cancelled => {
+                self.fail(cut_off(&stats));
             }
             Reply::Done { index, stats } => {
                 let called = self.flush_tools(index, tok);
