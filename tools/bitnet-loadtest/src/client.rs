@@ -1,13 +1,16 @@
 //! One request against the server, timed: sent, first text (streaming), each later piece of
 //! text, end. The token count comes from the answer's `usage` (asked for with
-//! `stream_options.include_usage` when streaming), not from counting chunks.
+//! `stream_options.include_usage` when streaming), not from counting chunks. An answer that
+//! refuses the credentials or says the server is busy is told apart from other errors, since
+//! the run stops on the first and waits on the second.
 
-use std::io::{BufRead, BufReader};
-use std::time::{Duration, Instant};
+use std::io::{BufRead, BufReader, Read};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
 use super::Args;
+use super::backoff::parse_retry_after;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -49,8 +52,23 @@ impl Config {
 #[derive(Clone, Debug)]
 pub enum Outcome {
     Ok(Sample),
-    /// The kind of error (`http_503`, `connect`, `timeout`, ...).
+    /// 401 or 403: every later request would be refused the same way.
+    Refused(Refusal),
+    /// 429 or 503, with the wait the server asked for (`Retry-After`), if it said.
+    Busy {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    /// The kind of error (`http_500`, `connect`, `timeout`, ...).
     Err(String),
+}
+
+/// A refusal of the credentials, with the server's own words.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub status: u16,
+    /// The OpenAI error body's `error.message`, else the start of the body.
+    pub message: String,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -90,6 +108,20 @@ pub fn send(cfg: &Config, prompt: &str, conversation: &str) -> Outcome {
     let t0 = Instant::now();
     let resp = match req.send_string(&body.to_string()) {
         Ok(r) => r,
+        Err(ureq::Error::Status(code @ (401 | 403), r)) => {
+            return Outcome::Refused(Refusal {
+                status: code,
+                message: error_message(r),
+            });
+        }
+        Err(ureq::Error::Status(code @ (429 | 503), r)) => {
+            return Outcome::Busy {
+                status: code,
+                retry_after: r
+                    .header("Retry-After")
+                    .and_then(|v| parse_retry_after(v, SystemTime::now())),
+            };
+        }
         Err(ureq::Error::Status(code, _)) => return Outcome::Err(format!("http_{code}")),
         Err(ureq::Error::Transport(t)) => return Outcome::Err(transport_kind(&t)),
     };
@@ -152,6 +184,25 @@ pub fn send(cfg: &Config, prompt: &str, conversation: &str) -> Outcome {
     }
     s.e2e = t0.elapsed().as_secs_f64();
     Outcome::Ok(s)
+}
+
+/// What the server said, for the user: `error.message` of an OpenAI error body, else the
+/// body's first line (a proxy's page), cut short.
+fn error_message(r: ureq::Response) -> String {
+    let mut body = String::new();
+    // A refusal's body is small; a misbehaving server's need not be.
+    let _ = r.into_reader().take(64 << 10).read_to_string(&mut body);
+    let text = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.lines().next().unwrap_or("").trim().to_owned());
+    if text.is_empty() {
+        return "no message".to_owned();
+    }
+    match text.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
 }
 
 fn transport_kind(t: &ureq::Transport) -> String {

@@ -5,9 +5,11 @@
 //! Closed loop (`--concurrency 1,4,8`: N clients, each sending its next request when the
 //! last one ended, one run per N) or open loop (`--rps R`: requests start on a clock,
 //! whatever the server's speed). Bounded in time (`--duration`) and count
-//! (`--max-requests`); it talks only to the URL it is given.
+//! (`--max-requests`); it talks only to the URL it is given. A 401 or 403 stops the run with
+//! the server's message; 429 and 503 are waited out as `Retry-After` says.
 #![forbid(unsafe_code)]
 
+mod backoff;
 mod client;
 mod report;
 mod run;
@@ -15,11 +17,23 @@ mod run;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Parser;
 
+use client::Refusal;
+
+const AFTER_HELP: &str = "\
+When the server says no:
+  401, 403   the run stops at once (every client), exit status 1, with the server's message.
+  429, 503   the client waits as Retry-After says (seconds or an HTTP date; at least 0.1 s),
+             else 0.5 s doubling to 8 s, less up to half at random; closed loop: it then
+             sends the same prompt again; open loop: the clock pauses.
+  others     (a 500, a refused connection, a timeout) closed loop: the client waits 0.1 s
+             doubling to 2 s, less up to half at random; a success resets the waits.
+Every such answer counts in `errors` by kind; the waits count in `backoffs` and `backoff_s`.";
+
 #[derive(Debug, Parser)]
-#[command(name = "bitnet-loadtest", version, about)]
+#[command(name = "bitnet-loadtest", version, about, after_help = AFTER_HELP)]
 pub struct Args {
     /// The server's base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
@@ -53,7 +67,8 @@ pub struct Args {
     pub ignore_eos: bool,
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f32,
-    /// Sent as `Authorization: Bearer KEY`.
+    /// Sent as `Authorization: Bearer KEY` [default: $BITNET_API_KEY]. A 401 or 403 answer
+    /// stops the run.
     #[arg(long)]
     pub api_key: Option<String>,
     /// Header naming each client's conversation (for session affinity behind a balancer).
@@ -130,8 +145,31 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The run's end when the server refuses the credentials, with what to do about it.
+fn refused(r: &Refusal, key_given: bool) -> anyhow::Error {
+    let hint = match (r.status, key_given) {
+        (401, false) => {
+            "the server wants an API key: pass it with --api-key KEY or in BITNET_API_KEY"
+        }
+        (401, _) => "the server refused the key: check --api-key or BITNET_API_KEY",
+        _ => "the key may not use this route: check --api-key or BITNET_API_KEY, and --url",
+    };
+    anyhow!(
+        "stopped: the server answered HTTP {} ({:?}); {hint}",
+        r.status,
+        r.message
+    )
+}
+
 fn real_main() -> Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if args.api_key.is_none() {
+        // Only our own variable: OPENAI_API_KEY is often a real key, not one to send to
+        // whatever server --url names.
+        args.api_key = std::env::var("BITNET_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty());
+    }
     let prompts = prompts(&args)?;
     let base = args.url.trim_end_matches('/').to_owned();
     if !base.starts_with("http://") {
@@ -143,7 +181,8 @@ fn real_main() -> Result<()> {
         if !(rps > 0.0 && rps.is_finite()) {
             bail!("--rps must be a positive number");
         }
-        results.push(run::open_loop(&cfg, &prompts, &args, rps));
+        let r = run::open_loop(&cfg, &prompts, &args, rps);
+        results.push(r.map_err(|r| refused(&r, args.api_key.is_some()))?);
     } else {
         let levels = if args.concurrency.is_empty() {
             vec![1]
@@ -155,7 +194,8 @@ fn real_main() -> Result<()> {
         }
         for c in levels {
             eprintln!("running: {c} concurrent clients for {:?}", args.duration);
-            results.push(run::closed_loop(&cfg, &prompts, &args, c));
+            let r = run::closed_loop(&cfg, &prompts, &args, c);
+            results.push(r.map_err(|r| refused(&r, args.api_key.is_some()))?);
         }
     }
     report::print(&results, args.output);

@@ -54,6 +54,11 @@ pub struct RunResult {
     pub inter_token_ms: Percentiles,
     pub e2e_ms: Percentiles,
     pub errors: BTreeMap<String, u64>,
+    /// Waits before a next request: after a 429/503 (as `Retry-After` said) or another
+    /// error (closed loop), or pauses of the clock after a 429/503 (open loop).
+    pub backoffs: u64,
+    /// Their total, summed over the clients.
+    pub backoff_s: f64,
 }
 
 impl RunResult {
@@ -68,6 +73,8 @@ impl RunResult {
         gaps: Vec<f64>,
         e2e: Vec<f64>,
         errors: BTreeMap<String, u64>,
+        backoffs: u64,
+        backoff_s: f64,
     ) -> RunResult {
         let rate = |n: u64| {
             if seconds > 0.0 {
@@ -89,6 +96,8 @@ impl RunResult {
             inter_token_ms: Percentiles::of(gaps),
             e2e_ms: Percentiles::of(e2e),
             errors,
+            backoffs,
+            backoff_s,
         }
     }
 }
@@ -117,11 +126,11 @@ pub fn print(results: &[RunResult], format: Format) {
             println!(
                 "mode,level,seconds,requests_ok,requests_failed,requests_per_s,generated_tokens,tokens_per_s,\
                  ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,itl_p50_ms,itl_p90_ms,itl_p99_ms,\
-                 e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,errors"
+                 e2e_p50_ms,e2e_p90_ms,e2e_p99_ms,errors,backoffs,backoff_s"
             );
             for r in results {
                 println!(
-                    "{},{},{:.2},{},{},{:.3},{},{:.2},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{:.2},{},{},{:.3},{},{:.2},{},{},{},{},{},{},{},{},{},{},{},{:.2}",
                     r.mode,
                     r.level,
                     r.seconds,
@@ -140,12 +149,14 @@ pub fn print(results: &[RunResult], format: Format) {
                     ms(r.e2e_ms.p90),
                     ms(r.e2e_ms.p99),
                     errors_text(&r.errors).replace(' ', ";"),
+                    r.backoffs,
+                    r.backoff_s,
                 );
             }
         }
         Format::Text => {
             println!(
-                "{:>6} {:>6} {:>7} {:>6} {:>8} {:>9} {:>22} {:>22} {:>24}  errors",
+                "{:>6} {:>6} {:>7} {:>6} {:>8} {:>9} {:>22} {:>22} {:>24} {:>14}  errors",
                 "mode",
                 "level",
                 "ok",
@@ -154,12 +165,13 @@ pub fn print(results: &[RunResult], format: Format) {
                 "tok/s",
                 "TTFT p50/p90/p99 ms",
                 "ITL p50/p90/p99 ms",
-                "E2E p50/p90/p99 ms"
+                "E2E p50/p90/p99 ms",
+                "backoffs (s)"
             );
             for r in results {
                 let p = |p: &Percentiles| format!("{}/{}/{}", ms(p.p50), ms(p.p90), ms(p.p99));
                 println!(
-                    "{:>6} {:>6} {:>7} {:>6} {:>8.2} {:>9.1} {:>22} {:>22} {:>24}  {}",
+                    "{:>6} {:>6} {:>7} {:>6} {:>8.2} {:>9.1} {:>22} {:>22} {:>24} {:>14}  {}",
                     r.mode,
                     r.level,
                     r.requests_ok,
@@ -169,6 +181,7 @@ pub fn print(results: &[RunResult], format: Format) {
                     p(&r.ttft_ms),
                     p(&r.inter_token_ms),
                     p(&r.e2e_ms),
+                    format!("{} ({:.1})", r.backoffs, r.backoff_s),
                     errors_text(&r.errors),
                 );
             }

@@ -1,6 +1,7 @@
 //! The load tester against a scripted OpenAI-style server on loopback: a stream of three
-//! text chunks, a usage chunk and `[DONE]`, and every third request refused with 503. The
-//! report must count the tokens from `usage`, the errors by kind, and give latencies.
+//! text chunks, a usage chunk and `[DONE]`, and every third request refused with 503 (with
+//! `Retry-After: 0`, so the client's shortest wait). The report must count the tokens from
+//! `usage`, the errors by kind and the waits, and give latencies.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -46,7 +47,7 @@ fn serve(listener: TcpListener, count: Arc<AtomicUsize>) {
                     let msg = "{\"error\":{\"message\":\"busy\"}}";
                     let _ = write!(
                         stream,
-                        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: {}\r\n\r\n{msg}",
+                        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 0\r\nContent-Length: {}\r\n\r\n{msg}",
                         msg.len()
                     );
                     continue;
@@ -102,6 +103,11 @@ fn counts_tokens_from_usage_and_errors_by_kind() {
     assert_eq!(r["requests_ok"], 20);
     assert_eq!(r["requests_failed"], 10);
     assert_eq!(r["errors"]["http_503"], 10);
+    assert_eq!(r["backoffs"], 10, "one wait per 503");
+    assert!(
+        r["backoff_s"].as_f64().unwrap() >= 0.99,
+        "at least 0.1 s each: {r}"
+    );
     assert_eq!(r["generated_tokens"], 100, "5 per answer, from usage");
     for k in ["ttft_ms", "inter_token_ms", "e2e_ms"] {
         let p50 = r[k]["p50"].as_f64().unwrap();
