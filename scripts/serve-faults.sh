@@ -9,6 +9,11 @@ if ! command -v python3 >/dev/null; then
     "(Debian/Ubuntu: apt-get install python3)" >&2
   exit 1
 fi
-jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
-cargo build -q -j "$jobs" -p bitnet-cli
-exec python3 scripts/serve_faults.py --bin target/debug/bitnet --model models/shakespeare.gguf "$@"
+# BITNET_BIN: a binary already built (scripts/test.sh passes the one its tests built).
+bin="${BITNET_BIN:-}"
+if [ -z "$bin" ]; then
+  jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+  cargo build -q -j "$jobs" -p bitnet-cli
+  bin="${CARGO_TARGET_DIR:-target}/debug/bitnet"
+fi
+exec python3 scripts/serve_faults.py --bin "$bin" --model models/shakespeare.gguf "$@"
