@@ -122,7 +122,9 @@ fn completions_chat_models_tokenize_and_metrics() {
         assert_eq!(c["message"]["role"], "assistant");
         let content = &c["logprobs"]["content"];
         assert_eq!(content.as_array().unwrap().len(), 5, "{c}");
-        assert_eq!(content[0]["top_logprobs"].as_array().unwrap().len(), 2);
+        // The first position lists only tokens the healed reply could start with.
+        assert!(content[0]["top_logprobs"].as_array().unwrap().len() <= 2);
+        assert_eq!(content[1]["top_logprobs"].as_array().unwrap().len(), 2);
     }
     assert_eq!(ch["usage"]["completion_tokens"], 15);
     let texts: Vec<&str> = choices

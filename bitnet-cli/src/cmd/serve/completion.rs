@@ -83,13 +83,13 @@ pub async fn complete(
         params: req.params.clone(),
         n: req.n,
         logprobs: req.logprobs,
-        heal,
+        heal: heal.clone(),
     };
     state
         .engine
         .submit(request, Replies(tx))
         .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
-    let head = Head::new(api, &state.config.model_name);
+    let head = Head::new(api, &state.config.model_name).healed(&heal);
     if req.stream {
         return Ok(sse::stream(state.clone(), guard, head, rx, req, prompt.len()).into_response());
     }

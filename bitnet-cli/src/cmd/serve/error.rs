@@ -1,8 +1,12 @@
 //! Errors as OpenAI's API shapes them: `{"error": {"message", "type", "param", "code"}}`
 //! with the matching HTTP status, so clients written for OpenAI report them sensibly. A
-//! full queue also says when to come back (`Retry-After`).
+//! full queue also says when to come back (`Retry-After`). The answers axum and hyper make
+//! themselves (a wrong method, a body they refuse) are given the same shape on the way out.
 
+use axum::body::Body;
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -50,7 +54,9 @@ impl ApiError {
     pub fn unauthorized() -> ApiError {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
-            message: "invalid or missing API key (send `Authorization: Bearer KEY`)".into(),
+            message: "invalid or missing API key (send `Authorization: Bearer KEY` or \
+                      `X-Api-Key: KEY`)"
+                .into(),
             kind: "authentication_error",
             param: None,
             code: Some("invalid_api_key"),
@@ -114,6 +120,33 @@ impl ApiError {
         }
     }
 
+    /// 403: a request refused whoever sends it (a cross-origin preflight from an origin
+    /// not allowed).
+    pub fn forbidden(message: impl Into<String>, code: &'static str) -> ApiError {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+            kind: "permission_error",
+            param: None,
+            code: Some(code),
+            retry_after: None,
+        }
+    }
+
+    /// 404 for a model id this server does not serve (`GET /v1/models/{id}`).
+    pub fn model_not_found(id: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!(
+                "the model '{id}' does not exist (GET /v1/models lists this server's)"
+            ),
+            kind: "invalid_request_error",
+            param: Some("model".to_owned()),
+            code: Some("model_not_found"),
+            retry_after: None,
+        }
+    }
+
     /// The JSON body (also sent as an SSE event when a stream fails midway).
     pub fn body(&self) -> serde_json::Value {
         json!({
@@ -136,4 +169,60 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// Gives every error answer that is not already ours (axum's 405 with its empty body, a
+/// rejection in plain text) OpenAI's shape, its headers (`Allow`) kept.
+pub async fn openai_shape(req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let ours = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || ours {
+        return resp;
+    }
+    let (mut parts, _) = resp.into_parts();
+    let (message, code) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allow = parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            (
+                format!("{method} is not allowed on {path} (allowed: {allow})"),
+                Some("method_not_allowed"),
+            )
+        }
+        s => (
+            format!(
+                "{} ({method} {path})",
+                s.canonical_reason().unwrap_or("request failed")
+            ),
+            None,
+        ),
+    };
+    let kind = if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    let body = ApiError {
+        status,
+        message,
+        kind,
+        param: None,
+        code,
+        retry_after: None,
+    }
+    .body();
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(body.to_string()))
 }

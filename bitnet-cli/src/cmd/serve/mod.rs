@@ -9,8 +9,10 @@
 //! finish until `--shutdown-timeout`, cancels the rest (their answers end in an error),
 //! closes every connection left, and exits 0.
 
+mod auth;
 mod completion;
 mod conn;
+mod cors;
 mod engine;
 mod error;
 mod metrics;
@@ -20,7 +22,9 @@ mod routes;
 mod sse;
 mod state;
 mod structured;
+mod token_text;
 mod tools;
+mod unsupported;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
 use crate::args::attn_entropy::AttnEntropyArgs;
 use crate::args::context::ContextArgs;
@@ -52,12 +56,18 @@ pub struct Args {
     /// Requests that may wait for a place beyond --parallel; more get 503 with Retry-After.
     #[arg(long, default_value_t = 64)]
     pub queue: usize,
-    /// Require `Authorization: Bearer KEY` on every route but /health.
-    #[arg(long, conflicts_with = "api_key_file")]
-    pub api_key: Option<String>,
-    /// Read the API key from the first line of this file.
+    /// Require this key (`Authorization: Bearer KEY` or `X-Api-Key: KEY`) on every route
+    /// but the health checks; repeat it or give a comma-separated list for several.
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Vec<String>,
+    /// Read API keys from this file: one a line, blank lines and `#` comments skipped.
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
+    /// Let pages from this origin call the server from a browser (CORS): scheme://host[:port],
+    /// scheme://host:* for any port, or * for any origin; repeatable or comma-separated.
+    /// Default: none.
+    #[arg(long, visible_alias = "cors-origins", value_name = "ORIGIN")]
+    pub cors_origin: Vec<String>,
     /// Seconds a request may take before it is cancelled (504, or an error event when
     /// streaming): 1 to 31536000 (a year).
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
@@ -107,29 +117,16 @@ pub struct Args {
 const MAX_TIMEOUT_S: u64 = 365 * 24 * 3600;
 
 pub fn run(args: Args) -> Result<()> {
-    let api_key = match (&args.api_key, &args.api_key_file) {
-        (Some(k), _) => Some(k.trim().to_owned()),
-        (None, Some(f)) => {
-            let text = std::fs::read_to_string(f)
-                .with_context(|| format!("reading the API key file {}", f.display()))?;
-            let key = text.lines().next().unwrap_or("").trim().to_owned();
-            if key.is_empty() {
-                bail!("the API key file {} is empty", f.display());
-            }
-            Some(key)
-        }
-        (None, None) => None,
-    };
-    if api_key.as_deref() == Some("") {
-        bail!("--api-key is empty");
-    }
+    let api_keys = auth::load_keys(&args.api_key, args.api_key_file.as_deref())?;
+    let cors = cors::CorsPolicy::parse(&args.cors_origin)?;
     let model_name = args.alias.clone().unwrap_or_else(|| {
         args.model
             .file_stem()
             .map_or_else(|| "model".to_owned(), |s| s.to_string_lossy().into_owned())
     });
     let config = Config {
-        api_key,
+        api_keys,
+        cors,
         model_name,
         timeout: Duration::from_secs(args.timeout),
         parallel: args.parallel as usize,

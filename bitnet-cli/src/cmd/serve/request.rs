@@ -1,19 +1,32 @@
 //! Reading an OpenAI request body: bytes to UTF-8 to JSON, then each known field with its
-//! type checked, so every fault is a 400 that names the field. Unknown fields are ignored,
-//! as OpenAI's and llama.cpp's servers do. Sampling defaults are llama.cpp's.
+//! type and range checked, so every fault is a 400 that names the field. Known fields the
+//! server cannot honour are refused (`unsupported.rs`); unknown fields are ignored, as
+//! OpenAI's and llama.cpp's servers do. Sampling defaults are llama.cpp's, ranges OpenAI's.
 
 use bitnet_core::chat::{Message, ToolCall, ToolFormat};
-use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::sampling::{SamplerConfig, SamplingError};
 use bitnet_core::scheduler::{ContextPolicy, GenParams};
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Map, Value};
 
 use super::error::{ApiError, ApiResult};
+use super::unsupported::refuse_unsupported;
 
 /// The most answers one request may ask for (each is a sequence).
 const MAX_N: u64 = 16;
 /// Stop strings per request at most.
 const MAX_STOP: usize = 16;
+/// OpenAI's range of temperatures.
+const MAX_TEMPERATURE: f32 = 2.0;
+/// Roles a chat message may have: OpenAI's, and its older `function` (a tool's result).
+const ROLES: [&str; 6] = [
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
 /// OpenAI's limits on alternatives per token.
 const MAX_TOP_LOGPROBS_CHAT: u64 = 20;
 const MAX_LOGPROBS_COMPLETION: u64 = 5;
@@ -107,9 +120,23 @@ pub fn gen_request(
     n_predict: usize,
     seed: u64,
 ) -> ApiResult<GenRequest> {
+    refuse_unsupported(obj, api)?;
     let max_tokens = match get_u64(obj, "max_completion_tokens")? {
         Some(n) => Some(n),
         None => get_u64(obj, "max_tokens")?,
+    };
+    // llama.cpp's name for the same limit (-1: none given). With both, the smaller holds:
+    // each is a limit the client asked for.
+    let predict = match field(obj, "n_predict") {
+        None => None,
+        Some(v) if v.as_i64() == Some(-1) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            ApiError::bad_field("n_predict", "a non-negative integer, or -1 for no limit")
+        })?),
+    };
+    let max_tokens = match (max_tokens, predict) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     };
     let max_tokens = max_tokens.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
     let n = get_u64(obj, "n")?.unwrap_or(1);
@@ -124,7 +151,7 @@ pub fn gen_request(
             .as_u64()
             .ok_or_else(|| ApiError::bad_field("seed", "an integer"))?,
     };
-    let mut sampler = SamplerConfig {
+    let sampler = SamplerConfig {
         temperature: get_f32(obj, "temperature")?.unwrap_or(0.8),
         top_k: get_u64(obj, "top_k")?.map_or(40, |k| k as usize),
         top_p: get_f32(obj, "top_p")?.unwrap_or(0.95),
@@ -142,12 +169,21 @@ pub fn gen_request(
     if !(-2.0..=2.0).contains(&sampler.presence_penalty) {
         return Err(ApiError::bad_field("presence_penalty", "between -2 and 2"));
     }
-    if sampler.temperature < 0.0 {
-        // llama.cpp: a negative temperature means greedy.
-        sampler.temperature = 0.0;
+    // OpenAI's range: llama.cpp reads a negative temperature as greedy, which a client
+    // written for OpenAI would not expect (it asks for 0).
+    if !(0.0..=MAX_TEMPERATURE).contains(&sampler.temperature) {
+        return Err(ApiError::bad_field(
+            "temperature",
+            &format!("between 0 and {MAX_TEMPERATURE}"),
+        ));
     }
     sampler.validate(n_vocab).map_err(|e| {
-        let mut err = ApiError::invalid(e.to_string(), None);
+        let param = match &e {
+            SamplingError::InvalidParam { name, .. } => Some(*name),
+            SamplingError::BiasTokenOutOfRange { .. } => Some("logit_bias"),
+            _ => None,
+        };
+        let mut err = ApiError::invalid(e.to_string(), param);
         err.code = Some("invalid_value");
         err
     })?;
@@ -165,10 +201,11 @@ pub fn gen_request(
     {
         return Err(ApiError::bad_field("user", "a string"));
     }
+    let top_logprobs = get_u64(obj, "top_logprobs")?;
     let logprobs = match api {
         Api::Chat => match get_bool(obj, "logprobs")? {
             Some(true) => {
-                let k = get_u64(obj, "top_logprobs")?.unwrap_or(0);
+                let k = top_logprobs.unwrap_or(0);
                 if k > MAX_TOP_LOGPROBS_CHAT {
                     return Err(ApiError::bad_field(
                         "top_logprobs",
@@ -176,6 +213,14 @@ pub fn gen_request(
                     ));
                 }
                 Some(k as usize)
+            }
+            // Alternatives without the log probabilities they belong to: OpenAI refuses it
+            // rather than answer without them.
+            _ if top_logprobs.is_some_and(|k| k > 0) => {
+                return Err(ApiError::invalid(
+                    "'top_logprobs' needs 'logprobs': true",
+                    Some("top_logprobs"),
+                ));
             }
             _ => None,
         },
@@ -334,6 +379,15 @@ pub fn chat_messages(obj: &Map<String, Value>) -> ApiResult<Vec<Message>> {
             };
             let m = m.as_object().ok_or_else(bad)?;
             let role = m.get("role").and_then(Value::as_str).ok_or_else(bad)?;
+            if !ROLES.contains(&role) {
+                return Err(ApiError::bad_field(
+                    "messages",
+                    &format!(
+                        "a list of messages whose 'role' is one of {} (got {role:?})",
+                        ROLES.join(", ")
+                    ),
+                ));
+            }
             let content = match m.get("content") {
                 None | Some(Value::Null) => String::new(),
                 Some(Value::String(s)) => s.clone(),

@@ -9,6 +9,7 @@ use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
 use super::request::Api;
+use super::token_text::{TokenEntry, TokenText};
 use super::tools::calls_json;
 
 /// What is known about one answer at its end.
@@ -28,6 +29,9 @@ pub struct Head {
     pub id: String,
     pub created: u64,
     pub model: String,
+    /// The text taken off the front of each reply (token healing): its tokens' texts are
+    /// trimmed to match.
+    pub heal: String,
 }
 
 impl Head {
@@ -44,7 +48,14 @@ impl Head {
             id: format!("{prefix}-{:x}{:08x}", now.as_secs(), now.subsec_nanos()),
             created: now.as_secs(),
             model: model.to_owned(),
+            heal: String::new(),
         }
+    }
+
+    /// The same, for replies healed of `heal` (see [`Head::heal`]).
+    pub fn healed(mut self, heal: &str) -> Head {
+        self.heal = heal.to_owned();
+        self
     }
 
     fn object(&self, chunk: bool) -> &'static str {
@@ -69,7 +80,15 @@ impl Head {
             .enumerate()
             .map(|(i, c)| {
                 let mut reason = c.stats.as_ref().map(|s| finish_reason(s.stop_reason));
-                let lp = (!c.logprobs.is_empty()).then(|| self.logprobs(&c.logprobs, tok, 0));
+                let lp = (!c.logprobs.is_empty()).then(|| {
+                    let mut texts = TokenText::new(&self.heal, true);
+                    for (t, lp) in &c.logprobs {
+                        texts.push(tok, *t, lp);
+                    }
+                    let (_, mut entries) = texts.text(&c.text);
+                    entries.extend(texts.finish().1);
+                    self.logprobs(&entries, 0)
+                });
                 let mut message = json!({"role": "assistant", "content": c.text});
                 if let Some(format) = tools {
                     let parsed = parse_tool_calls(format, &c.text);
@@ -122,12 +141,11 @@ impl Head {
         &self,
         index: usize,
         text: &str,
-        logprobs: &[(u32, TokenLogprobs)],
+        logprobs: &[TokenEntry],
         offset: usize,
-        tok: &Tokenizer,
         with_usage_field: bool,
     ) -> Value {
-        let lp = (!logprobs.is_empty()).then(|| self.logprobs(logprobs, tok, offset));
+        let lp = (!logprobs.is_empty()).then(|| self.logprobs(logprobs, offset));
         let choice = match self.api {
             Api::Chat => json!({
                 "index": index,
@@ -219,24 +237,23 @@ impl Head {
 
     /// `logprobs` of a choice; `offset` is the text offset of the first token (legacy
     /// completions layout).
-    fn logprobs(&self, lps: &[(u32, TokenLogprobs)], tok: &Tokenizer, offset: usize) -> Value {
-        let piece = |t: u32| tok.piece_str(t).into_owned();
+    fn logprobs(&self, entries: &[TokenEntry], offset: usize) -> Value {
         match self.api {
             Api::Chat => {
-                let content: Vec<Value> = lps
+                let content: Vec<Value> = entries
                     .iter()
-                    .map(|(t, lp)| {
-                        let top: Vec<Value> = lp
+                    .map(|e| {
+                        let top: Vec<Value> = e
                             .top
                             .iter()
-                            .map(|&(a, l)| {
-                                json!({"token": piece(a), "logprob": l, "bytes": tok.token_to_piece(a)})
+                            .map(|(text, bytes, l)| {
+                                json!({"token": text, "logprob": l, "bytes": bytes})
                             })
                             .collect();
                         json!({
-                            "token": piece(*t),
-                            "logprob": lp.logprob,
-                            "bytes": tok.token_to_piece(*t),
+                            "token": e.text,
+                            "logprob": e.logprob,
+                            "bytes": e.bytes,
                             "top_logprobs": top,
                         })
                     })
@@ -245,22 +262,25 @@ impl Head {
             }
             Api::Completion => {
                 let mut at = offset;
-                let mut offsets = Vec::with_capacity(lps.len());
-                for (t, _) in lps {
+                let mut offsets = Vec::with_capacity(entries.len());
+                for e in entries {
                     offsets.push(at);
-                    at += piece(*t).len();
+                    at += e.text.len();
                 }
-                let top: Vec<Value> = lps
+                let top: Vec<Value> = entries
                     .iter()
-                    .map(|(_, lp)| {
-                        let m: serde_json::Map<String, Value> =
-                            lp.top.iter().map(|&(a, l)| (piece(a), json!(l))).collect();
+                    .map(|e| {
+                        let m: serde_json::Map<String, Value> = e
+                            .top
+                            .iter()
+                            .map(|(text, _, l)| (text.clone(), json!(l)))
+                            .collect();
                         Value::Object(m)
                     })
                     .collect();
                 json!({
-                    "tokens": lps.iter().map(|(t, _)| piece(*t)).collect::<Vec<_>>(),
-                    "token_logprobs": lps.iter().map(|(_, lp)| lp.logprob).collect::<Vec<_>>(),
+                    "tokens": entries.iter().map(|e| e.text.as_str()).collect::<Vec<_>>(),
+                    "token_logprobs": entries.iter().map(|e| e.logprob).collect::<Vec<_>>(),
                     "top_logprobs": top,
                     "text_offset": offsets,
                 })

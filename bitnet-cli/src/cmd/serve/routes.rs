@@ -1,5 +1,6 @@
-//! The HTTP routes and what guards them: the API key (every route but `/health`), the body
-//! size limit, and a 404 in OpenAI's error shape for anything else.
+//! The HTTP routes and what wraps them: CORS (`cors.rs`), every error in OpenAI's shape,
+//! the API key (every route but the health checks, `auth.rs`), the body size limit, and a
+//! 404 for anything else.
 
 use std::sync::Arc;
 
@@ -7,9 +8,9 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{StatusCode, Uri, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bitnet_core::Model;
@@ -17,9 +18,11 @@ use bitnet_core::chat::{HealedPrompt, ToolFormat, healed_prompt_tokens, tokenize
 use bitnet_core::constrain::Constraint;
 use serde_json::{Value, json};
 
+use super::auth::require_key;
 use super::completion::complete;
 use super::conn::stall;
-use super::error::{ApiError, ApiResult};
+use super::cors::cors;
+use super::error::{ApiError, ApiResult, openai_shape};
 use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
 use super::state::AppState;
 use super::structured::{OutputSpec, compile, constraint_error, output_spec};
@@ -27,44 +30,32 @@ use super::tools::{tool_constraint, tool_request};
 
 pub fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body;
-    Router::new()
+    let routes = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/models", get(models))
+        // A catch-all: an alias may hold a slash ("org/model").
+        .route("/v1/models/{*id}", get(model))
+        .route("/models/{*id}", get(model))
         .route("/health", get(health))
+        .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .fallback(|uri: Uri| async move { ApiError::not_found(uri.path()) })
         .layer(middleware::from_fn_with_state(state.clone(), require_key))
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
-}
-
-/// `Authorization: Bearer KEY` on every route but `/health` (load balancers probe it).
-async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if let Some(key) = &state.config.api_key
-        && req.uri().path() != "/health"
-    {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
-            return ApiError::unauthorized().into_response();
-        }
-    }
-    next.run(req).await
-}
-
-/// Compares keys without stopping at the first difference (no timing hint).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        .with_state(state.clone());
+    // These wrap the whole router rather than each route: a route's 405 gets its Allow
+    // header outside the route's own layers.
+    Router::new()
+        .fallback_service(routes)
+        .layer(middleware::from_fn(openai_shape))
+        // Outermost: a preflight is answered before the key is asked for.
+        .layer(middleware::from_fn_with_state(state, cors))
 }
 
 /// The body, or the 413 / 400 of a body too large or unreadable.
@@ -208,21 +199,38 @@ fn constraint(
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
-    let loaded = state.shared.model.get();
     Json(json!({
         "object": "list",
-        "data": [{
-            "id": state.config.model_name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "bitnet-rs",
-            "meta": loaded.map(|l| json!({
-                "n_ctx": l.max_seq_len,
-                "n_vocab": l.model.tokenizer().map_or(0, |t| t.n_vocab()),
-                "chat_template": l.template.name(),
-            })),
-        }],
+        "data": [model_object(&state)],
     }))
+}
+
+/// `GET /v1/models/{id}`: the model, or 404 for an id this server does not serve.
+async fn model(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    if id != state.config.model_name {
+        return Err(ApiError::model_not_found(&id));
+    }
+    Ok(Json(model_object(&state)))
+}
+
+/// The one model this server serves, as OpenAI describes a model (llama.cpp's `meta`
+/// beside).
+fn model_object(state: &AppState) -> Value {
+    let loaded = state.shared.model.get();
+    json!({
+        "id": state.config.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "bitnet-rs",
+        "meta": loaded.map(|l| json!({
+            "n_ctx": l.max_seq_len,
+            "n_vocab": l.model.tokenizer().map_or(0, |t| t.n_vocab()),
+            "chat_template": l.template.name(),
+        })),
+    })
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {
@@ -241,7 +249,9 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `{"content": "text", "add_special": false, "with_pieces": false}` -> `{"tokens": [...]}`
-/// (llama.cpp's shape).
+/// (llama.cpp's shape). With pieces, a piece is a string when it is UTF-8 on its own, else
+/// the list of its bytes (a byte token, part of a character), as llama.cpp gives it;
+/// control tokens show their text.
 async fn tokenize(
     State(state): State<Arc<AppState>>,
     b: Result<Bytes, BytesRejection>,
@@ -266,7 +276,14 @@ async fn tokenize(
     if flag("with_pieces")? {
         let pieces: Vec<Value> = ids
             .iter()
-            .map(|&id| json!({"id": id, "piece": tok.piece_str(id)}))
+            .map(|&id| {
+                let bytes = tok.token_to_piece_special(id, true);
+                let piece = match std::str::from_utf8(bytes) {
+                    Ok(s) => json!(s),
+                    Err(_) => json!(bytes),
+                };
+                json!({"id": id, "piece": piece})
+            })
             .collect();
         return Ok(Json(json!({ "tokens": pieces })));
     }
@@ -283,14 +300,23 @@ async fn detokenize(
     let loaded = state.ready()?;
     let tok = loaded.tokenizer()?;
     let bad = || ApiError::bad_field("tokens", "a list of token ids");
+    let n_vocab = tok.n_vocab();
     let ids: Vec<u32> = match obj.get("tokens") {
         Some(Value::Array(a)) => a
             .iter()
             .map(|v| {
-                v.as_u64()
-                    .and_then(|x| u32::try_from(x).ok())
-                    .filter(|&x| (x as usize) < tok.n_vocab())
-                    .ok_or_else(bad)
+                let id = v.as_u64().ok_or_else(bad)?;
+                match u32::try_from(id) {
+                    Ok(id) if (id as usize) < n_vocab => Ok(id),
+                    _ => {
+                        let mut e = ApiError::invalid(
+                            format!("token id {id} is outside the vocabulary (0..{n_vocab})"),
+                            Some("tokens"),
+                        );
+                        e.code = Some("invalid_value");
+                        Err(e)
+                    }
+                }
             })
             .collect::<ApiResult<_>>()?,
         None | Some(Value::Null) => {

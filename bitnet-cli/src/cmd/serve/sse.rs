@@ -12,8 +12,7 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use bitnet_core::chat::{ToolFormat, parse_tool_calls};
 use bitnet_core::runtime::Reply;
-use bitnet_core::scheduler::{GenStats, StopReason, TokenLogprobs};
-use bitnet_core::tokenizer::Tokenizer;
+use bitnet_core::scheduler::{GenStats, StopReason};
 use futures_util::Stream;
 use futures_util::stream;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -24,6 +23,7 @@ use super::error::ApiError;
 use super::request::{Api, GenRequest};
 use super::response::Head;
 use super::state::{AppState, InFlight};
+use super::token_text::{TokenEntry, TokenText};
 use super::tools::call_deltas;
 
 struct Streaming {
@@ -36,9 +36,10 @@ struct Streaming {
     /// With tools, each answer's text is held until it ends and is read for calls.
     tools: Option<ToolFormat>,
     held: Vec<String>,
-    /// Per answer: log probabilities of tokens whose text has not been sent yet, the text
-    /// offset reached, and the figures once done.
-    pending: Vec<Vec<(u32, TokenLogprobs)>>,
+    held_logprobs: Vec<Vec<TokenEntry>>,
+    /// Per answer: its tokens matched to its text (see `token_text.rs`), the text offset
+    /// reached, and the figures once done.
+    texts: Vec<TokenText>,
     offsets: Vec<usize>,
     stats: Vec<Option<GenStats>>,
     open: usize,
@@ -57,6 +58,9 @@ pub fn stream(
     prompt_tokens: usize,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let n = req.n;
+    let texts = (0..n)
+        .map(|_| TokenText::new(&head.heal, req.logprobs.is_some()))
+        .collect();
     let mut s = Streaming {
         deadline: Instant::now() + state.config.timeout,
         state,
@@ -67,7 +71,8 @@ pub fn stream(
         prompt_tokens,
         tools: req.tool_format,
         held: vec![String::new(); n],
-        pending: vec![Vec::new(); n],
+        held_logprobs: vec![Vec::new(); n],
+        texts,
         offsets: vec![0; n],
         stats: vec![None; n],
         open: n,
@@ -134,29 +139,19 @@ impl Streaming {
                 index,
                 token,
                 logprobs: Some(lp),
-            } => self.pending[index].push((token, lp)),
+            } => self.texts[index].push(tok, token, &lp),
             Reply::Token { .. } => {}
-            Reply::Text { index, text } if self.tools.is_some() => {
-                self.held[index].push_str(&text);
-            }
             Reply::Text { index, text } => {
-                let lps = std::mem::take(&mut self.pending[index]);
-                let c = self.head.delta(
-                    index,
-                    &text,
-                    &lps,
-                    self.offsets[index],
-                    tok,
-                    self.include_usage,
-                );
-                self.offsets[index] += text.len();
-                self.queued.push_back(data(&c));
+                let (text, lps) = self.texts[index].text(&text);
+                self.send_text(index, text, lps);
             }
             Reply::Done { stats, .. } if stats.stop_reason == StopReason::Cancelled => {
                 self.fail(cut_off(&stats));
             }
             Reply::Done { index, stats } => {
-                let called = self.flush_tools(index, tok);
+                let (text, lps) = self.texts[index].finish();
+                self.send_text(index, text, lps);
+                let called = self.flush_tools(index);
                 let c = self.head.finish(index, &stats, called, self.include_usage);
                 self.queued.push_back(data(&c));
                 self.stats[index] = Some(stats);
@@ -169,9 +164,26 @@ impl Streaming {
         }
     }
 
+    /// Sends a chunk of answer `index` (with tools, holds it to be read for calls).
+    fn send_text(&mut self, index: usize, text: String, lps: Vec<TokenEntry>) {
+        if self.tools.is_some() {
+            self.held[index].push_str(&text);
+            self.held_logprobs[index].extend(lps);
+            return;
+        }
+        if text.is_empty() && lps.is_empty() {
+            return;
+        }
+        let c = self
+            .head
+            .delta(index, &text, &lps, self.offsets[index], self.include_usage);
+        self.offsets[index] += text.len();
+        self.queued.push_back(data(&c));
+    }
+
     /// With tools: sends answer `index`'s held text as its calls (`delta.tool_calls`
     /// fragments, true) or as content (false).
-    fn flush_tools(&mut self, index: usize, tok: &Tokenizer) -> bool {
+    fn flush_tools(&mut self, index: usize) -> bool {
         let Some(format) = self.tools else {
             return false;
         };
@@ -179,13 +191,12 @@ impl Streaming {
         let parsed = parse_tool_calls(format, &text);
         if parsed.tool_calls.is_empty() {
             if !parsed.content.is_empty() {
-                let lps = std::mem::take(&mut self.pending[index]);
+                let lps = std::mem::take(&mut self.held_logprobs[index]);
                 let c = self.head.delta(
                     index,
                     &parsed.content,
                     &lps,
                     self.offsets[index],
-                    tok,
                     self.include_usage,
                 );
                 self.offsets[index] += parsed.content.len();

@@ -11,6 +11,7 @@ use bitnet_core::model::Model;
 use bitnet_core::runtime::Handle;
 use bitnet_core::tokenizer::Tokenizer;
 
+use super::cors::CorsPolicy;
 use super::error::{ApiError, ApiResult};
 use super::metrics::Metrics;
 use crate::args::context::ContextArgs;
@@ -35,7 +36,10 @@ pub struct Loaded {
 
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub api_key: Option<String>,
+    /// Keys a request may present (none: no key asked for).
+    pub api_keys: Vec<String>,
+    /// Origins whose pages may read the answers.
+    pub cors: CorsPolicy,
     pub model_name: String,
     pub timeout: Duration,
     /// Requests decoded together.
