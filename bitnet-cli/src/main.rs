@@ -1,6 +1,7 @@
 //! The `bitnet` binary: a thin command-line layer over bitnet-core. One module per
 //! subcommand under `cmd/`, the flags they share under `args/`, loading a model and making
-//! an engine under `setup/`, the figures they report under `report/`; this file only parses
+//! an engine under `setup/`, the figures they report under `report/`, the child processes
+//! that render chat templates from files in `template_worker`; this file only parses
 //! arguments, dispatches, and turns errors into exit codes.
 #![forbid(unsafe_code)]
 
@@ -11,6 +12,7 @@ mod output;
 mod output_file;
 mod report;
 mod setup;
+mod template_worker;
 
 use std::process::ExitCode;
 
@@ -44,6 +46,9 @@ enum Command {
     GenModel(cmd::gen_model::Args),
     /// Serve the model over an OpenAI-compatible HTTP API (continuous batching, metrics).
     Serve(cmd::serve::Args),
+    /// Render chat templates from stdin under a memory limit (the template worker).
+    #[command(name = "__render-template", hide = true)]
+    RenderTemplate(cmd::render_template::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +63,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::GenModel(args) => cmd::gen_model::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::RenderTemplate(args) => cmd::render_template::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

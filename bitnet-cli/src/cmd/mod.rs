@@ -7,5 +7,6 @@ pub mod generate;
 pub mod inspect;
 pub mod logits;
 pub mod perplexity;
+pub mod render_template;
 pub mod serve;
 pub mod tokenize;

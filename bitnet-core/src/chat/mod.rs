@@ -5,7 +5,8 @@
 //!   engine (minijinja, with Python's string methods as Hugging Face templates call them,
 //!   `raise_exception`, `strftime_now`, `bos_token`/`eos_token`, `add_generation_prompt`),
 //!   or one of the built-in templates ([`builtin`]) when a file has none or the user picks
-//!   one.
+//!   one. Each render is a [`RenderJob`], run in this process or by a [`TemplateRenderer`]
+//!   (elsewhere, under a memory limit: minijinja keeps no memory budget).
 //! - [`Conversation`]: the messages of one chat and the text its sequence holds, so that a
 //!   new turn evaluates only its own tokens; a generation prompt ending in whitespace is
 //!   healed ([`HealedPrompt`]) so that the sequence holds exactly the conversation's tokens.
@@ -15,6 +16,7 @@
 mod builtin;
 mod conversation;
 mod healing;
+mod jinja;
 mod session;
 mod template;
 mod template_limits;
@@ -24,6 +26,7 @@ pub mod tools;
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
 pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
 pub use healing::{HealedPrompt, heal_prompt, healed_prompt_tokens};
+pub use jinja::{RenderJob, TemplateRenderer};
 pub use session::{ChatSession, ReplyIo, ReplySettings, SessionError, TurnStats};
 pub use template::ChatTemplate;
 pub use tools::{
@@ -113,6 +116,23 @@ pub enum ChatError {
     /// The template failed while rendering (including its own `raise_exception`).
     #[error("chat template {name:?} failed to render: {detail}")]
     Render { name: String, detail: String },
+    /// A render needed more memory than its [`TemplateRenderer`] allows it (a template
+    /// that doubles a string in a loop, say).
+    #[error(
+        "chat template {name:?} ran out of its memory budget ({} MiB) while rendering",
+        budget_bytes >> 20
+    )]
+    OutOfMemory { name: String, budget_bytes: u64 },
+    /// A render took longer than its [`TemplateRenderer`] allows it.
+    #[error("chat template {name:?} took longer than {} s to render", limit.as_secs_f64())]
+    TimedOut {
+        name: String,
+        limit: std::time::Duration,
+    },
+    /// A [`TemplateRenderer`] could not run the render (its process failed to start or
+    /// died of something other than its limits).
+    #[error("chat template {name:?} could not be rendered: {detail}")]
+    Renderer { name: String, detail: String },
     /// No built-in template has this name, and no file has this path.
     #[error(
         "no chat template {name:?}: give a built-in name ({}) or the path of a Jinja file",

@@ -1,23 +1,20 @@
-//! A chat template: Jinja source rendered the way Hugging Face's `apply_chat_template`
-//! does (`trim_blocks`, `lstrip_blocks`, Python string methods, `raise_exception`,
-//! `strftime_now`, `tojson`), with a bounded amount of work per render so a hostile template
-//! in a file cannot hang the process, and capped filter widths so it cannot ask for a
-//! 100 GB string ([`super::template_limits`]).
+//! A chat template: which one a chat uses (built in, the model file's own, or a user's
+//! file), its special-token texts and stop strings, and rendering a conversation with it
+//! the way Hugging Face's `apply_chat_template` does. Each render is a [`RenderJob`] run in
+//! this process ([`super::jinja`] sets the engine up with its budgets) or by the
+//! [`TemplateRenderer`] set on the template: a program that cannot let a template from a
+//! file exhaust its memory renders those elsewhere.
 
 use std::path::Path;
-use std::sync::OnceLock;
-
-use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value, context};
+use std::sync::{Arc, OnceLock};
 
 use super::builtin::{BuiltinTemplate, builtin};
+use super::jinja::{RenderJob, TemplateRenderer, describe, environment};
 use super::tools::render::{ToolCaps, prepare, probe};
 use super::tools::{Tool, ToolFormat};
-use super::{ChatError, MAX_TEMPLATE_BYTES, Message, time};
+use super::{ChatError, MAX_TEMPLATE_BYTES, Message};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
-
-/// Instructions one render may execute: a real template needs a few dozen per message.
-const FUEL: u64 = 20_000_000;
 
 /// A parsed chat template with the special-token texts it is rendered with.
 #[derive(Clone, Debug)]
@@ -27,6 +24,10 @@ pub struct ChatTemplate {
     bos: String,
     eos: String,
     stop: Vec<String>,
+    /// One of ours ([`super::builtin`]) rather than text from a file.
+    builtin: bool,
+    /// Runs the renders elsewhere; `None` renders in this process.
+    renderer: Option<Arc<dyn TemplateRenderer>>,
     /// What the template renders of tools, calls and results (probed on first use).
     tool_caps: OnceLock<ToolCaps>,
 }
@@ -46,10 +47,12 @@ impl ChatTemplate {
             bos: bos.into(),
             eos: eos.into(),
             stop: Vec::new(),
+            builtin: false,
+            renderer: None,
             tool_caps: OnceLock::new(),
         };
-        let env = t.environment();
-        env.template_from_str(&t.source)
+        environment()
+            .template_from_str(&t.source)
             .map_err(|e| ChatError::Parse {
                 name: t.name.clone(),
                 detail: describe(&e),
@@ -63,6 +66,7 @@ impl ChatTemplate {
         let mut t = ChatTemplate::from_source(b.name, b.source, bos, eos)
             .expect("built-in templates parse (tested)");
         t.stop = b.stop.iter().map(|s| (*s).to_owned()).collect();
+        t.builtin = true;
         t
     }
 
@@ -147,6 +151,18 @@ impl ChatTemplate {
         &self.stop
     }
 
+    /// Whether this is one of the built-in templates (our own Jinja), not text read from a
+    /// model file or a user's file.
+    pub fn is_builtin(&self) -> bool {
+        self.builtin
+    }
+
+    /// Runs this template's renders (the tool probes included) through `renderer` from now
+    /// on, instead of in this process.
+    pub fn set_renderer(&mut self, renderer: Arc<dyn TemplateRenderer>) {
+        self.renderer = Some(renderer);
+    }
+
     /// Renders `messages`; with `add_generation_prompt` the text ends where the assistant's
     /// reply begins. Messages with tool fields are rendered as by
     /// [`ChatTemplate::render_with_tools`] without tools.
@@ -176,27 +192,23 @@ impl ChatTemplate {
                 .iter()
                 .all(|m| !m.has_tool_fields() && m.role != "tool");
         if plain {
-            return self.render_values(
-                Value::from_serialize(messages),
-                Value::UNDEFINED,
-                add_generation_prompt,
-            );
+            let messages = serde_json::to_value(messages).map_err(|e| ChatError::Render {
+                name: self.name.clone(),
+                detail: format!("the messages do not convert to JSON: {e}"),
+            })?;
+            return self.render_json(messages, None, add_generation_prompt);
         }
         let (msgs, tools) = prepare(ToolFormat::detect(self), self.tool_caps(), messages, tools);
-        self.render_values(
-            Value::from_serialize(&msgs),
-            tools.map_or(Value::UNDEFINED, |t| Value::from_serialize(&t)),
-            add_generation_prompt,
-        )
+        self.render_json(serde_json::Value::Array(msgs), tools, add_generation_prompt)
     }
 
     /// What this template renders of tools, tool calls and tool results itself.
     pub(super) fn tool_caps(&self) -> ToolCaps {
         *self.tool_caps.get_or_init(|| {
             probe(self, |msgs, tools| {
-                self.render_values(
-                    Value::from_serialize(msgs),
-                    tools.map_or(Value::UNDEFINED, Value::from_serialize),
+                self.render_json(
+                    serde_json::Value::Array(msgs.to_vec()),
+                    tools.cloned(),
                     true,
                 )
                 .ok()
@@ -204,55 +216,26 @@ impl ChatTemplate {
         })
     }
 
-    fn render_values(
+    fn render_json(
         &self,
-        messages: Value,
-        tools: Value,
+        messages: serde_json::Value,
+        tools: Option<serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
-        let env = self.environment();
-        let render_err = |e: minijinja::Error| ChatError::Render {
+        let job = RenderJob {
             name: self.name.clone(),
-            detail: describe(&e),
+            source: self.source.clone(),
+            bos_token: self.bos.clone(),
+            eos_token: self.eos.clone(),
+            messages,
+            tools,
+            add_generation_prompt,
         };
-        let tmpl = env.template_from_str(&self.source).map_err(render_err)?;
-        tmpl.render(context! {
-            messages => messages,
-            tools => tools,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => &self.bos,
-            eos_token => &self.eos,
-        })
-        .map_err(render_err)
+        match &self.renderer {
+            Some(r) => r.render(&job),
+            None => job.render(),
+        }
     }
-
-    fn environment(&self) -> Environment<'_> {
-        let mut env = Environment::new();
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
-        env.set_undefined_behavior(UndefinedBehavior::Lenient);
-        env.set_fuel(Some(FUEL));
-        env.set_recursion_limit(64);
-        super::template_limits::install(&mut env);
-        env.add_function("raise_exception", |msg: String| -> Result<Value, _> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
-        });
-        env.add_function("strftime_now", |fmt: String| time::strftime_now(&fmt));
-        env
-    }
-}
-
-/// The error and where it happened, on one line.
-fn describe(e: &minijinja::Error) -> String {
-    let mut s = match e.kind() {
-        ErrorKind::InvalidOperation => e.detail().unwrap_or("invalid operation").to_owned(),
-        ErrorKind::OutOfFuel => "it ran too long (a loop that does not end?)".to_owned(),
-        _ => e.to_string(),
-    };
-    if let Some(line) = e.line() {
-        s.push_str(&format!(" (line {line})"));
-    }
-    s
 }
 
 /// The texts of the tokenizer's BOS and EOS tokens (empty when it has none).

@@ -7,8 +7,9 @@
 //! aborts the process, and in `serve` one chat request would take the server down. These
 //! wrappers refuse such sizes with a render error and otherwise call minijinja's own
 //! filters. (A template can still grow a string by concatenating it with itself in a loop
-//! or a recursive macro: minijinja keeps no memory budget to stop that, only the
-//! instruction budget and recursion limit the template module sets.)
+//! or a recursive macro: minijinja keeps no memory budget to stop that in this process, only
+//! the instruction budget and recursion limit [`super::jinja`] sets; a program renders such
+//! templates under a memory limit through a [`super::TemplateRenderer`].)
 
 use minijinja::value::{Kwargs, Rest, StringInput, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};

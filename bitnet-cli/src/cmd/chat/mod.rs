@@ -30,6 +30,7 @@ use crate::interrupt;
 use crate::output::{error_chain, note};
 use crate::output_file::OutputFile;
 use crate::setup::Setup;
+use crate::template_worker;
 use commands::{Command, HELP};
 use input::{Input, Read};
 
@@ -118,6 +119,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
         .context("choosing the chat template")?;
+    let template = template_worker::confine(template)?;
     let mut conv = Conversation::new(template.clone());
     if let Some(s) = &args.system {
         conv.push(Message::system(s.clone()));

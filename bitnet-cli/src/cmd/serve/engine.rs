@@ -17,6 +17,7 @@ use super::Args;
 use super::state::{Loaded, Shared};
 use crate::output::note;
 use crate::setup::Setup;
+use crate::template_worker;
 
 /// A request's replies, sent to its handler.
 #[derive(Debug)]
@@ -63,6 +64,7 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
     setup.check_context()?;
     let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
         .context("choosing the chat template")?;
+    let template = template_worker::confine(template)?;
     let engine = setup.engine()?;
     let max_seq_len = engine.kv().max_seq_len();
     // --keep and --kv-window checked against this context before anything is served.
