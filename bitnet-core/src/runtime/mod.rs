@@ -30,7 +30,6 @@
 //! # }
 //! ```
 
-pub mod fd_limit;
 mod worker;
 
 use std::sync::Arc;

@@ -151,10 +151,14 @@ async fn chat_completions(
         }
         req.tool_format = Some(format);
     }
-    let text = loaded
-        .template
-        .render_with_tools(&messages, &tools.tools, true)
-        .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
+    // A template from the model file renders in a worker process and may take seconds (a
+    // hostile one, until its limits end it): off the async worker, which serves others.
+    let text = tokio::task::block_in_place(|| {
+        loaded
+            .template
+            .render_with_tools(&messages, &tools.tools, true)
+    })
+    .map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
     // Tokenized as the chat does: no second BOS when the template writes one, and a
     // generation prompt ending in a space the reply's first word would carry (BitNet's
     // "Assistant: ") healed.

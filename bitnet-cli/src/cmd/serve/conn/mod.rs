@@ -16,6 +16,7 @@
 //! Limits hit are logged, at most one line per kind every 10 s, and counted in `/metrics`.
 
 mod activity;
+mod fd_limit;
 mod registry;
 pub mod stall;
 mod throttled;
@@ -94,7 +95,7 @@ pub struct Shutdown<S, C> {
 /// The most connections `wanted` may be under this process's open-file limit (raising the
 /// soft limit to the hard one first), with a note when the limit lowers it.
 pub fn connection_cap(wanted: usize) -> usize {
-    match bitnet_core::runtime::fd_limit::connection_room() {
+    match fd_limit::connection_room() {
         Some(room) if room < wanted => {
             note!(
                 "--max-connections {wanted} lowered to {room}: the open-file limit leaves room \
