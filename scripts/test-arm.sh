@@ -32,10 +32,11 @@ sysroot=/usr/aarch64-linux-gnu
 
 ./scripts/setup-arm.sh
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+step() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 runner() { echo "timeout 900 qemu-aarch64 -L $sysroot -cpu $1"; }
 emulate() { timeout 600 qemu-aarch64 -L "$sysroot" "$@"; }
 
-echo "== ARM 1/4: kernel tests under emulation"
+step "ARM 1/4: kernel tests under emulation"
 for cpu_sets in max:scalar,neon,dotprod,i8mm cortex-a76:scalar,neon,dotprod cortex-a57:scalar,neon; do
   cpu="${cpu_sets%%:*}"
   sets="${cpu_sets#*:}"
@@ -45,11 +46,11 @@ for cpu_sets in max:scalar,neon,dotprod,i8mm cortex-a76:scalar,neon,dotprod cort
 done
 
 golden_sets="${BITNET_ARM_GOLDEN_SETS:-neon,i8mm}"
-echo "== ARM 2/4: golden logits, kernel sets $golden_sets (qemu -cpu max)"
+step "ARM 2/4: golden logits, kernel sets $golden_sets (qemu -cpu max)"
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$(runner max)" BITNET_TEST_KERNELS="$golden_sets" BITNET_TEST_THREADS=1 \
   cargo test -q -j "$jobs" -p bitnet-core --target "$target" --test golden_engine
 
-echo "== ARM 3/4: the shipped model, emulated against this machine's build"
+step "ARM 3/4: the shipped model, emulated against this machine's build"
 cargo build -q -j "$jobs" -p bitnet-cli --target "$target"
 arm_bitnet="${CARGO_TARGET_DIR:-target}/$target/debug/bitnet"
 # scripts/test.sh passes the binary its tests built (a plain `cargo build -p bitnet-cli`
@@ -98,6 +99,6 @@ for isa in neon dotprod i8mm; do
   echo "-- $isa: README sample and greedy text identical; perplexity $(cat "$out.ppl")"
 done
 
-echo "== ARM 4/4: cargo check --target aarch64-apple-darwin"
+step "ARM 4/4: cargo check --target aarch64-apple-darwin"
 cargo check -q -j "$jobs" --workspace --target aarch64-apple-darwin
 echo "== ARM pass: ok"

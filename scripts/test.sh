@@ -25,9 +25,12 @@ step "serve fault drill"
 # The binary the tests above built: `cargo build -p bitnet-cli` would resolve features anew.
 export BITNET_BIN="${CARGO_TARGET_DIR:-target}/debug/bitnet"
 JOBS="$jobs" ./scripts/serve-faults.sh
+# The examples `cargo test --workspace` built (a `cargo run -p bitnet-core --example` would
+# resolve features anew and rebuild for minutes); this build only links their names.
+cargo build -q -j "$jobs" --workspace --examples
 for example in generate chat serve_threads; do
   step "example $example on models/shakespeare.gguf"
-  cargo run -q -j "$jobs" -p bitnet-core --example "$example" -- models/shakespeare.gguf
+  "${CARGO_TARGET_DIR:-target}/debug/examples/$example" models/shakespeare.gguf
 done
 # The scalar kernels again, without the doc examples (they do not depend on the set). The
 # same package selection as the first pass: a narrower one would resolve features anew and
