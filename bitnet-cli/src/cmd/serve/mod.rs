@@ -97,8 +97,10 @@ pub struct Args {
     /// first byte after an idle spell), and may pause while sending its body (then 408).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
     pub read_timeout: u64,
-    /// Seconds a keep-alive connection may stay idle between requests before it is closed.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
+    /// Seconds a keep-alive connection may stay idle between requests before it is closed:
+    /// longer than a proxy's own (nginx and AWS ALB keep 60 s), or the proxy may send on a
+    /// connection as it closes.
+    #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
     pub idle_timeout: u64,
     /// Sleep this many milliseconds after every engine step: makes a tiny test model as
     /// slow as a big one (tests of queueing and disconnects).
