@@ -80,21 +80,12 @@ fn limited_bitnet(args: &[&str]) -> Command {
 
 fn start_server(model: &Path) -> Server {
     let model = model.to_str().unwrap();
-    let mut child = limited_bitnet(&["serve", "-m", model, "--port", "0", "-t", "1", "--no-pin"])
+    let child = limited_bitnet(&["serve", "-m", model, "--port", "0", "-t", "1", "--no-pin"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawning bitnet serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    let s = Server { child, url };
+    let s = Server::attach(child);
     s.wait_ready();
     s
 }

@@ -108,6 +108,12 @@ impl Server {
                 }
             });
         }
+        Server::attach(child)
+    }
+
+    /// A server spawned elsewhere with its stdout piped: its address read from its first
+    /// line.
+    pub fn attach(mut child: Child) -> Server {
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
