@@ -9,6 +9,8 @@
 
 mod commands;
 mod input;
+mod screen;
+mod slash;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
@@ -27,12 +29,13 @@ use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
 use crate::interrupt;
-use crate::output::{error_chain, note};
-use crate::output_file::OutputFile;
+use crate::output::error_chain;
 use crate::setup::Setup;
 use crate::template_worker;
-use commands::{Command, HELP};
+use commands::Command;
 use input::{Input, Read};
+use screen::Screen;
+use slash::run_command;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -80,29 +83,6 @@ pub struct Args {
     pub attn_entropy: AttnEntropyArgs,
     #[command(flatten)]
     pub model_args: ModelArgs,
-}
-
-/// How the chat talks to the user: styled on a terminal, plain otherwise.
-struct Screen {
-    styled: bool,
-    show_stats: bool,
-}
-
-impl Screen {
-    fn info(&self, msg: &str) {
-        if self.styled {
-            note!("{}", msg.dark_grey());
-        } else {
-            note!("{msg}");
-        }
-    }
-    fn warn(&self, msg: &str) {
-        if self.styled {
-            note!("{}", msg.yellow());
-        } else {
-            note!("{msg}");
-        }
-    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -308,151 +288,4 @@ fn figures(s: &TurnStats, attn_entropy: Option<String>) -> String {
         line.push_str(h);
     }
     line
-}
-
-fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Command) -> Result<()> {
-    match cmd {
-        Command::Help => println!("{HELP}"),
-        Command::Clear => {
-            chat.clear()?;
-            screen.info("(new conversation)");
-        }
-        Command::Regen => return reply(chat, screen, |c, io| c.regenerate(io)),
-        Command::Undo => {
-            let n = chat.undo()?;
-            screen.info(&format!(
-                "(removed {n} message{})",
-                if n == 1 { "" } else { "s" }
-            ));
-        }
-        Command::System(text) => {
-            let set = text.is_some();
-            chat.set_system(text)?;
-            screen.info(if set {
-                "(system prompt set)"
-            } else {
-                "(system prompt removed)"
-            });
-        }
-        Command::Set(s) => {
-            let n_vocab = chat.model().config().n_vocab;
-            let settings = &mut chat.settings;
-            let mut sampler = settings.sampler.clone();
-            commands::apply(&s, &mut sampler, &mut settings.max_tokens);
-            // The sampler's own rules decide, behind /set's own ranges: a refused value
-            // leaves the settings as they were.
-            sampler.validate(n_vocab)?;
-            settings.sampler = sampler;
-            screen.info(&format!("({s})"));
-        }
-        Command::Show => show(chat),
-        Command::Save(path) => {
-            let json = serde_json::to_string_pretty(chat.conversation().messages())?;
-            let f = OutputFile::create(&path)?;
-            f.file().write_all(json.as_bytes())?;
-            f.file().write_all(b"\n")?;
-            f.commit()?;
-            screen.info(&format!(
-                "(saved {} messages to {})",
-                chat.conversation().messages().len(),
-                path.display()
-            ));
-        }
-        Command::Load(path) => {
-            let messages = load_messages(&path)?;
-            let n = messages.len();
-            chat.load_messages(messages)?;
-            screen.info(&format!("(loaded {n} messages from {})", path.display()));
-        }
-        Command::Stats => {
-            screen.show_stats = !screen.show_stats;
-            screen.info(if screen.show_stats {
-                "(figures on)"
-            } else {
-                "(figures off)"
-            });
-        }
-        Command::Bye => {}
-    }
-    Ok(())
-}
-
-fn show(chat: &ChatSession) {
-    let m = chat.model();
-    let c = m.config();
-    let s = &chat.settings;
-    let conv = chat.conversation();
-    println!(
-        "model: {} ({} layers, {} dims, vocab {}), {} kernels, head {}",
-        c.arch_name,
-        c.n_layer,
-        c.n_embd,
-        c.n_vocab,
-        m.isa().name(),
-        m.head_mode().name()
-    );
-    println!("template: {}", conv.template().name());
-    println!(
-        "system: {}",
-        conv.system()
-            .map_or("(none)".to_owned(), |t| format!("{t:?}"))
-    );
-    println!(
-        "sampling: temp {} top-k {} top-p {} min-p {} repeat-penalty {} seed {} | max tokens {}",
-        s.sampler.temperature,
-        s.sampler.top_k,
-        s.sampler.top_p,
-        s.sampler.min_p,
-        s.sampler.repeat_penalty,
-        s.sampler.seed,
-        if s.max_tokens == usize::MAX {
-            "until the turn ends".to_owned()
-        } else {
-            s.max_tokens.to_string()
-        }
-    );
-    println!(
-        "conversation: {} messages | context {}/{} tokens",
-        conv.messages().len(),
-        chat.context_used(),
-        chat.context_size()
-    );
-}
-
-/// A conversation saved with /save: a JSON list of `{"role", "content"}` objects.
-fn load_messages(path: &std::path::Path) -> Result<Vec<Message>> {
-    use std::io::Read;
-    const MAX_BYTES: u64 = 64 << 20;
-    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
-    // Only a regular file: a FIFO would block the open and a device may never end.
-    if !meta.is_file() {
-        bail!(
-            "{}: not a file, so not a saved conversation",
-            path.display()
-        );
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_BYTES + 1).read_to_string(&mut text))
-        .with_context(|| format!("reading {}", path.display()))?;
-    if text.len() as u64 > MAX_BYTES {
-        bail!(
-            "{}: over {} MiB is not a saved conversation",
-            path.display(),
-            MAX_BYTES >> 20
-        );
-    }
-    let messages: Vec<Message> = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not a saved conversation (a JSON list of {{\"role\", \"content\"}} objects)",
-            path.display()
-        )
-    })?;
-    if let Some(m) = messages
-        .iter()
-        .find(|m| !matches!(m.role.as_str(), "system" | "user" | "assistant"))
-    {
-        bail!("{}: unknown role {:?}", path.display(), m.role);
-    }
-    Ok(messages)
 }
