@@ -52,7 +52,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => HeadMode::Q8,
     };
     let opts = LoadOptions {
-        head,
+        head: Some(head),
         ..LoadOptions::default()
     };
     let engine = EngineOptions {

@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         write_model(&spec, Path::new(path), |_, _| {})?;
     }
     let opts = LoadOptions {
-        head,
+        head: Some(head),
         ..LoadOptions::default()
     };
     let engine = EngineOptions {

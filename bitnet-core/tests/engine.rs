@@ -105,7 +105,7 @@ fn prefill_equals_decode_across_variants() {
         "head-q8",
         preset("tiny"),
         common::setup::Opts {
-            head: HeadMode::Q8,
+            head: Some(HeadMode::Q8),
             ..opts(2)
         },
     ));
@@ -171,7 +171,7 @@ fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
     let toks = spread_prompt(12, 4096);
     let run = |threads: usize, head: HeadMode| {
         let o = common::setup::Opts {
-            head,
+            head: Some(head),
             ..opts(threads)
         };
         let model = common::setup::load(&path, &o).unwrap();
@@ -505,7 +505,7 @@ fn weight_memory_adds_up_and_says_where_the_bytes_live() {
             &path,
             &common::setup::Opts {
                 mode,
-                head,
+                head: Some(head),
                 ..opts(1)
             },
         )

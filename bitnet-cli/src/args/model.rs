@@ -16,6 +16,9 @@ use crate::output::note;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum HeadArg {
+    /// Q8_0 for a float (F32/F16/BF16) head of 16 MiB or more, where the head bounds
+    /// decode; else the file's own format.
+    Auto,
     /// The file's own format (F16, Q6_K, ...).
     Native,
     /// Re-quantize the output head to 8 bits (Q8_0) in memory at load.
@@ -38,7 +41,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub mlock: bool,
     /// Output head format at run time.
-    #[arg(long, value_enum, default_value_t = HeadArg::Native)]
+    #[arg(long, value_enum, default_value_t = HeadArg::Auto)]
     pub head: HeadArg,
     /// KV cache size in tokens, shared by all sequences when several run at once
     /// (default: the model's training context, at most 4096).
@@ -129,8 +132,9 @@ impl ModelArgs {
             mlock: self.mlock,
             isa: parse_isa(self.kernel.as_deref())?,
             head: match self.head {
-                HeadArg::Native => HeadMode::Native,
-                HeadArg::Q8 => HeadMode::Q8,
+                HeadArg::Auto => None,
+                HeadArg::Native => Some(HeadMode::Native),
+                HeadArg::Q8 => Some(HeadMode::Q8),
             },
         })
     }

@@ -392,7 +392,7 @@ impl Model {
             .get("tokenizer.chat_template")
             .and_then(|v| v.as_str())
             .map(str::to_owned);
-        if opts.head == HeadMode::Q8 && !cfg.n_embd.is_multiple_of(QK8_0) {
+        if opts.head == Some(HeadMode::Q8) && !cfg.n_embd.is_multiple_of(QK8_0) {
             return Err(CoreError::InvalidOption {
                 option: "head",
                 reason: format!("q8 needs n_embd a multiple of {QK8_0}, got {}", cfg.n_embd),
@@ -475,6 +475,13 @@ impl Model {
         if head.rows != cfg.n_vocab || head.cols != e {
             return Err(bad(config::OUTPUT, "shape does not match the config"));
         }
+        let head_mode = opts.head.unwrap_or_else(|| {
+            HeadMode::auto_for(
+                head.fmt,
+                head.rows.saturating_mul(head.row_bytes),
+                cfg.n_embd,
+            )
+        });
 
         phases.end("norms");
 
@@ -483,7 +490,7 @@ impl Model {
             file: None,
             owned: Vec::new(),
         };
-        if opts.head == HeadMode::Q8 && head.fmt != RowFormat::Q8_0 {
+        if head_mode == HeadMode::Q8 && head.fmt != RowFormat::Q8_0 {
             let Blob::File(r) = &head.blob else {
                 unreachable!("blobs point into the file until it is dropped")
             };
@@ -610,7 +617,7 @@ impl Model {
             phases: phase_list,
             isa,
             threads,
-            head_mode: opts.head,
+            head_mode,
         };
         Ok(Model {
             config: cfg,
@@ -619,7 +626,7 @@ impl Model {
             store,
             embed,
             head,
-            head_mode: opts.head,
+            head_mode,
             output_norm,
             layers,
             isa,

@@ -1,6 +1,6 @@
 //! Loading a model and opening sessions the way the tests describe them: one options
 //! struct for what used to be one (how to load, and how the engine runs), so a test case
-//! reads `Opts { head: HeadMode::Q8, ..opts(2) }`.
+//! reads `Opts { head: Some(HeadMode::Q8), ..opts(2) }`.
 
 use std::ops::Deref;
 use std::path::Path;
@@ -17,7 +17,7 @@ use bitnet_kernels::Isa;
 pub struct Opts {
     pub mode: LoadMode,
     pub isa: Option<Isa>,
-    pub head: HeadMode,
+    pub head: Option<HeadMode>,
     pub threads: usize,
     pub pin: bool,
     pub n_ctx: usize,

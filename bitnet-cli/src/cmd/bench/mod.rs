@@ -88,8 +88,8 @@ pub struct Args {
     /// Read models into memory instead of mapping them.
     #[arg(long)]
     pub no_mmap: bool,
-    /// Output head format (native or q8).
-    #[arg(long, value_enum, default_value_t = HeadArg::Native)]
+    /// Output head format (auto, native or q8; auto as in the other commands).
+    #[arg(long, value_enum, default_value_t = HeadArg::Auto)]
     pub head: HeadArg,
     /// Output format on stdout.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Md)]
@@ -259,6 +259,9 @@ pub fn run(args: Args) -> Result<()> {
             // One load (and repack) per model and kernel set; each thread count gets its
             // own engine over the shared model.
             let model = load_model(path, &opts)?;
+            // The head decides much of decode's speed, and `auto` picks it per file.
+            clear_progress();
+            note!("{}: head {}", path.display(), model.head_mode().name());
             let mut configs = Vec::new();
             for &threads in &threads_list {
                 for &k in &args.cache_type_k {

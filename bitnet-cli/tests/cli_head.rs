@@ -1,0 +1,140 @@
+//! The output head's default (`--head auto`): a large float head is re-quantized to Q8_0,
+//! where it bounds decode; a small or already quantized one stays as the file has it; and
+//! the accuracy cost that justifies the default stays under the bound docs/commands.md states.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use common::{bitnet, run_ok, shipped_model, tmp_dir};
+
+/// The mean KL divergence (nats) a Q8_0 head may add on the shipped model; docs/commands.md
+/// states the same bound.
+const KL_BOUND: f64 = 0.001;
+
+/// `tiny` layers under GPT-2's 50,257-token vocabulary: a tied F16 head of 24.5 MiB, above
+/// the 16 MiB from which `auto` re-quantizes it.
+fn wide_vocab_model(embd_type: &str) -> PathBuf {
+    let vocab =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vocab/ggml-vocab-gpt-2.gguf");
+    let path = tmp_dir().join(format!("wide-vocab-{embd_type}.gguf"));
+    run_ok(
+        bitnet()
+            .args([
+                "gen-model",
+                "--preset",
+                "tiny",
+                "--seed",
+                "3",
+                "--embd-type",
+            ])
+            .arg(embd_type)
+            .arg("--vocab")
+            .arg(&vocab)
+            .arg("-o")
+            .arg(&path),
+    );
+    path
+}
+
+fn f16_head_model() -> &'static Path {
+    static MODEL: OnceLock<PathBuf> = OnceLock::new();
+    MODEL.get_or_init(|| wide_vocab_model("f16"))
+}
+
+/// The head mode `generate`'s figures line reports for `model` with `extra` flags.
+fn head_used(model: &Path, extra: &[&str]) -> String {
+    let out = run_ok(
+        bitnet()
+            .args(["generate", "-m"])
+            .arg(model)
+            .args(["-p", "a", "-n", "2", "-t", "1"])
+            .args(extra),
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let line = err
+        .lines()
+        .find(|l| l.contains(" | stop: "))
+        .unwrap_or_else(|| panic!("no figures line in:\n{err}"));
+    let head = line
+        .split(" | ")
+        .find_map(|field| field.split(", head ").nth(1))
+        .unwrap_or_else(|| panic!("no head in {line:?}"));
+    head.trim().to_owned()
+}
+
+#[test]
+fn a_large_float_head_is_quantized_by_default() {
+    let model = f16_head_model();
+    assert_eq!(head_used(model, &[]), "q8_0");
+    assert_eq!(head_used(model, &["--head", "auto"]), "q8_0");
+    assert_eq!(head_used(model, &["--head", "native"]), "native");
+}
+
+#[test]
+fn a_small_or_quantized_head_stays_as_the_file_has_it() {
+    // The shipped model's head is F16 but 0.5 MiB: its text must not change.
+    assert_eq!(head_used(&shipped_model(), &[]), "native");
+    // A Q8_0 head is already what `auto` would make.
+    assert_eq!(head_used(&wide_vocab_model("q8_0"), &[]), "native");
+}
+
+/// The figure behind the default: a Q8_0 head against the file's F16 head on the shipped
+/// (trained) model, by `perplexity --kl-divergence`.
+#[test]
+fn a_q8_head_costs_less_than_the_stated_bound() {
+    let dir = tmp_dir();
+    let base = dir.join("head-kl-base.bin");
+    let text = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare-ref/heldout.txt");
+    let run = |extra: &[&str]| {
+        let out = run_ok(
+            bitnet()
+                .args(["perplexity", "-m"])
+                .arg(shipped_model())
+                .arg("-f")
+                .arg(&text)
+                .args([
+                    "-c",
+                    "256",
+                    "--chunks",
+                    "24",
+                    "-t",
+                    "1",
+                    "--kl-divergence-base",
+                ])
+                .arg(&base)
+                .args(extra),
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    run(&["--head", "native"]);
+    let report = run(&["--head", "q8", "--kl-divergence"]);
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("Mean KLD:"))
+        .unwrap_or_else(|| panic!("no KL line in:\n{report}"));
+    let kl: f64 = line["Mean KLD:".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("unreadable KL in {line:?}"));
+    let same: f64 = line
+        .split("same top token: ")
+        .nth(1)
+        .and_then(|v| v.split('%').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("unreadable top-token share in {line:?}"));
+    assert!(
+        kl > 0.0,
+        "a Q8_0 head must differ a little from F16: {line}"
+    );
+    assert!(
+        kl < KL_BOUND,
+        "Q8_0 head KL {kl} over the bound {KL_BOUND}: {line}"
+    );
+    assert!(
+        same >= 99.0,
+        "Q8_0 head changes the top token too often: {line}"
+    );
+}
