@@ -426,7 +426,8 @@ function updateCtxWarning() {
   }
   if (used.full) {
     ui.ctxWarning.textContent =
-      "The conversation no longer fits the model's context: start a new chat, or edit an earlier message.";
+      `The last request did not fit the model's ${n}-token context: start a new chat, ` +
+      "edit an earlier message, or lower Max tokens.";
     ui.ctxWarning.hidden = false;
     return;
   }
