@@ -179,6 +179,7 @@ async function api(path, options = {}) {
 function askKey(error) {
   if (!keyPrompt) {
     keyPrompt = new Promise((resolve, reject) => {
+      const returnTo = document.activeElement;
       ui.keyError.textContent = error;
       ui.keyError.hidden = !error;
       ui.keyInput.value = "";
@@ -188,6 +189,16 @@ function askKey(error) {
         ui.keyInput.removeEventListener("keydown", onKey);
         ui.keyDialog.removeEventListener("cancel", onCancel);
         if (ui.keyDialog.open) ui.keyDialog.close();
+        // Back where the person was (the message box at first), focused anew once the
+        // event is over: when a click on Save closes the dialog, Chromium restores the focus
+        // in name only (keys reach the box but type nothing) until it is focused again.
+        const back = returnTo && returnTo !== document.body && returnTo.isConnected ? returnTo : ui.prompt;
+        setTimeout(() => {
+          const at = document.activeElement;
+          if (at !== back && at !== document.body && at !== null) return;
+          back.blur();
+          back.focus();
+        }, 0);
         keyPrompt = null;
         if (ok) resolve();
         else reject(new Error("no API key given"));
@@ -516,6 +527,8 @@ async function sendPrompt() {
   if (!conv.titleSet) conv.title = titleFrom(conv.messages) || conv.title;
   ui.prompt.value = "";
   autoGrow();
+  // The send button is disabled while the reply streams: keep the focus where typing goes.
+  ui.prompt.focus();
   await generate(conv);
 }
 
@@ -872,6 +885,9 @@ ui.toggleSidebar.addEventListener("click", () => {
   const open = ui.sidebar.classList.toggle("open");
   ui.toggleSidebar.setAttribute("aria-expanded", String(open));
   if (open) ui.newConv.focus();
+});
+document.querySelector(".main").addEventListener("pointerdown", () => {
+  if (ui.sidebar.classList.contains("open")) closeSidebar();
 });
 ui.closeSidebar.addEventListener("click", () => {
   closeSidebar();

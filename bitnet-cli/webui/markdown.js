@@ -163,11 +163,12 @@ function renderList(lines, i, parent, depth) {
       i++;
     }
     const li = el("li");
-    if (item.length === 1 || item.slice(1).every((l) => !startsBlock(l) && !blank(l))) {
-      renderInline(item.map((l) => l.trim()).join("\n"), li);
-    } else {
-      renderBlocks(item, li, depth + 1);
-    }
+    // The item's first lines read as inline text (a tight list); a nested list, code block
+    // or second paragraph below them as blocks.
+    let lead = 0;
+    while (lead < item.length && !blank(item[lead]) && (lead === 0 || !startsBlock(item[lead]))) lead++;
+    renderInline(item.slice(0, lead).map((l) => l.trim()).join("\n"), li);
+    if (lead < item.length) renderBlocks(item.slice(lead), li, depth + 1);
     list.appendChild(li);
   }
   parent.appendChild(list);
