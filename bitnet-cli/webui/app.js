@@ -276,7 +276,7 @@ async function loadServerInfo() {
       ui.ctxSize.textContent = server.nCtx === null ? "?" : String(server.nCtx);
       setPlaceholder(ui.temperature, params.temperature);
       setPlaceholder(ui.topP, params.top_p);
-      setPlaceholder(ui.maxTokens, params.n_predict, "server default: ");
+      setPlaceholder(ui.maxTokens, params.n_predict);
       updateCtxWarning();
       return;
     } catch (e) {
@@ -287,8 +287,8 @@ async function loadServerInfo() {
   }
 }
 
-function setPlaceholder(input, value, prefix = "") {
-  if (typeof value === "number") input.placeholder = prefix + String(value);
+function setPlaceholder(input, value) {
+  if (typeof value === "number") input.placeholder = String(value);
 }
 
 // ---- rendering -----------------------------------------------------------------------
@@ -446,7 +446,10 @@ function updateCtxWarning() {
   ui.ctxWarning.hidden = share < CTX_WARN;
   ui.ctxWarning.textContent =
     `This conversation uses ${used.total} of the model's ${n}-token context ` +
-    `(${Math.round(share * 100)}%): replies may soon be cut short. Start a new chat to free it.`;
+    `(${Math.round(share * 100)}%): ` +
+    (used.total >= n
+      ? "the next reply has no room. Start a new chat, or edit an earlier message."
+      : "replies may soon be cut short. Start a new chat to free it.");
 }
 
 function renderAll() {
