@@ -156,6 +156,13 @@ fn the_page_and_its_assets_load_with_a_strict_csp() {
         assert_eq!(g.body, text, "webui/{name} is served stale");
     }
     assert_eq!(get(&s, "/webui/nothing.js", &[]).status, 404);
+    // A POST to the page is a 405 that names the methods it takes, as the API's routes do.
+    let (status, body) = s.post("/", &Value::Null);
+    assert_openai_error(status, &body, 405, None);
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("GET"),
+        "{body}"
+    );
 
     // The browser revalidates; an unchanged page costs a 304.
     let tag = page.etag.expect("the page has an ETag");

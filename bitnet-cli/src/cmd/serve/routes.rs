@@ -52,15 +52,16 @@ pub fn router(state: Arc<AppState>, webui: bool) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), require_key))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state.clone());
-    // These wrap the whole router rather than each route: a route's 405 gets its Allow
-    // header outside the route's own layers.
     // The page holds no data: it loads without a key, and asks for one when the API does.
     let page = if webui {
         super::webui::router()
     } else {
         Router::new()
     };
-    page.fallback_service(routes)
+    // These wrap the whole router rather than each route: a route's 405 gets its Allow
+    // header outside the route's own layers.
+    Router::new()
+        .fallback_service(page.fallback_service(routes))
         .layer(middleware::from_fn(openai_shape))
         // Outermost: a preflight is answered before the key is asked for.
         .layer(middleware::from_fn_with_state(state, cors))
