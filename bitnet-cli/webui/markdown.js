@@ -26,8 +26,10 @@ export function renderMarkdown(text, container) {
   container.replaceChildren(frag);
 }
 
-const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$/;
-const HEADING = /^ {0,3}(#{1,6})(?:\s+(.*?))?\s*#*\s*$/;
+// Each pattern runs in time linear in the line (no nested or overlapping quantifiers that
+// could backtrack on a long hostile line); what they leave is trimmed by hand below.
+const FENCE = /^ {0,3}(`{3,}|~{3,})(.*)$/;
+const HEADING = /^ {0,3}(#{1,6})(?:[ \t](.*))?$/;
 const RULE = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
 const QUOTE = /^ {0,3}> ?(.*)$/;
 const BULLET = /^( {0,12})([-*+])\s+(.*)$/;
@@ -38,8 +40,25 @@ function blank(line) {
   return /^\s*$/.test(line);
 }
 
+/// The fence opening `line` and its language, or null: a backtick fence's info string holds
+/// no backtick.
+function fenceOf(line) {
+  const m = FENCE.exec(line);
+  if (!m || (m[1][0] === "`" && m[2].includes("`"))) return null;
+  return { fence: m[1], lang: m[2].trim().split(/[ \t]/)[0] };
+}
+
+/// A heading's text: trimmed, without a closing run of `#`.
+function headingText(raw) {
+  let t = (raw || "").trim();
+  let k = t.length;
+  while (k > 0 && t[k - 1] === "#") k--;
+  if (k === 0 || t[k - 1] === " " || t[k - 1] === "\t") t = t.slice(0, k).trimEnd();
+  return t;
+}
+
 function startsBlock(line) {
-  return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) ||
+  return fenceOf(line) !== null || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) ||
     BULLET.test(line) || ORDERED.test(line);
 }
 
@@ -59,8 +78,9 @@ function renderBlocks(lines, parent, depth) {
       continue;
     }
     let m;
-    if ((m = FENCE.exec(line))) {
-      const fence = m[1];
+    const f = fenceOf(line);
+    if (f) {
+      const fence = f.fence;
       const body = [];
       i++;
       while (i < lines.length && !closesFence(lines[i], fence)) {
@@ -70,9 +90,9 @@ function renderBlocks(lines, parent, depth) {
       i++; // the closing fence (or the end, while a reply streams)
       const pre = el("pre");
       const code = el("code");
-      if (/^[\w+#.-]{1,32}$/.test(m[2])) {
-        code.className = "language-" + m[2];
-        pre.dataset.lang = m[2];
+      if (/^[\w+#.-]{1,32}$/.test(f.lang)) {
+        code.className = "language-" + f.lang;
+        pre.dataset.lang = f.lang;
       }
       code.textContent = body.join("\n");
       pre.appendChild(code);
@@ -81,7 +101,7 @@ function renderBlocks(lines, parent, depth) {
     }
     if ((m = HEADING.exec(line))) {
       const h = el("h" + Math.min(m[1].length + 2, 6));
-      renderInline(m[2] || "", h);
+      renderInline(headingText(m[2]), h);
       parent.appendChild(h);
       i++;
       continue;
@@ -180,6 +200,20 @@ function el(tag) {
 }
 
 const PUNCT = /[!-/:-@[-`{-~]/;
+/// How far a span's end is looked for: each opener scans at most this far, so hostile text
+/// (a megabyte of `*` or `[` from an imported file) renders in linear time, not quadratic.
+const REACH = 4000;
+/// A link's label is short: its `]` is looked for this far.
+const LABEL_REACH = 500;
+const AUTOLINK = /<((?:https?:\/\/|mailto:)[^\s<>]{1,2000})>/y;
+const BARE_URL = /https?:\/\/[^\s<>"]{1,2000}/iy;
+const LINK_TARGET = /\(\s*<?([^\s<>()]{0,2000})>?(?:\s+("[^"]{0,500}"|'[^']{0,500}'))?\s*\)/y;
+
+/// `re` (sticky) matched at `i`, or null.
+function matchAt(re, text, i) {
+  re.lastIndex = i;
+  return re.exec(text);
+}
 
 /// Inline Markdown of `text` appended to `parent` as nodes.
 export function renderInline(text, parent, inLink = false, depth = 0) {
@@ -188,6 +222,9 @@ export function renderInline(text, parent, inLink = false, depth = 0) {
     if (buf) parent.appendChild(document.createTextNode(buf));
     buf = "";
   };
+  // The next `](` at or after i (-1: none): a `[` with none near it is no link, found
+  // without scanning.
+  let close = -2;
   let i = 0;
   while (i < text.length) {
     const c = text[i];
@@ -211,7 +248,9 @@ export function renderInline(text, parent, inLink = false, depth = 0) {
         flush();
         const code = el("code");
         let inner = text.slice(i + n, end).replace(/\n/g, " ");
-        if (/^ .*[^ ].* $/.test(inner)) inner = inner.slice(1, -1);
+        if (inner.length > 2 && inner[0] === " " && inner.endsWith(" ") && inner.trim()) {
+          inner = inner.slice(1, -1);
+        }
         code.textContent = inner;
         parent.appendChild(code);
         i = end + n;
@@ -233,7 +272,9 @@ export function renderInline(text, parent, inLink = false, depth = 0) {
       }
     }
     if (!inLink && (c === "[" || (c === "!" && text[i + 1] === "["))) {
-      const link = linkAt(text, c === "!" ? i + 1 : i);
+      if (close !== -1 && close < i) close = text.indexOf("](", i);
+      const near = close >= 0 && close - i <= LABEL_REACH;
+      const link = near ? linkAt(text, c === "!" ? i + 1 : i) : null;
       if (link) {
         flush();
         appendLink(parent, link.href, link.label, depth);
@@ -242,7 +283,7 @@ export function renderInline(text, parent, inLink = false, depth = 0) {
       }
     }
     if (!inLink && c === "<") {
-      const m = /^<((?:https?:\/\/|mailto:)[^\s<>]+)>/.exec(text.slice(i));
+      const m = matchAt(AUTOLINK, text, i);
       if (m && safeUrl(m[1])) {
         flush();
         appendLink(parent, safeUrl(m[1]), null, depth, m[1]);
@@ -251,7 +292,7 @@ export function renderInline(text, parent, inLink = false, depth = 0) {
       }
     }
     if (!inLink && (c === "h" || c === "H") && (i === 0 || !/\w/.test(text[i - 1]))) {
-      const m = /^https?:\/\/[^\s<>"]+/i.exec(text.slice(i));
+      const m = matchAt(BARE_URL, text, i);
       if (m) {
         const url = m[0].replace(/[.,;:!?'")\]}*_~]+$/, "");
         const href = url.length > 8 ? safeUrl(url) : null;
@@ -271,7 +312,7 @@ export function renderInline(text, parent, inLink = false, depth = 0) {
 
 function findRun(text, run, from) {
   let j = text.indexOf(run, from);
-  while (j >= 0) {
+  while (j >= 0 && j < from + REACH) {
     // The closing run must be exactly as long.
     if (text[j + run.length] !== run[0] && (j === 0 || text[j - 1] !== run[0])) return j;
     j = text.indexOf(run, j + 1);
@@ -290,7 +331,7 @@ function emphasis(text, i) {
   // `_` inside a word (snake_case) is no emphasis.
   if (c === "_" && i > 0 && /\w/.test(text[i - 1])) return null;
   let j = text.indexOf(marker, start + 1);
-  while (j >= 0) {
+  while (j >= 0 && j < start + REACH) {
     const closes = !/\s/.test(text[j - 1]) &&
       (double || text[j + 1] !== c) &&
       !(c === "_" && /\w/.test(text[j + marker.length] || ""));
@@ -308,7 +349,8 @@ function emphasis(text, i) {
 function linkAt(text, i) {
   let depth = 0;
   let j = i;
-  for (; j < text.length; j++) {
+  const end = Math.min(text.length, i + LABEL_REACH);
+  for (; j < end; j++) {
     if (text[j] === "\\") {
       j++;
       continue;
@@ -316,8 +358,8 @@ function linkAt(text, i) {
     if (text[j] === "[") depth++;
     else if (text[j] === "]" && --depth === 0) break;
   }
-  if (j >= text.length || text[j + 1] !== "(") return null;
-  const m = /^\(\s*<?([^\s<>()]*)>?(?:\s+("[^"]*"|'[^']*'))?\s*\)/.exec(text.slice(j + 1));
+  if (j >= end || text[j + 1] !== "(") return null;
+  const m = matchAt(LINK_TARGET, text, j + 1);
   if (!m) return null;
   const href = safeUrl(m[1]);
   if (!href) return null;
