@@ -1,20 +1,15 @@
-// The chat page of `bitnet serve`: conversations kept in this browser (localStorage),
-// replies streamed from /v1/chat/completions (server-sent events), the model's name and
-// context from /v1/models and /props, and the API key asked for on a 401 and kept for the
-// tab (sessionStorage). Every text shown (model output, stored and imported conversations,
-// server errors) goes into the page as text nodes or through markdown.js, never as HTML.
+// The chat page of `bitnet serve`: the conversations (kept by store.js), replies streamed
+// from /v1/chat/completions (through api.js, which also asks for the API key), the model's
+// name and context from /v1/models and /props, settings, and the page's controls. Every
+// text shown (model output, stored and imported conversations, server errors) goes into the
+// page as text nodes or through markdown.js, never as HTML.
 
+import { api, describe, errorOf, readEvents } from "./api.js";
 import { renderMarkdown } from "./markdown.js";
+import { MAX_TITLE, STORE_KEY, cleanConversation, loadStore, newId, titleFrom } from "./store.js";
 
-const STORE_KEY = "bitnet.webui.v1";
-const API_KEY_KEY = "bitnet.webui.apiKey";
-const ROLES = new Set(["user", "assistant", "system"]);
 /// Share of the context at which the page warns.
 const CTX_WARN = 0.8;
-/// Caps on what a stored or imported conversation may hold.
-const MAX_TITLE = 200;
-const MAX_CONTENT = 1 << 20;
-const MAX_MESSAGES = 10000;
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -44,10 +39,6 @@ const ui = {
   send: $("send"),
   stop: $("stop"),
   keyDialog: $("api-key-dialog"),
-  keyInput: $("api-key"),
-  keyError: $("api-key-error"),
-  keySave: $("api-key-save"),
-  keyCancel: $("api-key-cancel"),
 };
 
 /// What the server told us: filled by loadServerInfo().
@@ -57,75 +48,6 @@ const server = { model: null, nCtx: null, defaults: {} };
 let streaming = null;
 
 // ---- storage -------------------------------------------------------------------------
-
-function newId() {
-  // crypto.randomUUID is missing outside secure contexts (a phone on http://LAN-ADDRESS).
-  return Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
-}
-
-function str(v, cap) {
-  return typeof v === "string" ? v.slice(0, cap) : "";
-}
-
-/// A conversation from untrusted JSON (storage or an imported file), or null.
-function cleanConversation(c) {
-  if (!c || typeof c !== "object" || !Array.isArray(c.messages)) return null;
-  const messages = [];
-  for (const m of c.messages.slice(0, MAX_MESSAGES)) {
-    if (!m || typeof m !== "object" || !ROLES.has(m.role)) continue;
-    const msg = { role: m.role, content: str(m.content, MAX_CONTENT) };
-    if (m.role === "assistant") {
-      if (m.stopped === true) msg.stopped = true;
-      if (typeof m.error === "string" && m.error) msg.error = str(m.error, 4000);
-      if (typeof m.finish === "string") msg.finish = str(m.finish, 40);
-      if (m.stats && typeof m.stats === "object") {
-        const s = {};
-        for (const k of ["prompt", "completion", "total", "tps"]) {
-          if (Number.isFinite(m.stats[k]) && m.stats[k] >= 0) s[k] = m.stats[k];
-        }
-        msg.stats = s;
-      }
-    }
-    messages.push(msg);
-  }
-  const title = str(c.title, MAX_TITLE).trim();
-  return {
-    id: typeof c.id === "string" && /^[\w-]{1,64}$/.test(c.id) ? c.id : newId(),
-    title: title || titleFrom(messages) || "New chat",
-    titleSet: c.titleSet === true,
-    updated: Number.isFinite(c.updated) ? c.updated : Date.now(),
-    messages,
-  };
-}
-
-function loadStore() {
-  let raw = null;
-  try {
-    raw = JSON.parse(localStorage.getItem(STORE_KEY) || "null");
-  } catch {
-    raw = null;
-  }
-  const store = { version: 1, current: null, conversations: [], settings: {} };
-  if (raw && typeof raw === "object") {
-    if (Array.isArray(raw.conversations)) {
-      const seen = new Set();
-      for (const c of raw.conversations) {
-        const clean = cleanConversation(c);
-        if (clean && !seen.has(clean.id)) {
-          seen.add(clean.id);
-          store.conversations.push(clean);
-        }
-      }
-    }
-    if (typeof raw.current === "string") store.current = raw.current;
-    if (raw.settings && typeof raw.settings === "object") {
-      for (const k of ["system", "temperature", "topP", "maxTokens", "seed"]) {
-        if (typeof raw.settings[k] === "string") store.settings[k] = raw.settings[k].slice(0, MAX_CONTENT);
-      }
-    }
-  }
-  return store;
-}
 
 const store = loadStore();
 
@@ -152,105 +74,7 @@ function addConversation() {
   return c;
 }
 
-function titleFrom(messages) {
-  const first = messages.find((m) => m.role === "user" && m.content.trim());
-  if (!first) return "";
-  const line = first.content.trim().split("\n")[0];
-  return line.length > 48 ? line.slice(0, 47) + "…" : line;
-}
-
 // ---- server --------------------------------------------------------------------------
-
-let keyPrompt = null;
-
-/// fetch() with the API key; on a 401 asks for a key (once for all requests waiting) and
-/// tries again.
-async function api(path, options = {}) {
-  for (let attempt = 0; ; attempt++) {
-    const key = sessionStorage.getItem(API_KEY_KEY);
-    const headers = new Headers(options.headers || {});
-    if (key) headers.set("Authorization", "Bearer " + key);
-    const resp = await fetch(path, { ...options, headers });
-    if (resp.status !== 401 || attempt >= 5) return resp;
-    await askKey(key ? "The server refused this key." : "");
-  }
-}
-
-function askKey(error) {
-  if (!keyPrompt) {
-    keyPrompt = new Promise((resolve, reject) => {
-      const returnTo = document.activeElement;
-      ui.keyError.textContent = error;
-      ui.keyError.hidden = !error;
-      ui.keyInput.value = "";
-      const done = (ok) => {
-        ui.keySave.removeEventListener("click", onSave);
-        ui.keyCancel.removeEventListener("click", onCancel);
-        ui.keyInput.removeEventListener("keydown", onKey);
-        ui.keyDialog.removeEventListener("cancel", onCancel);
-        if (ui.keyDialog.open) ui.keyDialog.close();
-        // Back where the person was (the message box at first), focused anew once the
-        // event is over: when a click on Save closes the dialog, Chromium restores the focus
-        // in name only (keys reach the box but type nothing) until it is focused again.
-        const back = returnTo && returnTo !== document.body && returnTo.isConnected ? returnTo : ui.prompt;
-        setTimeout(() => {
-          const at = document.activeElement;
-          if (at !== back && at !== document.body && at !== null) return;
-          back.blur();
-          back.focus();
-        }, 0);
-        keyPrompt = null;
-        if (ok) resolve();
-        else reject(new Error("no API key given"));
-      };
-      const onSave = () => {
-        const k = ui.keyInput.value.trim();
-        if (!k) {
-          ui.keyError.textContent = "Enter the key the server was started with (--api-key).";
-          ui.keyError.hidden = false;
-          return;
-        }
-        sessionStorage.setItem(API_KEY_KEY, k);
-        done(true);
-      };
-      const onCancel = (e) => {
-        e.preventDefault();
-        done(false);
-      };
-      const onKey = (e) => {
-        if (e.key === "Enter") {
-          e.preventDefault();
-          onSave();
-        }
-      };
-      ui.keySave.addEventListener("click", onSave);
-      ui.keyCancel.addEventListener("click", onCancel);
-      ui.keyInput.addEventListener("keydown", onKey);
-      ui.keyDialog.addEventListener("cancel", onCancel);
-      ui.keyDialog.showModal();
-      ui.keyInput.focus();
-    });
-  }
-  return keyPrompt;
-}
-
-/// A server error answer as one line of text: `message (code)`.
-async function errorOf(resp) {
-  let text = "";
-  try {
-    text = await resp.text();
-    const e = JSON.parse(text).error;
-    if (e && typeof e.message === "string") return describe(e, resp.status);
-  } catch {
-    // not JSON: the text itself
-  }
-  return `HTTP ${resp.status}` + (text ? ": " + text.slice(0, 500) : "");
-}
-
-function describe(e, status) {
-  const code = typeof e.code === "string" ? e.code : typeof e.type === "string" ? e.type : "";
-  return (status ? `HTTP ${status}: ` : "") + e.message + (code ? ` (${code})` : "");
-}
 
 async function loadServerInfo() {
   for (let tries = 0; tries < 60; tries++) {
@@ -619,49 +443,6 @@ async function generate(conv) {
     setStreaming(false);
     renderAll();
     if (conv.id === store.current) scrollToEnd();
-  }
-}
-
-/// Reads a server-sent event stream, handing each `data:` JSON payload to `onEvent`.
-async function readEvents(resp, onEvent) {
-  const reader = resp.body.getReader();
-  const decoder = new TextDecoder();
-  let buf = "";
-  let data = [];
-  const dispatch = () => {
-    if (data.length === 0) return false;
-    const payload = data.join("\n");
-    data = [];
-    if (payload === "[DONE]") return true;
-    let ev;
-    try {
-      ev = JSON.parse(payload);
-    } catch {
-      return false;
-    }
-    if (ev && typeof ev === "object") onEvent(ev);
-    return false;
-  };
-  for (;;) {
-    const { value, done } = await reader.read();
-    buf += decoder.decode(value || new Uint8Array(), { stream: !done });
-    let nl;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl).replace(/\r$/, "");
-      buf = buf.slice(nl + 1);
-      if (line === "") {
-        if (dispatch()) {
-          await reader.cancel().catch(() => {});
-          return;
-        }
-      } else if (line.startsWith("data:")) {
-        data.push(line.slice(5).replace(/^ /, ""));
-      }
-    }
-    if (done) {
-      dispatch();
-      return;
-    }
   }
 }
 

@@ -27,7 +27,7 @@ struct Asset {
 }
 
 /// Every file of the page; `index.html` is served at `/`, the others at `/webui/NAME`.
-const ASSETS: [Asset; 4] = [
+const ASSETS: [Asset; 6] = [
     Asset {
         name: "index.html",
         content_type: "text/html; charset=utf-8",
@@ -37,6 +37,16 @@ const ASSETS: [Asset; 4] = [
         name: "app.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../../webui/app.js"),
+    },
+    Asset {
+        name: "api.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../webui/api.js"),
+    },
+    Asset {
+        name: "store.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../../webui/store.js"),
     },
     Asset {
         name: "markdown.js",
