@@ -41,7 +41,7 @@ import urllib.request
 
 # The W3C key under which WebDriver hands out element references.
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
-ENTER, SHIFT, RELEASE = "\ue007", "\ue008", "\ue000"
+ENTER, SHIFT, RELEASE, ESCAPE = "\ue007", "\ue008", "\ue000", "\ue00c"
 # A wait that takes longer than this is a failure, not a slow machine.
 WAIT_S = 15
 # The whole run: a safety net above the per-wait limits.
@@ -293,6 +293,15 @@ const b = document.querySelectorAll('#messages .msg[data-role="assistant"] .msg-
 return b.length ? b[b.length - 1].textContent : null;
 """
 
+# True once the reply to the message sent after `arguments[0]` messages shows some text.
+REPLY_STARTED_JS = """
+const m = document.querySelector('#messages');
+const all = m.querySelectorAll('.msg');
+const last = all[all.length - 1];
+return m.dataset.streaming === 'true' && all.length >= arguments[0] + 2
+  && last.dataset.role === 'assistant' && last.querySelector('.msg-body').textContent.length > 0;
+"""
+
 LAST_STATS_JS = """
 const s = document.querySelectorAll('#messages .msg[data-role="assistant"] .msg-stats');
 return s.length ? s[s.length - 1].textContent : null;
@@ -330,6 +339,12 @@ for (const e of m.querySelectorAll('[src], [srcdoc], [formaction], [xlink\\\\:hr
     if (e.hasAttribute(n) && !/^https?:/i.test(e[n] || '')) found.push(`<${e.tagName.toLowerCase()} ${n}=${JSON.stringify(e.getAttribute(n))}>`);
 return found;
 """
+
+
+def ctx_warning(sess):
+    """The text of #ctx-warning when it shows, else None."""
+    return sess.js("""const w = document.querySelector('#ctx-warning');
+        return w && !w.hidden && w.getClientRects().length ? w.textContent.trim() : null;""")
 
 
 def streaming(sess):
@@ -477,17 +492,15 @@ class Run:
             raise Failure(f"the final reply ({len(reply)} chars) is shorter than it was "
                           f"while streaming ({highs[-1]})")
         stats = sess.js(LAST_STATS_JS)
+        if (warning := ctx_warning(sess)):
+            raise Failure(f"#ctx-warning shows at about half the context: {warning!r}")
         return (f"reply grew through {len(highs)} lengths ({highs[0]}..{highs[-1]} chars) in "
                 f"{took:.1f} s; stats {stats.strip()!r}")
 
     def step_c_stop(self, sess):
         cancelled = self.server.metric("bitnet_requests_cancelled_total")
         before = send(sess, "Speak again, and at length.")
-        sess.wait("""const m = document.querySelector('#messages');
-            const b = m.querySelectorAll('.msg[data-role="assistant"] .msg-body');
-            return m.dataset.streaming === 'true' && b.length > arguments[0] / 2
-              && b[b.length - 1].textContent.length > 0;""",
-                  "the second reply to start", WAIT_S, before)
+        sess.wait(REPLY_STARTED_JS, "the second reply to start", WAIT_S, before)
         busy = self.server.metric("bitnet_requests_processing")
         if not sess.find_all("button#stop"):
             raise Failure("no button#stop while streaming")
@@ -541,9 +554,15 @@ class Run:
         second = next(c[0] for c in conv_ids(sess) if c[1])
         if second == self.first_conv:
             raise Failure("#new-conv left the first conversation active")
+        # 200 tokens: over 80% of the 256-token context, so the warning must show.
+        set_input(sess, "#max-tokens", "200")
         before = send(sess, "A second conversation.")
         wait_reply(sess, before)
+        set_input(sess, "#max-tokens", "100")
         second_msgs = messages(sess)
+        stats = sess.js(LAST_STATS_JS)
+        if not (warning := ctx_warning(sess)):
+            raise Failure(f"no #ctx-warning with the context nearly full ({stats.strip()!r})")
         open_conv(sess, self.first_conv)
         sess.wait("return document.querySelectorAll('#messages .msg').length === arguments[0]",
                   "the first conversation's messages", WAIT_S, len(self.first_msgs))
@@ -555,7 +574,8 @@ class Run:
         if messages(sess) != second_msgs:
             raise Failure(f"the second conversation shows {messages(sess)}, "
                           f"it had {second_msgs}")
-        return "new conversation; first (4 messages) and second (2) shown in turn"
+        return (f"new conversation; first (4 messages) and second (2) shown in turn; "
+                f"#ctx-warning at {stats.split('·')[-1].strip()!r}")
 
     def step_f_xss(self, sess):
         # A conversation of its own: the first two fill the small context.
@@ -676,6 +696,13 @@ class Run:
             raise Failure(f"at phone width the viewport is {width[0]} px wide and the page "
                           f"{width[1]} px: it scrolls sideways")
         path, psize = self.showcase(phone, "webui-phone.png")
+        off = phone.js("""return ['#prompt', '#send', '#messages'].filter(css => {
+            const r = document.querySelector(css).getBoundingClientRect();
+            return !(r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth + 0.5
+                     && r.top < innerHeight && r.bottom <= innerHeight + 0.5);
+        });""")
+        if off:
+            raise Failure(f"at phone width {off} are not wholly on the screen")
         if self.args.docs_img:
             for p in (desk, path):
                 shutil.copyfile(p, os.path.join(self.args.docs_img, os.path.basename(p)))
@@ -696,7 +723,18 @@ class Run:
             wait_page_ready(sess, model)
             if sess.js("return document.querySelector('dialog#api-key-dialog').open"):
                 raise Failure("the key dialog stays open after the key was saved")
+            set_input(sess, "#max-tokens", "60")
+            # Esc stops a reply, from the keyboard alone.
             before = send(sess, "Hello with a key.")
+            sess.wait(REPLY_STARTED_JS, "the reply to start", WAIT_S, before)
+            sess.send_keys(sess.find("#prompt"), ESCAPE)
+            sess.wait("return document.querySelector('#messages').dataset.streaming === 'false'",
+                      "data-streaming to be false after Esc", 5)
+            stopped = sess.js("const a = document.querySelectorAll('#messages .msg[data-role=\"assistant\"]');"
+                              "return a[a.length - 1].dataset.stopped")
+            if stopped != "true":
+                raise Failure(f"after Esc the reply has data-stopped={stopped!r}, not 'true'")
+            before = send(sess, "Again, to the end.")
             reply = wait_reply(sess, before)
             stored = sess.js("return JSON.stringify(sessionStorage).includes(arguments[0])",
                              API_KEY)
@@ -709,7 +747,8 @@ class Run:
             sess.quit()
             self.sessions.remove(sess)
             self.key_server.stop()
-        return f"dialog asked for the key; reply of {len(reply)} chars with it"
+        return (f"dialog asked for the key; Esc stopped a reply; a reply of {len(reply)} "
+                f"chars with the key")
 
 
 STEPS = [("a", "load", Run.step_a_load), ("b", "stream", Run.step_b_stream),
