@@ -25,6 +25,7 @@ mod structured;
 mod token_text;
 mod tools;
 mod unsupported;
+mod webui;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -102,6 +103,9 @@ pub struct Args {
     /// connection as it closes.
     #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
     pub idle_timeout: u64,
+    /// Serve no chat page at `/` (the API only; `/` is then a 404).
+    #[arg(long)]
+    pub no_webui: bool,
     /// Sleep this many milliseconds after every engine step: makes a tiny test model as
     /// slow as a big one (tests of queueing and disconnects).
     #[arg(long, default_value_t = 0, hide = true)]
@@ -161,13 +165,17 @@ async fn serve(args: Args, config: Config) -> Result<()> {
         read_timeout: Duration::from_secs(args.read_timeout),
         idle_timeout: Duration::from_secs(args.idle_timeout),
     };
+    let webui = !args.no_webui;
+    if webui {
+        note!("chat page at http://{local}/");
+    }
     let shared = Arc::new(Shared::default());
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let parallel = config.parallel;
     let runtime = engine::spawn(args, shared.clone(), parallel, fail_tx)?;
 
     let state = Arc::new(AppState::new(shared.clone(), runtime.handle(), config));
-    let app = routes::router(state.clone());
+    let app = routes::router(state.clone(), webui);
     let shutdown = conn::Shutdown {
         signal: {
             let state = state.clone();

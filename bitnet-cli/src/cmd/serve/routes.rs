@@ -1,6 +1,6 @@
 //! The HTTP routes and what wraps them: CORS (`cors.rs`), every error in OpenAI's shape,
-//! the API key (every route but the health checks, `auth.rs`), the body size limit, and a
-//! 404 for anything else.
+//! the API key (every route but the health checks and the chat page, `auth.rs`), the body
+//! size limit, and a 404 for anything else. The chat page's own files are in `webui.rs`.
 
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use bitnet_core::Model;
 use bitnet_core::chat::{HealedPrompt, ToolFormat, healed_prompt_tokens, tokenize_prompt};
 use bitnet_core::constrain::Constraint;
+use bitnet_core::sampling::SamplerConfig;
 use serde_json::{Value, json};
 
 use super::auth::require_key;
@@ -28,7 +29,8 @@ use super::state::AppState;
 use super::structured::{OutputSpec, compile, constraint_error, output_spec};
 use super::tools::{tool_constraint, tool_request};
 
-pub fn router(state: Arc<AppState>) -> Router {
+/// The server's routes; `webui`: the chat page at `/` (`--no-webui` leaves `/` a 404).
+pub fn router(state: Arc<AppState>, webui: bool) -> Router {
     let limit = state.config.max_body;
     let routes = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
@@ -43,6 +45,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/props", get(props))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .fallback(|uri: Uri| async move { ApiError::not_found(uri.path()) })
@@ -51,8 +54,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state.clone());
     // These wrap the whole router rather than each route: a route's 405 gets its Allow
     // header outside the route's own layers.
-    Router::new()
-        .fallback_service(routes)
+    // The page holds no data: it loads without a key, and asks for one when the API does.
+    let page = if webui {
+        super::webui::router()
+    } else {
+        Router::new()
+    };
+    page.fallback_service(routes)
         .layer(middleware::from_fn(openai_shape))
         // Outermost: a preflight is answered before the key is asked for.
         .layer(middleware::from_fn_with_state(state, cors))
@@ -235,6 +243,39 @@ fn model_object(state: &AppState) -> Value {
             "chat_template": l.template.name(),
         })),
     })
+}
+
+/// `GET /props` (llama-server's route): what a client needs to know before it asks, the
+/// model's name, its context, the slots, and the generation settings a request that names
+/// none gets.
+async fn props(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
+    let loaded = state.ready()?;
+    let d = SamplerConfig::default();
+    let n_ctx = loaded.max_seq_len;
+    Ok(Json(json!({
+        "model": state.config.model_name,
+        "n_ctx": n_ctx,
+        "total_slots": state.config.parallel,
+        "chat_template": loaded.template.name(),
+        "build_info": concat!("bitnet-rs ", env!("CARGO_PKG_VERSION")),
+        "default_generation_settings": {
+            "n_ctx": n_ctx,
+            "params": {
+                // The server's -n, cut to the room the prompt leaves.
+                "n_predict": state.config.n_predict,
+                "temperature": d.temperature,
+                "top_k": d.top_k,
+                "top_p": d.top_p,
+                "min_p": d.min_p,
+                "repeat_penalty": d.repeat_penalty,
+                "repeat_last_n": d.repeat_last_n,
+                "frequency_penalty": d.frequency_penalty,
+                "presence_penalty": d.presence_penalty,
+                // A fresh seed per request unless the request names one.
+                "seed": -1,
+            },
+        },
+    })))
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {
