@@ -204,6 +204,17 @@ class Session:
     def handles(self):
         return self.cmd("GET", "/window/handles")
 
+    def problems(self):
+        """The page's uncaught errors and security refusals since the last call: a blocked
+        inline script or Trusted Types refusal means the renderer let markup through."""
+        try:
+            logs = self.cmd("POST", "/se/log", {"type": "browser"})
+        except WebDriverError:
+            return []  # a driver without Chrome's log endpoint
+        bad = re.compile(r"Uncaught|Content Security Policy|Refused to|Trusted ?Type", re.I)
+        return [e["message"] for e in logs
+                if e.get("source") == "javascript" or bad.search(e.get("message", ""))]
+
     def wait(self, script, what, timeout=WAIT_S, *args):
         """Polls `script` until it returns something truthy; returns that."""
         deadline = time.time() + timeout
@@ -459,6 +470,11 @@ class Run:
     def step_a_load(self, sess):
         self.model = self.server.get_json("/v1/models")["data"][0]["id"]
         self.n_ctx = self.server.get_json("/props")["n_ctx"]
+        csp = urllib.request.urlopen(self.server.url + "/", timeout=5).headers.get(
+            "Content-Security-Policy", "")
+        script_src = re.search(r"(?:^|;)\s*script-src([^;]*)", csp)
+        if not script_src or "unsafe-inline" in csp or "unsafe-eval" in csp:
+            raise Failure(f"/ has no strict Content-Security-Policy: {csp!r}")
         sess.get(self.server.url + "/")
         name, ctx = wait_page_ready(sess, self.model)
         if str(self.n_ctx) not in ctx.replace(",", "").replace(" ", ""):
@@ -593,6 +609,9 @@ class Run:
         before = len(messages(sess))
         sess.send_keys(box, ENTER)
         wait_reply(sess, before)
+        time.sleep(0.3)  # an onerror would have run by now
+        if (found := sess.js(XSS_FINDINGS_JS)):
+            raise Failure(f"unsafe content in the page after the typed payload: {found}")
         shown = messages(sess)[before][1]
         if "<img src=x onerror=" not in shown:
             raise Failure(f"the typed payload is not shown as text: {shown!r}")
@@ -615,6 +634,11 @@ class Run:
         open_conv(sess, new[0])
         sess.wait("return document.querySelectorAll('#messages .msg').length >= 5",
                   "the imported messages", WAIT_S)
+        time.sleep(0.3)  # an onerror or onload would have run by now
+        found = sess.js(XSS_FINDINGS_JS)
+        if found or sess.js("return document.querySelector('#conversations .conv img, "
+                            "#conversations .conv script') !== null"):
+            raise Failure(f"unsafe content in the page: {found}")
         text = sess.js("return document.querySelector('#messages').textContent")
         for literal in ("<script>window.", "<img src=x onerror=", "<svg onload="):
             if literal not in text:
@@ -623,11 +647,6 @@ class Run:
         title = sess.js("return document.querySelector('#conversations .conv.active').textContent")
         if "<img src=x" not in title:
             raise Failure(f"the imported title is not shown as text: {title!r}")
-        time.sleep(0.3)  # an onerror or onload would have run by now
-        found = sess.js(XSS_FINDINGS_JS)
-        if found or sess.js("return document.querySelector('#conversations .conv img, "
-                            "#conversations .conv script') !== null"):
-            raise Failure(f"unsafe content in the page: {found}")
         page = sess.url()
         clicked = 0
         for a in sess.find_all("#messages .msg-body a"):
@@ -706,6 +725,8 @@ class Run:
         if self.args.docs_img:
             for p in (desk, path):
                 shutil.copyfile(p, os.path.join(self.args.docs_img, os.path.basename(p)))
+        if (problems := phone.problems()):
+            raise Failure(f"the page logged at phone width: {problems}")
         phone.quit()
         self.sessions.remove(phone)
         return f"{desk} ({dsize // 1024} KiB), {path} ({psize // 1024} KiB)"
@@ -743,6 +764,8 @@ class Run:
             local = sess.js("return JSON.stringify(localStorage).includes(arguments[0])", API_KEY)
             if local:
                 raise Failure("the key was written to localStorage (it must stay in the session)")
+            if (problems := sess.problems()):
+                raise Failure(f"the page logged: {problems}")
         finally:
             sess.quit()
             self.sessions.remove(sess)
@@ -815,6 +838,8 @@ def main():
             current = f"{letter}. {name}"
             t0 = time.time()
             line = fn(run, sess)
+            if (problems := sess.problems()):
+                raise Failure(f"the page logged: {problems}")
             print(f"ok   {current}: {line} [{time.time() - t0:.1f} s]", flush=True)
         print(f"browser test passed in {time.time() - t_start:.1f} s", flush=True)
         return 0
