@@ -5,21 +5,29 @@ Run by scripts/browser-test.sh (which installs Chromium and chromedriver where m
 Python's standard library only: a small client of chromedriver's W3C WebDriver HTTP API over
 urllib, no Selenium. Starts `bitnet serve` on the shipped model (slowed with the hidden
 --step-delay-ms, so a reply streams over a couple of seconds like a big model's) and goes
-through the page by the hooks of its contract (ids and data attributes; see docs/web.md):
+through the page:
 
-  a  load      the model's name and context size show
-  b  stream    a reply grows over >= 3 snapshots while #messages is data-streaming="true"
-  c  stop      #stop mid-reply: streaming ends, the reply is marked stopped, and the server's
-               bitnet_requests_processing goes back to 0
+  a  load      the model's name and context size show; / has a strict Content-Security-Policy
+  b  stream    a reply grows over >= 3 snapshots while #messages is data-streaming="true";
+               its figures show, and no context warning at half the context
+  c  stop      #stop mid-reply: streaming ends, the reply is marked stopped, the server's
+               bitnet_requests_processing goes back to 0 and its cancelled count up by 1
   d  reload    the conversation and its messages survive a reload
-  e  switch    a new conversation, then back to the first and again to the second
-  f  xss       typed and imported payloads (<img onerror>, <script>, <svg onload>,
-               javascript: and data: links) show as text and never run
-  g  shots     screenshots, desktop (1280x800) and phone (390 wide), of a Markdown reply
-  k  api-key   a server with --api-key: the page asks for the key, then chats
+  e  switch    a new conversation (its long reply brings up #ctx-warning), then back to the
+               first and again to the second
+  g  shots     screenshots, desktop (1280x800) and phone (390 wide), of a Markdown reply, in
+               target/browser-test/ (--docs-img docs/img: the README's, refreshed); at phone
+               width nothing scrolls sideways and the composer is on screen
+  f  xss       typed (Shift+Enter between two lines) and imported payloads (<img onerror>,
+               <script>, <svg onload>, javascript: and data: links) show as text, never run
+  k  api-key   a server with --api-key: the page asks for the key, keeps it in the tab's
+               session storage only, and chats with it; Esc stops a reply
 
-Each step prints one line; the first failure prints what the page showed and exits 1. The
-server, chromedriver and Chromium are stopped on every path; every wait has a limit.
+The page is reached only through the ids and data attributes it keeps stable for this test.
+After every step, the page's uncaught errors and Content-Security-Policy refusals fail it.
+Each step prints one line; the first failure prints what the page showed, saves
+failure.png, and exits 1. The server, chromedriver and Chromium are stopped on every path;
+every wait has a limit.
 """
 
 import argparse
@@ -313,6 +321,18 @@ return m.dataset.streaming === 'true' && all.length >= arguments[0] + 2
   && last.dataset.role === 'assistant' && last.querySelector('.msg-body').textContent.length > 0;
 """
 
+LAST_REPLY_STOPPED_JS = """
+const a = document.querySelectorAll('#messages .msg[data-role="assistant"]');
+const l = a[a.length - 1];
+return [l.dataset.stopped, l.querySelector('.msg-body').textContent];
+"""
+
+EMPTY_CONV_JS = """
+return document.querySelectorAll('#messages .msg:not([data-role="system"])').length === 0
+  && (arguments[0] === undefined
+      || document.querySelectorAll('#conversations .conv').length === arguments[0]);
+"""
+
 LAST_STATS_JS = """
 const s = document.querySelectorAll('#messages .msg[data-role="assistant"] .msg-stats');
 return s.length ? s[s.length - 1].textContent : null;
@@ -326,7 +346,8 @@ const m = document.querySelector('#messages');
 if (window.__obs) window.__obs.disconnect();
 window.__obs = new MutationObserver(() => {
   const b = m.querySelectorAll('.msg[data-role="assistant"] .msg-body');
-  window.__growth.push([m.dataset.streaming, b.length, b.length ? b[b.length - 1].textContent.length : -1]);
+  const n = b.length ? b[b.length - 1].textContent.length : -1;
+  window.__growth.push([m.dataset.streaming, b.length, n]);
 });
 window.__obs.observe(m, {childList: true, subtree: true, characterData: true, attributes: true});
 """
@@ -344,10 +365,12 @@ for (const e of m.querySelectorAll('*'))
   for (const a of e.attributes)
     if (/^on/i.test(a.name)) found.push(`<${e.tagName.toLowerCase()} ${a.name}>`);
 for (const a of m.querySelectorAll('a[href]'))
-  if (!/^(https?|mailto):$/.test(a.protocol)) found.push('<a href=' + JSON.stringify(a.getAttribute('href')) + '>');
+  if (!/^(https?|mailto):$/.test(a.protocol))
+    found.push('<a href=' + JSON.stringify(a.getAttribute('href')) + '>');
 for (const e of m.querySelectorAll('[src], [srcdoc], [formaction], [xlink\\\\:href]'))
   for (const n of ['src', 'srcdoc', 'formaction'])
-    if (e.hasAttribute(n) && !/^https?:/i.test(e[n] || '')) found.push(`<${e.tagName.toLowerCase()} ${n}=${JSON.stringify(e.getAttribute(n))}>`);
+    if (e.hasAttribute(n) && !/^https?:/i.test(e[n] || ''))
+      found.push(`<${e.tagName.toLowerCase()} ${n}=${JSON.stringify(e.getAttribute(n))}>`);
 return found;
 """
 
@@ -524,9 +547,7 @@ class Run:
         t0 = time.time()
         sess.wait("return document.querySelector('#messages').dataset.streaming === 'false'",
                   "data-streaming to be false after #stop", 5)
-        last = sess.js("const a = document.querySelectorAll('#messages .msg[data-role=\"assistant\"]');"
-                       "const l = a[a.length - 1];"
-                       "return [l.dataset.stopped, l.querySelector('.msg-body').textContent]")
+        last = sess.js(LAST_REPLY_STOPPED_JS)
         if last[0] != "true":
             raise Failure(f"the stopped reply has data-stopped={last[0]!r}, not 'true'")
         if not last[1]:
@@ -559,14 +580,13 @@ class Run:
         if after != self.first_msgs:
             raise Failure(f"after the reload the messages are {after}, before {self.first_msgs}")
         if [c[0] for c in conv_ids(sess)] != [c[0] for c in convs]:
-            raise Failure(f"after the reload the conversations are {conv_ids(sess)}, before {convs}")
+            raise Failure(f"after the reload the conversations are {conv_ids(sess)}, "
+                          f"before {convs}")
         return f"{len(convs)} conversation(s), {len(after)} messages kept"
 
     def step_e_switch(self, sess):
         sess.click(sess.find("button#new-conv"))
-        sess.wait("return document.querySelectorAll('#conversations .conv').length === 2 && "
-                  "document.querySelectorAll('#messages .msg:not([data-role=\"system\"])').length === 0",
-                  "an empty new conversation", WAIT_S)
+        sess.wait(EMPTY_CONV_JS, "an empty second conversation", WAIT_S, 2)
         second = next(c[0] for c in conv_ids(sess) if c[1])
         if second == self.first_conv:
             raise Failure("#new-conv left the first conversation active")
@@ -596,8 +616,7 @@ class Run:
     def step_f_xss(self, sess):
         # A conversation of its own: the first two fill the small context.
         sess.click(sess.find("button#new-conv"))
-        sess.wait("return document.querySelectorAll('#messages .msg:not([data-role=\"system\"])').length === 0",
-                  "an empty new conversation", WAIT_S)
+        sess.wait(EMPTY_CONV_JS, "an empty new conversation", WAIT_S)
         typed = '<img src=x onerror="window.__xss=1">'
         link = "[click](javascript:window.__xss=2)"
         box = sess.find("#prompt")
@@ -751,8 +770,7 @@ class Run:
             sess.send_keys(sess.find("#prompt"), ESCAPE)
             sess.wait("return document.querySelector('#messages').dataset.streaming === 'false'",
                       "data-streaming to be false after Esc", 5)
-            stopped = sess.js("const a = document.querySelectorAll('#messages .msg[data-role=\"assistant\"]');"
-                              "return a[a.length - 1].dataset.stopped")
+            stopped = sess.js(LAST_REPLY_STOPPED_JS)[0]
             if stopped != "true":
                 raise Failure(f"after Esc the reply has data-stopped={stopped!r}, not 'true'")
             before = send(sess, "Again, to the end.")
@@ -800,8 +818,9 @@ def main():
     ap.add_argument("--model", default=os.path.join(root, "models", "shakespeare.gguf"))
     ap.add_argument("--out-dir", default=os.environ.get("OUT_DIR",
                                                         os.path.join(target, "browser-test")))
-    ap.add_argument("--docs-img", default=os.path.join(root, "docs", "img"),
-                    help="where the screenshots are copied ('' for nowhere)")
+    # Off by default: a test run must not rewrite tracked files.
+    ap.add_argument("--docs-img", default="", metavar="DIR",
+                    help="also copy the screenshots here (docs/img refreshes the README's)")
     ap.add_argument("--chromium", default=os.environ.get("CHROMIUM"))
     ap.add_argument("--chromedriver", default=os.environ.get("CHROMEDRIVER"))
     ap.add_argument("--steps", default="abcdefgk", help="the steps to run, by letter")
