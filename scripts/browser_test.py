@@ -20,6 +20,8 @@ through the page:
                width nothing scrolls sideways and the composer is on screen
   f  xss       typed (Shift+Enter between two lines) and imported payloads (<img onerror>,
                <script>, <svg onload>, javascript: and data: links) show as text, never run
+  h  manage    export a conversation and import the file back (the same messages), rename
+               and delete it, regenerate a reply, edit a question and resend it
   k  api-key   a server with --api-key: the page asks for the key, keeps it in the tab's
                session storage only, and chats with it; Esc stops a reply
 
@@ -136,7 +138,7 @@ class ChromeDriver:
 class Session:
     """One browser window, through the W3C commands this test needs."""
 
-    def __init__(self, driver, chromium, width=1280, height=800, mobile=None):
+    def __init__(self, driver, chromium, width=1280, height=800, mobile=None, downloads=None):
         self.driver = driver
         args = ["--headless=new", f"--window-size={width},{height}",
                 "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
@@ -149,6 +151,9 @@ class Session:
             options["binary"] = chromium
         if mobile:
             options["mobileEmulation"] = {"deviceMetrics": mobile}
+        if downloads:
+            options["prefs"] = {"download.default_directory": downloads,
+                                "download.prompt_for_download": False}
         caps = {"browserName": "chrome", "goog:chromeOptions": options,
                 "timeouts": {"script": WAIT_S * 1000, "pageLoad": WAIT_S * 1000,
                              "implicit": 0}}
@@ -208,6 +213,15 @@ class Session:
 
     def url(self):
         return self.cmd("GET", "/url")
+
+    def answer_dialog(self, text=None):
+        """Answers the page's window.prompt/confirm (with `text`, if given); returns its
+        message."""
+        message = self.cmd("GET", "/alert/text")
+        if text is not None:
+            self.cmd("POST", "/alert/text", {"text": text})
+        self.cmd("POST", "/alert/accept")
+        return message
 
     def handles(self):
         return self.cmd("GET", "/window/handles")
@@ -472,6 +486,8 @@ class Run:
         self.driver = None
         self.sessions = []
         self.tmp = tempfile.mkdtemp(prefix="bitnet-browser-test-")
+        self.downloads = os.path.join(self.tmp, "downloads")
+        os.mkdir(self.downloads)
         self.model = None
         self.n_ctx = None
         self.first_conv = None
@@ -684,6 +700,78 @@ class Run:
         return (f"typed and imported payloads shown as text, none ran; {clicked} "
                 f"link(s) clicked harmlessly")
 
+    def step_h_manage(self, sess):
+        # Export the first conversation, and import the file back: the same messages.
+        open_conv(sess, self.first_conv)
+        sess.wait("return document.querySelectorAll('#messages .msg').length === arguments[0]",
+                  "the first conversation's messages", WAIT_S, len(self.first_msgs))
+        sess.click(sess.find("button#export-conv"))
+        deadline = time.time() + WAIT_S
+        while not (files := [f for f in os.listdir(self.downloads) if f.endswith(".json")]):
+            if time.time() > deadline:
+                raise Failure(f"#export-conv downloaded no .json file in {WAIT_S} s "
+                              f"(found {os.listdir(self.downloads)})")
+            time.sleep(0.1)
+        exported = os.path.join(self.downloads, files[0])
+        with open(exported) as f:
+            doc = json.load(f)
+        roles = [m["role"] for m in doc["messages"]]
+        if roles != [m[0] for m in self.first_msgs]:
+            raise Failure(f"the export has roles {roles}, the page {self.first_msgs}")
+        before = {c[0] for c in conv_ids(sess)}
+        sess.send_keys(sess.find("input#import-conv"), exported)
+        sess.wait("return document.querySelectorAll('#conversations .conv').length > arguments[0]",
+                  "the exported file to import", WAIT_S, len(before))
+        copy = next(c[0] for c in conv_ids(sess) if c[0] not in before)
+        open_conv(sess, copy)
+        sess.wait("return document.querySelectorAll('#messages .msg').length === arguments[0]",
+                  "the re-imported messages", WAIT_S, len(self.first_msgs))
+        if messages(sess) != self.first_msgs:
+            raise Failure(f"exported and imported back, the conversation shows {messages(sess)}")
+
+        # Rename the copy (window.prompt), then delete it (window.confirm).
+        new_title = "Renamed by the test"
+        sess.click(sess.find(f'#conversations .conv[data-id="{copy}"] .conv-rename'))
+        sess.answer_dialog(new_title)
+        sess.wait("return document.querySelector(`#conversations .conv[data-id=\"${arguments[0]}\"]"
+                  " .conv-title`).textContent.trim() === arguments[1]",
+                  "the new title", WAIT_S, copy, new_title)
+        sess.click(sess.find(f'#conversations .conv[data-id="{copy}"] .conv-delete'))
+        question = sess.answer_dialog()
+        if new_title not in question:
+            raise Failure(f"deleting asks {question!r}, without the conversation's title")
+        sess.wait("return !document.querySelector("
+                  "`#conversations .conv[data-id=\"${arguments[0]}\"]`)",
+                  "the deleted conversation to leave the list", WAIT_S, copy)
+
+        # Regenerate a reply, then edit the question and resend it.
+        sess.click(sess.find("button#new-conv"))
+        sess.wait(EMPTY_CONV_JS, "an empty new conversation", WAIT_S)
+        wait_reply(sess, send(sess, "Once more, briefly."))
+        sess.js(OBSERVE_JS)
+        sess.click(sess.find("#messages .msg[data-role='assistant'] .msg-regen"))
+        sess.wait("return window.__growth.some(g => g[0] === 'true')",
+                  "the regenerated reply to stream", WAIT_S)
+        wait_reply(sess, 0)
+        if len(messages(sess)) != 2:
+            raise Failure(f"regenerating left {messages(sess)}, not one question and one reply")
+        sess.click(sess.find("#messages .msg[data-role='user'] .msg-edit"))
+        box = sess.find("#messages .msg[data-role='user'] .msg-edit-box")
+        sess.clear(box)
+        edited = "Edited, then resent."
+        sess.send_keys(box, edited)
+        sess.js(OBSERVE_JS)
+        sess.click(sess.find("#messages .msg[data-role='user'] .msg-edit-send"))
+        sess.wait("return window.__growth.some(g => g[0] === 'true')",
+                  "the reply to the edited message to stream", WAIT_S)
+        wait_reply(sess, 0)
+        after = messages(sess)
+        if len(after) != 2 or after[0] != ["user", edited]:
+            raise Failure(f"after edit-and-resend the conversation shows {after}")
+        sess.js("window.__obs.disconnect()")
+        return (f"export/import round trip of {len(self.first_msgs)} messages; rename; delete; "
+                f"regenerate; edit and resend")
+
     SHOWCASE = {"title": "Calling the server", "messages": [
         {"role": "user", "content": "How do I call this server from Python?"},
         {"role": "assistant", "content":
@@ -797,6 +885,7 @@ STEPS = [("a", "load", Run.step_a_load), ("b", "stream", Run.step_b_stream),
          ("e", "switch", Run.step_e_switch),
          # Before the XSS step, so that the shots' list of conversations reads well.
          ("g", "screenshots", Run.step_g_shots), ("f", "xss", Run.step_f_xss),
+         ("h", "manage", Run.step_h_manage),
          ("k", "api-key", Run.step_k_api_key)]
 
 
@@ -823,7 +912,7 @@ def main():
                     help="also copy the screenshots here (docs/img refreshes the README's)")
     ap.add_argument("--chromium", default=os.environ.get("CHROMIUM"))
     ap.add_argument("--chromedriver", default=os.environ.get("CHROMEDRIVER"))
-    ap.add_argument("--steps", default="abcdefgk", help="the steps to run, by letter")
+    ap.add_argument("--steps", default="abcdefghk", help="the steps to run, by letter")
     args = ap.parse_args()
     args.chromium = find_tool(args.chromium, ["chromium", "chromium-browser"])
     args.chromedriver = find_tool(args.chromedriver, ["chromedriver"])
@@ -849,7 +938,7 @@ def main():
     try:
         run.server = Server(args.bin, args.model)
         run.driver = ChromeDriver(args.chromedriver)
-        sess = run.session()
+        sess = run.session(downloads=run.downloads)
         print(f"browser test: Chromium {sess.version}, server {run.server.url}", flush=True)
         for letter, name, fn in STEPS:
             if letter not in args.steps:
