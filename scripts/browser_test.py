@@ -17,7 +17,8 @@ through the page:
                first and again to the second
   g  shots     screenshots, desktop (1280x800) and phone (390 wide), of a Markdown reply, in
                target/browser-test/ (--docs-img docs/img: the README's, refreshed); at phone
-               width nothing scrolls sideways and the composer is on screen
+               width nothing scrolls sideways and the composer is on screen; a dark system
+               darkens the page (webui-desktop-dark.png)
   f  xss       typed (Shift+Enter between two lines) and imported payloads (<img onerror>,
                <script>, <svg onload>, javascript: and data: links) show as text, never run
   h  manage    export a conversation and import the file back (the same messages), rename
@@ -213,6 +214,13 @@ class Session:
 
     def url(self):
         return self.cmd("GET", "/url")
+
+    def color_scheme(self, scheme):
+        """Makes the page see the system's light or dark preference (Chrome's DevTools
+        command, through chromedriver)."""
+        self.cmd("POST", "/goog/cdp/execute", {
+            "cmd": "Emulation.setEmulatedMedia",
+            "params": {"features": [{"name": "prefers-color-scheme", "value": scheme}]}})
 
     def answer_dialog(self, text=None):
         """Answers the page's window.prompt/confirm (with `text`, if given); returns its
@@ -814,6 +822,17 @@ class Run:
         frame = sess.js("return [outerWidth - innerWidth, outerHeight - innerHeight]")
         sess.set_rect(1280 + frame[0], 800 + frame[1])
         desk, dsize = self.showcase(sess, "webui-desktop.png")
+        # Dark follows the system: the background darkens with it.
+        lightness = ("const c = getComputedStyle(document.body).backgroundColor.match(/\\d+/g)"
+                     ".slice(0, 3).map(Number); return (c[0] + c[1] + c[2]) / 3;")
+        light = sess.js(lightness)
+        sess.color_scheme("dark")
+        dark = sess.js(lightness)
+        sess.screenshot(os.path.join(self.args.out_dir, "webui-desktop-dark.png"))
+        sess.color_scheme("light")
+        if not (light > 160 and dark < 96):
+            raise Failure(f"the page's background is {light:.0f}/255 light with a light system "
+                          f"and {dark:.0f}/255 with a dark one")
         phone = self.session(mobile={"width": 390, "height": 844, "pixelRatio": 2})
         phone.get(self.server.url + "/")
         wait_page_ready(phone, self.model)
@@ -836,7 +855,8 @@ class Run:
             raise Failure(f"the page logged at phone width: {problems}")
         phone.quit()
         self.sessions.remove(phone)
-        return f"{desk} ({dsize // 1024} KiB), {path} ({psize // 1024} KiB)"
+        return (f"{desk} ({dsize // 1024} KiB), {path} ({psize // 1024} KiB); dark system: "
+                f"background {light:.0f} -> {dark:.0f}/255")
 
     def step_k_api_key(self, _sess):
         self.key_server = Server(self.args.bin, self.args.model, ("--api-key", API_KEY))
