@@ -517,8 +517,11 @@ class Run:
     def step_a_load(self, sess):
         self.model = self.server.get_json("/v1/models")["data"][0]["id"]
         self.n_ctx = self.server.get_json("/props")["n_ctx"]
-        csp = urllib.request.urlopen(self.server.url + "/", timeout=5).headers.get(
-            "Content-Security-Policy", "")
+        try:
+            with urllib.request.urlopen(self.server.url + "/", timeout=5) as r:
+                csp = r.headers.get("Content-Security-Policy", "")
+        except urllib.error.HTTPError as e:
+            raise Failure(f"GET / answered {e.code}, not the page") from None
         script_src = re.search(r"(?:^|;)\s*script-src([^;]*)", csp)
         if not script_src or "unsafe-inline" in csp or "unsafe-eval" in csp:
             raise Failure(f"/ has no strict Content-Security-Policy: {csp!r}")
