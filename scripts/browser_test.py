@@ -937,7 +937,7 @@ def main():
     ap.add_argument("--chromedriver", default=os.environ.get("CHROMEDRIVER"))
     ap.add_argument("--steps", default="abcdefghk", help="the steps to run, by letter")
     args = ap.parse_args()
-    args.chromium = find_tool(args.chromium, ["chromium", "chromium-browser"])
+    args.chromium = find_tool(args.chromium, ["chromium", "chromium-browser", "google-chrome"])
     args.chromedriver = find_tool(args.chromedriver, ["chromedriver"])
     if not args.chromedriver:
         print("error: no chromedriver (scripts/setup-browser.sh installs it)", file=sys.stderr)

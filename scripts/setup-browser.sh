@@ -13,8 +13,8 @@ have chromium "${CHROMIUM:-}" || have chromium-browser || have google-chrome || 
 have chromedriver "${CHROMEDRIVER:-}" || missing+=(chromium-driver)
 command -v python3 >/dev/null || missing+=(python3)
 # A bare container has no fonts: the page's text would not render in the screenshots.
-find /usr/share/fonts /usr/local/share/fonts -name '*.[ot]tf' 2>/dev/null | grep -q . ||
-  missing+=(fonts-dejavu-core)
+font="$(find /usr/share/fonts /usr/local/share/fonts -name '*.[ot]tf' -print -quit 2>/dev/null)"
+[ -n "$font" ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "error: the browser test needs ${missing[*]} (Chromium, chromedriver, python3, or" \
