@@ -13,7 +13,8 @@ have chromium "${CHROMIUM:-}" || have chromium-browser || have google-chrome || 
 have chromedriver "${CHROMEDRIVER:-}" || missing+=(chromium-driver)
 command -v python3 >/dev/null || missing+=(python3)
 # A bare container has no fonts: the page's text would not render in the screenshots.
-font="$(find /usr/share/fonts /usr/local/share/fonts -name '*.[ot]tf' -print -quit 2>/dev/null || true)"
+font="$(find /usr/share/fonts /usr/local/share/fonts -name '*.[ot]tf' -print -quit 2>/dev/null ||
+  true)"
 [ -n "$font" ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
