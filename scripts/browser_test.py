@@ -403,10 +403,6 @@ def ctx_warning(sess):
         return w && !w.hidden && w.getClientRects().length ? w.textContent.trim() : null;""")
 
 
-def streaming(sess):
-    return sess.js("return document.querySelector('#messages').dataset.streaming")
-
-
 def messages(sess):
     return sess.js(MESSAGES_JS)
 
