@@ -199,6 +199,15 @@ class Session:
     def send_keys(self, el, text):
         self.cmd("POST", f"/element/{el}/value", {"text": text})
 
+    def type(self, text):
+        """Types `text` on the keyboard: it goes wherever the page has put the focus."""
+        actions = []
+        for ch in text:
+            actions += [{"type": "keyDown", "value": ch}, {"type": "keyUp", "value": ch}]
+        self.cmd("POST", "/actions", {"actions": [{"type": "key", "id": "keyboard",
+                                                   "actions": actions}]})
+        self.cmd("DELETE", "/actions")
+
     def js(self, script, *args):
         """Runs `script` as a function body in the page; `arguments` holds `args`."""
         return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
@@ -411,8 +420,7 @@ def send(sess, text):
     """Types `text` into #prompt and presses Enter; returns the number of messages before."""
     before = len(messages(sess))
     box = sess.find("#prompt")
-    # Clicked first, as a person would: in headless Chromium 156 a box that had the focus
-    # before a modal dialog opened, and gets it back by script once it closes, drops typed keys.
+    # Clicked first, as a person would (step k checks typing into the box the page focuses).
     sess.click(box)
     sess.clear(box)
     sess.send_keys(box, text + ENTER)
@@ -861,42 +869,71 @@ class Run:
         self.key_server = Server(self.args.bin, self.args.model, ("--api-key", API_KEY))
         model = self.key_server.get_json("/v1/models")["data"][0]["id"]
         sess = self.session()
-        try:
-            sess.get(self.key_server.url + "/")
-            sess.wait("return document.querySelector('dialog#api-key-dialog')?.open",
-                      "dialog#api-key-dialog to open", WAIT_S)
-            sess.send_keys(sess.find("input#api-key"), API_KEY)
-            sess.click(sess.find("button#api-key-save"))
-            wait_page_ready(sess, model)
-            if sess.js("return document.querySelector('dialog#api-key-dialog').open"):
-                raise Failure("the key dialog stays open after the key was saved")
-            set_input(sess, "#max-tokens", "60")
-            # Esc stops a reply, from the keyboard alone.
-            before = send(sess, "Hello with a key.")
-            sess.wait(REPLY_STARTED_JS, "the reply to start", WAIT_S, before)
-            sess.send_keys(sess.find("#prompt"), ESCAPE)
-            sess.wait("return document.querySelector('#messages').dataset.streaming === 'false'",
-                      "data-streaming to be false after Esc", 5)
-            stopped = sess.js(LAST_REPLY_STOPPED_JS)[0]
-            if stopped != "true":
-                raise Failure(f"after Esc the reply has data-stopped={stopped!r}, not 'true'")
-            before = send(sess, "Again, to the end.")
-            reply = wait_reply(sess, before)
-            stored = sess.js("return JSON.stringify(sessionStorage).includes(arguments[0])",
-                             API_KEY)
-            if not stored:
-                raise Failure("the key is not kept in sessionStorage")
-            local = sess.js("return JSON.stringify(localStorage).includes(arguments[0])", API_KEY)
-            if local:
-                raise Failure("the key was written to localStorage (it must stay in the session)")
-            if (problems := sess.problems()):
-                raise Failure(f"the page logged: {problems}")
-        finally:
-            sess.quit()
-            self.sessions.remove(sess)
-            self.key_server.stop()
-        return (f"dialog asked for the key; Esc stopped a reply; a reply of {len(reply)} "
-                f"chars with the key")
+        dialog_open = "return document.querySelector('dialog#api-key-dialog').open"
+        sess.get(self.key_server.url + "/")
+        sess.wait(dialog_open, "dialog#api-key-dialog to open", WAIT_S)
+        # From the keyboard alone: a wrong key and Enter, the right one, then a message.
+        if (focused := sess.js("return document.activeElement.id")) != "api-key":
+            raise Failure(f"the key dialog opened with the focus on {focused!r}, "
+                          f"not its input#api-key")
+        sess.type("wrong-key" + ENTER)
+        sess.wait("return document.querySelector('dialog#api-key-dialog').open && "
+                  "JSON.stringify(sessionStorage).includes('wrong-key') && "
+                  "document.activeElement.id === 'api-key'",
+                  "the key dialog to ask again after a wrong key", WAIT_S)
+        sess.type(API_KEY + ENTER)
+        wait_page_ready(sess, model)
+        if sess.js(dialog_open):
+            raise Failure("the key dialog stays open after the key was saved")
+        self.typing_reaches_prompt(sess, "entered with Enter")
+        set_input(sess, "#max-tokens", "60")
+        # Esc stops a reply.
+        before = send(sess, "Hello with a key.")
+        sess.wait(REPLY_STARTED_JS, "the reply to start", WAIT_S, before)
+        sess.type(ESCAPE)
+        sess.wait("return document.querySelector('#messages').dataset.streaming === 'false'",
+                  "data-streaming to be false after Esc", 5)
+        stopped = sess.js(LAST_REPLY_STOPPED_JS)[0]
+        if stopped != "true":
+            raise Failure(f"after Esc the reply has data-stopped={stopped!r}, not 'true'")
+        before = send(sess, "Again, to the end.")
+        reply = wait_reply(sess, before)
+        stored = sess.js("return JSON.stringify(sessionStorage).includes(arguments[0])",
+                         API_KEY)
+        if not stored:
+            raise Failure("the key is not kept in sessionStorage")
+        local = sess.js("return JSON.stringify(localStorage).includes(arguments[0])", API_KEY)
+        if local:
+            raise Failure("the key was written to localStorage (it must stay in the session)")
+        # With the mouse: a new tab's session (no key yet), the key, a click on Save.
+        sess.js("sessionStorage.clear()")
+        sess.refresh()
+        sess.wait(dialog_open, "dialog#api-key-dialog to open again", WAIT_S)
+        sess.send_keys(sess.find("input#api-key"), API_KEY)
+        sess.click(sess.find("button#api-key-save"))
+        wait_page_ready(sess, model)
+        self.typing_reaches_prompt(sess, "saved with a click on Save")
+        if (problems := sess.problems()):
+            raise Failure(f"the page logged: {problems}")
+        # On a failure, main() takes a screenshot of this session before closing it.
+        sess.quit()
+        self.sessions.remove(sess)
+        self.key_server.stop()
+        return (f"a wrong key asked again; Enter and Save both close the dialog; Esc stopped a "
+                f"reply; a reply of {len(reply)} chars with the key")
+
+    @staticmethod
+    def typing_reaches_prompt(sess, how):
+        """When the page hands the focus to #prompt, what a person types must land there."""
+        sess.wait("return !document.querySelector('dialog#api-key-dialog').open",
+                  "the key dialog to close", WAIT_S)
+        if sess.js("return document.activeElement.id") != "prompt":
+            return
+        sess.type("Typed")
+        if (typed := sess.js("return document.querySelector('#prompt').value")) != "Typed":
+            raise Failure(f"with the key {how}, #prompt has the focus but typing 'Typed' "
+                          f"leaves it {typed!r}: the keys are lost")
+        sess.clear(sess.find("#prompt"))
 
 
 STEPS = [("a", "load", Run.step_a_load), ("b", "stream", Run.step_b_stream),
@@ -972,7 +1009,7 @@ def main():
         return 0
     except (Failure, WebDriverError, OSError, KeyError, ValueError) as e:
         print(f"FAIL {current}: {e}", flush=True)
-        for s in run.sessions:
+        for s in reversed(run.sessions):  # the newest: the one that failed
             try:
                 shot = os.path.join(args.out_dir, "failure.png")
                 s.screenshot(shot)
