@@ -251,6 +251,8 @@ fn model_object(state: &AppState) -> Value {
 async fn props(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
     let loaded = state.ready()?;
     let d = SamplerConfig::default();
+    // As typed (0.8), not as the f32 holds it (0.800000011920929).
+    let f = |x: f32| (f64::from(x) * 1e6).round() / 1e6;
     let n_ctx = loaded.max_seq_len;
     Ok(Json(json!({
         "model": state.config.model_name,
@@ -263,14 +265,14 @@ async fn props(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
             "params": {
                 // The server's -n, cut to the room the prompt leaves.
                 "n_predict": state.config.n_predict,
-                "temperature": d.temperature,
+                "temperature": f(d.temperature),
                 "top_k": d.top_k,
-                "top_p": d.top_p,
-                "min_p": d.min_p,
-                "repeat_penalty": d.repeat_penalty,
+                "top_p": f(d.top_p),
+                "min_p": f(d.min_p),
+                "repeat_penalty": f(d.repeat_penalty),
                 "repeat_last_n": d.repeat_last_n,
-                "frequency_penalty": d.frequency_penalty,
-                "presence_penalty": d.presence_penalty,
+                "frequency_penalty": f(d.frequency_penalty),
+                "presence_penalty": f(d.presence_penalty),
                 // A fresh seed per request unless the request names one.
                 "seed": -1,
             },
