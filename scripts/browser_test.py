@@ -495,6 +495,7 @@ class Run:
     def __init__(self, args):
         self.args = args
         self.server = None
+        self.key_server = None
         self.driver = None
         self.sessions = []
         self.tmp = tempfile.mkdtemp(prefix="bitnet-browser-test-")
@@ -513,7 +514,7 @@ class Run:
     def close(self):
         for s in self.sessions:
             s.quit()
-        for thing in (self.driver, self.server, getattr(self, "key_server", None)):
+        for thing in (self.driver, self.server, self.key_server):
             if thing:
                 thing.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -919,6 +920,7 @@ class Run:
         sess.quit()
         self.sessions.remove(sess)
         self.key_server.stop()
+        self.key_server = None
         return (f"a wrong key asked again; Enter and Save both close the dialog; Esc stopped a "
                 f"reply; a reply of {len(reply)} chars with the key")
 
@@ -979,6 +981,10 @@ def main():
         print(f"error: no bitnet binary at {args.bin} (set BITNET_BIN)", file=sys.stderr)
         return 2
     os.makedirs(args.out_dir, exist_ok=True)
+    try:
+        os.remove(os.path.join(args.out_dir, "failure.png"))  # a past run's
+    except FileNotFoundError:
+        pass
     if args.docs_img:
         os.makedirs(args.docs_img, exist_ok=True)
 
@@ -1017,9 +1023,10 @@ def main():
                 break
             except (OSError, WebDriverError):
                 pass
-        if run.server and run.server.log:
+        server = run.key_server or run.server
+        if server and server.log:
             print("     server log (last lines):\n       " +
-                  "\n       ".join(run.server.log[-10:]), flush=True)
+                  "\n       ".join(server.log[-10:]), flush=True)
         return 1
     finally:
         signal.alarm(0)
