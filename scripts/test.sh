@@ -3,7 +3,9 @@
 # suite again (doc examples aside) with the scalar kernels forced, so the fallbacks stay
 # honest; and the
 # embedding examples of bitnet-core run on the shipped model (they exit non-zero when they
-# fail), and the server's fault drill (python3); then, on an x86-64 Linux machine, the AArch64 pass under emulation
+# fail), the server's fault drill (python3) and the chat page's test in headless Chromium
+# (scripts/browser-test.sh installs Debian's chromium and chromium-driver where missing);
+# then, on an x86-64 Linux machine, the AArch64 pass under emulation
 # (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
 # shipped model's text; it installs the cross tools it needs). Needs ../shared beside the
 # checkout (test data); see README.md and ../shared/data/README.md.
@@ -25,6 +27,10 @@ step "serve fault drill"
 # The binary the tests above built: `cargo build -p bitnet-cli` would resolve features anew.
 export BITNET_BIN="${CARGO_TARGET_DIR:-target}/debug/bitnet"
 JOBS="$jobs" ./scripts/serve-faults.sh
+# The chat page in headless Chromium (installed by scripts/setup-browser.sh where missing):
+# streaming, stop, reload, switching conversations, XSS payloads, the API key, screenshots.
+step "browser test"
+./scripts/browser-test.sh
 # The examples `cargo test --workspace` built (a `cargo run -p bitnet-core --example` would
 # resolve features anew and rebuild for minutes); this build only links their names.
 cargo build -q -j "$jobs" --workspace --examples
