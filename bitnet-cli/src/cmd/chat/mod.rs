@@ -10,6 +10,7 @@
 mod commands;
 mod input;
 mod screen;
+mod show;
 mod slash;
 
 use std::io::{self, IsTerminal, Write};
