@@ -469,7 +469,12 @@ fn print_chat_template(
             count(t.bytes, "byte")
         );
     }
-    writeln!(out, "chat template: {}, {}:", t.name, count(t.bytes, "byte"))?;
+    writeln!(
+        out,
+        "chat template: {}, {}:",
+        t.name,
+        count(t.bytes, "byte")
+    )?;
     for line in t.text.lines() {
         let shown: String = line
             .chars()

@@ -122,7 +122,8 @@ impl ChatTemplate {
         match file_template {
             Some(src) if !src.trim().is_empty() => {
                 let (bos, eos) = special_texts(tok);
-                let mut t = ChatTemplate::from_source(Self::file_template_name(src), src, bos, eos)?;
+                let mut t =
+                    ChatTemplate::from_source(Self::file_template_name(src), src, bos, eos)?;
                 t.stop = tok.map(eot_texts).unwrap_or_default();
                 Ok(t)
             }

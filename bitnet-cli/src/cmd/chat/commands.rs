@@ -200,10 +200,7 @@ fn parse_setting(arg: &str) -> Result<Setting, String> {
             }
         }
         _ => {
-            return Err(format!(
-                "no setting {name:?}: {}",
-                SETTING_NAMES.join(", ")
-            ));
+            return Err(format!("no setting {name:?}: {}", SETTING_NAMES.join(", ")));
         }
     })
 }
@@ -321,8 +318,7 @@ mod tests {
 
     #[test]
     fn a_seed_of_minus_one_is_picked_at_random_and_named() {
-        let Ok(Some(Command::Set(s @ Setting::Seed { random: true, .. }))) =
-            parse("/set seed -1")
+        let Ok(Some(Command::Set(s @ Setting::Seed { random: true, .. }))) = parse("/set seed -1")
         else {
             panic!("/set seed -1 is a random seed");
         };

@@ -8,6 +8,7 @@
 //! sequences, so scripts and tests can drive it.
 
 mod commands;
+mod complete;
 mod input;
 mod screen;
 mod show;

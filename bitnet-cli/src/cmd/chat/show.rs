@@ -93,7 +93,11 @@ fn info(out: &mut impl Write, chat: &ChatSession) -> io::Result<()> {
             c.n_ctx_train
         ),
     )?;
-    row(out, "template", chat.conversation().template().name().to_owned())?;
+    row(
+        out,
+        "template",
+        chat.conversation().template().name().to_owned(),
+    )?;
     row(out, "kernels", m.isa().name().to_owned())?;
     row(out, "head", m.head_mode().name().to_owned())
 }
