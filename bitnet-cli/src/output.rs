@@ -109,6 +109,16 @@ pub fn error_chain(err: &anyhow::Error) -> String {
     msg
 }
 
+/// `n` and the noun, singular for one: `count(1, "message")` is "1 message", `count(2,
+/// "message")` "2 messages" (for nouns whose plural adds an "s").
+pub fn count<N: std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> String {
+    if n == N::from(1) {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Human-readable byte count (binary units), e.g. `1.50 GiB`.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -150,6 +160,13 @@ mod tests {
         assert_eq!(human_bytes(3 << 30), "3.00 GiB");
         assert_eq!(human_count(2_410_000_000), "2.41B");
         assert_eq!(human_count(999), "999");
+    }
+
+    #[test]
+    fn counts_say_one_in_the_singular() {
+        assert_eq!(count(1u32, "message"), "1 message");
+        assert_eq!(count(0u32, "message"), "0 messages");
+        assert_eq!(count(2u64, "thread"), "2 threads");
     }
 
     #[test]

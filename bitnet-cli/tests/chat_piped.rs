@@ -115,7 +115,7 @@ fn commands_work_from_a_script() {
         "{shows:?}"
     );
     assert!(
-        shows[1].starts_with("conversation: 1 messages | context 0/"),
+        shows[1].starts_with("conversation: 1 message | context 0/"),
         "{shows:?}"
     );
     assert!(

@@ -2,13 +2,15 @@
 //! architecture and hyper-parameters, tokenizer, the tensor table with bits per weight, totals
 //! per type, and the memory a run needs (weights + KV cache at `--ctx`). `--weights` adds, per
 //! weight tensor, the bit width, whether it has a zero point and, for ternary tensors, the
-//! share of -1/0/+1. `--json` prints the same as one JSON document.
+//! share of -1/0/+1. The file's chat template is named (its family, when it has a known
+//! one); `--template` prints its text. `--json` prints the same as one JSON document.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use bitnet_core::chat::{BuiltinTemplate, ChatTemplate};
 use bitnet_core::kv::KvType;
 use bitnet_gguf::{GgufFile, LoadMode, Metadata, TensorInfo, TensorType, Value};
 use bitnet_kernels::Isa;
@@ -16,7 +18,7 @@ use bitnet_kernels::isa::KERNEL_ENV;
 use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
 use serde::Serialize;
 
-use crate::output::{human_bytes, human_count};
+use crate::output::{count, human_bytes, human_count};
 use crate::setup::watch_mapped_file;
 
 #[derive(Debug, clap::Args)]
@@ -29,6 +31,9 @@ pub struct Args {
     /// Per weight tensor: bit width, zero point, and the -1/0/+1 histogram of ternary tensors.
     #[arg(long)]
     pub weights: bool,
+    /// Print the file's chat template (tokenizer.chat_template) in full.
+    #[arg(long)]
+    pub template: bool,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -49,6 +54,7 @@ struct Report {
     /// and numeric, else a `[N x type]` summary.
     hyper_parameters: BTreeMap<String, serde_json::Value>,
     tokenizer: Option<TokenizerSummary>,
+    chat_template: Option<ChatTemplateSummary>,
     tensors: Vec<TensorRow>,
     totals_by_type: Vec<TypeTotal>,
     n_params: u64,
@@ -82,6 +88,17 @@ struct TokenizerSummary {
     n_tokens: usize,
     bos_id: Option<u32>,
     eos_id: Option<u32>,
+}
+
+/// The file's own chat template: what `chat` and `serve` call it, and its text.
+#[derive(Debug, Serialize)]
+struct ChatTemplateSummary {
+    name: String,
+    /// The built-in family whose markers it writes, if any.
+    family: Option<&'static str>,
+    bytes: usize,
+    /// In the JSON always; in the tables with `--template`.
+    text: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -157,7 +174,7 @@ pub fn run(args: Args) -> Result<()> {
         serde_json::to_writer_pretty(&mut out, &report).context("writing JSON")?;
         writeln!(out)?;
     } else {
-        print_report(&mut out, &report).context("writing the report")?;
+        print_report(&mut out, &report, args.template).context("writing the report")?;
     }
     out.flush()?;
     Ok(())
@@ -246,6 +263,14 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
         name: md.get_opt_str("general.name")?.map(str::to_owned),
         hyper_parameters,
         tokenizer: tokenizer_summary(md)?,
+        chat_template: md
+            .get_opt_str("tokenizer.chat_template")?
+            .map(|text| ChatTemplateSummary {
+                name: ChatTemplate::file_template_name(text),
+                family: BuiltinTemplate::family_of(text).map(|f| f.name),
+                bytes: text.len(),
+                text: text.to_owned(),
+            }),
         tensors,
         totals_by_type,
         n_params,
@@ -423,14 +448,56 @@ fn ternary_histogram(file: &GgufFile, t: &TensorInfo) -> Result<Option<[u64; 3]>
     Ok(Some(m.value_histogram()))
 }
 
-fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
+/// The template's name line, and with `full` its text, indented, with control characters
+/// other than newlines and tabs escaped (a hostile file could hide terminal sequences there).
+fn print_chat_template(
+    out: &mut impl Write,
+    t: Option<&ChatTemplateSummary>,
+    full: bool,
+) -> io::Result<()> {
+    let Some(t) = t else {
+        return writeln!(
+            out,
+            "chat template: none in the file (chat uses plain unless --chat-template names one)"
+        );
+    };
+    if !full {
+        return writeln!(
+            out,
+            "chat template: {}, {} (--template prints it)",
+            t.name,
+            count(t.bytes, "byte")
+        );
+    }
     writeln!(
         out,
-        "{}: GGUF v{}, {}, {} tensors, alignment {}",
+        "chat template: {}, {}:",
+        t.name,
+        count(t.bytes, "byte")
+    )?;
+    for line in t.text.lines() {
+        let shown: String = line
+            .chars()
+            .flat_map(|c| {
+                let keep = !c.is_control() || c == '\t';
+                let one = keep.then_some(c).into_iter();
+                let escaped = (!keep).then(|| c.escape_default()).into_iter().flatten();
+                one.chain(escaped)
+            })
+            .collect();
+        writeln!(out, "  {shown}")?;
+    }
+    Ok(())
+}
+
+fn print_report(out: &mut impl Write, r: &Report, show_template: bool) -> io::Result<()> {
+    writeln!(
+        out,
+        "{}: GGUF v{}, {}, {}, alignment {}",
         r.path,
         r.gguf_version,
         human_bytes(r.file_bytes),
-        r.tensors.len(),
+        count(r.tensors.len(), "tensor"),
         r.alignment
     )?;
     match &r.architecture {
@@ -462,18 +529,19 @@ fn print_report(out: &mut impl Write, r: &Report) -> io::Result<()> {
     match &r.tokenizer {
         Some(t) => writeln!(
             out,
-            "\ntokenizer: {}{} with {} tokens, bos {}, eos {}",
+            "\ntokenizer: {}{} with {}, bos {}, eos {}",
             t.model,
             t.pre
                 .as_deref()
                 .map(|p| format!(" (pre: {p})"))
                 .unwrap_or_default(),
-            t.n_tokens,
+            count(t.n_tokens, "token"),
             t.bos_id.map_or("-".into(), |v| v.to_string()),
             t.eos_id.map_or("-".into(), |v| v.to_string()),
         )?,
         None => writeln!(out, "\ntokenizer: none")?,
     }
+    print_chat_template(out, r.chat_template.as_ref(), show_template)?;
 
     if !r.tensors.is_empty() {
         let w = r

@@ -94,8 +94,9 @@ pub fn mem_total() -> Option<u64> {
 /// of `n_ctx`.
 pub fn prompt_too_long(n_prompt: usize, n_ctx: usize) -> anyhow::Error {
     anyhow::anyhow!(
-        "the prompt has {n_prompt} tokens but the context holds {n_ctx}: generating needs a \
+        "the prompt has {} but the context holds {n_ctx}: generating needs a \
          context of at least {} tokens (-c {}), or a shorter prompt",
+        crate::output::count(n_prompt, "token"),
         n_prompt + 1,
         n_prompt + 1
     )

@@ -105,6 +105,31 @@ pub const BUILTIN_TEMPLATES: &[BuiltinTemplate] = &[
     },
 ];
 
+impl BuiltinTemplate {
+    /// The built-in family a model file's own Jinja template belongs to, told by the marker
+    /// texts each family's published template writes (a file's template is never our Jinja,
+    /// so the sources themselves never match). Used to name a file's template for the user,
+    /// never to replace it: `None` for a template no family's markers fit.
+    pub fn family_of(source: &str) -> Option<&'static BuiltinTemplate> {
+        let has = |marker: &str| source.contains(marker);
+        let name = if has("<|start_header_id|>") && has("<|eot_id|>") {
+            "llama3"
+        } else if has("<|im_start|>") && has("<|im_end|>") {
+            "chatml"
+        } else if has("[INST]") && has("<<SYS>>") {
+            "llama2"
+        } else if has("<|user|>") && has("<|assistant|>") && !has("<|end|>") {
+            // Both families write these; Falcon3's published template also handles tools.
+            if has("tools") { "falcon3" } else { "zephyr" }
+        } else if has("Assistant: ") && has("<|eot_id|>") {
+            "bitnet"
+        } else {
+            return None;
+        };
+        builtin(name)
+    }
+}
+
 /// The built-in template called `name` (case-insensitive; `llama-3`, `llama-2` and
 /// `bitnet-b1.58` are accepted too).
 pub fn builtin(name: &str) -> Option<&'static BuiltinTemplate> {
@@ -117,4 +142,48 @@ pub fn builtin(name: &str) -> Option<&'static BuiltinTemplate> {
         other => other,
     };
     BUILTIN_TEMPLATES.iter().find(|t| t.name == n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_template_is_named_by_its_familys_markers() {
+        // Abridged from each family's published chat_template (the parts with the markers).
+        let published = [
+            (
+                "llama3",
+                "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}",
+            ),
+            (
+                "chatml",
+                "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}",
+            ),
+            (
+                "llama2",
+                "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}",
+            ),
+            (
+                "zephyr",
+                "{% if message['role'] == 'user' %}{{ '<|user|>\n' + message['content'] + eos_token }}{% elif message['role'] == 'assistant' %}{{ '<|assistant|>\n'  + message['content'] + eos_token }}{% endif %}",
+            ),
+            (
+                "falcon3",
+                "{% if tools %}{{ '<|system|>\n' + message['content'] }}{% endif %}{{ '<|user|>\n' + message['content'] + '\n' }}{{ '<|assistant|>\n' }}",
+            ),
+            (
+                "bitnet",
+                "{% for message in messages %}{{ message['role'] | capitalize + ': ' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}",
+            ),
+        ];
+        for (family, source) in published {
+            let got = BuiltinTemplate::family_of(source).map(|f| f.name);
+            assert_eq!(got, Some(family), "{source}");
+        }
+        assert!(BuiltinTemplate::family_of("{{ messages[0].content }}").is_none());
+        // Phi-3 writes <|user|> and <|assistant|> too, but ends turns with <|end|>.
+        let phi3 = "{{'<|user|>' + '\n' + message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}";
+        assert!(BuiltinTemplate::family_of(phi3).is_none());
+    }
 }

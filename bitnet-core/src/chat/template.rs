@@ -122,7 +122,8 @@ impl ChatTemplate {
         match file_template {
             Some(src) if !src.trim().is_empty() => {
                 let (bos, eos) = special_texts(tok);
-                let mut t = ChatTemplate::from_source("the file's chat template", src, bos, eos)?;
+                let mut t =
+                    ChatTemplate::from_source(Self::file_template_name(src), src, bos, eos)?;
                 t.stop = tok.map(eot_texts).unwrap_or_default();
                 Ok(t)
             }
@@ -130,6 +131,19 @@ impl ChatTemplate {
                 builtin("plain").expect("plain is built in"),
                 tok,
             )),
+        }
+    }
+
+    /// What a model file's own template (`tokenizer.chat_template`, `source`) is called in
+    /// messages: its family when it has a known one (`chatml (the file's template)`), else
+    /// where it comes from and its size.
+    pub fn file_template_name(source: &str) -> String {
+        match BuiltinTemplate::family_of(source) {
+            Some(f) => format!("{} (the file's template)", f.name),
+            None => format!(
+                "the file's own template (tokenizer.chat_template, {} bytes)",
+                source.len()
+            ),
         }
     }
 

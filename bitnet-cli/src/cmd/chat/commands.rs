@@ -1,6 +1,6 @@
 //! The chat's slash commands: parsing them, and `/set`'s settings.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bitnet_core::sampling::SamplerConfig;
 
@@ -11,12 +11,16 @@ commands:
   /regen                generate the last reply again
   /undo                 drop the last exchange (and its tokens from the cache)
   /system TEXT          set the system prompt (/system alone removes it)
-  /set NAME VALUE       temp, top-k, top-p, min-p, seed, repeat-penalty, max-tokens
+  /set NAME VALUE       temp, top-k, top-p, min-p, seed (-1: random), repeat-penalty,
+                        max-tokens
   /show                 model, template, settings, context used
-  /save FILE            write the conversation as JSON messages
+  /show info            architecture, parameters, weight types, context, template
+  /show template        the chat template's text
+  /show parameters      sampling settings, reply budget and stop texts
+  /save FILE            write the conversation as JSON messages (~/ is your home)
   /load FILE            read a conversation saved with /save
   /stats                figures after each reply: on/off
-  /bye                  quit (or Ctrl-D)
+  /bye, /exit, /quit    quit (or Ctrl-D)
 input:
   Enter sends; a line that is only \"\"\" starts and ends a multi-line message;
   pasted text may span lines; Up/Down recall earlier messages;
@@ -31,12 +35,42 @@ pub enum Command {
     Undo,
     System(Option<String>),
     Set(Setting),
-    Show,
+    Show(Show),
     Save(PathBuf),
     Load(PathBuf),
     Stats,
     Bye,
 }
+
+/// What `/show` shows (ollama's sub-commands).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Show {
+    /// A few lines on everything.
+    Overview,
+    Info,
+    Template,
+    Parameters,
+}
+
+/// `/show`'s words after the command, as offered by Tab.
+pub const SHOW_WORDS: &[&str] = &["info", "template", "parameters"];
+
+/// `/set`'s names, as offered by Tab and listed in messages.
+pub const SETTING_NAMES: &[&str] = &[
+    "temp",
+    "top-k",
+    "top-p",
+    "min-p",
+    "seed",
+    "repeat-penalty",
+    "max-tokens",
+];
+
+/// Every command's name (aliases included), as offered by Tab.
+pub const COMMAND_NAMES: &[&str] = &[
+    "help", "clear", "regen", "undo", "system", "set", "show", "save", "load", "stats", "bye",
+    "exit", "quit",
+];
 
 /// A `/set` change.
 #[derive(Debug, PartialEq)]
@@ -45,7 +79,11 @@ pub enum Setting {
     TopK(usize),
     TopP(f32),
     MinP(f32),
-    Seed(u64),
+    /// `random`: picked for a `/set seed -1`, so the note can say which one to repeat it.
+    Seed {
+        value: u64,
+        random: bool,
+    },
     RepeatPenalty(f32),
     /// -1 = until the context is full.
     MaxTokens(Option<usize>),
@@ -78,16 +116,27 @@ pub fn parse(line: &str) -> Result<Option<Command>, String> {
         "regen" => Command::Regen,
         "undo" => Command::Undo,
         "system" => Command::System((!arg.is_empty()).then(|| arg.to_owned())),
-        "show" => Command::Show,
+        "show" => Command::Show(match arg {
+            "" => Show::Overview,
+            "info" => Show::Info,
+            "template" => Show::Template,
+            "parameters" | "params" => Show::Parameters,
+            other => {
+                return Err(format!(
+                    "/show {other}: say /show, or /show {}",
+                    SHOW_WORDS.join(", /show ")
+                ));
+            }
+        }),
         "stats" => Command::Stats,
         "bye" | "quit" | "exit" => Command::Bye,
         "save" => {
             need("a file name")?;
-            Command::Save(PathBuf::from(arg))
+            Command::Save(expand_home(arg, std::env::var_os("HOME"))?)
         }
         "load" => {
             need("a file name")?;
-            Command::Load(PathBuf::from(arg))
+            Command::Load(expand_home(arg, std::env::var_os("HOME"))?)
         }
         "set" => Command::Set(parse_setting(arg)?),
         _ => {
@@ -102,10 +151,10 @@ pub fn parse(line: &str) -> Result<Option<Command>, String> {
 fn parse_setting(arg: &str) -> Result<Setting, String> {
     let mut it = arg.split_whitespace();
     let (Some(name), Some(value), None) = (it.next(), it.next(), it.next()) else {
-        return Err(
-            "usage: /set NAME VALUE (temp, top-k, top-p, min-p, seed, repeat-penalty, max-tokens)"
-                .into(),
-        );
+        return Err(format!(
+            "usage: /set NAME VALUE ({})",
+            SETTING_NAMES.join(", ")
+        ));
     };
     // `above`: the lower bound itself is refused (the sampler refuses top-p 0 and a repeat
     // penalty of 0), and the message says so.
@@ -131,7 +180,14 @@ fn parse_setting(arg: &str) -> Result<Setting, String> {
         "top-k" => Setting::TopK(int()? as usize),
         "top-p" => Setting::TopP(float_in(0.0, 1.0, true)?),
         "min-p" => Setting::MinP(float(0.0, 1.0)?),
-        "seed" => Setting::Seed(int()?),
+        "seed" if value == "-1" => Setting::Seed {
+            value: random_seed(),
+            random: true,
+        },
+        "seed" => Setting::Seed {
+            value: int().map_err(|e| format!("{e} (or -1: a random one)"))?,
+            random: false,
+        },
         "repeat-penalty" => Setting::RepeatPenalty(float_in(0.0, 100.0, true)?),
         "max-tokens" | "n-predict" | "n" => {
             if value == "-1" {
@@ -144,9 +200,7 @@ fn parse_setting(arg: &str) -> Result<Setting, String> {
             }
         }
         _ => {
-            return Err(format!(
-                "no setting {name:?}: temp, top-k, top-p, min-p, seed, repeat-penalty, max-tokens"
-            ));
+            return Err(format!("no setting {name:?}: {}", SETTING_NAMES.join(", ")));
         }
     })
 }
@@ -158,11 +212,45 @@ impl std::fmt::Display for Setting {
             Setting::TopK(v) => write!(f, "top-k = {v}"),
             Setting::TopP(v) => write!(f, "top-p = {v}"),
             Setting::MinP(v) => write!(f, "min-p = {v}"),
-            Setting::Seed(v) => write!(f, "seed = {v}"),
+            Setting::Seed {
+                value,
+                random: false,
+            } => write!(f, "seed = {value}"),
+            Setting::Seed {
+                value,
+                random: true,
+            } => write!(
+                f,
+                "seed = {value}, picked at random: /set seed {value} repeats it"
+            ),
             Setting::RepeatPenalty(v) => write!(f, "repeat-penalty = {v}"),
             Setting::MaxTokens(Some(v)) => write!(f, "max-tokens = {v}"),
             Setting::MaxTokens(None) => write!(f, "max-tokens = no limit"),
         }
+    }
+}
+
+/// A seed that differs between calls and runs: the standard library's random hashing keys
+/// (fresh per process, stepped per call) over the clock.
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// `~` or `~/...` at the start of a path typed in a command means the home directory, as a
+/// shell would read it (the line never passes through one); `~user` is left as typed.
+pub fn expand_home(arg: &str, home: Option<std::ffi::OsString>) -> Result<PathBuf, String> {
+    let rest = match arg.strip_prefix('~') {
+        Some("") => "",
+        Some(r) if r.starts_with('/') => r.trim_start_matches('/'),
+        _ => return Ok(PathBuf::from(arg)),
+    };
+    match home.filter(|h| !h.is_empty()) {
+        Some(h) if rest.is_empty() => Ok(PathBuf::from(h)),
+        Some(h) => Ok(Path::new(&h).join(rest)),
+        None => Err(format!(
+            "{arg}: HOME is not set, so ~ means no directory; give the path in full"
+        )),
     }
 }
 
@@ -173,7 +261,7 @@ pub fn apply(s: &Setting, sampler: &mut SamplerConfig, max_tokens: &mut usize) {
         Setting::TopK(v) => sampler.top_k = v,
         Setting::TopP(v) => sampler.top_p = v,
         Setting::MinP(v) => sampler.min_p = v,
-        Setting::Seed(v) => sampler.seed = v,
+        Setting::Seed { value, .. } => sampler.seed = value,
         Setting::RepeatPenalty(v) => sampler.repeat_penalty = v,
         Setting::MaxTokens(v) => *max_tokens = v.unwrap_or(usize::MAX),
     }
@@ -212,6 +300,33 @@ mod tests {
         assert!(parse("/set").is_err());
         assert!(parse("/save").unwrap_err().contains("file"));
         assert!(parse("/frobnicate").unwrap_err().contains("/help"));
+    }
+
+    #[test]
+    fn a_leading_tilde_is_the_home_directory() {
+        let home = Some(std::ffi::OsString::from("/home/ann"));
+        let exp = |a: &str| expand_home(a, home.clone());
+        assert_eq!(exp("~/c.json"), Ok(PathBuf::from("/home/ann/c.json")));
+        assert_eq!(exp("~"), Ok(PathBuf::from("/home/ann")));
+        for literal in ["c~.json", "~ann/c.json", "/tmp/~/c.json"] {
+            assert_eq!(exp(literal), Ok(PathBuf::from(literal)));
+        }
+        let err = expand_home("~/c.json", None).unwrap_err();
+        assert!(err.contains("HOME is not set"), "{err}");
+        assert_eq!(expand_home("c.json", None), Ok(PathBuf::from("c.json")));
+    }
+
+    #[test]
+    fn a_seed_of_minus_one_is_picked_at_random_and_named() {
+        let Ok(Some(Command::Set(s @ Setting::Seed { random: true, .. }))) = parse("/set seed -1")
+        else {
+            panic!("/set seed -1 is a random seed");
+        };
+        let Setting::Seed { value, .. } = s else {
+            unreachable!()
+        };
+        assert!(s.to_string().contains(&format!("/set seed {value}")), "{s}");
+        assert!(parse("/set seed -2").unwrap_err().contains("-1"));
     }
 
     #[test]

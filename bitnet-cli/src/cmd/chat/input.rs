@@ -8,13 +8,15 @@
 //! pseudo-terminal test or a dumb terminal never gives (rustyline gives up after 100 ms).
 //! crossterm still does the styling.
 
-use std::io::{BufRead, BufReader, Stdin};
+use std::io::{self, BufRead, BufReader, IsTerminal, Stdin};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use rustyline::error::ReadlineError;
 use rustyline::history::DefaultHistory;
-use rustyline::{Config, Editor};
+use rustyline::{Behavior, CompletionType, Config, Editor};
+
+use super::complete::SlashCompleter;
 
 /// What reading the next message gave.
 #[derive(Debug, PartialEq)]
@@ -31,7 +33,7 @@ const FENCE: &str = "\"\"\"";
 
 pub enum Input {
     Terminal {
-        editor: Box<Editor<(), DefaultHistory>>,
+        editor: Box<Editor<SlashCompleter, DefaultHistory>>,
         history: Option<PathBuf>,
     },
     Lines(BufReader<Stdin>),
@@ -40,16 +42,37 @@ pub enum Input {
 }
 
 impl Input {
-    /// A line editor, with the history file loaded if there is one.
+    /// A line editor, with the history file loaded if there is one. With standard output
+    /// not a terminal (`bitnet chat | tee log`) the editor draws on the terminal itself
+    /// (`/dev/tty`), so its prompt and control sequences stay out of the output; without a
+    /// terminal to open, plain lines are read instead.
     pub fn terminal(history: Option<PathBuf>) -> Result<Input> {
+        let own_terminal = !io::stdout().is_terminal();
+        if own_terminal
+            && std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/tty")
+                .is_err()
+        {
+            // rustyline would fall back to standard output and draw there.
+            return Ok(Input::lines(io::stdin()));
+        }
         let config = Config::builder()
             .auto_add_history(false)
             .bracketed_paste(true)
             .max_history_size(1000)
             .context("configuring the line editor")?
+            .completion_type(CompletionType::List)
+            .behavior(if own_terminal {
+                Behavior::PreferTerm
+            } else {
+                Behavior::Stdio
+            })
             .build();
-        let mut editor = Editor::<(), DefaultHistory>::with_config(config)
+        let mut editor = Editor::<SlashCompleter, DefaultHistory>::with_config(config)
             .context("starting the line editor")?;
+        editor.set_helper(Some(SlashCompleter::new()));
         let history = history.filter(|p| {
             // A missing file is a first run; one that cannot be read is left alone.
             !p.exists() || editor.load_history(p).is_ok()

@@ -8,8 +8,10 @@
 //! sequences, so scripts and tests can drive it.
 
 mod commands;
+mod complete;
 mod input;
 mod screen;
+mod show;
 mod slash;
 
 use std::io::{self, IsTerminal, Write};

@@ -9,6 +9,8 @@ use bitnet_core::chat::{ChatSession, Message};
 use super::commands::{self, Command, HELP};
 use super::reply;
 use super::screen::Screen;
+use super::show;
+use crate::output::count;
 use crate::output_file::OutputFile;
 
 pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Command) -> Result<()> {
@@ -21,10 +23,10 @@ pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Comm
         Command::Regen => return reply(chat, screen, |c, io| c.regenerate(io)),
         Command::Undo => {
             let n = chat.undo()?;
-            screen.info(&format!(
-                "(removed {n} message{})",
-                if n == 1 { "" } else { "s" }
-            ));
+            screen.info(&format!("(removed {})", count(n, "message")));
+        }
+        Command::System(None) if chat.conversation().system().is_none() => {
+            screen.info("(there is no system prompt to remove; /system TEXT sets one)");
         }
         Command::System(text) => {
             let set = text.is_some();
@@ -46,7 +48,7 @@ pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Comm
             settings.sampler = sampler;
             screen.info(&format!("({s})"));
         }
-        Command::Show => show(chat),
+        Command::Show(what) => show::show(&mut std::io::stdout().lock(), chat, what)?,
         Command::Save(path) => {
             let json = serde_json::to_string_pretty(chat.conversation().messages())?;
             let f = OutputFile::create(&path)?;
@@ -54,8 +56,8 @@ pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Comm
             f.file().write_all(b"\n")?;
             f.commit()?;
             screen.info(&format!(
-                "(saved {} messages to {})",
-                chat.conversation().messages().len(),
+                "(saved {} to {})",
+                count(chat.conversation().messages().len(), "message"),
                 path.display()
             ));
         }
@@ -63,7 +65,11 @@ pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Comm
             let messages = load_messages(&path)?;
             let n = messages.len();
             chat.load_messages(messages)?;
-            screen.info(&format!("(loaded {n} messages from {})", path.display()));
+            screen.info(&format!(
+                "(loaded {} from {})",
+                count(n, "message"),
+                path.display()
+            ));
         }
         Command::Stats => {
             screen.show_stats = !screen.show_stats;
@@ -76,48 +82,6 @@ pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Comm
         Command::Bye => {}
     }
     Ok(())
-}
-
-fn show(chat: &ChatSession) {
-    let m = chat.model();
-    let c = m.config();
-    let s = &chat.settings;
-    let conv = chat.conversation();
-    println!(
-        "model: {} ({} layers, {} dims, vocab {}), {} kernels, head {}",
-        c.arch_name,
-        c.n_layer,
-        c.n_embd,
-        c.n_vocab,
-        m.isa().name(),
-        m.head_mode().name()
-    );
-    println!("template: {}", conv.template().name());
-    println!(
-        "system: {}",
-        conv.system()
-            .map_or("(none)".to_owned(), |t| format!("{t:?}"))
-    );
-    println!(
-        "sampling: temp {} top-k {} top-p {} min-p {} repeat-penalty {} seed {} | max tokens {}",
-        s.sampler.temperature,
-        s.sampler.top_k,
-        s.sampler.top_p,
-        s.sampler.min_p,
-        s.sampler.repeat_penalty,
-        s.sampler.seed,
-        if s.max_tokens == usize::MAX {
-            "until the turn ends".to_owned()
-        } else {
-            s.max_tokens.to_string()
-        }
-    );
-    println!(
-        "conversation: {} messages | context {}/{} tokens",
-        conv.messages().len(),
-        chat.context_used(),
-        chat.context_size()
-    );
 }
 
 /// A conversation saved with /save: a JSON list of `{"role", "content"}` objects.
