@@ -125,13 +125,13 @@ pub fn run(args: Args) -> Result<()> {
     progress.clear();
     writeln!(
         io::stdout(),
-        "wrote {} ({}, {} tensors, {} weights, arch {}, {} layers of {}, weights {}) in {:.1}s",
+        "wrote {} ({}, {}, {} weights, arch {}, {} of {}, weights {}) in {:.1}s",
         output.display(),
         human_bytes(report.file_bytes),
-        report.n_tensors,
+        crate::output::count(report.n_tensors, "tensor"),
         human_count(report.n_params),
         report.config.arch_name,
-        report.config.n_layer,
+        crate::output::count(report.config.n_layer, "layer"),
         report.config.n_embd,
         spec.weight_type.name(),
         start.elapsed().as_secs_f64()

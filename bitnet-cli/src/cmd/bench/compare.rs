@@ -104,8 +104,8 @@ pub fn write_comparison(out: &mut impl Write, cmp: &Comparison) -> io::Result<()
     }
     writeln!(
         out,
-        "{} rows compared, {} regressed",
-        cmp.changes.len(),
+        "{} compared, {} regressed",
+        crate::output::count(cmp.changes.len(), "row"),
         cmp.regressions()
     )
 }

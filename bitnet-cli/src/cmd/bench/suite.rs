@@ -307,7 +307,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                                 if interleaved {
                                     what
                                 } else {
-                                    format!("{} threads", cfg.threads)
+                                    crate::output::count(cfg.threads, "thread")
                                 },
                             )?;
                             report::profile::write_profile(&mut err, engine.profile(), n)?;

@@ -318,10 +318,11 @@ pub fn run(args: Args) -> Result<()> {
     writeln!(stdout, "{running}")?;
     writeln!(
         stdout,
-        "Final estimate: PPL = {:.4} +/- {:.5} ({} tokens scored in {n_chunks} windows of {n_ctx})",
+        "Final estimate: PPL = {:.4} +/- {:.5} ({} scored in {} of {n_ctx})",
         nll.ppl(),
         nll.ppl_err(),
-        nll.n
+        crate::output::count(nll.n, "token"),
+        crate::output::count(n_chunks, "window")
     )?;
     if kld.n > 0 {
         let n = kld.n as f64;

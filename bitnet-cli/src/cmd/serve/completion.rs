@@ -119,9 +119,9 @@ pub fn cut_off(stats: &GenStats) -> ApiError {
         code: Some("cancelled"),
         ..ApiError::unavailable(
             format!(
-                "the answer was cut off after {} tokens: the server is shutting down (or \
+                "the answer was cut off after {}: the server is shutting down (or \
                  cancelled it); retry the request",
-                stats.gen_tokens
+                crate::output::count(stats.gen_tokens, "token")
             ),
             Some(1),
         )

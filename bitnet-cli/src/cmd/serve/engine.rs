@@ -86,8 +86,9 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
     warm_up(&mut sched, Duration::from_millis(args.step_delay_ms)).context("warming up")?;
     shared.ready.store(true, SeqCst);
     note!(
-        "ready: context {max_seq_len} tokens shared by up to {parallel} sequences, {} threads",
-        sched.engine().threads()
+        "ready: context {max_seq_len} tokens shared by up to {}, {}",
+        crate::output::count(parallel, "sequence"),
+        crate::output::count(sched.engine().threads(), "thread")
     );
     Ok(sched)
 }

@@ -98,8 +98,9 @@ impl AppState {
             self.shared.metrics.rejected.fetch_add(1, SeqCst);
             return Err(ApiError::unavailable(
                 format!(
-                    "the server is busy: {} requests running and {} waiting; retry later",
-                    self.config.parallel, self.config.queue
+                    "the server is busy: {} running and {} waiting; retry later",
+                    crate::output::count(self.config.parallel, "request"),
+                    self.config.queue
                 ),
                 Some(1),
             ));

@@ -169,7 +169,10 @@ pub async fn serve<S, C>(
     {
         return;
     }
-    note!("closing the {} connections still open", hub.registry.len());
+    note!(
+        "closing the {} still open",
+        crate::output::count(hub.registry.len(), "connection")
+    );
     let _ = stage_tx.send(Stage::Closing);
     let _ = tokio::time::timeout(Duration::from_secs(1), hub.registry.all_closed()).await;
 }
