@@ -342,7 +342,7 @@ fn faults_are_openai_shaped_4xx() {
 }
 
 #[test]
-fn api_key_guards_every_route_but_health() {
+fn api_key_guards_every_route_but_health_and_the_page() {
     let dir = bitnet_test_scratch::fresh_dir("serve-key");
     let key_file = dir.join("key");
     std::fs::write(&key_file, "sekrit\n").unwrap();
