@@ -131,7 +131,7 @@ fn plain(s: &str) -> String {
         if c == '\x1b' {
             if chars.peek() == Some(&'[') {
                 chars.next();
-                while let Some(d) = chars.next() {
+                for d in chars.by_ref() {
                     if d.is_ascii_alphabetic() || d == '~' {
                         break;
                     }
@@ -212,16 +212,15 @@ fn a_refused_message_leaves_the_conversation_and_the_cache_as_they_were() {
     let (_, refusal) = p
         .exp_regex(r"does not fit the context[^\r\n]*")
         .expect("the refusal");
-    assert!(
-        refusal.contains("of 256") && refusal.contains("unchanged"),
-        "the refusal gives the sizes and says nothing changed: {refusal}"
-    );
-
     assert_eq!(show_line(&mut p), before, "/show is unchanged");
     assert_eq!(
         save(&mut p, &data.join("after.json")),
         saved_before,
         "/save writes the same conversation"
+    );
+    assert!(
+        refusal.contains("of 256") && refusal.contains("unchanged"),
+        "the refusal gives the sizes and says nothing changed: {refusal}"
     );
     // The cache too: the next turn keeps everything the second one left.
     say(&mut p, "And then?");

@@ -44,11 +44,10 @@ pub(super) fn fit(fields: &[String], width: Option<usize>) -> String {
     let mut col = 0;
     for f in fields {
         let w = f.chars().count();
-        if col == 0 {
-        } else if col + 3 + w <= width {
+        if col > 0 && col + 3 + w <= width {
             out.push_str(" | ");
             col += 3;
-        } else {
+        } else if col > 0 {
             out.push('\n');
             col = 0;
         }
