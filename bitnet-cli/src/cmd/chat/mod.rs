@@ -300,13 +300,8 @@ fn reply(
         screen.warn("(the context is full: the reply was cut)");
     }
     if screen.show_stats {
-        let width = if screen.styled {
-            figures::stderr_width()
-        } else {
-            None
-        };
         let fields = figures::fields(&stats, entropy_figures(chat.engine()));
-        screen.info(&figures::fit(&fields, width));
+        screen.info(&figures::fit(&fields, figures::stderr_width()));
     }
     Ok(())
 }
