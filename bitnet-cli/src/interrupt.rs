@@ -47,3 +47,9 @@ pub fn catch(on: bool) {
 pub fn take() -> bool {
     REQUESTED.swap(false, Ordering::SeqCst)
 }
+
+/// Whether an interrupt came and was not taken yet (a reply checks it before printing each
+/// piece, so nothing prints after the `^C`).
+pub fn pending() -> bool {
+    REQUESTED.load(Ordering::SeqCst)
+}

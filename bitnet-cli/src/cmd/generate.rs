@@ -4,7 +4,8 @@
 //! Options follow llama.cpp's where they overlap (`-f`, `-n -1`, `--temp`, `-s -1`,
 //! `--ignore-eos`, `-c/--ctx-size`, `-b/--batch-size`, `-np`). `--parallel N` generates several
 //! prompts (`-p` repeated, or `-f FILE` with one prompt a line) together on one engine and
-//! prints each answer in order.
+//! prints each answer in order. Ctrl-C stops a single prompt's run where it is (reading the
+//! prompt or generating), prints the figures of what was done, and exits with status 130.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -12,7 +13,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use bitnet_core::constrain::Constraint;
 use bitnet_core::kv::{PoolStats, SeqId};
-use bitnet_core::scheduler::{Event, GenParams, GenStats, Scheduler, SchedulerOptions, generate};
+use bitnet_core::scheduler::{
+    Event, GenParams, GenStats, Scheduler, SchedulerOptions, StopReason, generate_until,
+};
 use bitnet_core::tokenizer::Tokenizer;
 
 use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
@@ -21,6 +24,7 @@ use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
 use crate::args::prompt::PromptArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
+use crate::interrupt;
 use crate::output::{human_bytes, note};
 use crate::report::{self, peak_rss};
 use crate::setup::Setup;
@@ -122,27 +126,52 @@ pub fn run(args: Args) -> Result<()> {
         out.flush()?;
     }
     let mut pipe_error: Option<io::Error> = None;
-    let (_, stats) = generate(&mut sched, &prompt_tokens, params, |text| {
-        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => true,
-            Err(e) => {
-                pipe_error = Some(e);
-                false
+    // Ctrl-C stops the run with its figures, as llama.cpp does, instead of ending it bare.
+    interrupt::catch(true);
+    let generated = generate_until(
+        &mut sched,
+        &prompt_tokens,
+        params,
+        |text| {
+            if interrupt::pending() {
+                return false;
             }
-        }
-    })
-    .context("generating")?;
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => true,
+                Err(e) => {
+                    pipe_error = Some(e);
+                    false
+                }
+            }
+        },
+        &interrupt::pending,
+    );
+    let interrupted = interrupt::take();
+    interrupt::catch(false);
+    let (_, mut stats) = generated.context("generating")?;
     if let Some(e) = pipe_error {
         return Err(e.into());
+    }
+    if interrupted {
+        stats.stop_reason = StopReason::Cancelled;
     }
     writeln!(out)?;
     out.flush()?;
 
     let load = model.load_stats();
+    let asked = stats.prompt_tokens - stats.cached_tokens;
+    let prompt_read = if stats.prompt_read < asked {
+        format!(
+            "{} of {}",
+            stats.prompt_read + stats.cached_tokens,
+            stats.prompt_tokens
+        )
+    } else {
+        stats.prompt_tokens.to_string()
+    };
     note!(
-        "load {:.2}s | prompt {} tok, {:.2} tok/s | generated {} tok, {:.2} tok/s | stop: {} | peak RSS {} | {} threads, {} kernels, head {} | seed {seed}",
+        "load {:.2}s | prompt {prompt_read} tok, {:.2} tok/s | generated {} tok, {:.2} tok/s | stop: {} | peak RSS {} | {} threads, {} kernels, head {} | seed {seed}",
         load.load_secs,
-        stats.prompt_tokens,
         stats.prompt_tps(),
         stats.gen_tokens,
         stats.gen_tps(),
@@ -177,6 +206,10 @@ pub fn run(args: Args) -> Result<()> {
         let _ = writeln!(err, "profile (prompt and generation):").and_then(|()| {
             report::profile::write_profile(&mut err, sched.engine().profile(), stats.gen_tokens + 1)
         });
+    }
+    if interrupted {
+        note!("interrupted");
+        std::process::exit(130);
     }
     Ok(())
 }

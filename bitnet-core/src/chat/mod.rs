@@ -27,7 +27,7 @@ pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
 pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
 pub use healing::{HealedPrompt, heal_prompt, healed_prompt_tokens};
 pub use jinja::{RenderJob, TemplateRenderer};
-pub use session::{ChatSession, ReplyIo, ReplySettings, SessionError, TurnStats};
+pub use session::{ChatSession, ReplyIo, ReplySettings, SessionError, TurnStats, TurnStatus};
 pub use template::ChatTemplate;
 pub use tools::{
     ParsedReply, Tool, ToolCall, ToolChoice, ToolError, ToolFormat, parse_tool_calls,

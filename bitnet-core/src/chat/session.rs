@@ -44,10 +44,13 @@ pub enum SessionError {
     NothingToRegenerate,
     #[error("nothing to undo")]
     NothingToUndo,
-    /// The conversation, even with every older exchange dropped, leaves no room for a reply.
+    /// The message, even with every older exchange dropped, leaves no room for a reply.
+    /// The conversation and the cache are left as they were.
     #[error(
-        "the conversation does not fit the context: the prompt needs {need} tokens and a reply \
-         {reply} more, of {n_ctx} (raise -c, shorten the message or the system prompt)"
+        "the message does not fit the context: even with every earlier exchange left out, the \
+         prompt needs {need} tokens and a reply {reply} more, {} of {n_ctx} in the context; \
+         the conversation is unchanged (shorten the message or the system prompt, or raise -c)",
+        need + reply
     )]
     DoesNotFit {
         need: usize,
@@ -100,6 +103,10 @@ pub struct TurnStats {
     /// Positions the sequence holds after the reply, and at most.
     pub context_used: usize,
     pub context_size: usize,
+    /// The reply was stopped before any of it came (a Ctrl-C while the prompt was read):
+    /// the turn is dropped, and the conversation is as it was before it (see
+    /// [`ChatSession::send`]).
+    pub unanswered: bool,
 }
 
 impl TurnStats {
@@ -124,9 +131,22 @@ pub struct ReplyIo<'a> {
     pub on_text: &'a mut dyn FnMut(&str) -> bool,
     /// Polled between steps: true stops the reply and keeps what came so far.
     pub interrupted: &'a dyn Fn() -> bool,
-    /// Called once the prompt is being read, with the number of tokens to evaluate, and
-    /// again with `None` when the first reply token arrives.
-    pub on_status: &'a mut dyn FnMut(Option<usize>),
+    /// Where the turn stands, before any of the reply comes (see [`TurnStatus`]).
+    pub on_status: &'a mut dyn FnMut(TurnStatus),
+}
+
+/// Where a turn stands, as [`ReplyIo::on_status`] hears it, in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TurnStatus {
+    /// Before anything is read: this many of the oldest messages were dropped to make
+    /// room (only when some were).
+    Dropped(usize),
+    /// The prompt is being read: this many tokens.
+    Reading(usize),
+    /// The reading is over: the first piece of the reply follows (or the reply ended
+    /// without one).
+    Read,
 }
 
 /// The chat; see the module docs.
@@ -287,36 +307,39 @@ impl ChatSession {
             .min(limit)
     }
 
-    /// Adds a user message and generates the reply.
+    /// Adds a user message and generates the reply. A message that gets no answer (refused,
+    /// failed, or stopped before the reply's first token) leaves the conversation again, so
+    /// the next one never follows two user messages; the caller may send it again.
     pub fn send(&mut self, text: &str, io: ReplyIo<'_>) -> Result<TurnStats> {
         self.conv.push(Message::user(text));
-        match self.reply(io) {
-            Ok(s) => Ok(s),
-            Err(e) => {
-                // The message never got an answer: it leaves the conversation again.
-                if self
-                    .conv
-                    .messages()
-                    .last()
-                    .is_some_and(|m| m.role == "user")
-                {
-                    self.conv.messages_mut().pop();
-                }
-                Err(e)
-            }
+        let result = self.reply(io);
+        if !matches!(&result, Ok(s) if !s.unanswered)
+            && self
+                .conv
+                .messages()
+                .last()
+                .is_some_and(|m| m.role == "user")
+        {
+            self.conv.messages_mut().pop();
         }
+        result
     }
 
-    /// Drops the last reply and generates it again.
+    /// Drops the last reply and generates it again; one refused, failed or stopped before
+    /// its first token leaves the last reply in place.
     pub fn regenerate(&mut self, io: ReplyIo<'_>) -> Result<TurnStats> {
-        match self.conv.messages().last() {
-            Some(m) if m.role == "assistant" => {
-                self.conv.messages_mut().pop();
-            }
-            Some(m) if m.role == "user" => {}
+        let last = match self.conv.messages().last() {
+            Some(m) if m.role == "assistant" => self.conv.messages_mut().pop(),
+            Some(m) if m.role == "user" => None,
             _ => return Err(SessionError::NothingToRegenerate),
+        };
+        let result = self.reply(io);
+        if !matches!(&result, Ok(s) if !s.unanswered)
+            && let Some(m) = last
+        {
+            self.conv.push(m);
         }
-        self.reply(io)
+        result
     }
 
     /// Drops the last exchange (the reply and the message it answered) from the
@@ -394,8 +417,19 @@ impl ChatSession {
         self.settings.max_tokens.min(quarter)
     }
 
-    /// Generates the assistant's reply to the conversation as it stands.
+    /// Generates the assistant's reply to the conversation as it stands. On an error the
+    /// conversation is as it was before (older exchanges dropped to make room come back;
+    /// a refusal happens before the cache is touched).
     fn reply(&mut self, io: ReplyIo<'_>) -> Result<TurnStats> {
+        let before = self.conv.messages().to_vec();
+        let result = self.reply_inner(io);
+        if !matches!(&result, Ok(s) if !s.unanswered) {
+            *self.conv.messages_mut() = before;
+        }
+        result
+    }
+
+    fn reply_inner(&mut self, io: ReplyIo<'_>) -> Result<TurnStats> {
         let n_ctx = self.context_size();
         let mut dropped = 0;
         let turn = loop {
@@ -416,6 +450,9 @@ impl ChatSession {
             }
             dropped += n;
         };
+        if dropped > 0 {
+            (io.on_status)(TurnStatus::Dropped(dropped));
+        }
         let mut sampler = self.settings.sampler.clone();
         sampler.seed = sampler.seed.wrapping_add(self.replies);
         self.replies += 1;
@@ -480,7 +517,7 @@ impl ChatSession {
             }
         };
         // An empty continuation re-evaluates the held last token (its logits were not kept).
-        (io.on_status)(Some(turn.tokens.len().max(1)));
+        (io.on_status)(TurnStatus::Reading(turn.tokens.len().max(1)));
         let mut reply = String::new();
         let mut done: Option<GenStats> = None;
         let mut failure: Option<CoreError> = None;
@@ -496,7 +533,7 @@ impl ChatSession {
             self.sched.step(&mut |ev| match ev {
                 Event::Text { seq: s, text } if s == seq => {
                     if first {
-                        on_status(None);
+                        on_status(TurnStatus::Read);
                         first = false;
                     }
                     reply.push_str(text);
@@ -513,7 +550,7 @@ impl ChatSession {
             }
         }
         if first {
-            (io.on_status)(None);
+            (io.on_status)(TurnStatus::Read);
         }
         if let Some(f) = failure {
             return Err(SessionError::Reply(f));
@@ -533,9 +570,14 @@ impl ChatSession {
             );
             self.removed += reply_stats.discarded_tokens;
         }
-        self.conv.push(Message::assistant(reply));
+        // Stopped before anything came: no empty reply is kept (the caller restores the
+        // conversation; the cache's partly read turn is cut back at the next one).
+        let unanswered = reply_stats.stop_reason == StopReason::Cancelled && reply.is_empty();
+        if !unanswered {
+            self.conv.push(Message::assistant(reply));
+        }
         Ok(TurnStats {
-            evaluated: reply_stats.prompt_tokens - reply_stats.cached_tokens,
+            evaluated: reply_stats.prompt_read,
             // Positions of the sequence (with a shift, fewer than the conversation's tokens).
             kept: if self.shifting() {
                 start_held + reply_stats.cached_tokens
@@ -548,6 +590,7 @@ impl ChatSession {
             context_used: self.context_used(),
             context_size: n_ctx,
             reply: reply_stats,
+            unanswered,
         })
     }
 

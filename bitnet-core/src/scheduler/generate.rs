@@ -20,13 +20,31 @@ pub fn generate(
     sched: &mut Scheduler,
     prompt: &[u32],
     params: GenParams,
+    on_text: impl FnMut(&str) -> bool,
+) -> Result<(SeqId, GenStats), CoreError> {
+    generate_until(sched, prompt, params, on_text, &|| false)
+}
+
+/// As [`generate`], and `interrupted` is polled before every step (prompt chunks included):
+/// true cancels the request, whose figures then say [`StopReason::Cancelled`] and count
+/// the prompt tokens read so far (a Ctrl-C).
+pub fn generate_until(
+    sched: &mut Scheduler,
+    prompt: &[u32],
+    params: GenParams,
     mut on_text: impl FnMut(&str) -> bool,
+    interrupted: &dyn Fn() -> bool,
 ) -> Result<(SeqId, GenStats), CoreError> {
     let id = sched.submit(prompt, params)?;
     let mut done: Option<GenStats> = None;
     let mut failed: Option<CoreError> = None;
     let mut stopped = false;
+    let mut cancelled = false;
     while done.is_none() && failed.is_none() {
+        if !cancelled && interrupted() {
+            sched.cancel(id);
+            cancelled = true;
+        }
         sched.step(&mut |ev| match ev {
             Event::Text { seq, text } if seq == id && !stopped && !on_text(text) => {
                 stopped = true;

@@ -35,7 +35,7 @@ use crate::kv::{KvError, SeqId};
 use crate::sampling::{Sampler, StopMatcher};
 use crate::tokenizer::TextStream;
 
-pub use generate::{generate, warm_up};
+pub use generate::{generate, generate_until, warm_up};
 pub use output::{Event, GenStats, StopReason, TokenLogprobs};
 use output::{log_probs, unheal};
 pub use policy::{ContextMode, ContextPolicy, MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};

@@ -43,7 +43,11 @@ pub struct GenStats {
     pub prompt_tokens: usize,
     /// Prompt tokens whose KV came from the prefix cache (not evaluated).
     pub cached_tokens: usize,
-    /// Wall time from admission to the first sampled token.
+    /// Prompt tokens evaluated: `prompt_tokens - cached_tokens`, or fewer when the request
+    /// ended while its prompt was being read (cancelled).
+    pub prompt_read: usize,
+    /// Wall time from admission to the first sampled token (or to the end, when the request
+    /// ended while reading its prompt).
     pub prompt_secs: f64,
     /// Tokens sampled (an end-of-generation token is not counted).
     pub gen_tokens: usize,
@@ -63,7 +67,7 @@ pub struct GenStats {
 impl GenStats {
     /// Prompt tokens evaluated per second.
     pub fn prompt_tps(&self) -> f64 {
-        rate(self.prompt_tokens - self.cached_tokens, self.prompt_secs)
+        rate(self.prompt_read, self.prompt_secs)
     }
 
     /// Generated tokens per second (the first one came with the prompt, so the rate

@@ -117,7 +117,11 @@ impl Request {
         GenStats {
             prompt_tokens: self.prompt.len(),
             cached_tokens: self.cached,
-            prompt_secs: self.prompt_secs,
+            prompt_read: self.fed.saturating_sub(self.cached),
+            prompt_secs: match (&self.phase, self.t_admit) {
+                (Phase::Prefill, Some(t)) => t.elapsed().as_secs_f64(),
+                _ => self.prompt_secs,
+            },
             gen_tokens: self.generated.len(),
             gen_secs: self.t_first.map_or(0.0, |t| t.elapsed().as_secs_f64()),
             stop_reason: reason,

@@ -5,11 +5,15 @@
 //! reads with a line editor (history, multi-line input, paste) and Ctrl-C stops a reply
 //! while keeping what came so far; with standard input piped it reads one message per line
 //! (or the whole of `-f FILE` as one message) and prints replies with no colour or control
-//! sequences, so scripts and tests can drive it.
+//! sequences, so scripts and tests can drive it. Where no one reads the reply at the
+//! terminal that typed the message (input or output not a terminal), each turn is marked:
+//! the message as `> ` lines before the reply, a blank line after it.
 
 mod commands;
 mod complete;
+mod figures;
 mod input;
+mod quiet_tty;
 mod screen;
 mod show;
 mod slash;
@@ -20,7 +24,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use bitnet_core::chat::{
     ChatSession, ChatTemplate, Conversation, Message, ReplyIo, ReplySettings, SessionError,
-    TurnStats,
+    TurnStats, TurnStatus,
 };
 use bitnet_core::scheduler::{Scheduler, SchedulerOptions, StopReason};
 use crossterm::style::Stylize;
@@ -36,11 +40,14 @@ use crate::setup::Setup;
 use crate::template_worker;
 use commands::Command;
 use input::{Input, Read};
+use quiet_tty::QuietTty;
 use screen::Screen;
 use slash::run_command;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The model to chat with: a GGUF file with a tokenizer (models/shakespeare.gguf is
+    /// shipped).
     #[arg(short = 'm', long)]
     pub model: PathBuf,
     /// System prompt at the start of the conversation.
@@ -53,11 +60,12 @@ pub struct Args {
     /// Send the whole of FILE as one message ('-' = standard input), print the reply, quit.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Tokens per reply at most; -1: until the model ends its turn or the context is full.
+    /// Tokens per reply at most; -1 (the default): until the model ends its turn or the
+    /// context is full (older messages then make room for the next turn).
     #[arg(
         short = 'n',
         long = "n-predict",
-        default_value_t = 512,
+        default_value_t = -1,
         allow_negative_numbers = true
     )]
     pub n_predict: i64,
@@ -143,9 +151,12 @@ pub fn run(args: Args) -> Result<()> {
         }
         None => Input::lines(io::stdin()),
     };
+    let at_terminal = interactive && io::stdout().is_terminal();
     let mut screen = Screen {
-        styled: interactive && io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        styled: at_terminal && std::env::var_os("NO_COLOR").is_none(),
         show_stats: args.verbose,
+        marks: !at_terminal,
+        quiet_input: interactive,
     };
     if interactive {
         screen.info(&format!(
@@ -181,10 +192,16 @@ pub fn run(args: Args) -> Result<()> {
                     .filter(|t| t.starts_with('/'))
                     .unwrap_or(&line);
                 let text = text.to_owned();
+                screen.mark_turn(&text)?;
                 reply(&mut chat, &screen, |c, io| c.send(&text, io))
             }
             Some(Command::Bye) => break,
-            Some(c) => run_command(&mut chat, &mut screen, c),
+            Some(c) => {
+                if matches!(c, Command::Regen) {
+                    screen.mark_turn(line.trim())?;
+                }
+                run_command(&mut chat, &mut screen, c)
+            }
         };
         if let Err(e) = outcome {
             if crate::output::is_broken_pipe(&e) {
@@ -210,25 +227,40 @@ fn reply(
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let mut pipe_error: Option<io::Error> = None;
-    let mut on_text = |t: &str| match out.write_all(t.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => true,
-        Err(e) => {
-            pipe_error = Some(e);
-            false
+    let mut on_text = |t: &str| {
+        // The ^C may land between two steps: nothing of the reply prints after it.
+        if interrupt::pending() {
+            return false;
+        }
+        match out.write_all(t.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                pipe_error = Some(e);
+                false
+            }
         }
     };
     let status_tty = screen.styled && io::stderr().is_terminal();
-    let mut on_status = |n: Option<usize>| {
-        if !status_tty {
-            return;
+    let mut on_status = |s: TurnStatus| match s {
+        // Said before the reply it makes room for, not after.
+        TurnStatus::Dropped(n) => screen.warn(&format!(
+            "(context full: the {n} oldest message{} dropped to make room; the rest is read \
+             again)",
+            if n == 1 { " was" } else { "s were" }
+        )),
+        _ if !status_tty => {}
+        TurnStatus::Reading(n) => {
+            let mut err = io::stderr().lock();
+            let _ = write!(err, "{}", format!("reading {n} tokens…").dark_grey());
+            let _ = err.flush();
         }
-        let mut err = io::stderr().lock();
-        let _ = match n {
-            Some(n) => write!(err, "{}", format!("reading {n} tokens…").dark_grey()),
-            None => write!(err, "\r\x1b[2K"),
-        };
-        let _ = err.flush();
+        _ => {
+            let mut err = io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
     };
+    let quiet = screen.quiet_input.then(QuietTty::new);
     interrupt::catch(true);
     let result = f(
         chat,
@@ -239,22 +271,26 @@ fn reply(
         },
     );
     interrupt::catch(false);
+    drop(quiet);
     if let Some(e) = pipe_error {
         return Err(e.into());
     }
     let stats = result?;
-    writeln!(out)?;
+    if !stats.unanswered {
+        writeln!(out)?;
+        if screen.marks {
+            writeln!(out)?;
+        }
+    }
     out.flush()?;
     drop(out);
-    if stats.was_interrupted() {
+    if stats.unanswered {
+        screen.info(
+            "(stopped before the reply began: the message was not kept, and the conversation \
+             is as it was)",
+        );
+    } else if stats.was_interrupted() {
         screen.info("(stopped; the reply so far is kept)");
-    }
-    if stats.dropped > 0 {
-        screen.warn(&format!(
-            "(context full: the {} oldest message{} dropped and the rest read again)",
-            stats.dropped,
-            if stats.dropped == 1 { " was" } else { "s were" }
-        ));
     }
     if stats.shifted > 0 {
         screen.info(&format!(
@@ -263,31 +299,11 @@ fn reply(
         ));
     }
     if stats.reply.stop_reason == StopReason::ContextFull {
-        screen.warn("(the context is full: the reply was cut; older messages go at the next turn)");
+        screen.warn("(the context is full: the reply was cut)");
     }
     if screen.show_stats {
-        screen.info(&figures(&stats, entropy_figures(chat.engine())));
+        let fields = figures::fields(&stats, entropy_figures(chat.engine()));
+        screen.info(&figures::fit(&fields, figures::stderr_width()));
     }
     Ok(())
-}
-
-fn figures(s: &TurnStats, attn_entropy: Option<String>) -> String {
-    let mut line = format!(
-        "prompt: {} new tokens ({} kept from the cache), {:.1} tok/s | reply: {} tokens, {:.1} tok/s, stop: {} | 3-gram repetition {} | context {}/{}",
-        s.evaluated,
-        s.kept,
-        s.prompt_tps(),
-        s.reply.gen_tokens,
-        s.reply.gen_tps(),
-        s.reply.stop_reason.name(),
-        bitnet_core::health::repetition_rate_3gram(&s.reply.tokens)
-            .map_or_else(|| "-".to_string(), |r| format!("{:.1}%", 100.0 * r)),
-        s.context_used,
-        s.context_size,
-    );
-    if let Some(h) = &attn_entropy {
-        line.push_str(" | ");
-        line.push_str(h);
-    }
-    line
 }
