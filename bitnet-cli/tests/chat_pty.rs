@@ -58,7 +58,7 @@ fn chat(model: &Path, data: &Path, extra: &[&str]) -> PtySession {
 /// Waits for the figures line of a reply; returns (new tokens, kept tokens, context used).
 fn figures(p: &mut PtySession) -> (usize, usize, usize) {
     let (_, line) = p
-        .exp_regex(r"prompt: \d+ new tokens \(\d+ kept from the cache\).*context \d+/\d+")
+        .exp_regex(r"prompt: \d+ new tokens? \(\d+ kept from the cache\).*context \d+/\d+")
         .expect("a figures line");
     let nums: Vec<usize> = line
         .split(|c: char| !c.is_ascii_digit())

@@ -159,7 +159,7 @@ fn say(p: &mut PtySession, line: &str) {
 /// The numbers of a figures line: (new tokens, kept tokens, context used).
 fn figures(p: &mut PtySession) -> (usize, usize, usize) {
     let (_, line) = p
-        .exp_regex(r"prompt: \d+ new tokens \(\d+ kept from the cache\)(.|\s)*?context \d+/\d+")
+        .exp_regex(r"prompt: \d+ new tokens? \(\d+ kept from the cache\)(.|\s)*?context \d+/\d+")
         .expect("a figures line");
     let nums: Vec<usize> = line
         .split(|c: char| !c.is_ascii_digit())
@@ -439,7 +439,7 @@ fn the_figures_fit_the_terminal() {
     );
     say(&mut p, "Good morrow");
     let (_, figs) = p
-        .exp_regex(r"prompt: \d+ new tokens(.|\s)*?context \d+/\d+")
+        .exp_regex(r"prompt: \d+ new tokens?(.|\s)*?context \d+/\d+")
         .expect("the figures");
     let figs = plain(&figs);
     assert!(figs.lines().count() > 1, "{figs}");

@@ -159,6 +159,19 @@ fn one_is_singular() {
 }
 
 #[test]
+fn one_thread_is_singular_in_the_figures() {
+    let out = run_ok(
+        bitnet()
+            .args(["generate", "-m"])
+            .arg(shipped_model())
+            .args(["-p", "ROMEO:", "-n", "4", "-t", "1", "--verbose"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("| 1 thread, "), "{err}");
+    assert!(!err.contains("1 threads"), "{err}");
+}
+
+#[test]
 fn system_without_a_prompt_and_help_lists_every_way_out() {
     let (stdout, err) = succeeded(&chat(&[], "/system\n/help\n"));
     assert!(err.contains("there is no system prompt"), "{err}");
@@ -315,7 +328,7 @@ fn redirected_output_gets_replies_without_the_editors_sequences() {
     let mut p = pty_chat(Some(&log), &data, &["-n", "8", "-v"]);
     ready(&mut p);
     p.send_line("Hello there").unwrap();
-    p.exp_regex(r"prompt: \d+ new tokens")
+    p.exp_regex(r"prompt: \d+ new tokens?")
         .expect("a reply's figures");
     ready(&mut p);
     p.send_line("/show").unwrap();

@@ -170,14 +170,14 @@ pub fn run(args: Args) -> Result<()> {
         stats.prompt_tokens.to_string()
     };
     note!(
-        "load {:.2}s | prompt {prompt_read} tok, {:.2} tok/s | generated {} tok, {:.2} tok/s | stop: {} | peak RSS {} | {} threads, {} kernels, head {} | seed {seed}",
+        "load {:.2}s | prompt {prompt_read} tok, {:.2} tok/s | generated {} tok, {:.2} tok/s | stop: {} | peak RSS {} | {}, {} kernels, head {} | seed {seed}",
         load.load_secs,
         stats.prompt_tps(),
         stats.gen_tokens,
         stats.gen_tps(),
         stats.stop_reason.name(),
         human_bytes(peak_rss()),
-        threads,
+        crate::output::count(threads, "thread"),
         model.isa().name(),
         model.head_mode().name(),
     );
@@ -389,14 +389,15 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
     let generated: usize = done.iter().map(|s| s.gen_tokens).sum();
     let prompt_toks: usize = done.iter().map(|s| s.prompt_tokens).sum();
     note!(
-        "{} prompts, {parallel} at a time | prompt {prompt_toks} tok | generated {generated} tok in {secs:.2}s, {:.2} tok/s together | peak RSS {} | {threads} threads, {} kernels | seed {seed}",
-        prompts.len(),
+        "{}, {parallel} at a time | prompt {prompt_toks} tok | generated {generated} tok in {secs:.2}s, {:.2} tok/s together | peak RSS {} | {}, {} kernels | seed {seed}",
+        crate::output::count(prompts.len(), "prompt"),
         if secs > 0.0 {
             generated as f64 / secs
         } else {
             0.0
         },
         human_bytes(peak_rss()),
+        crate::output::count(threads, "thread"),
         model.isa().name(),
     );
     if let Some(h) = entropy_figures(sched.engine()) {

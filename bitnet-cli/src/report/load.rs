@@ -21,10 +21,10 @@ pub fn phases_line(stats: &LoadStats, engine_secs: f64) -> String {
         })
         .collect();
     format!(
-        "load phases: {} (total {:.3}s, {} threads) | engine {engine_secs:.3}s",
+        "load phases: {} (total {:.3}s, {}) | engine {engine_secs:.3}s",
         steps.join(", "),
         stats.load_secs,
-        stats.threads
+        crate::output::count(stats.threads, "thread")
     )
 }
 

@@ -10,7 +10,7 @@ pub(super) fn fields(s: &TurnStats, attn_entropy: Option<String>) -> Vec<String>
         // Stopped while reading: how far it got.
         format!("{} of {asked} new tokens read", s.evaluated)
     } else {
-        format!("{} new tokens", s.evaluated)
+        crate::output::count(s.evaluated, "new token")
     };
     let mut fields = vec![
         format!(

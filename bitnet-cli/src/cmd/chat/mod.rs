@@ -251,7 +251,11 @@ fn reply(
         _ if !status_tty => {}
         TurnStatus::Reading(n) => {
             let mut err = io::stderr().lock();
-            let _ = write!(err, "{}", format!("reading {n} tokens…").dark_grey());
+            let _ = write!(
+                err,
+                "{}",
+                format!("reading {}…", crate::output::count(n, "token")).dark_grey()
+            );
             let _ = err.flush();
         }
         _ => {
