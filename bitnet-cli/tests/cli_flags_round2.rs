@@ -287,3 +287,69 @@ fn top_level_help_has_examples_and_a_pointer_to_a_real_model() {
             .any(|l| l.starts_with('#') && l.contains("Run a real model"))
     );
 }
+
+fn readme() -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+        .unwrap()
+}
+
+/// The README's `bitnet ...` commands: the lines of its shell blocks and its inline code.
+fn readme_commands(readme: &str) -> Vec<String> {
+    let mut commands = Vec::new();
+    let mut in_block = false;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            commands.push(line.trim().to_owned());
+        } else {
+            commands.extend(line.split('`').skip(1).step_by(2).map(str::to_owned));
+        }
+    }
+    commands.retain(|c| c.starts_with("bitnet ") || c.starts_with("cargo install"));
+    commands
+}
+
+#[test]
+fn readme_installs_at_the_locked_versions() {
+    let commands = readme_commands(&readme());
+    let installs: Vec<&String> = commands
+        .iter()
+        .filter(|c| c.starts_with("cargo install"))
+        .collect();
+    assert!(!installs.is_empty());
+    for line in installs {
+        for install in line.split("&&") {
+            assert!(install.contains(" --locked"), "{install}");
+        }
+    }
+}
+
+#[test]
+fn readme_commands_use_flags_their_command_has() {
+    let readme = readme();
+    let mut checked = 0;
+    for command in readme_commands(&readme)
+        .into_iter()
+        .filter(|c| c.starts_with("bitnet "))
+    {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        let Some(sub) = words.get(1).filter(|s| !s.starts_with('-')) else {
+            continue;
+        };
+        let help = help(&[sub, "--help"]);
+        for flag in words.iter().filter(|w| w.starts_with("--")) {
+            let flag = flag.split('=').next().unwrap();
+            assert!(
+                help.match_indices(flag).any(|(at, _)| {
+                    !help[at + flag.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '-')
+                }),
+                "README: `{command}`: `bitnet {sub}` has no {flag}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 10, "{checked} flags checked");
+}
