@@ -17,7 +17,7 @@ use clap::{Arg, Command};
 const RENAMES: &[(&[&str], &str)] = &[
     (&["-ctk"], "cache-type-k"),
     (&["-ctv"], "cache-type-v"),
-    (&["-np"], "np"),
+    (&["-np"], "parallel"),
     (&["-sys", "--system-prompt"], "system"),
     (&["-r", "--reverse-prompt"], "stop"),
     (&["--no-display-prompt"], "no-echo"),
