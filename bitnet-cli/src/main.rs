@@ -16,11 +16,24 @@ mod template_worker;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// Under `bitnet --help`: a first command for each job, on the model that ships with the
+/// repository, and where a real model comes from.
+const EXAMPLES: &str = "\
+Examples (models/shakespeare.gguf is a tiny model that ships with the repository):
+  bitnet generate -m models/shakespeare.gguf -p \"ROMEO:\" -n 80 -s 1
+  bitnet chat -m models/shakespeare.gguf
+  bitnet serve -m models/shakespeare.gguf --port 8080
+  bitnet inspect models/shakespeare.gguf
+  bitnet-convert HF_CHECKPOINT_DIR -o model.gguf
+
+A real model (BitNet b1.58 2B-4T): README.md, \"Run a real model\", gives the download,
+convert and chat commands.";
 
 /// Run 1-bit and ternary LLMs (BitNet b1.58 and friends) on the CPU, from GGUF files.
 #[derive(Debug, Parser)]
-#[command(name = "bitnet", version, about, propagate_version = true)]
+#[command(name = "bitnet", version, about, propagate_version = true, after_help = EXAMPLES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,7 +65,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(args::model::llama_flag_names(std::env::args_os()));
+    let command = args::llama_spellings::with_spellings_in_help(Cli::command());
+    let argv = match args::llama_spellings::rewrite(&command, std::env::args_os()) {
+        Ok(argv) => argv,
+        Err(why) => {
+            output::note!("error: {why}");
+            // clap's status for a usage error.
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::from_arg_matches(&command.get_matches_from(argv)).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Chat(args) => cmd::chat::run(args),

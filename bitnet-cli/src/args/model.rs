@@ -1,9 +1,7 @@
 //! Options every model-running subcommand shares (`-t`, `--kernel`, `--no-mmap`, `--mlock`,
 //! `--head`, `-c`, `-b`, `-ctk`, `-ctv`, `--kv-rotate`, `--kv-xnor`), turning them into
-//! [`LoadOptions`] (how the model is loaded) and [`EngineOptions`] (how it runs); and
-//! llama.cpp's multi-letter flags (`-ctk`, `-np`) rewritten before parsing.
+//! [`LoadOptions`] (how the model is loaded) and [`EngineOptions`] (how it runs).
 
-use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
@@ -90,31 +88,6 @@ pub fn parse_kv_rotate(name: &str) -> Result<KvRotate, String> {
     })
 }
 
-/// llama.cpp spells some flags with one dash and several letters (`-ctk q8_0`, `-np 8`),
-/// which clap's short options cannot be (`-np` would be read as `-n p`): those are rewritten
-/// to their long names before parsing (`-ctk=q8_0` too). `-np` becomes `--np`, the visible
-/// alias of `--parallel`, so a command without it names the flag as the user typed it.
-pub fn llama_flag_names(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    args.into_iter()
-        .map(|a| {
-            let Some(s) = a.to_str() else { return a };
-            for (short, long) in [
-                ("-ctk", "--cache-type-k"),
-                ("-ctv", "--cache-type-v"),
-                ("-np", "--np"),
-            ] {
-                if s == short {
-                    return long.into();
-                }
-                if let Some(rest) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
-                    return format!("{long}={rest}").into();
-                }
-            }
-            a
-        })
-        .collect()
-}
-
 pub fn parse_isa(name: Option<&str>) -> Result<Option<Isa>> {
     name.map(|n| Isa::parse(n).and_then(Isa::require))
         .transpose()
@@ -173,40 +146,6 @@ pub fn warn_threads(threads: usize) {
         note!(
             "warning: -t {threads} is more threads than the {cpus} logical CPUs here: they will \
              share cores and run slower than -t {cpus}"
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rewrite(args: &[&str]) -> Vec<String> {
-        llama_flag_names(args.iter().map(OsString::from))
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn llama_multi_letter_flags_become_long_ones() {
-        assert_eq!(
-            rewrite(&["bitnet", "serve", "-np", "8", "-ctk", "q8_0", "-ctv=q4_0"]),
-            [
-                "bitnet",
-                "serve",
-                "--np",
-                "8",
-                "--cache-type-k",
-                "q8_0",
-                "--cache-type-v=q4_0"
-            ]
-        );
-        assert_eq!(rewrite(&["-np=3"]), ["--np=3"]);
-        // Only the whole flag: `-n` with a value glued on, or longer words, are left alone.
-        assert_eq!(
-            rewrite(&["-n", "-np4", "-npx", "-ctkq", "--np", "np"]),
-            ["-n", "-np4", "-npx", "-ctkq", "--np", "np"]
         );
     }
 }

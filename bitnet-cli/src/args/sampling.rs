@@ -43,18 +43,27 @@ pub struct SamplingArgs {
     /// Greedy decoding (same as --temp 0).
     #[arg(long)]
     pub greedy: bool,
-    #[arg(long, default_value_t = 40)]
+    /// Keep only the K most likely tokens (0 = all).
+    #[arg(long, value_name = "K", default_value_t = 40)]
     pub top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
+    /// Keep the most likely tokens whose probabilities sum to P (nucleus; 1 = all).
+    #[arg(long, value_name = "P", default_value_t = 0.95)]
     pub top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
+    /// Drop tokens less likely than P times the most likely one (0 = off).
+    #[arg(long, value_name = "P", default_value_t = 0.05)]
     pub min_p: f32,
+    /// Penalise tokens among the last --repeat-last-n: a positive logit is divided by this,
+    /// a negative one multiplied (1 = off).
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
+    /// How many recent tokens --repeat-penalty and the other penalties look at.
     #[arg(long, default_value_t = 64)]
     pub repeat_last_n: usize,
+    /// Subtract this times a token's count among the last --repeat-last-n from its logit
+    /// (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub frequency_penalty: f32,
+    /// Subtract this from the logit of every token among the last --repeat-last-n (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub presence_penalty: f32,
     /// Sampler seed (same seed, same output); -1 = a random seed, printed with the figures.

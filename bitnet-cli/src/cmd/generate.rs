@@ -32,6 +32,7 @@ use crate::setup::limits::prompt_too_long;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The GGUF model file (models/shakespeare.gguf ships with the repository).
     #[arg(short = 'm', long)]
     pub model: PathBuf,
     #[command(flatten)]

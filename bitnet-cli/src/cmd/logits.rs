@@ -19,6 +19,7 @@ use crate::setup::load_model;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The GGUF model file (models/shakespeare.gguf ships with the repository).
     #[arg(short = 'm', long)]
     pub model: PathBuf,
     /// Token ids, comma-separated.

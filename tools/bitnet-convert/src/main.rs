@@ -19,8 +19,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 struct Args {
     /// The checkpoint directory (config.json, *.safetensors, tokenizer files).
     hf_dir: PathBuf,
-    /// The GGUF file to write (required unless --dry-run).
-    #[arg(short, long)]
+    /// The GGUF file to write (required unless --dry-run; --outfile as llama.cpp's
+    /// convert_hf_to_gguf.py spells it).
+    #[arg(short, long, visible_alias = "outfile")]
     output: Option<PathBuf>,
     /// Ternary weight type: i2_s (bitnet.cpp), tq2_0 or tq1_0 (llama.cpp).
     #[arg(long, default_value = "i2_s")]

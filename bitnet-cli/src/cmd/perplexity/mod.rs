@@ -34,6 +34,7 @@ use window::describe;
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("kv_bounded").args(["kv_window", "kv_evict"])))]
 pub struct Args {
+    /// The GGUF model file (models/shakespeare.gguf ships with the repository).
     #[arg(short = 'm', long)]
     pub model: PathBuf,
     /// The text to score ('-' = standard input).

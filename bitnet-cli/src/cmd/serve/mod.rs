@@ -43,6 +43,7 @@ use state::{AppState, Config, Shared};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// The GGUF model file (models/shakespeare.gguf ships with the repository).
     #[arg(short = 'm', long)]
     pub model: PathBuf,
     /// Address to listen on; loopback unless you mean to serve other machines.
