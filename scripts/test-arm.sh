@@ -22,6 +22,9 @@
 # thread asleep in the pool's sleep/wake handshake (a SeqCst store-then-load on each side, which
 # needs store-load ordering the emulator's x86 translation may not give); this pass proves the
 # kernels, not the pool. Each emulated command also has a time limit, so a hang fails the pass.
+# So the builds come first (they use every core), then the emulated runs and the macOS check
+# run side by side, as many at once as there are cores (JOBS), each job's output printed
+# whole when it ends.
 # On an ARM machine none of this is needed: `scripts/test.sh` tests the sets the CPU has.
 # scripts/setup-arm.sh installs what is missing (rustup target, cross gcc, qemu-user).
 set -euo pipefail
@@ -33,24 +36,25 @@ sysroot=/usr/aarch64-linux-gnu
 ./scripts/setup-arm.sh
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 step() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
-runner() { echo "timeout 900 qemu-aarch64 -L $sysroot -cpu $1"; }
-emulate() { timeout 600 qemu-aarch64 -L "$sysroot" "$@"; }
+emulate() { timeout 900 qemu-aarch64 -L "$sysroot" "$@"; }
 
-step "ARM 1/4: kernel tests under emulation"
-for cpu_sets in max:scalar,neon,dotprod,i8mm cortex-a76:scalar,neon,dotprod cortex-a57:scalar,neon; do
-  cpu="${cpu_sets%%:*}"
-  sets="${cpu_sets#*:}"
-  echo "-- qemu -cpu $cpu: kernel sets $sets"
-  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$(runner "$cpu")" BITNET_EXPECT_KERNELS="$sets" \
-    cargo test -q -j "$jobs" -p bitnet-kernels --target "$target"
-done
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 
-golden_sets="${BITNET_ARM_GOLDEN_SETS:-neon,i8mm}"
-step "ARM 2/4: golden logits, kernel sets $golden_sets (qemu -cpu max)"
-CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$(runner max)" BITNET_TEST_KERNELS="$golden_sets" BITNET_TEST_THREADS=1 \
-  cargo test -q -j "$jobs" -p bitnet-core --target "$target" --test golden_engine
-
-step "ARM 3/4: the shipped model, emulated against this machine's build"
+step "ARM builds: kernel tests, golden logits test, bitnet"
+# The test executables `cargo test --no-run` built, from its JSON messages.
+tests_built() {
+  cargo test --no-run -q -j "$jobs" --target "$target" --message-format=json "$@" |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])'
+}
+kernel_tests="$(tests_built -p bitnet-kernels)"
+golden_test="$(tests_built -p bitnet-core --test golden_engine)"
+[ -n "$kernel_tests" ] && [ -n "$golden_test" ] || { echo "error: no aarch64 test built" >&2; exit 1; }
 cargo build -q -j "$jobs" -p bitnet-cli --target "$target"
 arm_bitnet="${CARGO_TARGET_DIR:-target}/$target/debug/bitnet"
 # scripts/test.sh passes the binary its tests built (a plain `cargo build -p bitnet-cli`
@@ -60,45 +64,97 @@ if [ -z "$host_bitnet" ]; then
   cargo build -q -j "$jobs" -p bitnet-cli
   host_bitnet="${CARGO_TARGET_DIR:-target}/debug/bitnet"
 fi
+
+# 1. The kernel tests (every set against the scalar reference) on an emulated CPU, in the
+# package's directory as `cargo test` runs them; the CPU must offer exactly these sets.
+kernel_job() { # CPU SETS
+  local exe
+  for exe in $kernel_tests; do
+    (cd bitnet-kernels && BITNET_EXPECT_KERNELS="$2" emulate -cpu "$1" "$exe") || return 1
+  done
+}
+
+# 2. The golden logits with one kernel set.
+golden_job() { # SET
+  (cd bitnet-core && BITNET_TEST_KERNELS="$1" BITNET_TEST_THREADS=1 emulate -cpu max "$golden_test")
+}
+
+# 3. The shipped model: the README's sample, greedy text and perplexity of one ARM set against
+# this machine's.
 model=models/shakespeare.gguf
 heldout=models/shakespeare-ref/heldout.txt
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 # The README's sample, the lines between its command and the end of the block.
 awk '/^\$ bitnet generate -m models\/shakespeare.gguf -p "ROMEO:" -n 80 -s 1$/{on=1; next}
      on && /^```/{exit} on' README.md >"$tmp/readme.txt"
 [ -s "$tmp/readme.txt" ] || { echo "error: README sample not found" >&2; exit 1; }
-outputs_of() { # the three outputs compared: sampled text, greedy text, perplexity
+outputs_of() { # OUT COMMAND...: the three outputs compared: sampled text, greedy text, perplexity
+  local out="$1"
+  shift
   "$@" generate -t 1 -m "$model" -p "ROMEO:" -n 80 -s 1 2>/dev/null >"$out.sampled"
   "$@" generate -t 1 -m "$model" -p "ROMEO:" -n 80 --temp 0 2>/dev/null >"$out.greedy"
   "$@" perplexity -t 1 -m "$model" -f "$heldout" -c 256 --chunks 6 2>&1 |
     sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p' >"$out.ppl"
 }
-out="$tmp/host"
-outputs_of "$host_bitnet"
-echo "-- this machine ($(uname -m)): perplexity of the first 6 windows $(cat "$out.ppl")"
-for isa in neon dotprod i8mm; do
-  out="$tmp/$isa"
-  BITNET_KERNEL=$isa outputs_of emulate -cpu max "$arm_bitnet"
+shipped_job() { # SET
+  local isa="$1" out="$tmp/$1" kind
+  BITNET_KERNEL=$isa outputs_of "$out" emulate -cpu max "$arm_bitnet"
   for kind in sampled greedy; do
     if ! cmp -s "$tmp/host.$kind" "$out.$kind"; then
-      echo "error: $isa ($kind) differs from this machine's output:" >&2
-      diff "$tmp/host.$kind" "$out.$kind" >&2 || true
-      exit 1
+      echo "error: $isa ($kind) differs from this machine's output:"
+      diff "$tmp/host.$kind" "$out.$kind" || true
+      return 1
     fi
   done
   head -c "$(wc -c <"$tmp/readme.txt")" "$out.sampled" | cmp -s - "$tmp/readme.txt" || {
-    echo "error: $isa does not write the README's sample" >&2
-    exit 1
+    echo "error: $isa does not write the README's sample"
+    return 1
   }
   awk -v a="$(cat "$tmp/host.ppl")" -v b="$(cat "$out.ppl")" \
     'BEGIN { d = (a - b) / a; if (a == "" || b == "" || d > 0.002 || d < -0.002) exit 1 }' || {
-    echo "error: $isa perplexity $(cat "$out.ppl") is not within 0.2% of $(cat "$tmp/host.ppl")" >&2
-    exit 1
+    echo "error: $isa perplexity $(cat "$out.ppl") is not within 0.2% of $(cat "$tmp/host.ppl")"
+    return 1
   }
-  echo "-- $isa: README sample and greedy text identical; perplexity $(cat "$out.ppl")"
-done
+  echo "$isa: README sample and greedy text identical; perplexity $(cat "$out.ppl")"
+}
 
-step "ARM 4/4: cargo check --target aarch64-apple-darwin"
-cargo check -q -j "$jobs" --workspace --target aarch64-apple-darwin
+# 4. macOS: nothing here can run it, so it is compiled only.
+apple_job() { cargo check -q -j 1 --workspace --target aarch64-apple-darwin; }
+
+outputs_of "$tmp/host" "$host_bitnet"
+echo "-- this machine ($(uname -m)): perplexity of the first 6 windows $(cat "$tmp/host.ppl")"
+
+# The jobs, longest first, at most $jobs at once; each one's output is printed when it ends.
+golden_sets="${BITNET_ARM_GOLDEN_SETS:-neon,i8mm}"
+job_names=()
+launch() { # NAME COMMAND...
+  local name="$1"
+  shift
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  job_names+=("$name")
+  (
+    start=$SECONDS
+    if "$@" >"$tmp/job-$name.log" 2>&1; then rc=0; else rc=$?; fi
+    echo "$rc" >"$tmp/job-$name.rc"
+    echo "-- [$((SECONDS - start))s] $name: $([ "$rc" = 0 ] && echo ok || echo "FAILED ($rc)")"
+    cat "$tmp/job-$name.log"
+  ) &
+}
+step "ARM runs: kernel tests on 3 CPUs, golden logits ($golden_sets), shipped model, macOS check"
+for set in ${golden_sets//,/ }; do launch "golden-$set" golden_job "$set"; done
+launch apple-check apple_job
+for isa in neon dotprod i8mm; do launch "shipped-$isa" shipped_job "$isa"; done
+# `max`: NEON + dotprod + i8mm (all three sets tested in that one run); `cortex-a76`: the
+# Raspberry Pi 5's core (NEON + dotprod); `cortex-a57`: NEON only.
+launch kernels-max kernel_job max scalar,neon,dotprod,i8mm
+launch kernels-cortex-a76 kernel_job cortex-a76 scalar,neon,dotprod
+launch kernels-cortex-a57 kernel_job cortex-a57 scalar,neon
+wait
+failed=()
+for name in "${job_names[@]}"; do
+  [ "$(cat "$tmp/job-$name.rc" 2>/dev/null)" = 0 ] || failed+=("$name")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "error: ARM pass failed: ${failed[*]}" >&2
+  exit 1
+fi
 echo "== ARM pass: ok"
