@@ -211,6 +211,7 @@ fn description<'a>(help: &'a str, flag: &str) -> &'a str {
 #[test]
 fn help_describes_every_flag_and_names_the_llama_cpp_spellings() {
     for sub in [
+        "chat",
         "generate",
         "serve",
         "perplexity",
