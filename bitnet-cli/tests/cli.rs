@@ -447,7 +447,7 @@ fn bench_compare_flags_regressions_beyond_the_spread() {
             .arg(&old)
             .arg(&same),
     );
-    assert!(String::from_utf8_lossy(&ok.stdout).contains("1 rows compared, 0 regressed"));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("1 row compared, 0 regressed"));
 
     let bad = bitnet()
         .args(["bench", "--fail-on-regress", "--compare"])
