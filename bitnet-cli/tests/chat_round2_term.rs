@@ -343,7 +343,11 @@ fn redirected_output_gets_replies_without_the_editors_sequences() {
     // The turn mark of the message (docs/chat.md) is the only `> ` line: the editor's prompt
     // and what it echoes (the commands too) stay on the terminal.
     let marked: Vec<&str> = text.lines().filter(|l| l.starts_with('>')).collect();
-    assert_eq!(marked, ["> Hello there"], "the prompt in the output: {text:?}");
+    assert_eq!(
+        marked,
+        ["> Hello there"],
+        "the prompt in the output: {text:?}"
+    );
     assert!(
         text.contains("conversation: 2 messages"),
         "replies and /show still go to standard output: {text:?}"

@@ -354,3 +354,22 @@ fn readme_commands_use_flags_their_command_has() {
     }
     assert!(checked > 10, "{checked} flags checked");
 }
+
+/// `inspect` takes the file as every other command does (`-m FILE`), as well as bare.
+#[test]
+fn inspect_takes_the_model_as_m_too() {
+    let bare = run_ok(bitnet().arg("inspect").arg(shipped_model()));
+    let flagged = run_ok(bitnet().args(["inspect", "-m"]).arg(shipped_model()));
+    assert_eq!(bare.stdout, flagged.stdout);
+    assert!(String::from_utf8_lossy(&flagged.stdout).contains("architecture: bitnet-b1.58"));
+    let both = bitnet()
+        .args(["inspect", "-m"])
+        .arg(shipped_model())
+        .arg(shipped_model())
+        .output()
+        .unwrap();
+    assert!(!both.status.success(), "a file given twice is refused");
+    let none = bitnet().arg("inspect").output().unwrap();
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("required"));
+}

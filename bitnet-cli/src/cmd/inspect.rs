@@ -24,7 +24,11 @@ use crate::setup::watch_mapped_file;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The GGUF file to inspect.
-    pub model: PathBuf,
+    #[arg(required_unless_present = "model_flag", conflicts_with = "model_flag")]
+    pub model: Option<PathBuf>,
+    /// The GGUF file, spelled as the other commands take it (`-m FILE`).
+    #[arg(short = 'm', long = "model", id = "model_flag", value_name = "MODEL")]
+    pub model_flag: Option<PathBuf>,
     /// Context length used for the KV-cache memory estimate (default: the model's training context).
     #[arg(short = 'c', long, visible_alias = "ctx-size")]
     pub ctx: Option<u64>,
@@ -155,17 +159,23 @@ struct WeightDetail {
     ternary_shares: Option<[f64; 3]>,
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(mut args: Args) -> Result<()> {
+    if args.model.is_none() {
+        args.model = args.model_flag.take();
+    }
+    let Some(model) = args.model.clone() else {
+        anyhow::bail!("give the GGUF file to inspect: `bitnet inspect FILE` or `-m FILE`");
+    };
     let mode = if args.no_mmap {
         LoadMode::Read
     } else {
         LoadMode::Mmap
     };
     if mode == LoadMode::Mmap {
-        watch_mapped_file(&args.model);
+        watch_mapped_file(&model);
     }
-    let file = GgufFile::open(&args.model, mode)
-        .with_context(|| format!("opening {}", args.model.display()))?;
+    let file =
+        GgufFile::open(&model, mode).with_context(|| format!("opening {}", model.display()))?;
     let report = build_report(&args, &file)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -255,7 +265,11 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
     };
 
     Ok(Report {
-        path: args.model.display().to_string(),
+        path: args
+            .model
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
         gguf_version: file.version(),
         file_bytes: file.file_size(),
         alignment: file.alignment(),
