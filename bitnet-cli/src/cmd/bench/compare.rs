@@ -164,6 +164,6 @@ mod tests {
         write_comparison(&mut buf, &cmp).unwrap();
         let text = String::from_utf8(buf).unwrap();
         assert!(text.contains("+50.0%"));
-        assert!(text.contains("1 rows compared, 0 regressed"));
+        assert!(text.contains("1 row compared, 0 regressed"));
     }
 }
