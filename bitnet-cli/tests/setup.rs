@@ -14,7 +14,7 @@ fn repo_file(rel: &str) -> String {
 fn readme_says_how_to_install_and_what_is_needed() {
     let readme = repo_file("README.md");
     for needle in [
-        "cargo install --path bitnet-cli",
+        "cargo install --locked --path bitnet-cli",
         "target/release/bitnet",
         "rustfmt",
         "clippy",
