@@ -4,39 +4,10 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
+use common::chat::{chat, chat_cmd};
 use common::{bitnet, scratch, shipped_model, stderr_of, stdout_of};
-
-fn chat_cmd(extra: &[&str]) -> Command {
-    let mut cmd = bitnet();
-    cmd.arg("chat")
-        .arg("-m")
-        .arg(shipped_model())
-        .args(["-s", "7", "-t", "1"])
-        .args(extra);
-    cmd
-}
-
-/// Runs a chat with `input` on standard input.
-fn chat(extra: &[&str], input: &str) -> Output {
-    let mut child = chat_cmd(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning bitnet chat");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(!stderr_of(&out).contains("panicked"), "{}", stderr_of(&out));
-    out
-}
 
 /// (new tokens, kept tokens, context used, context size) of every figures line.
 fn figures(out: &Output) -> Vec<(usize, usize, usize, usize)> {

@@ -4,40 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 
-use common::{bitnet, run_ok, scratch, shipped_model, tmp_dir};
+use common::chat::{TIMEOUT_MS, exits_cleanly, slow_model};
+use common::{scratch, shipped_model};
 use rexpect::session::{PtySession, spawn_command};
-
-const TIMEOUT_MS: u64 = 60_000;
-
-/// A model slow enough (2 layers of BitNet-large widths, the shipped model's vocabulary)
-/// that a long reply is still running when Ctrl-C arrives.
-fn slow_model() -> &'static Path {
-    static MODEL: OnceLock<PathBuf> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let path = tmp_dir().join("chat-slow.gguf");
-        run_ok(
-            bitnet()
-                .args([
-                    "gen-model",
-                    "--preset",
-                    "large",
-                    "--layers",
-                    "2",
-                    "--weight-type",
-                    "i2_s",
-                ])
-                .arg("--vocab")
-                .arg(shipped_model())
-                .arg("-o")
-                .arg(&path),
-        );
-        path
-    })
-}
 
 /// `bitnet chat` on a pseudo-terminal, with its own data directory (history file).
 fn chat(model: &Path, data: &Path, extra: &[&str]) -> PtySession {
@@ -86,15 +58,6 @@ fn show_messages(p: &mut PtySession) -> usize {
     say(p, "/show");
     let (_, line) = p.exp_regex(r"conversation: \d+ messages").unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-fn exits_cleanly(p: &mut PtySession) {
-    p.exp_eof().expect("the chat ends");
-    let status = p.process.wait().expect("exit status");
-    assert!(
-        format!("{status:?}").ends_with(", 0)"),
-        "exit status {status:?}"
-    );
 }
 
 #[test]

@@ -5,33 +5,12 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::path::Path;
+use std::process::{Command, Output};
 
-use common::{bitnet, run_ok, scratch, shipped_model, stderr_of, stdout_of, tmp_dir};
+use common::chat::{TIMEOUT_MS, exits_cleanly, piped, slow_model};
+use common::{scratch, shipped_model, stderr_of, stdout_of};
 use rexpect::session::{PtySession, spawn_command};
-
-const TIMEOUT_MS: u64 = 60_000;
-
-/// A model slow enough (2 layers of BitNet-large widths, the shipped model's vocabulary)
-/// that a long prompt is still being read when Ctrl-C arrives.
-fn slow_model() -> &'static Path {
-    static MODEL: OnceLock<PathBuf> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let path = tmp_dir().join("chat-r2-slow.gguf");
-        run_ok(
-            bitnet()
-                .args(["gen-model", "--preset", "large", "--layers", "2"])
-                .args(["--weight-type", "i2_s", "--vocab"])
-                .arg(shipped_model())
-                .arg("-o")
-                .arg(&path),
-        );
-        path
-    })
-}
 
 /// A prompt of a few thousand tokens, ending with a mark.
 fn long_prompt() -> String {
@@ -102,25 +81,7 @@ fn chat_piped(extra: &[&str], input: &str, merged: bool) -> Output {
         .arg(shipped_model())
         .args(["-s", "7", "-t", "1"])
         .args(extra);
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning bitnet chat");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        !stdout_of(&out).contains("panicked") && !stderr_of(&out).contains("panicked"),
-        "{}",
-        stderr_of(&out)
-    );
-    out
+    piped(cmd, input)
 }
 
 /// Drops terminal control sequences (colours, line clears) from pty output.
@@ -182,15 +143,6 @@ fn save(p: &mut PtySession, path: &Path) -> String {
     say(p, &format!("/save {}", path.display()));
     p.exp_string("(saved").unwrap();
     std::fs::read_to_string(path).unwrap()
-}
-
-fn exits_cleanly(p: &mut PtySession) {
-    p.exp_eof().expect("the chat ends");
-    let status = p.process.wait().expect("exit status");
-    assert!(
-        format!("{status:?}").ends_with(", 0)"),
-        "exit status {status:?}"
-    );
 }
 
 /// A message too long for the context used to drop every earlier exchange on its way to

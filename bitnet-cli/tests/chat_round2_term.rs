@@ -5,48 +5,12 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
+use common::chat::{TIMEOUT_MS, chat, chat_cmd, exits_cleanly, piped};
 use common::{bitnet, run_ok, scratch, shipped_model, stderr_of, stdout_of};
 use rexpect::session::{PtySession, spawn_command};
-
-const TIMEOUT_MS: u64 = 60_000;
-
-/// `bitnet chat` on the shipped model, seed 7, one thread, `extra` flags.
-fn chat_cmd(extra: &[&str]) -> Command {
-    let mut cmd = bitnet();
-    cmd.arg("chat")
-        .arg("-m")
-        .arg(shipped_model())
-        .args(["-s", "7", "-t", "1"])
-        .args(extra);
-    cmd
-}
-
-/// Runs `cmd` with `input` on standard input; it must not panic.
-fn piped(mut cmd: Command, input: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning bitnet chat");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(!stderr_of(&out).contains("panicked"), "{}", stderr_of(&out));
-    out
-}
-
-fn chat(extra: &[&str], input: &str) -> Output {
-    piped(chat_cmd(extra), input)
-}
 
 fn succeeded(out: &Output) -> (String, String) {
     assert!(out.status.success(), "{}", stderr_of(out));
@@ -260,15 +224,6 @@ fn pty_chat(stdout: Option<&Path>, data: &Path, extra: &[&str]) -> PtySession {
 /// Waits until the line editor draws its prompt, so keys typed next reach it.
 fn ready(p: &mut PtySession) {
     p.exp_string("\x1b[K> ").expect("the prompt");
-}
-
-fn exits_cleanly(p: &mut PtySession) {
-    p.exp_eof().expect("the chat ends");
-    let status = p.process.wait().expect("exit status");
-    assert!(
-        format!("{status:?}").ends_with(", 0)"),
-        "exit status {status:?}"
-    );
 }
 
 #[test]

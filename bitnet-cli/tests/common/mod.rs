@@ -2,6 +2,7 @@
 //! data, a scratch directory and a tiny generated model. Each test file uses a subset.
 #![allow(dead_code)]
 
+pub mod chat;
 pub mod server;
 
 use std::path::{Path, PathBuf};
