@@ -113,8 +113,9 @@ impl Observer for Metrics {
 
     fn on_done(&mut self, stats: &GenStats, elapsed: Duration) {
         let m = &self.0.metrics;
-        m.prompt_tokens
-            .fetch_add((stats.prompt_tokens - stats.cached_tokens) as u64, Relaxed);
+        // The tokens read, not those asked for: a request cancelled while its prompt was
+        // being read stopped part-way.
+        m.prompt_tokens.fetch_add(stats.prompt_read as u64, Relaxed);
         m.cached_tokens
             .fetch_add(stats.cached_tokens as u64, Relaxed);
         if stats.stop_reason == StopReason::Cancelled {
