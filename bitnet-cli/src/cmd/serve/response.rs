@@ -317,7 +317,8 @@ pub fn usage(prompt_tokens: usize, stats: &[&GenStats]) -> Value {
 
 /// llama.cpp's `timings` object of one answer.
 pub fn timings(s: &GenStats) -> Value {
-    let prompt_n = s.prompt_tokens - s.cached_tokens;
+    // The tokens read: fewer than asked for when the request stopped while reading.
+    let prompt_n = s.prompt_read;
     let prompt_ms = s.prompt_secs * 1e3;
     let predicted_ms = s.gen_secs * 1e3;
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
