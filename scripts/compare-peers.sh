@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Our speed and memory beside the peers' (issue 14), on the same files, on this machine:
-# bitnet.cpp (microsoft/BitNet, I2_S) and upstream llama.cpp (ggml-org/llama.cpp, TQ2_0).
-# This script only RUNS already built peers; it never fetches or builds them.
+# Our speed and memory beside the peers' (issues 14 and 35), on the same weights, on this
+# machine: bitnet.cpp (microsoft/BitNet, I2_S), upstream llama.cpp (ggml-org/llama.cpp, TQ2_0)
+# and ik_llama.cpp (ikawrakow/ik_llama.cpp, IQ2_BN: the fastest CPU engine for 1-bit models on
+# AVX2). This script only RUNS already built peers; it never fetches or builds them.
 #
 #   BITNET_CPP_BENCH=.../llama-bench BITNET_CPP_CLI=.../llama-cli BITNET_CPP_SRC=.../BitNet \
 #   LLAMA_CPP_BENCH=.../llama-bench  LLAMA_CPP_CLI=.../llama-cli  LLAMA_CPP_SRC=.../llama.cpp \
-#   ROUNDS=3 scripts/compare-peers.sh
+#   IK_LLAMA_BENCH=.../llama-bench IK_LLAMA_CLI=.../llama-cli IK_LLAMA_QUANTIZE=.../llama-quantize \
+#   IK_LLAMA_SRC=.../ik_llama.cpp ROUNDS=3 scripts/compare-peers.sh
 #
 # How the peers must be built (release builds, native CPU flags, outside this repository):
 #  - bitnet.cpp: github.com/microsoft/BitNet with its 3rdparty/llama.cpp submodule (the fork
@@ -18,6 +20,13 @@
 #    default: -march=native) and build the targets llama-bench and llama-cli.
 #  - llama.cpp: github.com/ggml-org/llama.cpp, `cmake -B build -DCMAKE_BUILD_TYPE=Release
 #    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF`, targets llama-bench and llama-cli.
+#  - ik_llama.cpp: github.com/ikawrakow/ik_llama.cpp, `cmake -B build -DCMAKE_BUILD_TYPE=Release
+#    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DGGML_IQK_FA_ALL_QUANTS=OFF` (the flash-attention
+#    kernels for every quant type take most of its build and serve none of these runs),
+#    targets llama-bench, llama-cli and llama-quantize (it makes the IQ2_BN file, below).
+#  For the AVX2 comparison on a CPU that has AVX-512 (issue 35), build every peer with
+#  `-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+#  -DGGML_AVX512=OFF` and run ours with KERNEL=avx2.
 #  The commits and compilers of the last recorded run are in bench/*-peers-build.md.
 #
 # The files (made with our `gen-model` when missing, seed 1, 2B-4T shapes, tied Q8_0
@@ -27,6 +36,13 @@
 #    (only `bitnet`, the SiLU-gated 1bitLLM one), so that file is the TQ2_0 one with its
 #    architecture renamed to `bitnet` (same tensors, byte for byte): both engines then run
 #    a SiLU FFN instead of relu2, which costs the same.
+#  - ik_llama.cpp: IQ2_BN (its 2-bit ternary type, one scale a row), quantized by its own
+#    llama-quantize from the float-weight file `gen-model --weight-type f16` writes with the
+#    same seed and shapes (4.2 GiB, deleted once quantized), embedding/head kept Q8_0. It
+#    knows `bitnet-b1.58`. Ours cannot read IQ2_BN: beside ik_llama.cpp ours runs the I2_S
+#    file, the same ternary weights in bitnet.cpp's layout. ik_llama.cpp runs with
+#    IK_LLAMA_ARGS (default `-rtr 1`: its run-time repack to IQ2_BN_R4, its best setting
+#    for prompt processing; `-rtr 0` keeps the file's layout).
 #
 # Each round runs, for each peer: ours then the peer (the order alternates every round), on
 # the peer's file with THREADS threads: the bench (pp PP and tg TG, REPS repetitions after one
@@ -43,8 +59,13 @@
 #   BITNET_CPP_CLI    bitnet.cpp's llama-cli (memory and load rows; unset: those are skipped)
 #   BITNET_CPP_SRC    its source tree (for the commits), or BITNET_CPP_COMMIT
 #   LLAMA_CPP_BENCH, LLAMA_CPP_CLI, LLAMA_CPP_SRC or LLAMA_CPP_COMMIT: the same for llama.cpp
+#   IK_LLAMA_BENCH, IK_LLAMA_CLI, IK_LLAMA_SRC or IK_LLAMA_COMMIT: the same for ik_llama.cpp;
+#                     IK_LLAMA_QUANTIZE its llama-quantize (needed only to make IQ2BN_MODEL);
+#                     IK_LLAMA_ARGS its extra bench and cli flags (default `-rtr 1`)
+#   KERNEL            our kernel set (`--kernel`; default: the best this CPU has)
 #   ROUNDS (3), REPS (3), THREADS (2), PP (512), TG (128), CTX (4096), GEN_TOKENS (16)
-#   MODELS_DIR (models/peers), I2S_MODEL, TQ2_MODEL (the files; made there when missing)
+#   MODELS_DIR (models/peers), I2S_MODEL, TQ2_MODEL, IQ2BN_MODEL (the files; made there when
+#                     missing)
 #   OUT_DIR (target/compare-peers/DATE): raw outputs and report.md
 # Prints the report (markdown) on stdout. Run it on an otherwise idle machine.
 set -euo pipefail
@@ -61,6 +82,10 @@ gen="${GEN_TOKENS:-16}"
 models_dir="${MODELS_DIR:-models/peers}"
 i2s_model="${I2S_MODEL:-$models_dir/2b4t-i2_s-q8.gguf}"
 tq2_model="${TQ2_MODEL:-$models_dir/2b4t-tq2_0-q8-arch-bitnet.gguf}"
+iq2bn_model="${IQ2BN_MODEL:-$models_dir/2b4t-iq2_bn-q8.gguf}"
+ik_args="${IK_LLAMA_ARGS--rtr 1}"
+kernel_args=()
+[ -n "${KERNEL:-}" ] && kernel_args=(--kernel "$KERNEL")
 out="${OUT_DIR:-target/compare-peers/$(date -u +%Y%m%dT%H%M%SZ)}"
 prompt="The quick brown fox jumps over the lazy dog"
 
@@ -95,10 +120,35 @@ if [ -n "${LLAMA_CPP_BENCH:-}" ]; then
 else
   say "LLAMA_CPP_BENCH is not set: llama.cpp skipped"
 fi
-peer_bench() { case "$1" in bitnet.cpp) echo "$BITNET_CPP_BENCH" ;; llama.cpp) echo "$LLAMA_CPP_BENCH" ;; esac; }
-peer_cli() { case "$1" in bitnet.cpp) echo "${BITNET_CPP_CLI:-}" ;; llama.cpp) echo "${LLAMA_CPP_CLI:-}" ;; esac; }
-peer_model() { case "$1" in llama.cpp) echo "$tq2_model" ;; *) echo "$i2s_model" ;; esac; }
-peer_commit() { case "$1" in bitnet.cpp) echo "$bc_commit" ;; llama.cpp) echo "$lc_commit" ;; esac; }
+if [ -n "${IK_LLAMA_BENCH:-}" ]; then
+  [ -x "$IK_LLAMA_BENCH" ] || die "IK_LLAMA_BENCH=$IK_LLAMA_BENCH is not executable"
+  ik_commit="${IK_LLAMA_COMMIT:-$( [ -n "${IK_LLAMA_SRC:-}" ] && commit_of "$IK_LLAMA_SRC" || echo "?")}"
+  peers+=("ik_llama.cpp")
+else
+  say "IK_LLAMA_BENCH is not set: ik_llama.cpp skipped"
+fi
+peer_bench() {
+  case "$1" in
+    bitnet.cpp) echo "$BITNET_CPP_BENCH" ;; llama.cpp) echo "$LLAMA_CPP_BENCH" ;;
+    ik_llama.cpp) echo "$IK_LLAMA_BENCH" ;;
+  esac
+}
+peer_cli() {
+  case "$1" in
+    bitnet.cpp) echo "${BITNET_CPP_CLI:-}" ;; llama.cpp) echo "${LLAMA_CPP_CLI:-}" ;;
+    ik_llama.cpp) echo "${IK_LLAMA_CLI:-}" ;;
+  esac
+}
+peer_model() {
+  case "$1" in llama.cpp) echo "$tq2_model" ;; ik_llama.cpp) echo "$iq2bn_model" ;; *) echo "$i2s_model" ;; esac
+}
+# The file ours runs beside a peer: the peer's own, or (IQ2_BN, which ours cannot read) I2_S.
+ours_model() { case "$1" in ik_llama.cpp) echo "$i2s_model" ;; *) peer_model "$1" ;; esac; }
+# A peer's own flags (word-split on purpose).
+peer_args() { case "$1" in ik_llama.cpp) echo "$ik_args" ;; esac; }
+peer_commit() {
+  case "$1" in bitnet.cpp) echo "$bc_commit" ;; llama.cpp) echo "$lc_commit" ;; ik_llama.cpp) echo "$ik_commit" ;; esac
+}
 
 # The files.
 rename_arch() { # SRC DST OLD NEW: a copy of a GGUF file with another architecture name
@@ -160,8 +210,10 @@ with open(src, 'rb') as f:
     os.replace(dst + '.tmp', dst)
 EOF
 }
-want_i2s=0 want_tq2=0
-for p in "${peers[@]}"; do case "$p" in bitnet.cpp) want_i2s=1 ;; llama.cpp) want_tq2=1 ;; esac; done
+want_i2s=0 want_tq2=0 want_iq2bn=0
+for p in "${peers[@]}"; do
+  case "$p" in bitnet.cpp) want_i2s=1 ;; llama.cpp) want_tq2=1 ;; ik_llama.cpp) want_i2s=1 want_iq2bn=1 ;; esac
+done
 [ ${#peers[@]} -gt 0 ] || want_i2s=1
 if [ $want_i2s = 1 ] && [ ! -f "$i2s_model" ]; then
   say "making $i2s_model"
@@ -174,34 +226,51 @@ if [ $want_tq2 = 1 ] && [ ! -f "$tq2_model" ]; then
   rename_arch "$tq2_model.src" "$tq2_model" bitnet-b1.58 bitnet
   rm -f "$tq2_model.src"
 fi
+if [ $want_iq2bn = 1 ] && [ ! -f "$iq2bn_model" ]; then
+  [ -x "${IK_LLAMA_QUANTIZE:-}" ] || die "$iq2bn_model is missing: set IK_LLAMA_QUANTIZE to make it"
+  say "making $iq2bn_model (from a 4.2 GiB float-weight file, deleted after)"
+  "$bin" gen-model --preset 2b-4t --seed 1 --embd-type q8_0 --weight-type f16 \
+    -o "$iq2bn_model.f16" > /dev/null 2>&1
+  # Paths, not bare names: its llama-quantize reads an argument that starts with a digit
+  # as the quantization type.
+  "$IK_LLAMA_QUANTIZE" --token-embedding-type q8_0 --output-tensor-type q8_0 \
+    "$(realpath "$iq2bn_model.f16")" "$(realpath -m "$iq2bn_model")" IQ2_BN "$threads" \
+    > "$out/ik-quantize.log" 2>&1 || die "ik_llama.cpp's llama-quantize failed (see $out/ik-quantize.log)"
+  rm -f "$iq2bn_model.f16"
+fi
 
 # One engine's runs. Every command goes to commands.txt as it is run.
 log_cmd() { { printf '%q ' "$@"; echo; } >> "$out/commands.txt"; }
 run_bench() { # ENGINE PEER ROUND: writes $out/bench-ROUND-PEER-ENGINE.json
   local engine=$1 peer=$2 r=$3 model dst
-  model=$(peer_model "$peer")
   dst="$out/bench-$r-$peer-$engine.json"
   if [ "$engine" = ours ]; then
+    model=$(ours_model "$peer")
     local cmd=("$bin" bench -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --warmup 1
-      --head q8 --no-membw -o json)
+      --head q8 --no-membw "${kernel_args[@]}" -o json)
   else
-    local cmd=("$(peer_bench "$peer")" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json)
+    model=$(peer_model "$peer")
+    # shellcheck disable=SC2046
+    local cmd=("$(peer_bench "$peer")" -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps"
+      $(peer_args "$peer") -o json)
   fi
   log_cmd "${cmd[@]}"
   "${cmd[@]}" > "$dst" 2> "$dst.err" || { say "failed: ${cmd[*]} (see $dst.err)"; rm -f "$dst"; }
 }
 run_gen() { # ENGINE PEER ROUND: writes $out/gen-ROUND-PEER-ENGINE.log (engine output + time -v)
   local engine=$1 peer=$2 r=$3 model dst cli
-  model=$(peer_model "$peer")
   dst="$out/gen-$r-$peer-$engine.log"
   if [ "$engine" = ours ]; then
+    model=$(ours_model "$peer")
     local cmd=("$bin" generate -m "$model" -p "$prompt" -n "$gen" -c "$ctx" -t "$threads"
-      --greedy --ignore-eos --head q8)
+      --greedy --ignore-eos --head q8 "${kernel_args[@]}")
   else
+    model=$(peer_model "$peer")
     cli=$(peer_cli "$peer")
     [ -n "$cli" ] || return 0
+    # shellcheck disable=SC2046
     local cmd=("$cli" -m "$model" -p "$prompt" -n "$gen" -c "$ctx" -t "$threads" --temp 0
-      --ignore-eos)
+      --ignore-eos $(peer_args "$peer"))
     # Newer llama-cli starts a conversation unless told not to; older ones lack the flag.
     if "$cli" --help 2>&1 | grep -q -- '-no-cnv'; then cmd+=(-no-cnv); fi
   fi
@@ -216,14 +285,14 @@ targets=("${peers[@]}")
 [ ${#targets[@]} -gt 0 ] || targets=(none)
 for r in $(seq 1 "$rounds"); do
   for p in "${targets[@]}"; do
-    cat "$(peer_model "$p")" > /dev/null # warm: the file in the page cache
+    cat "$(peer_model "$p")" "$(ours_model "$p")" > /dev/null # warm: the files in the page cache
     if [ "$p" = none ]; then
       run_bench ours none "$r"; run_gen ours none "$r"; continue
     fi
     # ours, peer, ours, peer ... with the first one alternating between rounds.
     if [ $((r % 2)) = 1 ]; then order=(ours peer); else order=(peer ours); fi
-    for e in "${order[@]}"; do say "round $r/$rounds: $e on $(peer_model "$p") (bench)"; run_bench "$e" "$p" "$r"; done
-    for e in "${order[@]}"; do say "round $r/$rounds: $e on $(peer_model "$p") (short generation)"; run_gen "$e" "$p" "$r"; done
+    for e in "${order[@]}"; do say "round $r/$rounds: $e beside $p (bench)"; run_bench "$e" "$p" "$r"; done
+    for e in "${order[@]}"; do say "round $r/$rounds: $e beside $p (short generation)"; run_gen "$e" "$p" "$r"; done
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -239,21 +308,28 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   if awk -v l="${load_before%% *}" 'BEGIN { exit !(l > 0.5) }'; then
     echo "- **the machine was not idle when this began (1-min load $(echo "$load_before" | cut -d' ' -f1)): the figures are not a measurement**"
   fi
-  echo "- ours: $bin ($("$bin" --version 2>/dev/null)), commit ${BITNET_COMMIT:-$(git -C "$(dirname "$bin")" rev-parse HEAD 2>/dev/null || echo "? (set BITNET_COMMIT)")}"
+  echo "- ours: $bin ($("$bin" --version 2>/dev/null)), kernels ${KERNEL:-the best available}, commit ${BITNET_COMMIT:-$(git -C "$(dirname "$bin")" rev-parse HEAD 2>/dev/null || echo "? (set BITNET_COMMIT)")}"
   for p in "${peers[@]}"; do
     c=$(peer_cli "$p")
     echo "- $p: $(peer_bench "$p") and ${c:-no llama-cli (memory and load skipped)}; commit $(peer_commit "$p")"
   done
-  echo "- $rounds rounds; each: ours and the peer one after the other on the peer's file (first one alternating), bench -r $reps after 1 warm-up"
+  echo "- $rounds rounds; each: ours and the peer one after the other on the peer's file (I2_S for ours beside ik_llama.cpp; first one alternating), bench -r $reps after 1 warm-up"
+  [ -n "${IK_LLAMA_BENCH:-}" ] && echo "- ik_llama.cpp flags: ${ik_args:-none}"
   echo
 } > "$out/report.md"
 ROUNDS="$rounds" PP="$pp" TG="$tg" CTX="$ctx" GEN="$gen" I2S="$i2s_model" TQ2="$tq2_model" \
+IQ2BN="$iq2bn_model" \
 python3 - "$out" "${targets[@]}" >> "$out/report.md" << 'EOF'
 import glob, json, os, re, statistics, sys
 out, targets = sys.argv[1], sys.argv[2:]
 rounds = int(os.environ['ROUNDS'])
-files = {'bitnet.cpp': os.environ['I2S'], 'llama.cpp': os.environ['TQ2'], 'none': os.environ['I2S']}
-weights = {'bitnet.cpp': 'I2_S', 'llama.cpp': 'TQ2_0 (arch bitnet)', 'none': 'I2_S'}
+files = {'bitnet.cpp': os.environ['I2S'], 'llama.cpp': os.environ['TQ2'], 'none': os.environ['I2S'],
+         'ik_llama.cpp': os.environ['IQ2BN']}
+weights = {'bitnet.cpp': 'I2_S', 'llama.cpp': 'TQ2_0 (arch bitnet)', 'none': 'I2_S',
+           'ik_llama.cpp': 'IQ2_BN'}
+# What ours ran beside each peer (ours cannot read IQ2_BN: the I2_S file, same weights).
+ours_files = dict(files, **{'ik_llama.cpp': os.environ['I2S']})
+ours_weights = dict(weights, **{'ik_llama.cpp': 'I2_S'})
 tests = [('pp', int(os.environ['PP'])), ('tg', int(os.environ['TG']))]
 
 def bench_samples(path, engine):
@@ -323,7 +399,8 @@ for p in targets:
         so = stat(per['ours'].get((t, n), []))
         sp = stat(per['peer'].get((t, n), []))
         name = os.path.basename(files[p])
-        print(f'| ours | {weights[p]} `{name}` | {t}{n} | ' + ' | '.join(fmt(so)) + ' | |')
+        ours_name = os.path.basename(ours_files[p])
+        print(f'| ours | {ours_weights[p]} `{ours_name}` | {t}{n} | ' + ' | '.join(fmt(so)) + ' | |')
         if p != 'none':
             ratio = f'{so[0] / sp[0]:.2f}' if so and sp else '-'
             print(f'| {p} | {weights[p]} `{name}` | {t}{n} | ' + ' | '.join(fmt(sp)) + f' | {ratio} |')
@@ -344,7 +421,8 @@ for p in targets:
         rs = f'{rss[0] / 2**20:.0f} MiB' if rss else '-'
         ls = f'{load[0]:.0f} ms' if load else '-'
         ws = f'{wall[0]:.2f} s' if wall else '-'
-        print(f'| {engine} | {weights[p]} | {rs} | {ls} | {ws} | {n} | {ratios}')
+        w = ours_weights[p] if engine == 'ours' else weights[p]
+        print(f'| {engine} | {w} | {rs} | {ls} | {ws} | {n} | {ratios}')
     row('ours', figs['ours'], ' | |')
     if p != 'none':
         o, q = figs['ours'], figs['peer']

@@ -42,20 +42,31 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 step "ARM builds: kernel tests, golden logits test, bitnet"
-# The test executables `cargo test --no-run` built, from its JSON messages.
-tests_built() {
-  cargo test --no-run -q -j "$jobs" --target "$target" --message-format=json "$@" |
+# Everything in ONE cargo invocation: the kernel tests (every integration test of
+# bitnet-kernels, by name), the golden logits test of bitnet-core and, through one test of
+# bitnet-cli, the `bitnet` binary. Separate invocations resolved features three ways and
+# compiled bitnet-kernels (at opt-level 3) three times, bitnet-core, serde, syn and a dozen
+# more twice or three times, for this target alone. The unit tests inside the libraries'
+# sources are left to the x86 pass (platform-independent code; the check that the emulated
+# CPU offers the expected sets is an integration test, tests/isa.rs).
+kernel_names=$(cd bitnet-kernels/tests && ls -- *.rs | sed 's/\.rs$//')
+test_args=()
+for t in $kernel_names; do test_args+=(--test "$t"); done
+built="$(
+  cargo test --no-run -q -j "$jobs" --target "$target" --message-format=json \
+    -p bitnet-kernels -p bitnet-core -p bitnet-cli "${test_args[@]}" --test golden_engine \
+    --test cli |
     python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])'
-}
-kernel_tests="$(tests_built -p bitnet-kernels)"
-golden_test="$(tests_built -p bitnet-core --test golden_engine)"
-[ -n "$kernel_tests" ] && [ -n "$golden_test" ] || { echo "error: no aarch64 test built" >&2; exit 1; }
-cargo build -q -j "$jobs" -p bitnet-cli --target "$target"
+        print(m["target"]["name"], m["executable"])'
+)"
+kernel_tests=$(echo "$built" | awk -v names=" $(echo $kernel_names) " 'index(names, " " $1 " ") { print $2 }')
+golden_test=$(echo "$built" | awk '$1 == "golden_engine" { print $2 }')
+[ "$(echo "$kernel_tests" | wc -w)" = "$(echo "$kernel_names" | wc -w)" ] && [ -n "$golden_test" ] ||
+  { echo "error: the aarch64 tests were not all built" >&2; exit 1; }
 arm_bitnet="${CARGO_TARGET_DIR:-target}/$target/debug/bitnet"
 # scripts/test.sh passes the binary its tests built (a plain `cargo build -p bitnet-cli`
 # would resolve features anew and rebuild much of the tree).
@@ -117,8 +128,10 @@ shipped_job() { # SET
   echo "$isa: README sample and greedy text identical; perplexity $(cat "$out.ppl")"
 }
 
-# 4. macOS: nothing here can run it, so it is compiled only.
-apple_job() { cargo check -q -j 1 --workspace --target aarch64-apple-darwin; }
+# 4. macOS: nothing here can run it, so it is compiled only. It is the longest job (a check
+# of the whole dependency tree for another target): it starts first, with every core cargo
+# can have (the emulated jobs beside it are single-threaded).
+apple_job() { cargo check -q -j "$jobs" --workspace --target aarch64-apple-darwin; }
 
 outputs_of "$tmp/host" "$host_bitnet"
 echo "-- this machine ($(uname -m)): perplexity of the first 6 windows $(cat "$tmp/host.ppl")"
@@ -140,8 +153,8 @@ launch() { # NAME COMMAND...
   ) &
 }
 step "ARM runs: kernel tests on 3 CPUs, golden logits ($golden_sets), shipped model, macOS check"
-for set in ${golden_sets//,/ }; do launch "golden-$set" golden_job "$set"; done
 launch apple-check apple_job
+for set in ${golden_sets//,/ }; do launch "golden-$set" golden_job "$set"; done
 for isa in neon dotprod i8mm; do launch "shipped-$isa" shipped_job "$isa"; done
 # `max`: NEON + dotprod + i8mm (all three sets tested in that one run); `cortex-a76`: the
 # Raspberry Pi 5's core (NEON + dotprod); `cortex-a57`: NEON only.

@@ -67,13 +67,16 @@ fn int_dots_match_exact_for_every_isa_and_shape() {
 #[test]
 fn multi_token_dots_match_exact() {
     let mut rng = StdRng::seed_from_u64(2);
-    // Every token count of the batched-decode kernels (1..=9: the group kernel, each register
-    // tile, a full tile plus a tail) on rows that end off a row group, and longer batches.
-    let shapes = (1..=9).map(|n_tok| (7, 520, n_tok)).chain([
+    // Every token count of the batched-decode kernels (1..=13: the group kernel, each register
+    // tile, two even tiles) on rows that end off a row group, and longer batches (uneven
+    // tiles, several column passes).
+    let shapes = (1..=13).map(|n_tok| (7, 520, n_tok)).chain([
         (5, 256, 1),
         (16, 2304, 9),
         (33, 700, 17),
         (4, 4096, 8),
+        (9, 6912, 25),
+        (5, 2560, 12),
     ]);
     for (rows, cols, n_tok) in shapes {
         let trits = rand_trits(&mut rng, rows * cols);
@@ -121,9 +124,9 @@ fn extreme_values_do_not_overflow() {
                     vec![wv as i32 * av as i32 * cols as i32; 4],
                     "{isa} w={wv} a={av}"
                 );
-                // The group kernel (2 tokens), the decode register tiles (4 and 8 tokens) and
-                // the prefill tiles (12 tokens: two tiles of 6).
-                for n_tok in [2, 4, 8, 12] {
+                // The group kernel (2 tokens), the register tiles (4 and 8 tokens) and even
+                // tiles (12 tokens: 6 + 6; 13: 7 + 6; 24: three of 8), over several passes.
+                for n_tok in [2, 4, 8, 12, 13, 24] {
                     let mut got = vec![0; 4 * n_tok];
                     let qn = q.repeat(n_tok);
                     ternary_int_dots_multi(isa, &w, &qn, n_tok, 0..4, &mut got);

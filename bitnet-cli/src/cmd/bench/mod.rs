@@ -104,7 +104,8 @@ pub struct Args {
     /// Skip the bandwidth probe.
     #[arg(long, conflicts_with = "membw")]
     pub no_membw: bool,
-    /// Print where decode time goes (per op kind) for each tg test.
+    /// Print where the time goes (per op kind) for each pp and tg test (the last
+    /// repetition's; per token).
     #[arg(long)]
     pub profile: bool,
     /// Also run llama-batched-bench's shape for every (-p, -n, -b): B sequences of a

@@ -218,12 +218,26 @@ pub fn run_pp(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Result
                     depth_label(depth),
                     rep_label(rep, args.warmup, args.reps)
                 ));
+                let profiled = args.profile && rep + 1 == total;
+                engine.set_profiling(profiled);
                 let t = Instant::now();
                 prefill_into(engine, &seqs, std::slice::from_ref(&tokens))?;
                 let secs = t.elapsed().as_secs_f64();
                 back_to_depth(engine, &seqs, depth)?;
                 if rep >= args.warmup {
                     samples.push(n as f64 / secs);
+                }
+                if profiled {
+                    clear_progress();
+                    let mut err = io::stderr().lock();
+                    writeln!(
+                        err,
+                        "profile of {name} pp{n}{}, {} (last repetition):",
+                        depth_label(depth),
+                        crate::output::count(threads, "thread")
+                    )?;
+                    report::profile::write_profile(&mut err, engine.profile(), n)?;
+                    engine.set_profiling(false);
                 }
             }
             release(engine, &seqs)?;

@@ -3,8 +3,12 @@
 //! Each 64-byte row block is read as two 32-byte halves; half `h` gives four code vectors
 //! (`(x >> 2l) & 3`) lined up with the activation runs `64 l + 32 h ..`. `maddubs` (unsigned
 //! codes x signed int8, pair sums <= 512 so no saturation) feeds i16 sums of the four code
-//! vectors (<= 2048), kept in i16 over both halves of a block (decode) or two blocks
-//! (prefill) and then widened with `madd` against ones.
+//! vectors (<= 2048), kept in i16 over both halves of a block (decode) or four blocks (the
+//! register tile of prefill and batched decode) and then widened with `madd` against ones.
+//!
+//! Without VNNI, 32 multiply-adds cost at least a `maddubs` and an `add` (the instruction
+//! bound `examples/madd_ceiling.rs` measures); the tile spends 2 + 7 / 32 vector operations
+//! on them (the unpacking shared by 8 tokens).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -13,13 +17,20 @@ use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 const PREFETCH_BYTES: usize = 4096;
-/// Token rows per register tile in prefill (the tile's accumulators stay in registers).
-const TILE_TOKENS: usize = 6;
-/// Up to this many token rows (batched decode) one tile covers them all, so each row's
-/// weights are read once per call (4-row tiles would stream the weights twice at 8 tokens);
-/// the wider tile spills its i32 accumulators, which are touched once per two blocks.
-const TILE_TOKENS_MAX: usize = 8;
+/// Token rows per register tile at most (its i16 sums stay in registers; the code vector
+/// is unpacked once for all of them). Up to this many token rows (batched decode,
+/// speculative verification) one tile covers them all, so each row's weights are read once
+/// per call; more are cut into even tiles of at most this many. Measured against 6 (the
+/// previous tile) and 12, interleaved in one process (2B-4T layer shapes, 2 threads, 30
+/// rounds): 8 matched 6 at 256 tokens (median ratio 1.01) and beat it at 8 tokens (1.04,
+/// faster in 22 of 30 rounds); 12 spilled its sums and lost (0.97).
+const TILE_TOKENS: usize = 8;
+/// Column blocks per pass at most.
 const CHUNK_BLOCKS: usize = 16;
+/// The activations one tile reads per pass (its tokens x the pass's blocks) are read again
+/// for every row: they must stay in L1 (32 KiB on Zen 3 and older Intel cores, 48 KiB on
+/// newer ones), beside the row's weights streaming through.
+const TILE_ACT_BYTES: usize = 32 << 10;
 
 /// The four code vectors of one 32-byte half.
 #[target_feature(enable = "avx2")]
@@ -130,7 +141,12 @@ pub unsafe fn raw_dots(
 }
 
 /// Adds one 256-column block of one row, against `T` activation rows `qstride` apart, to
-/// the i16 sums `acc16` (each lane grows by at most 2 * 2048).
+/// the i16 sums `acc16` (each lane moves by at most 8 * 512 = 4096: 8 `maddubs` of codes
+/// <= 2 against int8).
+///
+/// Code vector by code vector: each is unpacked once (one or two operations) and multiplied
+/// into every token of the tile straight away, so only one code vector is live beside the
+/// tile's sums. Per `maddubs` that leaves one `add` and 7 / (4 T) unpacking operations.
 ///
 /// # Safety
 /// AVX2; the row's block at `w` and each activation row's block at `q + t * qstride`
@@ -147,14 +163,26 @@ unsafe fn tile_block<const T: usize>(
     for h in 0..2 {
         // SAFETY: the caller guarantees the block is readable for the row and every token.
         unsafe {
-            let c = codes(_mm256_loadu_si256(w.add(32 * h).cast()), m3);
-            let qb = q.add(32 * h);
-            for (t, a) in acc16.iter_mut().enumerate() {
-                *a = _mm256_add_epi16(*a, half_dot16(&c, qb.add(t * qstride)));
-            }
+            let x = _mm256_loadu_si256(w.add(32 * h).cast());
+            let qh = q.add(32 * h);
+            let mut run = |c: __m256i, l: usize| {
+                let ql = qh.add(64 * l);
+                for (t, a) in acc16.iter_mut().enumerate() {
+                    let p = _mm256_maddubs_epi16(c, _mm256_loadu_si256(ql.add(t * qstride).cast()));
+                    *a = _mm256_add_epi16(*a, p);
+                }
+            };
+            run(_mm256_and_si256(x, m3), 0);
+            run(_mm256_and_si256(_mm256_srli_epi16::<2>(x), m3), 1);
+            run(_mm256_and_si256(_mm256_srli_epi16::<4>(x), m3), 2);
+            run(_mm256_and_si256(_mm256_srli_epi16::<6>(x), m3), 3);
         }
     }
 }
+
+/// Blocks whose i16 sums a tile keeps before widening them (8 * 4096 = 32768 fits only the
+/// negative side; 4 leaves a factor of two).
+const WIDEN_BLOCKS: usize = 4;
 
 /// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows.
 ///
@@ -172,31 +200,28 @@ unsafe fn tile<const T: usize>(
 ) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_si256(); T];
-    // i16 partial sums over two blocks (4 * 2048 < 32768), widened once. Two blocks per
-    // iteration with no inner trip count keeps the body straight-line code.
     let mut b = 0;
     while b < nblk {
+        let end = (b + WIDEN_BLOCKS).min(nblk);
         let mut acc16 = [_mm256_setzero_si256(); T];
-        // Few-token matmuls (batched decode) stream cold weights: prefetch this row ahead.
-        _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 16) * BLOCK_STRIDE).cast());
-        _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 17) * BLOCK_STRIDE).cast());
-        // SAFETY: blocks b (and b + 1 when below nblk) are readable for the row and tokens.
-        unsafe {
-            tile_block::<T>(
-                w.add(b * BLOCK_STRIDE),
-                q.add(b * BLOCK),
-                qstride,
-                &mut acc16,
-            );
-            if b + 1 < nblk {
-                let (wb, qb) = (w.add((b + 1) * BLOCK_STRIDE), q.add((b + 1) * BLOCK));
-                tile_block::<T>(wb, qb, qstride, &mut acc16);
-            }
+        while b < end {
+            // Few-token matmuls (batched decode) stream cold weights: prefetch this row ahead.
+            _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 16) * BLOCK_STRIDE).cast());
+            // SAFETY: block b is readable for the row and the tokens.
+            unsafe {
+                tile_block::<T>(
+                    w.add(b * BLOCK_STRIDE),
+                    q.add(b * BLOCK),
+                    qstride,
+                    &mut acc16,
+                )
+            };
+            b += 1;
         }
+        // The i32 sums stay in memory for wide tiles; they are touched once per WIDEN_BLOCKS.
         for (a, a16) in acc.iter_mut().zip(&acc16) {
             *a = _mm256_add_epi32(*a, _mm256_madd_epi16(*a16, ones));
         }
-        b += 2;
     }
     for (t, a) in acc.iter().enumerate() {
         // SAFETY: the caller guarantees `out` is writable at these T positions.
@@ -204,8 +229,9 @@ unsafe fn tile<const T: usize>(
     }
 }
 
-/// Register-tile matmul: one row's block unpacked once for a tile of token rows (all of them
-/// up to [`TILE_TOKENS_MAX`], else [`TILE_TOKENS`] at a time).
+/// Register-tile matmul: each row's block unpacked once for a tile of token rows (all of them
+/// up to [`TILE_TOKENS`], else even tiles of at most that many), over column passes whose
+/// activations stay in L1 for all the rows.
 ///
 /// # Safety
 /// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
@@ -221,21 +247,21 @@ unsafe fn raw_dots_multi_tile(
     out.fill(0);
     let pc = w.padded_cols();
     let n = rows.len();
-    // Even column chunks of at most CHUNK_BLOCKS blocks (fewer partial reductions).
+    // Even token tiles of at most TILE_TOKENS.
+    let tiles = n_tok.div_ceil(TILE_TOKENS);
+    let (base, extra) = (n_tok / tiles, n_tok % tiles);
+    // Even column passes, as long as the widest tile's activations fit TILE_ACT_BYTES.
+    let widest = base + usize::from(extra > 0);
+    let max_blocks = (TILE_ACT_BYTES / (widest * BLOCK)).clamp(1, CHUNK_BLOCKS);
     let chunk = blocks
         .len()
-        .div_ceil(blocks.len().div_ceil(CHUNK_BLOCKS).max(1));
-    let tile_tokens = if n_tok <= TILE_TOKENS_MAX {
-        n_tok
-    } else {
-        TILE_TOKENS
-    };
+        .div_ceil(blocks.len().div_ceil(max_blocks).max(1));
     let mut kb = blocks.start;
     while kb < blocks.end {
         let nblk = chunk.min(blocks.end - kb);
         let mut t0 = 0;
-        while t0 < n_tok {
-            let tt = tile_tokens.min(n_tok - t0);
+        for tile_i in 0..tiles {
+            let tt = base + usize::from(tile_i < extra);
             for (i, r) in rows.clone().enumerate() {
                 // SAFETY: row `r` blocks kb..kb+nblk exist; tokens t0..t0+tt are in `q`;
                 // out[(t0 + t) * n + i] is in bounds for t < tt.
@@ -309,7 +335,7 @@ unsafe fn group4_multi<const T: usize>(
 
 /// Up to this many token rows the group kernel (4 rows against 2 tokens); beyond, the register
 /// tile, which unpacks each weight half once for all the tile's tokens instead of once per
-/// token pair, and for batched decode (up to [`TILE_TOKENS_MAX`] tokens) also reads the
+/// token pair, and for batched decode (up to [`TILE_TOKENS`] tokens) also reads the
 /// weights once (the tile measured faster for prefill; `bench/2026-11-26-kernels-figures.md`).
 const GROUP_TOKENS_MAX: usize = 2;
 

@@ -1,0 +1,140 @@
+//! The AVX2 multiply-add ceiling the ternary prefill tile is bound by, measured on this CPU:
+//! how many `vpmaddubsw` + `vpaddw` pairs (32 int8 multiply-adds and their accumulation,
+//! the least any AVX2 int8 dot product without VNNI spends on 32 weights) one core retires
+//! per second, from registers only (no loads, no unpacking), with 12 independent
+//! accumulators as the tile keeps. Also the pair rate with the tile's unpacking (one
+//! `vpand`, and a `vpsrlw` for three of four code vectors, per 12 pairs) and `vpmaddubsw`
+//! alone.
+//!
+//! `cargo run --release -p bitnet-kernels --example madd_ceiling -- [SECONDS] [THREADS]`
+//!
+//! Prints GMAC/s per thread and in all; several runs, best and median, because a shared
+//! virtual machine's speed moves between runs. Whole-model prefill GMAC/s (2.085 G ternary
+//! multiply-adds a token for the 2B-4T shape) compared with this figure says how close to
+//! the instruction bound the engine runs.
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    const ACC: usize = 12;
+
+    /// `iters` rounds of 12 `maddubs` + `add` pairs; returns a value that depends on all.
+    ///
+    /// # Safety
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn pairs(iters: u64, seed: i8) -> i32 {
+        let c = _mm256_set1_epi8(2);
+        let mut a = [_mm256_setzero_si256(); ACC];
+        let mut acc = [_mm256_setzero_si256(); ACC];
+        for (i, v) in a.iter_mut().enumerate() {
+            *v = _mm256_set1_epi8(seed.wrapping_add(i as i8));
+        }
+        for _ in 0..iters {
+            for (s, &x) in acc.iter_mut().zip(&a) {
+                *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(c, x));
+            }
+            // Keeps the compiler from hoisting the loop-invariant products.
+            a[0] = std::hint::black_box(a[0]);
+        }
+        fold(&acc)
+    }
+
+    /// The tile's shape: per round, 4 code vectors unpacked from one register (4 `and`,
+    /// 3 shifts), each multiplied into all 12 accumulators (48 pairs a round).
+    ///
+    /// # Safety
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn unpacked_pairs(iters: u64, seed: i8) -> i32 {
+        let m3 = _mm256_set1_epi8(3);
+        let mut x = _mm256_set1_epi8(seed);
+        let mut a = [_mm256_setzero_si256(); ACC];
+        let mut acc = [_mm256_setzero_si256(); ACC];
+        for (i, v) in a.iter_mut().enumerate() {
+            *v = _mm256_set1_epi8(seed.wrapping_add(i as i8));
+        }
+        for _ in 0..iters {
+            let c = [
+                _mm256_and_si256(x, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(x), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(x), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(x), m3),
+            ];
+            for &c in &c {
+                for (s, &v) in acc.iter_mut().zip(&a) {
+                    *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(c, v));
+                }
+            }
+            x = std::hint::black_box(x);
+        }
+        fold(&acc)
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn fold(acc: &[__m256i; ACC]) -> i32 {
+        let mut s = acc[0];
+        for v in &acc[1..] {
+            s = _mm256_xor_si256(s, *v);
+        }
+        _mm256_extract_epi32::<0>(s)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn main() {
+    use std::time::Instant;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let seconds: f64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(0.5);
+    let threads: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1);
+    if !std::arch::is_x86_feature_detected!("avx2") {
+        eprintln!("this CPU has no AVX2");
+        std::process::exit(1);
+    }
+    type Kernel = unsafe fn(u64, i8) -> i32;
+    // Pairs a round of each kernel.
+    let kernels: [(&str, Kernel, u64); 2] = [
+        ("maddubs+add pairs", x86::pairs, 12),
+        ("pairs with the tile's unpacking", x86::unpacked_pairs, 48),
+    ];
+    // Rounds per second, roughly, to size the runs.
+    let iters = {
+        let t = Instant::now();
+        // SAFETY: AVX2 was detected above.
+        std::hint::black_box(unsafe { x86::pairs(1 << 20, 1) });
+        ((1u64 << 20) as f64 * seconds / t.elapsed().as_secs_f64()) as u64
+    };
+    println!("AVX2 multiply-add ceiling, {threads} thread(s), {seconds} s a run, 7 runs:");
+    for (name, k, per_round) in kernels {
+        let iters = iters * 12 / per_round;
+        let mut rates: Vec<f64> = (0..7)
+            .map(|run| {
+                let t = Instant::now();
+                std::thread::scope(|s| {
+                    for th in 0..threads {
+                        // SAFETY: AVX2 was detected above.
+                        s.spawn(move || {
+                            std::hint::black_box(unsafe { k(iters, (run + th) as i8) })
+                        });
+                    }
+                });
+                // 32 multiply-adds a pair.
+                (iters * per_round * 32 * threads as u64) as f64 / t.elapsed().as_secs_f64() / 1e9
+            })
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        println!(
+            "  {name}: best {:.1}, median {:.1} GMAC/s in all ({:.1} / {:.1} a thread)",
+            rates[6],
+            rates[3],
+            rates[6] / threads as f64,
+            rates[3] / threads as f64
+        );
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn main() {
+    eprintln!("madd_ceiling measures the AVX2 bound: x86-64 only");
+}
