@@ -40,9 +40,10 @@
 #    llama-quantize from the float-weight file `gen-model --weight-type f16` writes with the
 #    same seed and shapes (4.2 GiB, deleted once quantized), embedding/head kept Q8_0. It
 #    knows `bitnet-b1.58`. Ours cannot read IQ2_BN: beside ik_llama.cpp ours runs the I2_S
-#    file, the same ternary weights in bitnet.cpp's layout. ik_llama.cpp runs with
+#    file, the same ternary weights in bitnet.cpp's layout. ik_llama.cpp's bench runs with
 #    IK_LLAMA_ARGS (default `-rtr 1`: its run-time repack to IQ2_BN_R4, its best setting
-#    for prompt processing; `-rtr 0` keeps the file's layout).
+#    for prompt processing; `-rtr 0` keeps the file's layout), its llama-cli with
+#    IK_LLAMA_CLI_ARGS (default `-rtr`, the same repack: there it is a flag without value).
 #
 # Each round runs, for each peer: ours then the peer (the order alternates every round), on
 # the peer's file with THREADS threads: the bench (pp PP and tg TG, REPS repetitions after one
@@ -61,7 +62,8 @@
 #   LLAMA_CPP_BENCH, LLAMA_CPP_CLI, LLAMA_CPP_SRC or LLAMA_CPP_COMMIT: the same for llama.cpp
 #   IK_LLAMA_BENCH, IK_LLAMA_CLI, IK_LLAMA_SRC or IK_LLAMA_COMMIT: the same for ik_llama.cpp;
 #                     IK_LLAMA_QUANTIZE its llama-quantize (needed only to make IQ2BN_MODEL);
-#                     IK_LLAMA_ARGS its extra bench and cli flags (default `-rtr 1`)
+#                     IK_LLAMA_ARGS its extra bench flags (default `-rtr 1`), IK_LLAMA_CLI_ARGS
+#                     its extra llama-cli flags (default `-rtr`)
 #   KERNEL            our kernel set (`--kernel`; default: the best this CPU has)
 #   ROUNDS (3), REPS (3), THREADS (2), PP (512), TG (128), CTX (4096), GEN_TOKENS (16)
 #   MODELS_DIR (models/peers), I2S_MODEL, TQ2_MODEL, IQ2BN_MODEL (the files; made there when
@@ -84,6 +86,7 @@ i2s_model="${I2S_MODEL:-$models_dir/2b4t-i2_s-q8.gguf}"
 tq2_model="${TQ2_MODEL:-$models_dir/2b4t-tq2_0-q8-arch-bitnet.gguf}"
 iq2bn_model="${IQ2BN_MODEL:-$models_dir/2b4t-iq2_bn-q8.gguf}"
 ik_args="${IK_LLAMA_ARGS--rtr 1}"
+ik_cli_args="${IK_LLAMA_CLI_ARGS--rtr}"
 kernel_args=()
 [ -n "${KERNEL:-}" ] && kernel_args=(--kernel "$KERNEL")
 out="${OUT_DIR:-target/compare-peers/$(date -u +%Y%m%dT%H%M%SZ)}"
@@ -144,8 +147,9 @@ peer_model() {
 }
 # The file ours runs beside a peer: the peer's own, or (IQ2_BN, which ours cannot read) I2_S.
 ours_model() { case "$1" in ik_llama.cpp) echo "$i2s_model" ;; *) peer_model "$1" ;; esac; }
-# A peer's own flags (word-split on purpose).
+# A peer's own flags for its bench and its llama-cli (word-split on purpose).
 peer_args() { case "$1" in ik_llama.cpp) echo "$ik_args" ;; esac; }
+peer_cli_args() { case "$1" in ik_llama.cpp) echo "$ik_cli_args" ;; esac; }
 peer_commit() {
   case "$1" in bitnet.cpp) echo "$bc_commit" ;; llama.cpp) echo "$lc_commit" ;; ik_llama.cpp) echo "$ik_commit" ;; esac
 }
@@ -270,7 +274,7 @@ run_gen() { # ENGINE PEER ROUND: writes $out/gen-ROUND-PEER-ENGINE.log (engine o
     [ -n "$cli" ] || return 0
     # shellcheck disable=SC2046
     local cmd=("$cli" -m "$model" -p "$prompt" -n "$gen" -c "$ctx" -t "$threads" --temp 0
-      --ignore-eos $(peer_args "$peer"))
+      --ignore-eos $(peer_cli_args "$peer"))
     # Newer llama-cli starts a conversation unless told not to; older ones lack the flag.
     if "$cli" --help 2>&1 | grep -q -- '-no-cnv'; then cmd+=(-no-cnv); fi
   fi
@@ -314,7 +318,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "- $p: $(peer_bench "$p") and ${c:-no llama-cli (memory and load skipped)}; commit $(peer_commit "$p")"
   done
   echo "- $rounds rounds; each: ours and the peer one after the other on the peer's file (I2_S for ours beside ik_llama.cpp; first one alternating), bench -r $reps after 1 warm-up"
-  [ -n "${IK_LLAMA_BENCH:-}" ] && echo "- ik_llama.cpp flags: ${ik_args:-none}"
+  [ -n "${IK_LLAMA_BENCH:-}" ] && echo "- ik_llama.cpp flags: bench ${ik_args:-none}, llama-cli ${ik_cli_args:-none}"
   echo
 } > "$out/report.md"
 ROUNDS="$rounds" PP="$pp" TG="$tg" CTX="$ctx" GEN="$gen" I2S="$i2s_model" TQ2="$tq2_model" \

@@ -61,10 +61,11 @@ import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])'
+        print(m["target"]["src_path"], m["executable"])'
 )"
-kernel_tests=$(echo "$built" | awk -v names=" $(echo $kernel_names) " 'index(names, " " $1 " ") { print $2 }')
-golden_test=$(echo "$built" | awk '$1 == "golden_engine" { print $2 }')
+# By source path: bitnet-core has tests of the same names (kv_rotate).
+kernel_tests=$(echo "$built" | awk '$1 ~ /\/bitnet-kernels\/tests\/[^\/]*\.rs$/ { print $2 }')
+golden_test=$(echo "$built" | awk '$1 ~ /\/bitnet-core\/tests\/golden_engine\.rs$/ { print $2 }')
 [ "$(echo "$kernel_tests" | wc -w)" = "$(echo "$kernel_names" | wc -w)" ] && [ -n "$golden_test" ] ||
   { echo "error: the aarch64 tests were not all built" >&2; exit 1; }
 arm_bitnet="${CARGO_TARGET_DIR:-target}/$target/debug/bitnet"
