@@ -114,9 +114,10 @@ fn main() {
                 let t = Instant::now();
                 std::thread::scope(|s| {
                     for th in 0..threads {
-                        // SAFETY: AVX2 was detected above.
                         s.spawn(move || {
-                            std::hint::black_box(unsafe { k(iters, (run + th) as i8) })
+                            // SAFETY: AVX2 was detected above.
+                            let v = unsafe { k(iters, (run + th) as i8) };
+                            std::hint::black_box(v)
                         });
                     }
                 });
