@@ -515,3 +515,34 @@ fn inspect_json_env(path: &Path, kernel: &str) -> Value {
     );
     serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
 }
+
+#[test]
+fn bench_profiles_prompt_processing_and_decode() {
+    let out = run_ok(bitnet().args(["bench", "-m"]).arg(tiny_model()).args([
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--no-membw",
+        "--profile",
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for heading in [
+        "pp16, 1 thread (last repetition):",
+        "tg4 b1, 1 thread (last repetition):",
+    ] {
+        let at = stderr
+            .find(heading)
+            .unwrap_or_else(|| panic!("no {heading:?} profile in:\n{stderr}"));
+        // The table under each heading names the ternary products and adds up to a total.
+        let table = &stderr[at..];
+        assert!(
+            table.contains("matmul_ternary") && table.contains("| total"),
+            "{stderr}"
+        );
+    }
+}

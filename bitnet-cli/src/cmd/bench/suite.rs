@@ -228,16 +228,12 @@ pub fn run_pp(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Result
                     samples.push(n as f64 / secs);
                 }
                 if profiled {
-                    clear_progress();
-                    let mut err = io::stderr().lock();
-                    writeln!(
-                        err,
-                        "profile of {name} pp{n}{}, {} (last repetition):",
+                    let heading = format!(
+                        "{name} pp{n}{}, {}",
                         depth_label(depth),
                         crate::output::count(threads, "thread")
-                    )?;
-                    report::profile::write_profile(&mut err, engine.profile(), n)?;
-                    engine.set_profiling(false);
+                    );
+                    print_profile(engine, &heading, n)?;
                 }
             }
             release(engine, &seqs)?;
@@ -249,6 +245,17 @@ pub fn run_pp(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Result
             rows.push(row);
         }
     }
+    Ok(())
+}
+
+/// Prints the profile of the repetition just run (`tokens` a pass, per token) under
+/// `heading`, and turns profiling off.
+fn print_profile(engine: &mut Engine, heading: &str, tokens: usize) -> Result<()> {
+    clear_progress();
+    let mut err = io::stderr().lock();
+    writeln!(err, "profile of {heading} (last repetition):")?;
+    report::profile::write_profile(&mut err, engine.profile(), tokens)?;
+    engine.set_profiling(false);
     Ok(())
 }
 
@@ -311,11 +318,8 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                             samples[i].push((b * n) as f64 / secs);
                         }
                         if profiled {
-                            clear_progress();
-                            let mut err = io::stderr().lock();
-                            writeln!(
-                                err,
-                                "profile of {} tg{n}{} b{b}, {} (last repetition):",
+                            let heading = format!(
+                                "{} tg{n}{} b{b}, {}",
                                 cfg.model_name,
                                 depth_label(depth),
                                 if interleaved {
@@ -323,9 +327,8 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                                 } else {
                                     crate::output::count(cfg.threads, "thread")
                                 },
-                            )?;
-                            report::profile::write_profile(&mut err, engine.profile(), n)?;
-                            engine.set_profiling(false);
+                            );
+                            print_profile(engine, &heading, n)?;
                         }
                     }
                 }
