@@ -34,6 +34,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         stop: template.stop_strings().to_vec(),
         context: ContextMode::Stop,
         constraint: None,
+        speculate: None,
     };
     let engine = Engine::new(model, &EngineOptions::default())?;
     let sched = Scheduler::new(engine, SchedulerOptions { max_running: 1 });

@@ -21,6 +21,7 @@ const RENAMES: &[(&[&str], &str)] = &[
     (&["-sys", "--system-prompt"], "system"),
     (&["-r", "--reverse-prompt"], "stop"),
     (&["--no-display-prompt"], "no-echo"),
+    (&["-md"], "model-draft"),
 ];
 
 /// llama.cpp flags with no meaning here, and why; `{}` stands for the flag as typed.
@@ -98,6 +99,19 @@ const REFUSALS: &[(&[&str], &str)] = &[
     (
         &["-cb", "--cont-batching", "-nocb", "--no-cont-batching"],
         "`bitnet serve` always batches continuously; drop {}",
+    ),
+    (
+        &[
+            "--model-draft",
+            "--lookup-ngram",
+            "--draft-max",
+            "--draft",
+            "--draft-n",
+            "--draft-min",
+            "--draft-p-min",
+        ],
+        "speculative decoding speeds up generation: generate, chat, serve and bench take it; \
+         this command evaluates given tokens and proposes none (drop {})",
     ),
     (
         &["-hf", "-hfr", "--hf-repo", "-hff", "--hf-file"],

@@ -24,6 +24,7 @@ use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
 use crate::args::prompt::PromptArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
+use crate::args::speculate::{DraftModel, SpeculateArgs, draft_line};
 use crate::interrupt;
 use crate::output::{human_bytes, note};
 use crate::report::{self, peak_rss};
@@ -71,6 +72,8 @@ pub struct Args {
     pub context: ContextArgs,
     #[command(flatten)]
     pub attn_entropy: AttnEntropyArgs,
+    #[command(flatten)]
+    pub speculate: SpeculateArgs,
     /// Also print the run's health figures: the 3-gram repetition rate of the answer,
     /// positions removed by a context shift or window, the KV pool's blocks, and with
     /// --attn-entropy the attention entropy by layer; then where the load's time went and
@@ -105,7 +108,7 @@ pub fn run(args: Args) -> Result<()> {
         return run_parallel(&args, n);
     }
     let prompt = args.prompt.required_text()?;
-    let (setup, mut encoded) = prepare(&args, std::slice::from_ref(&prompt), false)?;
+    let (setup, mut encoded, draft) = prepare(&args, std::slice::from_ref(&prompt), false)?;
     let prompt_tokens = encoded.remove(0);
     let model = &setup.model;
     let tokenizer = setup.tokenizer()?;
@@ -116,6 +119,9 @@ pub fn run(args: Args) -> Result<()> {
     engine.set_profiling(args.profile);
     let threads = engine.threads();
     let mut sched = Scheduler::new(engine, SchedulerOptions::default());
+    if let Some(d) = &draft {
+        d.attach(&mut sched)?;
+    }
     let seed = args.sampling.seed();
     let params = gen_params(&args, seed, tokenizer, prompt_tokens.len(), constraint)?;
     let start_blocks = sched.engine().kv().pool_stats();
@@ -185,6 +191,9 @@ pub fn run(args: Args) -> Result<()> {
     if stats.constraint_masks > 0 {
         note!("{}", mask_line(&stats));
     }
+    if let Some(line) = draft_line(&stats) {
+        note!("{line}");
+    }
     let entropy = entropy_figures(sched.engine());
     if args.verbose {
         let mut line = health_line(&stats, start_blocks, sched.engine().kv().pool_stats());
@@ -220,9 +229,14 @@ pub fn run(args: Args) -> Result<()> {
 /// leaves no room (unless a context policy shifts). With `numbered` (`--parallel`), the
 /// context is checked first and errors name the prompt; one prompt is checked for emptiness
 /// before the context.
-fn prepare(args: &Args, prompts: &[String], numbered: bool) -> Result<(Setup, Vec<Vec<u32>>)> {
+fn prepare(
+    args: &Args,
+    prompts: &[String],
+    numbered: bool,
+) -> Result<(Setup, Vec<Vec<u32>>, Option<DraftModel>)> {
     args.sampling.check()?;
     let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
+    args.speculate.check(setup.engine_opts.batch)?;
     let tokenizer = setup.tokenizer()?;
     let checked = if numbered {
         Some(setup.check_context()?)
@@ -253,7 +267,8 @@ fn prepare(args: &Args, prompts: &[String], numbered: bool) -> Result<(Setup, Ve
             });
         }
     }
-    Ok((setup, encoded))
+    let draft = args.speculate.load(&args.model_args, &setup.engine_opts)?;
+    Ok((setup, encoded, draft))
 }
 
 /// What structured output cost: the token masks and their mean time.
@@ -290,6 +305,7 @@ fn gen_params(
         keep: false,
         context,
         constraint,
+        speculate: args.speculate.params(),
     })
 }
 
@@ -312,7 +328,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         bail!("--parallel must be at least 1");
     }
     let prompts = args.prompt.texts()?;
-    let (setup, encoded) = prepare(args, &prompts, true)?;
+    let (setup, encoded, draft) = prepare(args, &prompts, true)?;
     let model = &setup.model;
     let tokenizer = setup.tokenizer()?;
     let constraint = args.grammar.constraint(model)?;
@@ -324,6 +340,9 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
             max_running: parallel,
         },
     );
+    if let Some(d) = &draft {
+        d.attach(&mut sched)?;
+    }
     let seed = args.sampling.seed();
     let start_blocks = sched.engine().kv().pool_stats();
     let ids: Vec<SeqId> = encoded
@@ -413,6 +432,9 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
                     i + 1,
                     health_line(st, start_blocks, end_blocks)
                 );
+                if let Some(line) = draft_line(st) {
+                    note!("prompt {}: {line}", i + 1);
+                }
             }
         }
     }

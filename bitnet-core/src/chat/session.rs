@@ -85,6 +85,8 @@ pub struct ReplySettings {
     pub context: ContextMode,
     /// Structured output: every reply follows this constraint (`--grammar`, `--json-schema`).
     pub constraint: Option<crate::constrain::Constraint>,
+    /// Speculative decoding of every reply (see [`crate::scheduler::speculate`]).
+    pub speculate: Option<crate::scheduler::SpecParams>,
 }
 
 /// What one reply did.
@@ -477,6 +479,7 @@ impl ChatSession {
             keep: true,
             context,
             constraint: self.settings.constraint.clone(),
+            speculate: self.settings.speculate.clone(),
         };
         // Where the new tokens start in the sequence and in the conversation's tokens.
         let mut turn = turn;

@@ -20,13 +20,23 @@
 //! follow a leader with the same prompt (OpenAI's `n`): a follower waits until the leader's
 //! prompt is evaluated, then forks the leader's sequence, so the prompt's KV is computed
 //! once and shared.
+//!
+//! A request may speculate ([`GenParams::speculate`], [`speculate`]): its decode item then
+//! carries the pending token and a draft (from prompt lookup or the draft model set with
+//! [`Scheduler::set_draft`]) with every row's logits, in the same batch as the other
+//! requests' tokens; the rows are sampled in order while they agree with the draft, and the
+//! positions past the first disagreement are cut from the sequence.
 
+mod draft;
 mod generate;
 mod output;
 mod policy;
 mod request;
+pub mod speculate;
 
 use std::collections::VecDeque;
+
+use draft::{DraftJob, Drafter};
 use std::time::Instant;
 
 use crate::engine::{BatchItem, Engine, Logits};
@@ -41,6 +51,8 @@ use output::{log_probs, unheal};
 pub use policy::{ContextMode, ContextPolicy, MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
 pub use request::{GenParams, SubmitOptions};
 use request::{Phase, Request};
+use speculate::SpecState;
+pub use speculate::{DraftSource, SpecParams};
 
 /// Limits of a [`Scheduler`].
 #[derive(Clone, Debug)]
@@ -79,6 +91,8 @@ pub struct Scheduler {
     spans: Vec<(usize, usize, Logits)>,
     /// Finished requests' indices in `running` (reused each step).
     finished: Vec<(usize, StopReason)>,
+    /// The draft model of speculative decoding, when one is set.
+    drafter: Option<Drafter>,
 }
 
 impl Scheduler {
@@ -93,7 +107,29 @@ impl Scheduler {
             item_req: Vec::with_capacity(cap),
             spans: Vec::with_capacity(cap),
             finished: Vec::with_capacity(cap),
+            drafter: None,
         }
+    }
+
+    /// Sets the draft model that requests speculating with [`DraftSource::Model`] draw
+    /// their drafts from: an engine over a smaller model with the same vocabulary (checked
+    /// here: size, and every token's piece when both files have a tokenizer). Make it on
+    /// the thread that runs the scheduler, as the target's engine.
+    pub fn set_draft(&mut self, draft: Engine) -> Result<(), CoreError> {
+        draft::check_vocabulary(&self.engine, &draft)?;
+        if !self.running.is_empty() || !self.waiting.is_empty() {
+            return Err(CoreError::InvalidOption {
+                option: "model_draft",
+                reason: "the draft model is set before any request is submitted".into(),
+            });
+        }
+        self.drafter = Some(Drafter::new(draft));
+        Ok(())
+    }
+
+    /// The draft model's engine, when one is set.
+    pub fn draft_engine(&self) -> Option<&Engine> {
+        self.drafter.as_ref().map(Drafter::engine)
     }
 
     pub fn engine(&self) -> &Engine {
@@ -238,6 +274,25 @@ impl Scheduler {
         if !heal.is_empty() {
             sampler.restrict_next(self.healing_tokens(&heal)?);
         }
+        let spec = match &params.speculate {
+            Some(p) => {
+                p.validate(self.engine.max_batch())?;
+                if p.source == DraftSource::Model && self.drafter.is_none() {
+                    return Err(CoreError::InvalidOption {
+                        option: "model_draft",
+                        reason: "the request speculates with a draft model and none is loaded"
+                            .into(),
+                    });
+                }
+                // Drafts are verified only where one sampled row is one token with nothing
+                // else to keep per row: no constraint, no log probabilities, no shifting.
+                let plain = params.constraint.is_none()
+                    && extra.logprobs.is_none()
+                    && params.context == ContextPolicy::Stop;
+                plain.then(|| SpecState::new(p.clone()))
+            }
+            None => None,
+        };
         let stop = StopMatcher::new(params.stop.clone());
         if again {
             self.engine.kv_mut().truncate(seq, base)?;
@@ -266,6 +321,10 @@ impl Scheduler {
             extra,
             lp: TokenLogprobs::default(),
             next: None,
+            sampled: Vec::new(),
+            rejected: false,
+            spec,
+            drafts: Vec::new(),
             phase: Phase::Prefill,
             cancelled: false,
             t_admit: None,
@@ -465,17 +524,31 @@ impl Scheduler {
             return Ok(0);
         }
 
-        // The batch: one decode token per generating request, then prompt chunks.
+        // The batch: one decode token per generating request (and its draft, when it
+        // speculates), then prompt chunks.
         let budget = self.engine.max_batch();
+        self.propose_drafts();
         self.tok_buf.clear();
         self.item_req.clear();
         self.spans.clear();
-        for (i, r) in self.running.iter().enumerate() {
+        for (i, r) in self.running.iter_mut().enumerate() {
+            r.sampled.clear();
+            r.rejected = false;
             if let (Phase::Decode, Some(t)) = (&r.phase, r.next)
                 && self.tok_buf.len() < budget
             {
-                self.spans.push((self.tok_buf.len(), 1, Logits::Last));
+                if self.tok_buf.len() + 1 + r.drafts.len() > budget {
+                    r.drafts.clear();
+                }
+                let logits = if r.drafts.is_empty() {
+                    Logits::Last
+                } else {
+                    Logits::All
+                };
+                self.spans
+                    .push((self.tok_buf.len(), 1 + r.drafts.len(), logits));
                 self.tok_buf.push(t);
+                self.tok_buf.extend_from_slice(&r.drafts);
                 self.item_req.push(i);
             }
         }
@@ -515,9 +588,13 @@ impl Scheduler {
             ..
         } = self;
         let t_sample = std::cell::Cell::new(0.0f64);
-        let result = engine.forward(&items, |item, _, logits| {
+        let result = engine.forward(&items, |item, row, logits| {
             let t = Instant::now();
             let r = &mut running[item_req[item]];
+            if r.rejected {
+                // Past a draft token the target did not agree with: nothing to sample.
+                return;
+            }
             let token = match &mut r.constraint {
                 None => r.sampler.sample(logits, &r.history),
                 Some(c) => match c.compute_mask() {
@@ -531,7 +608,13 @@ impl Scheduler {
             if let Some(k) = r.extra.logprobs {
                 log_probs(logits, token, k, &mut r.lp);
             }
-            r.next = Some(token);
+            // The penalties of the next row see this token.
+            r.history.push(token);
+            r.sampled.push(token);
+            // A decode item's row `row` predicts draft token `row`; a prompt chunk asks
+            // for its last row only.
+            let agrees = r.phase == Phase::Decode && r.drafts.get(row) == Some(&token);
+            r.rejected = !agrees;
             t_sample.set(t_sample.get() + t.elapsed().as_secs_f64());
         });
         drop(items);
@@ -568,7 +651,9 @@ impl Scheduler {
                 r.prompt_secs = r.t_admit.map_or(0.0, |t| t.elapsed().as_secs_f64());
                 r.t_first = Some(Instant::now());
             }
-            let Some(t) = r.next else { continue };
+            if r.sampled.is_empty() {
+                continue;
+            }
             if r.error.is_some() {
                 r.next = None;
                 self.finished.push((i, StopReason::Cancelled));
@@ -580,57 +665,174 @@ impl Scheduler {
                 self.finished.push((i, StopReason::MaxTokens));
                 continue;
             }
-            let eog = tokenizer.is_some_and(|tk| tk.is_eog(t));
-            if eog && !r.params.ignore_eos {
-                r.next = None;
-                self.finished.push((i, StopReason::Eog));
-                continue;
-            }
-            if let Some(c) = &mut r.constraint
-                && let Err(e) = c.accept(t)
-            {
-                r.error = Some(e.into());
-                r.next = None;
-                self.finished.push((i, StopReason::Cancelled));
-                continue;
-            }
-            r.generated.push(t);
-            r.history.push(t);
-            on_event(Event::Token {
-                seq: r.seq,
-                token: t,
-                logprobs: r.extra.logprobs.map(|_| &r.lp),
-            });
-            if let Some(tk) = tokenizer {
-                let piece = r.text.push(tk, t);
-                let piece = unheal(&mut r.unheal, &piece);
-                if !piece.is_empty() {
-                    let feed = r.stop.feed(piece);
-                    if !feed.emit.is_empty() {
-                        on_event(Event::Text {
-                            seq: r.seq,
-                            text: feed.emit,
-                        });
-                    }
-                    if feed.stopped {
-                        self.finished.push((i, StopReason::StopString));
-                        continue;
-                    }
+            let sampled = std::mem::take(&mut r.sampled);
+            let mut used = 0;
+            for &t in &sampled {
+                used += 1;
+                r.next = Some(t);
+                if let Some(reason) = Self::accept_token(r, t, tokenizer, max_len, on_event) {
+                    self.finished.push((i, reason));
+                    break;
                 }
             }
-            let len = r.base + r.prompt.len() + r.generated.len();
-            if r.constraint.as_ref().is_some_and(|c| c.is_finished()) {
-                // The output is complete: nothing but its end may follow.
-                r.next = None;
-                self.finished.push((i, StopReason::Eog));
-            } else if r.generated.len() >= r.params.max_tokens {
-                self.finished.push((i, StopReason::MaxTokens));
-            } else if r.params.context == ContextPolicy::Stop && len >= max_len {
-                self.finished.push((i, StopReason::ContextFull));
+            if !r.drafts.is_empty() {
+                let proposed = r.drafts.len();
+                if let Some(s) = &mut r.spec {
+                    s.record(proposed, sampled.len() - 1);
+                }
+                // The sequence holds the pending token and the whole draft: keep the
+                // pending token and the drafts that were taken as sampled tokens before
+                // the last one used (that one is pending now, or ended the request).
+                let held = self.engine.kv().sequence(r.seq).map_or(0, |s| s.len());
+                let keep = held - proposed + (used - 1);
+                r.drafts.clear();
+                if let Err(e) = self.engine.kv_mut().truncate(r.seq, keep) {
+                    r.error = Some(e.into());
+                    r.next = None;
+                    self.finished.push((i, StopReason::Cancelled));
+                }
             }
+            r.sampled = sampled;
+            r.sampled.clear();
         }
         self.retire(on_event);
         Ok(n_tokens)
+    }
+
+    /// Takes sampled token `t` into request `r`: an end-of-generation token ends it
+    /// (unless ignored), else the token joins the output and its text is reported; returns
+    /// why the request ends, if it does.
+    fn accept_token(
+        r: &mut Request,
+        t: u32,
+        tokenizer: Option<&crate::tokenizer::Tokenizer>,
+        max_len: usize,
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Option<StopReason> {
+        let eog = tokenizer.is_some_and(|tk| tk.is_eog(t));
+        if eog && !r.params.ignore_eos {
+            r.next = None;
+            return Some(StopReason::Eog);
+        }
+        if let Some(c) = &mut r.constraint
+            && let Err(e) = c.accept(t)
+        {
+            r.error = Some(e.into());
+            r.next = None;
+            return Some(StopReason::Cancelled);
+        }
+        r.generated.push(t);
+        on_event(Event::Token {
+            seq: r.seq,
+            token: t,
+            logprobs: r.extra.logprobs.map(|_| &r.lp),
+        });
+        if let Some(tk) = tokenizer {
+            let piece = r.text.push(tk, t);
+            let piece = unheal(&mut r.unheal, &piece);
+            if !piece.is_empty() {
+                let feed = r.stop.feed(piece);
+                if !feed.emit.is_empty() {
+                    on_event(Event::Text {
+                        seq: r.seq,
+                        text: feed.emit,
+                    });
+                }
+                if feed.stopped {
+                    return Some(StopReason::StopString);
+                }
+            }
+        }
+        let len = r.base + r.prompt.len() + r.generated.len();
+        if r.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+            // The output is complete: nothing but its end may follow.
+            r.next = None;
+            Some(StopReason::Eog)
+        } else if r.generated.len() >= r.params.max_tokens {
+            Some(StopReason::MaxTokens)
+        } else if r.params.context == ContextPolicy::Stop && len >= max_len {
+            Some(StopReason::ContextFull)
+        } else {
+            None
+        }
+    }
+
+    /// Fills the draft of every decoding request that speculates this step, within the
+    /// pass's budget (at most half of what the decode tokens leave, so prompt chunks of
+    /// new requests still move) and each request's own room (its reserved positions and
+    /// `max_tokens`). Draft-model failures are not the request's: it decodes without a
+    /// draft and stops speculating.
+    fn propose_drafts(&mut self) {
+        let budget = self.engine.max_batch();
+        let decoding = self
+            .running
+            .iter()
+            .filter(|r| r.phase == Phase::Decode && r.next.is_some())
+            .count();
+        let mut room = budget.saturating_sub(decoding) / 2;
+        // (request, draft length) of the requests the draft model proposes for.
+        let mut model_jobs: Vec<(usize, usize)> = Vec::new();
+        for (i, r) in self.running.iter_mut().enumerate() {
+            r.drafts.clear();
+            let (Phase::Decode, Some(_), Some(spec)) = (&r.phase, r.next, &mut r.spec) else {
+                continue;
+            };
+            let held = self.engine.kv().sequence(r.seq).map_or(0, |s| s.len());
+            // The pass adds the pending token and the draft to the sequence; a verified
+            // pass yields one token more than the draft.
+            let positions = r.total.saturating_sub(held + 1);
+            let tokens = r.params.max_tokens.saturating_sub(r.generated.len() + 1);
+            let want = spec.wanted(positions.min(tokens).min(room));
+            if want == 0 {
+                continue;
+            }
+            match spec.params.source {
+                DraftSource::Lookup { ngram } => {
+                    speculate::lookup_draft(&r.history, ngram, want, &mut r.drafts);
+                    if !spec.worth_verifying(r.drafts.len()) {
+                        r.drafts.clear();
+                    }
+                    room -= r.drafts.len();
+                }
+                DraftSource::Model => {
+                    model_jobs.push((i, want));
+                    room -= want;
+                }
+            }
+        }
+        if model_jobs.is_empty() {
+            return;
+        }
+        let Some(drafter) = &mut self.drafter else {
+            return;
+        };
+        let kv = self.engine.kv();
+        let mut jobs: Vec<DraftJob<'_>> = model_jobs
+            .iter()
+            .map(|&(i, want)| {
+                let r = &self.running[i];
+                DraftJob {
+                    target: r.seq,
+                    context: kv.sequence(r.seq).map_or(&[][..], |s| s.tokens()),
+                    last: r.next.expect("decoding"),
+                    want,
+                    p_min: r.spec.as_ref().map_or(1.0, |s| s.params.p_min),
+                    out: Vec::new(),
+                }
+            })
+            .collect();
+        let failed = drafter.propose(&mut jobs).is_err();
+        let outs: Vec<Vec<u32>> = jobs.into_iter().map(|j| j.out).collect();
+        for (out, &(i, _)) in outs.into_iter().zip(&model_jobs) {
+            let Some(spec) = &mut self.running[i].spec else {
+                continue;
+            };
+            if failed {
+                spec.stop();
+            } else if spec.worth_verifying(out.len()) {
+                self.running[i].drafts = out;
+            }
+        }
     }
 
     /// Under a shifting policy, removes positions from every running sequence that has no
@@ -710,6 +912,9 @@ impl Scheduler {
     }
 
     fn release(&mut self, r: &Request) {
+        if let Some(d) = &mut self.drafter {
+            d.forget(r.seq);
+        }
         if !r.params.keep {
             let _ = self.engine.kv_mut().free_sequence(r.seq);
         }

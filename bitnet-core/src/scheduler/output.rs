@@ -62,12 +62,36 @@ pub struct GenStats {
     /// Token masks a structured-output constraint computed, and the seconds they took.
     pub constraint_masks: u64,
     pub constraint_secs: f64,
+    /// Speculative decoding: draft tokens proposed, how many the target accepted, and the
+    /// passes that verified a draft (0 without speculation).
+    pub draft_tokens: usize,
+    pub draft_accepted: usize,
+    pub draft_verifies: usize,
 }
 
 impl GenStats {
     /// Prompt tokens evaluated per second.
     pub fn prompt_tps(&self) -> f64 {
         rate(self.prompt_read, self.prompt_secs)
+    }
+
+    /// The share of draft tokens the target accepted (0 when none was proposed).
+    pub fn acceptance(&self) -> f64 {
+        if self.draft_tokens == 0 {
+            0.0
+        } else {
+            self.draft_accepted as f64 / self.draft_tokens as f64
+        }
+    }
+
+    /// Tokens each verification pass produced on average (its accepted drafts and the
+    /// target's own token; 0 when nothing was verified).
+    pub fn mean_accepted_length(&self) -> f64 {
+        if self.draft_verifies == 0 {
+            0.0
+        } else {
+            (self.draft_accepted + self.draft_verifies) as f64 / self.draft_verifies as f64
+        }
     }
 
     /// Generated tokens per second (the first one came with the prompt, so the rate

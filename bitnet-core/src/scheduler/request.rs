@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::output::{GenStats, StopReason, TokenLogprobs};
 use super::policy::ContextPolicy;
+use super::speculate::{SpecParams, SpecState};
 use crate::constrain::{Constraint, ConstraintState};
 use crate::error::CoreError;
 use crate::kv::SeqId;
@@ -30,6 +31,12 @@ pub struct GenParams {
     /// request ends (as at an end-of-generation token) once the output is complete. Token
     /// healing does not apply under a constraint.
     pub constraint: Option<Constraint>,
+    /// Speculative decoding (see [`super::speculate`]): propose tokens and verify them
+    /// together. Greedy output is unchanged by it and sampled output keeps the target's
+    /// distribution. Not applied (the request decodes one token a step) under a
+    /// constraint, with log probabilities, or under a context policy other than
+    /// [`ContextPolicy::Stop`].
+    pub speculate: Option<SpecParams>,
 }
 
 impl Default for GenParams {
@@ -42,6 +49,7 @@ impl Default for GenParams {
             keep: false,
             context: ContextPolicy::Stop,
             constraint: None,
+            speculate: None,
         }
     }
 }
@@ -104,6 +112,13 @@ pub(crate) struct Request {
     pub(crate) generated: Vec<u32>,
     /// The sampled token waiting to be evaluated.
     pub(crate) next: Option<u32>,
+    /// Tokens sampled in this step's pass, in order (more than one when a draft was
+    /// accepted), and whether the pass's remaining rows are past a rejected draft token.
+    pub(crate) sampled: Vec<u32>,
+    pub(crate) rejected: bool,
+    /// Speculation, when the request speculates, and this step's draft.
+    pub(crate) spec: Option<SpecState>,
+    pub(crate) drafts: Vec<u32>,
     pub(crate) phase: Phase,
     pub(crate) cancelled: bool,
     pub(crate) t_admit: Option<Instant>,
@@ -129,6 +144,9 @@ impl Request {
             discarded_tokens: self.discarded,
             constraint_masks: self.constraint.as_ref().map_or(0, |c| c.mask_time().0),
             constraint_secs: self.constraint.as_ref().map_or(0.0, |c| c.mask_time().1),
+            draft_tokens: self.spec.as_ref().map_or(0, |s| s.drafted),
+            draft_accepted: self.spec.as_ref().map_or(0, |s| s.accepted),
+            draft_verifies: self.spec.as_ref().map_or(0, |s| s.verified),
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod compare;
 pub mod membw;
 pub mod paired;
 pub mod report;
+pub mod speculate;
 pub mod suite;
 
 use std::fs;
@@ -151,11 +152,37 @@ pub struct Args {
     /// With --compare: the smallest relative drop that can count as a regression.
     #[arg(long, default_value_t = 0.02)]
     pub min_drop: f64,
+    /// Speculative decoding: the cost of one pass over each of these numbers of positions
+    /// of one sequence (a verification of that many tokens) against a one-token decode
+    /// step, interleaved (e.g. 2,3,5,9; -d sets the context before them, 64 by default).
+    #[arg(long, value_delimiter = ',', value_name = "N")]
+    pub verify: Vec<usize>,
+    #[command(flatten)]
+    pub speculate: crate::args::speculate::SpeculateArgs,
+    /// With --model-draft or --lookup-ngram: the text the prompts are cut from (generation
+    /// with and without speculation, alternating; -n tokens each, -r rounds).
+    #[arg(long, value_name = "FILE")]
+    pub spec_text: Option<PathBuf>,
+    /// Prompts cut from --spec-text, spread over it.
+    #[arg(long, default_value_t = 8)]
+    pub spec_prompts: usize,
+    /// Tokens of --spec-text in a prompt (a copy task's passage).
+    #[arg(long, default_value_t = 64)]
+    pub spec_prompt_tokens: usize,
+    /// plain: pieces of the text; copy: a passage twice, then its first third.
+    #[arg(long, value_enum, default_value_t = speculate::SpecTask::Plain)]
+    pub spec_task: speculate::SpecTask,
+    /// Temperatures of the speculative generation test.
+    #[arg(long, value_delimiter = ',', default_value = "0,0.8")]
+    pub spec_temp: Vec<f32>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     if let Some(files) = &args.compare {
         return run_compare(&files[0], &files[1], args.min_drop, args.fail_on_regress);
+    }
+    if speculate::wanted(&args) {
+        return speculate::run(&args);
     }
     if args.models.is_empty() && !args.membw {
         bail!("nothing to do: give -m MODEL (one or more) or --membw");

@@ -34,6 +34,7 @@ use crate::args::context::ContextArgs;
 use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
+use crate::args::speculate::SpeculateArgs;
 use crate::interrupt;
 use crate::output::error_chain;
 use crate::setup::Setup;
@@ -92,6 +93,8 @@ pub struct Args {
     #[command(flatten)]
     pub attn_entropy: AttnEntropyArgs,
     #[command(flatten)]
+    pub speculate: SpeculateArgs,
+    #[command(flatten)]
     pub model_args: ModelArgs,
 }
 
@@ -119,9 +122,14 @@ pub fn run(args: Args) -> Result<()> {
         .render(&[Message::user("hello"), Message::assistant("hi")], true)
         .context("trying the chat template")?;
     setup.check_context()?;
+    args.speculate.check(setup.engine_opts.batch)?;
+    let draft = args.speculate.load(&args.model_args, &setup.engine_opts)?;
     let context = args.context.mode()?;
     let engine = setup.engine()?;
-    let sched = Scheduler::new(engine, SchedulerOptions { max_running: 1 });
+    let mut sched = Scheduler::new(engine, SchedulerOptions { max_running: 1 });
+    if let Some(d) = &draft {
+        d.attach(&mut sched)?;
+    }
     let seed = args.sampling.seed();
     let mut stop = template.stop_strings().to_vec();
     stop.extend(args.stop.iter().cloned());
@@ -135,6 +143,7 @@ pub fn run(args: Args) -> Result<()> {
         stop,
         context,
         constraint: args.grammar.constraint(&model)?,
+        speculate: args.speculate.params(),
     };
     let mut chat = ChatSession::new(sched, conv, settings).context("starting the chat")?;
 

@@ -62,6 +62,8 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
         bail!("the model file has no tokenizer (tokenizer.ggml.* keys)");
     }
     setup.check_context()?;
+    args.speculate.check(setup.engine_opts.batch)?;
+    let draft = args.speculate.load(&args.model_args, &setup.engine_opts)?;
     let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
         .context("choosing the chat template")?;
     let template = template_worker::confine(template)?;
@@ -78,6 +80,10 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
             max_running: parallel,
         },
     );
+    if let Some(d) = &draft {
+        d.attach(&mut sched)?;
+        note!("draft model {} for speculative decoding", d.path.display());
+    }
     let _ = shared.model.set(Loaded {
         model,
         max_seq_len,

@@ -38,6 +38,7 @@ use anyhow::{Context, Result};
 use crate::args::attn_entropy::AttnEntropyArgs;
 use crate::args::context::ContextArgs;
 use crate::args::model::ModelArgs;
+use crate::args::speculate::SpeculateArgs;
 use crate::output::note;
 use state::{AppState, Config, Shared};
 
@@ -116,6 +117,8 @@ pub struct Args {
     #[command(flatten)]
     pub attn_entropy: AttnEntropyArgs,
     #[command(flatten)]
+    pub speculate: SpeculateArgs,
+    #[command(flatten)]
     pub model_args: ModelArgs,
 }
 
@@ -141,6 +144,7 @@ pub fn run(args: Args) -> Result<()> {
         max_body: args.max_body_bytes,
         n_predict: args.n_predict,
         context: args.context.clone(),
+        speculate: args.speculate.params(),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

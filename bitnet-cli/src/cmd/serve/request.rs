@@ -5,7 +5,7 @@
 
 use bitnet_core::chat::{Message, ToolCall, ToolFormat};
 use bitnet_core::sampling::{SamplerConfig, SamplingError};
-use bitnet_core::scheduler::{ContextPolicy, GenParams};
+use bitnet_core::scheduler::{ContextPolicy, GenParams, SpecParams};
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Map, Value};
 
@@ -112,13 +112,16 @@ fn get_bool(obj: &Map<String, Value>, name: &str) -> ApiResult<Option<bool>> {
 }
 
 /// Reads the generation fields common to both APIs. `n_predict` is the server's default
-/// for `max_tokens`; `seed` is used when the request names none.
+/// for `max_tokens`; `seed` is used when the request names none; `speculate` is the
+/// server's speculative decoding (`--model-draft`, `--lookup-ngram`), which a request
+/// tunes or turns off (see [`speculation`]).
 pub fn gen_request(
     obj: &Map<String, Value>,
     api: Api,
     n_vocab: usize,
     n_predict: usize,
     seed: u64,
+    speculate: Option<&SpecParams>,
 ) -> ApiResult<GenRequest> {
     refuse_unsupported(obj, api)?;
     let max_tokens = match get_u64(obj, "max_completion_tokens")? {
@@ -245,6 +248,7 @@ pub fn gen_request(
             // The server's --context-shift / --kv-window, set once the prompt is known.
             context: ContextPolicy::Stop,
             constraint: None,
+            speculate: speculation(obj, speculate)?,
         },
         max_tokens,
         n: n as usize,
@@ -253,6 +257,48 @@ pub fn gen_request(
         logprobs,
         tool_format: None,
     })
+}
+
+/// A request's speculation: the server's, tuned by llama.cpp server's fields
+/// `speculative.n_max` (0 turns it off for the request), `speculative.n_min` and
+/// `speculative.p_min`. On a server that does not speculate they change nothing (as in
+/// llama.cpp's); values out of range are a 400.
+fn speculation(
+    obj: &Map<String, Value>,
+    server: Option<&SpecParams>,
+) -> ApiResult<Option<SpecParams>> {
+    let n_max = get_u64(obj, "speculative.n_max")?;
+    let n_min = get_u64(obj, "speculative.n_min")?;
+    let p_min = get_f32(obj, "speculative.p_min")?;
+    if let Some(p) = p_min
+        && !(0.0..=1.0).contains(&p)
+    {
+        return Err(ApiError::bad_field("speculative.p_min", "between 0 and 1"));
+    }
+    let Some(server) = server else {
+        return Ok(None);
+    };
+    if n_max == Some(0) {
+        return Ok(None);
+    }
+    let mut spec = server.clone();
+    // Never more than the server was started with: its passes are sized for that.
+    if let Some(n) = n_max {
+        spec.draft_max = (n as usize).min(server.draft_max);
+    }
+    if let Some(n) = n_min {
+        spec.draft_min = n as usize;
+    }
+    if let Some(p) = p_min {
+        spec.p_min = p;
+    }
+    if spec.draft_min > spec.draft_max {
+        return Err(ApiError::bad_field(
+            "speculative.n_min",
+            &format!("at most speculative.n_max ({})", spec.draft_max),
+        ));
+    }
+    Ok(Some(spec))
 }
 
 /// `stop`: a string or a list of strings.

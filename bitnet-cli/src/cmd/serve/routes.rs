@@ -106,6 +106,7 @@ async fn completions(
         tok.n_vocab(),
         state.config.n_predict,
         fresh_seed(),
+        state.config.speculate.as_ref(),
     )?;
     let prompt = completion_prompt(&obj, tok)?;
     req.params.constraint = constraint(&obj, &loaded.model)?;
@@ -134,6 +135,7 @@ async fn chat_completions(
         tok.n_vocab(),
         state.config.n_predict,
         fresh_seed(),
+        state.config.speculate.as_ref(),
     )?;
     req.params.constraint = constraint(&obj, &loaded.model)?;
     let messages = chat_messages(&obj)?;

@@ -51,6 +51,8 @@ pub struct Config {
     pub n_predict: usize,
     /// What a request does when its sequence fills the context.
     pub context: ContextArgs,
+    /// Speculative decoding of every request (`--model-draft`, `--lookup-ngram`).
+    pub speculate: Option<bitnet_core::scheduler::SpecParams>,
     /// How long in-flight requests may finish after a shutdown signal.
     pub shutdown_timeout: Duration,
 }
