@@ -35,8 +35,6 @@ mod request;
 pub mod speculate;
 
 use std::collections::VecDeque;
-
-use draft::{DraftJob, Drafter};
 use std::time::Instant;
 
 use crate::engine::{BatchItem, Engine, Logits};
@@ -45,6 +43,7 @@ use crate::kv::{KvError, SeqId};
 use crate::sampling::{Sampler, StopMatcher};
 use crate::tokenizer::TextStream;
 
+use draft::{DraftJob, Drafter};
 pub use generate::{generate, generate_until, warm_up};
 pub use output::{Event, GenStats, StopReason, TokenLogprobs};
 use output::{log_probs, unheal};

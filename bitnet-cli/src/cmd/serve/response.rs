@@ -323,7 +323,7 @@ pub fn timings(s: &GenStats) -> Value {
     let predicted_ms = s.gen_secs * 1e3;
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
     let rate = |ms: f64, n: usize| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
-    json!({
+    let mut t = json!({
         "cache_n": s.cached_tokens,
         "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
@@ -333,5 +333,11 @@ pub fn timings(s: &GenStats) -> Value {
         "predicted_ms": predicted_ms,
         "predicted_per_token_ms": per(predicted_ms, s.gen_tokens),
         "predicted_per_second": rate(predicted_ms, s.gen_tokens),
-    })
+    });
+    // Speculative decoding, under llama.cpp's names: draft tokens proposed and accepted.
+    if s.draft_verifies > 0 {
+        t["draft_n"] = json!(s.draft_tokens);
+        t["draft_n_accepted"] = json!(s.draft_accepted);
+    }
+    t
 }
