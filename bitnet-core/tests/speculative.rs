@@ -65,12 +65,24 @@ fn greedy(max_tokens: usize, speculate: Option<SpecParams>) -> GenParams {
     }
 }
 
+/// Speculation with drafts of `draft_max` tokens every step (the tests want verifications:
+/// on the shipped model a longer pass costs more than it saves, so the adaptive length
+/// would soon stop proposing).
 fn spec(source: DraftSource, draft_max: usize, p_min: f32) -> SpecParams {
     SpecParams {
         source,
         draft_max,
         draft_min: 0,
         p_min,
+        adaptive: false,
+    }
+}
+
+/// [`spec`] with the adaptive length.
+fn adaptive(source: DraftSource, draft_max: usize, p_min: f32) -> SpecParams {
+    SpecParams {
+        adaptive: true,
+        ..spec(source, draft_max, p_min)
     }
 }
 
@@ -102,6 +114,16 @@ fn sources() -> Vec<(&'static str, Option<&'static str>, SpecParams)> {
             "lookup 1",
             None,
             spec(DraftSource::Lookup { ngram: 1 }, 4, 0.0),
+        ),
+        (
+            "draft model, adaptive length",
+            Some("shakespeare-draft.gguf"),
+            adaptive(DraftSource::Model, 8, 0.5),
+        ),
+        (
+            "lookup 2, adaptive length",
+            None,
+            adaptive(DraftSource::Lookup { ngram: 2 }, 8, 0.0),
         ),
     ]
 }

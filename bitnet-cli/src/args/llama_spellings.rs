@@ -109,6 +109,7 @@ const REFUSALS: &[(&[&str], &str)] = &[
             "--draft-n",
             "--draft-min",
             "--draft-p-min",
+            "--draft-fixed",
         ],
         "speculative decoding speeds up generation: generate, chat, serve and bench take it; \
          this command evaluates given tokens and proposes none (drop {})",

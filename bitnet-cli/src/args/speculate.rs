@@ -42,6 +42,10 @@ pub struct SpeculateArgs {
     /// A draft model's proposal stops before a token it gives less than this probability.
     #[arg(long = "draft-p-min", value_name = "P", default_value_t = DEFAULT_P_MIN)]
     pub draft_p_min: f32,
+    /// Propose --draft-max tokens every step, instead of the length that the acceptance so
+    /// far and the measured cost of a pass make worth it (to measure acceptance).
+    #[arg(long = "draft-fixed")]
+    pub draft_fixed: bool,
 }
 
 /// A draft model loaded as the command line says, with the engine options it runs with.
@@ -67,6 +71,7 @@ impl SpeculateArgs {
             draft_max: self.draft_max,
             draft_min: self.draft_min,
             p_min: self.draft_p_min,
+            adaptive: !self.draft_fixed,
         })
     }
 
@@ -78,9 +83,11 @@ impl SpeculateArgs {
         } else if self.draft_max != DEFAULT_DRAFT_MAX
             || self.draft_min != 0
             || self.draft_p_min != DEFAULT_P_MIN
+            || self.draft_fixed
         {
             bail!(
-                "--draft-max, --draft-min and --draft-p-min tune speculative decoding: give \
+                "--draft-max, --draft-min, --draft-p-min and --draft-fixed tune speculative decoding: \
+                 give \
                  --model-draft FILE or --lookup-ngram N too"
             );
         }

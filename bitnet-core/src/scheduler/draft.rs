@@ -32,6 +32,9 @@ pub(crate) struct DraftJob<'a> {
 pub(crate) struct Drafter {
     engine: Engine,
     seqs: HashMap<SeqId, SeqId>,
+    /// Seconds of a proposal pass for one request (an exponential moving average), what a
+    /// draft token costs.
+    step_secs: f64,
 }
 
 /// Checks that a draft model reads and writes the target's tokens: the same vocabulary
@@ -99,11 +102,17 @@ impl Drafter {
         Drafter {
             engine,
             seqs: HashMap::new(),
+            step_secs: 0.0,
         }
     }
 
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Seconds a draft token costs (a one-request proposal pass), once measured.
+    pub(crate) fn token_secs(&self) -> Option<f64> {
+        (self.step_secs > 0.0).then_some(self.step_secs)
     }
 
     /// Frees the draft sequence of a request that ended.
@@ -233,6 +242,7 @@ impl Drafter {
                     logits: Logits::Last,
                 })
                 .collect();
+            let t = std::time::Instant::now();
             self.engine.forward(&items, |item, _, logits| {
                 let j = owners[item];
                 let (token, p) = argmax_prob(logits);
@@ -242,6 +252,14 @@ impl Drafter {
                     jobs[j].out.push(token);
                 }
             })?;
+            if owners.len() == 1 {
+                let secs = t.elapsed().as_secs_f64();
+                self.step_secs = if self.step_secs == 0.0 {
+                    secs
+                } else {
+                    0.8 * self.step_secs + 0.2 * secs
+                };
+            }
         }
         Ok(())
     }

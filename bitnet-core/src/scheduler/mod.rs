@@ -50,8 +50,8 @@ use output::{log_probs, unheal};
 pub use policy::{ContextMode, ContextPolicy, MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
 pub use request::{GenParams, SubmitOptions};
 use request::{Phase, Request};
-use speculate::SpecState;
 pub use speculate::{DraftSource, SpecParams};
+use speculate::{PassCosts, SpecState};
 
 /// Limits of a [`Scheduler`].
 #[derive(Clone, Debug)]
@@ -92,6 +92,8 @@ pub struct Scheduler {
     finished: Vec<(usize, StopReason)>,
     /// The draft model of speculative decoding, when one is set.
     drafter: Option<Drafter>,
+    /// What passes over one decode item of n positions cost (the draft length's cost).
+    pass_costs: PassCosts,
 }
 
 impl Scheduler {
@@ -107,6 +109,7 @@ impl Scheduler {
             spans: Vec::with_capacity(cap),
             finished: Vec::with_capacity(cap),
             drafter: None,
+            pass_costs: PassCosts::new(),
         }
     }
 
@@ -587,6 +590,7 @@ impl Scheduler {
             ..
         } = self;
         let t_sample = std::cell::Cell::new(0.0f64);
+        let t_pass = Instant::now();
         let result = engine.forward(&items, |item, row, logits| {
             let t = Instant::now();
             let r = &mut running[item_req[item]];
@@ -617,6 +621,14 @@ impl Scheduler {
             t_sample.set(t_sample.get() + t.elapsed().as_secs_f64());
         });
         drop(items);
+        // A pass over one decode item alone times what a verification of its length costs.
+        if let [(_, n, _)] = self.spans[..]
+            && self.running[self.item_req[0]].phase == Phase::Decode
+        {
+            // Its rows' sampling included: a verification samples each of them.
+            self.pass_costs.record(n, t_pass.elapsed().as_secs_f64());
+        }
+        let engine = &mut self.engine;
         engine.add_sampling_time(t_sample.get());
         if let Err(e) = result {
             // Nothing was committed for this batch: end its requests with the error.
@@ -781,7 +793,20 @@ impl Scheduler {
             // pass yields one token more than the draft.
             let positions = r.total.saturating_sub(held + 1);
             let tokens = r.params.max_tokens.saturating_sub(r.generated.len() + 1);
-            let want = spec.wanted(positions.min(tokens).min(room));
+            // A draft model's tokens cost their own passes besides the verification's.
+            let draft_cost = match (&spec.params.source, &self.drafter) {
+                (DraftSource::Model, Some(d)) => {
+                    match (d.token_secs(), self.pass_costs.decode_secs()) {
+                        (Some(td), Some(t1)) => td / t1,
+                        _ => speculate::DEFAULT_POSITION_COST,
+                    }
+                }
+                _ => 0.0,
+            };
+            let costs = &self.pass_costs;
+            let want = spec.wanted(positions.min(tokens).min(room), |n| {
+                costs.cost(n) + draft_cost * (n - 1) as f64
+            });
             if want == 0 {
                 continue;
             }

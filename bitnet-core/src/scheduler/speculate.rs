@@ -14,11 +14,16 @@
 //! and the request's sampler (temperature, top-k/p, min-p, penalties over the accepted
 //! history) runs unchanged on each row.
 //!
-//! How many tokens to propose adapts per request ([`SpecState`]): the length doubles while
-//! every proposed token is accepted and falls to one more than the accepted count when not;
-//! after consecutive verifications that accept nothing, proposing pauses for a number of
-//! steps that doubles each time (up to [`MAX_PAUSE`]), so a text with nothing to copy or a
-//! draft model that keeps missing costs a few wasted positions now and then, not one a step.
+//! How many tokens to propose adapts per request ([`SpecState`]) so that speculation never
+//! costs more than it saves: a running estimate of the probability that a draft token is
+//! accepted (`a`, an exponentially weighted count of accepted tokens over tokens tried) and
+//! the measured cost of a pass over `n` positions against a one-position pass (`c(n)`, which
+//! the scheduler learns from its own single-request passes, see [`PassCosts`]; a draft
+//! model's own passes add theirs) give the draft length `k` that maximises the expected
+//! tokens a pass, `(1 - a^(k+1)) / (1 - a)`, over its cost `c(k + 1)`. When no `k >= 1` beats
+//! plain decoding, the request decodes without drafts and proposes a single token again
+//! after a pause that doubles each time (1, 2, 4, ... [`MAX_PAUSE`] steps), to keep the
+//! estimate current. `SpecParams::adaptive = false` proposes `draft_max` every step.
 
 use crate::error::CoreError;
 
@@ -44,14 +49,27 @@ pub struct SpecParams {
     pub draft_min: usize,
     /// A draft model's proposal ends before a token whose draft probability is below this.
     pub p_min: f32,
+    /// Choose the draft length from the acceptance and the passes' cost (see the module
+    /// docs); false proposes `draft_max` tokens every step (to measure acceptance).
+    pub adaptive: bool,
 }
 
 /// Tokens proposed per step at most, by default (llama.cpp's `--draft-max`).
 pub const DEFAULT_DRAFT_MAX: usize = 16;
 /// Draft-probability floor of a draft model's proposals, by default (llama.cpp's).
 pub const DEFAULT_P_MIN: f32 = 0.75;
-/// Longest pause (in steps) after drafts that were all rejected.
+/// Longest pause (in steps) between probes while drafting does not pay.
 pub const MAX_PAUSE: u32 = 64;
+/// The cost of one more position in a pass, as a share of a one-position pass, until the
+/// scheduler has measured it: the 2B-4T shape's at 2 threads (0.15-0.2 with AVX-512,
+/// 0.23-0.37 with AVX2; `bench/2026-11-27-60e0a7b-speculative.md`).
+pub const DEFAULT_POSITION_COST: f64 = 0.25;
+/// The acceptance a request assumes before its first verification, and the weight (in
+/// tokens tried) of that assumption.
+const PRIOR_ACCEPTANCE: f64 = 0.6;
+const PRIOR_WEIGHT: f64 = 2.0;
+/// How much of the acceptance estimate each verification keeps.
+const DECAY: f64 = 0.9;
 /// Longest n-gram a lookup draft matches.
 pub const MAX_LOOKUP_NGRAM: usize = 64;
 
@@ -63,6 +81,7 @@ impl SpecParams {
             draft_max: DEFAULT_DRAFT_MAX,
             draft_min: 0,
             p_min: DEFAULT_P_MIN,
+            adaptive: true,
         }
     }
 
@@ -73,6 +92,7 @@ impl SpecParams {
             draft_max: DEFAULT_DRAFT_MAX,
             draft_min: 0,
             p_min: DEFAULT_P_MIN,
+            adaptive: true,
         }
     }
 
@@ -116,18 +136,63 @@ impl SpecParams {
     }
 }
 
-/// A request's speculation: its parameters, the adaptive draft length, this step's draft
-/// and the figures.
+/// Pass times of the engine by the number of positions (1 ..= `MAX_POSITIONS`), learned
+/// from passes that evaluate one decode item alone (an exponential moving average), so the
+/// draft length follows what a verification costs on this machine and model.
+#[derive(Clone, Debug)]
+pub(crate) struct PassCosts {
+    secs: Vec<f64>,
+}
+
+/// Positions a pass is timed for at most (a draft of [`DEFAULT_DRAFT_MAX`] and its pending
+/// token; longer passes are costed linearly from the longest measured).
+const MAX_POSITIONS: usize = 64;
+
+impl PassCosts {
+    pub(crate) fn new() -> PassCosts {
+        PassCosts {
+            secs: vec![0.0; MAX_POSITIONS + 1],
+        }
+    }
+
+    /// Records a pass over `n` positions that took `secs`.
+    pub(crate) fn record(&mut self, n: usize, secs: f64) {
+        if let Some(t) = self.secs.get_mut(n) {
+            *t = if *t == 0.0 {
+                secs
+            } else {
+                0.8 * *t + 0.2 * secs
+            };
+        }
+    }
+
+    /// The one-position pass's time, once measured.
+    pub(crate) fn decode_secs(&self) -> Option<f64> {
+        (self.secs[1] > 0.0).then_some(self.secs[1])
+    }
+
+    /// A pass over `n` positions against a one-position pass: measured where both are,
+    /// else [`DEFAULT_POSITION_COST`] a position more.
+    pub(crate) fn cost(&self, n: usize) -> f64 {
+        match (self.secs.get(n), self.decode_secs()) {
+            (Some(&t), Some(t1)) if t > 0.0 => t / t1,
+            _ => 1.0 + DEFAULT_POSITION_COST * n.saturating_sub(1) as f64,
+        }
+    }
+}
+
+/// A request's speculation: its parameters, the acceptance estimate, the pause between
+/// probes, and the figures.
 #[derive(Clone, Debug)]
 pub(crate) struct SpecState {
     pub(crate) params: SpecParams,
-    /// Tokens to propose next time at most (adapts between 1 and `draft_max`).
-    length: usize,
+    /// Draft tokens accepted and tried (accepted ones and the first rejected one),
+    /// exponentially weighted.
+    accepted_w: f64,
+    tried_w: f64,
     /// Steps left without proposing, and the next pause's length.
     paused: u32,
     next_pause: u32,
-    /// Verifications in a row that accepted nothing.
-    misses: u32,
     /// Speculation stopped for good (the draft model failed).
     stopped: bool,
     /// Tokens proposed, tokens accepted, verification passes (steps with a draft).
@@ -139,11 +204,11 @@ pub(crate) struct SpecState {
 impl SpecState {
     pub(crate) fn new(params: SpecParams) -> SpecState {
         SpecState {
-            length: params.draft_max.div_ceil(2).max(1),
             params,
+            accepted_w: PRIOR_ACCEPTANCE * PRIOR_WEIGHT,
+            tried_w: PRIOR_WEIGHT,
             paused: 0,
             next_pause: 1,
-            misses: 0,
             stopped: false,
             drafted: 0,
             accepted: 0,
@@ -151,22 +216,50 @@ impl SpecState {
         }
     }
 
-    /// How many tokens to propose this step (0: none), given that `room` fit. Counts down
-    /// a pause.
-    pub(crate) fn wanted(&mut self, room: usize) -> usize {
+    /// The estimated probability that a draft token is accepted.
+    pub(crate) fn acceptance(&self) -> f64 {
+        self.accepted_w / self.tried_w
+    }
+
+    /// How many tokens to propose this step (0: none), given that `room` fit and that
+    /// `cost(n)` is a pass over `n` positions (drafting included) against a one-position
+    /// pass. Counts down a pause.
+    pub(crate) fn wanted(&mut self, room: usize, cost: impl Fn(usize) -> f64) -> usize {
         if self.stopped {
             return 0;
         }
-        if self.paused > 0 {
-            self.paused -= 1;
+        let most = self.params.draft_max.min(room);
+        let least = self.params.draft_min.max(1);
+        if most < least {
             return 0;
         }
-        let n = self.length.min(room);
-        if n < self.params.draft_min.max(1) {
-            0
-        } else {
-            n
+        if !self.params.adaptive {
+            return most;
         }
+        if self.paused > 0 {
+            self.paused -= 1;
+            // The last step of a pause probes with the shortest draft.
+            return if self.paused == 0 { least } else { 0 };
+        }
+        let a = self.acceptance().clamp(0.0, 0.999);
+        let (mut best_k, mut best_gain) = (0, 1.0);
+        let mut expected = 1.0;
+        let mut term = 1.0;
+        for k in 1..=most {
+            term *= a;
+            expected += term;
+            let gain = expected / cost(k + 1);
+            if k >= least && gain > best_gain {
+                (best_k, best_gain) = (k, gain);
+            }
+        }
+        if best_k == 0 {
+            self.paused = self.next_pause;
+            self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
+        } else {
+            self.next_pause = 1;
+        }
+        best_k
     }
 
     /// Stops proposing for the rest of the request.
@@ -186,22 +279,9 @@ impl SpecState {
         self.drafted += proposed;
         self.accepted += accepted;
         self.verified += 1;
-        if accepted == proposed {
-            self.length = (self.length * 2).min(self.params.draft_max);
-        } else {
-            self.length = (accepted + 1).min(self.params.draft_max);
-        }
-        if accepted == 0 {
-            self.misses += 1;
-            if self.misses >= 2 {
-                self.paused = self.next_pause;
-                self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
-                self.misses = 0;
-            }
-        } else {
-            self.misses = 0;
-            self.next_pause = 1;
-        }
+        let tried = accepted + usize::from(accepted < proposed);
+        self.accepted_w = DECAY * self.accepted_w + accepted as f64;
+        self.tried_w = DECAY * self.tried_w + tried as f64;
     }
 }
 
@@ -260,31 +340,64 @@ mod tests {
         assert_eq!(draft(&[1, 2, 1, 2], 2, 8), vec![1, 2]);
     }
 
+    /// A pass over n positions costing `1 + rho (n - 1)` decode steps.
+    fn linear(rho: f64) -> impl Fn(usize) -> f64 {
+        move |n| 1.0 + rho * (n - 1) as f64
+    }
+
     #[test]
-    fn length_adapts_and_pauses_after_misses() {
+    fn length_follows_acceptance_and_cost() {
         let mut s = SpecState::new(SpecParams {
             draft_max: 8,
             ..SpecParams::lookup(3)
         });
-        assert_eq!(s.wanted(100), 4);
-        s.record(4, 4);
-        assert_eq!(s.wanted(100), 8);
-        assert_eq!(s.wanted(3), 3);
-        s.record(8, 2);
-        assert_eq!(s.wanted(100), 3);
-        s.record(3, 0);
-        assert_eq!(s.wanted(100), 1);
-        // A second miss in a row pauses one step, the next pair two, then four.
-        s.record(1, 0);
-        assert_eq!(s.wanted(100), 0);
-        assert_eq!(s.wanted(100), 1);
-        s.record(1, 0);
-        s.record(1, 0);
-        assert_eq!((s.wanted(100), s.wanted(100), s.wanted(100)), (0, 0, 1));
-        // An acceptance ends the backoff.
-        s.record(1, 1);
-        assert_eq!(s.wanted(100), 2);
-        assert_eq!((s.drafted, s.accepted, s.verified), (19, 7, 7));
+        // The prior (0.6) at a quarter step a position: (1 + .6 + .36) / 1.5 beats the rest.
+        assert_eq!(s.wanted(100, linear(0.25)), 2);
+        // Free positions: as long as allowed; dear ones: none.
+        assert_eq!(s.wanted(100, linear(0.0)), 8);
+        assert_eq!(s.wanted(3, linear(0.0)), 3);
+        // Everything accepted for a while: long drafts even at a cost.
+        for _ in 0..20 {
+            s.record(8, 8);
+        }
+        assert!(s.acceptance() > 0.95);
+        assert_eq!(s.wanted(100, linear(0.25)), 8);
+        // Nothing accepted for a while: no drafts, then a one-token probe after 1 step,
+        // then after 2, 4, ...
+        for _ in 0..60 {
+            s.record(1, 0);
+        }
+        assert!(s.acceptance() < 0.05);
+        let steps: Vec<usize> = (0..8).map(|_| s.wanted(100, linear(0.25))).collect();
+        assert_eq!(steps, [0, 1, 0, 0, 1, 0, 0, 0]);
+        assert_eq!((s.drafted, s.accepted, s.verified), (220, 160, 80));
+    }
+
+    #[test]
+    fn fixed_length_ignores_the_estimate() {
+        let mut s = SpecState::new(SpecParams {
+            draft_max: 5,
+            adaptive: false,
+            ..SpecParams::lookup(3)
+        });
+        for _ in 0..40 {
+            s.record(5, 0);
+        }
+        assert_eq!(s.wanted(100, linear(10.0)), 5);
+        assert_eq!(s.wanted(2, linear(10.0)), 2);
+    }
+
+    #[test]
+    fn pass_costs_are_learned() {
+        let mut c = PassCosts::new();
+        assert_eq!(c.cost(3), 1.5);
+        c.record(1, 0.010);
+        c.record(3, 0.013);
+        assert!((c.cost(3) - 1.3).abs() < 1e-9);
+        // An unmeasured length falls back to the default.
+        assert_eq!(c.cost(2), 1.25);
+        c.record(3, 0.023);
+        assert!((c.cost(3) - 1.5).abs() < 1e-9);
     }
 
     #[test]
@@ -294,7 +407,8 @@ mod tests {
             draft_min: 3,
             ..SpecParams::lookup(3)
         });
-        assert_eq!(s.wanted(2), 0);
+        assert_eq!(s.wanted(2, linear(0.0)), 0);
+        assert_eq!(s.wanted(100, linear(0.0)), 8);
         assert!(!s.worth_verifying(2));
         assert!(s.worth_verifying(3));
     }
