@@ -27,6 +27,19 @@ pub(crate) struct DraftJob<'a> {
     pub(crate) out: Vec<u32>,
 }
 
+impl DraftJob<'_> {
+    /// Takes the draft model's most likely token after `logits` into the proposal, unless
+    /// its probability is below the floor; returns whether the proposal goes on.
+    fn take(&mut self, logits: &[f32]) -> bool {
+        let (token, p) = argmax_prob(logits);
+        if p < self.p_min {
+            return false;
+        }
+        self.out.push(token);
+        true
+    }
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct Drafter {
@@ -207,12 +220,7 @@ impl Drafter {
             }
             self.engine.forward(&items, |item, _, logits| {
                 let j = owners[item];
-                let (token, p) = argmax_prob(logits);
-                if p < jobs[j].p_min {
-                    active[j] = false;
-                } else {
-                    jobs[j].out.push(token);
-                }
+                active[j] = jobs[j].take(logits);
             })?;
             for (item, &j) in items.iter().zip(&owners) {
                 fed[j] += item.tokens.len();
@@ -245,12 +253,7 @@ impl Drafter {
             let t = std::time::Instant::now();
             self.engine.forward(&items, |item, _, logits| {
                 let j = owners[item];
-                let (token, p) = argmax_prob(logits);
-                if p < jobs[j].p_min {
-                    active[j] = false;
-                } else {
-                    jobs[j].out.push(token);
-                }
+                active[j] = jobs[j].take(logits);
             })?;
             if owners.len() == 1 {
                 let secs = t.elapsed().as_secs_f64();

@@ -267,20 +267,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut rows = Vec::new();
     for path in &args.models {
         for kernel in &kernels {
-            let model_args = ModelArgs {
-                threads: None,
-                kernel: kernel.clone(),
-                no_mmap: args.no_mmap,
-                mlock: false,
-                head: args.head,
-                ctx: None,
-                batch_size: None,
-                no_pin: false,
-                cache_type_k: KvType::F16,
-                cache_type_v: KvType::F16,
-                kv_rotate: KvRotate::Off,
-                kv_xnor: false,
-            };
+            let model_args = model_args(&args, None, kernel.clone());
             let opts = model_args.load_options()?;
             reset_peak_rss();
             progress(&format!("loading {}", path.display()));
@@ -422,6 +409,25 @@ fn run_compare(
         bail!("{} row(s) regressed", cmp.regressions());
     }
     Ok(())
+}
+
+/// How a bench loads its model: the load flags of `args`, with `threads` and `kernel`; the
+/// engine options of each test are set apart.
+fn model_args(args: &Args, threads: Option<usize>, kernel: Option<String>) -> ModelArgs {
+    ModelArgs {
+        threads,
+        kernel,
+        no_mmap: args.no_mmap,
+        mlock: false,
+        head: args.head,
+        ctx: None,
+        batch_size: None,
+        no_pin: false,
+        cache_type_k: KvType::F16,
+        cache_type_v: KvType::F16,
+        kv_rotate: KvRotate::Off,
+        kv_xnor: false,
+    }
 }
 
 fn default_threads() -> usize {

@@ -19,7 +19,7 @@ use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{GenParams, GenStats, Scheduler, SchedulerOptions, generate};
 
 use super::{Args, clear_progress, progress};
-use crate::args::model::{ModelArgs, parse_isa};
+use crate::args::model::parse_isa;
 use crate::output::note;
 use crate::setup::load_model;
 
@@ -35,20 +35,11 @@ pub fn run(args: &Args) -> Result<()> {
     if args.models.len() > 1 || args.threads.len() > 1 || args.kernels.len() > 1 {
         bail!("the speculative decoding tests take one model, one -t and one --kernel");
     }
-    let model_args = ModelArgs {
-        threads: args.threads.first().copied(),
-        kernel: args.kernels.first().cloned(),
-        no_mmap: args.no_mmap,
-        mlock: false,
-        head: args.head,
-        ctx: None,
-        batch_size: None,
-        no_pin: false,
-        cache_type_k: bitnet_core::kv::KvType::F16,
-        cache_type_v: bitnet_core::kv::KvType::F16,
-        kv_rotate: bitnet_core::kv::KvRotate::Off,
-        kv_xnor: false,
-    };
+    let model_args = super::model_args(
+        args,
+        args.threads.first().copied(),
+        args.kernels.first().cloned(),
+    );
     parse_isa(model_args.kernel.as_deref())?;
     let model = load_model(path, &model_args.load_options()?)?;
     let opts = model_args.engine_options();
