@@ -171,12 +171,25 @@ impl PassCosts {
         (self.secs[1] > 0.0).then_some(self.secs[1])
     }
 
-    /// A pass over `n` positions against a one-position pass: measured where both are,
-    /// else [`DEFAULT_POSITION_COST`] a position more.
+    /// A pass over `n` positions against a one-position pass: measured where both are;
+    /// else at the per-position cost of the measured length nearest to `n`; else
+    /// [`DEFAULT_POSITION_COST`] a position more.
     pub(crate) fn cost(&self, n: usize) -> f64 {
-        match (self.secs.get(n), self.decode_secs()) {
-            (Some(&t), Some(t1)) if t > 0.0 => t / t1,
-            _ => 1.0 + DEFAULT_POSITION_COST * n.saturating_sub(1) as f64,
+        let extra = n.saturating_sub(1) as f64;
+        let Some(t1) = self.decode_secs() else {
+            return 1.0 + DEFAULT_POSITION_COST * extra;
+        };
+        if let Some(&t) = self.secs.get(n)
+            && t > 0.0
+        {
+            return t / t1;
+        }
+        let nearest = (2..self.secs.len())
+            .filter(|&m| self.secs[m] > 0.0)
+            .min_by_key(|&m| m.abs_diff(n));
+        match nearest {
+            Some(m) => 1.0 + (self.secs[m] / t1 - 1.0) / (m - 1) as f64 * extra,
+            None => 1.0 + DEFAULT_POSITION_COST * extra,
         }
     }
 }
@@ -394,8 +407,9 @@ mod tests {
         c.record(1, 0.010);
         c.record(3, 0.013);
         assert!((c.cost(3) - 1.3).abs() < 1e-9);
-        // An unmeasured length falls back to the default.
-        assert_eq!(c.cost(2), 1.25);
+        // An unmeasured length takes the nearest measured one's cost a position.
+        assert!((c.cost(2) - 1.15).abs() < 1e-9);
+        assert!((c.cost(9) - 2.2).abs() < 1e-9);
         c.record(3, 0.023);
         assert!((c.cost(3) - 1.5).abs() < 1e-9);
     }
