@@ -108,15 +108,24 @@ fn chat_answers_the_same_with_a_draft() {
 fn serve_speculates_inside_continuous_batching() {
     let draft = repo("models/shakespeare-draft.gguf");
     let plain = Server::start(&["--parallel", "4"]);
-    let spec = Server::start(&[
+    // Drafts every step: with the adaptive length, whether a request verifies anything
+    // would depend on what the server measured of its passes before it came.
+    let with_model = Server::start(&[
         "--parallel",
         "4",
         "--model-draft",
         draft.to_str().unwrap(),
         "--draft-max",
         "6",
-        // Drafts every step: with the adaptive length, whether a request verifies anything
-        // would depend on what the server measured of its passes before it came.
+        "--draft-fixed",
+    ]);
+    let with_lookup = Server::start(&[
+        "--parallel",
+        "4",
+        "--lookup-ngram",
+        "2",
+        "--draft-max",
+        "6",
         "--draft-fixed",
     ]);
     let prompts = [
@@ -148,33 +157,42 @@ fn serve_speculates_inside_continuous_batching() {
         json!({"speculative.n_max": 2, "speculative.p_min": 0.1}),
         json!({}),
     ];
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = prompts
-            .iter()
-            .zip(&extras)
-            .map(|(p, e)| {
-                let spec = &spec;
-                let b = body(p, e.clone());
-                scope.spawn(move || spec.post("/v1/completions", &b))
-            })
-            .collect();
-        for (i, ((h, w), p)) in handles.into_iter().zip(&want).zip(&prompts).enumerate() {
-            let (st, a) = h.join().unwrap();
-            assert_eq!(st, 200, "{a}");
-            assert_eq!(a["choices"][0]["text"].as_str().unwrap(), w, "prompt {p:?}");
-            // llama.cpp's timings say what was drafted; the request that turned it off
-            // drafted nothing.
-            let drafted = a["timings"]["draft_n"].as_u64();
-            if i == 1 {
-                assert_eq!(drafted, None, "{a}");
-            } else {
-                assert!(drafted.is_some_and(|n| n > 0), "prompt {p:?}: {a}");
-                assert!(a["timings"]["draft_n_accepted"].as_u64().unwrap() <= drafted.unwrap());
+    for (what, spec) in [("draft model", &with_model), ("lookup", &with_lookup)] {
+        let mut drafted_total = 0;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = prompts
+                .iter()
+                .zip(&extras)
+                .map(|(p, e)| {
+                    let b = body(p, e.clone());
+                    scope.spawn(move || spec.post("/v1/completions", &b))
+                })
+                .collect();
+            for (i, ((h, w), p)) in handles.into_iter().zip(&want).zip(&prompts).enumerate() {
+                let (st, a) = h.join().unwrap();
+                assert_eq!(st, 200, "{what}: {a}");
+                let text = a["choices"][0]["text"].as_str().unwrap();
+                assert_eq!(text, w, "{what}: prompt {p:?}");
+                // llama.cpp's timings say what was drafted; the request that turned it off
+                // drafted nothing.
+                let drafted = a["timings"]["draft_n"].as_u64();
+                if i == 1 {
+                    assert_eq!(drafted, None, "{what}: {a}");
+                }
+                if let Some(n) = drafted {
+                    assert!(a["timings"]["draft_n_accepted"].as_u64().unwrap() <= n);
+                    drafted_total += n;
+                }
             }
+        });
+        assert!(drafted_total > 0, "{what}: nothing was drafted");
+        // The draft model proposes for every request; lookup only where a suffix recurs.
+        if what == "draft model" {
+            assert!(drafted_total >= 3, "{what}: {drafted_total}");
         }
-    });
+    }
     // A bad value is a 400 naming the field.
-    let (st, a) = spec.post(
+    let (st, a) = with_model.post(
         "/v1/completions",
         &body("ROMEO:", json!({"speculative.p_min": 3})),
     );
