@@ -95,13 +95,19 @@ fn chat_answers_the_same_with_a_draft() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
-    let plain = chat(&[]);
+    let (plain, _) = chat(&[]);
     assert!(!plain.trim().is_empty());
     let draft = repo("models/shakespeare-draft.gguf");
-    assert_eq!(chat(&["-md", draft.to_str().unwrap()]), plain);
-    assert_eq!(chat(&["--lookup-ngram", "3"]), plain);
+    let (text, figures) = chat(&["-md", draft.to_str().unwrap(), "--draft-fixed", "-v"]);
+    assert_eq!(text, plain);
+    // -v's figures say what the draft did.
+    assert!(figures.contains("tokens a verification"), "{figures}");
+    assert_eq!(chat(&["--lookup-ngram", "3"]).0, plain);
 }
 
 #[test]
@@ -186,6 +192,12 @@ fn serve_speculates_inside_continuous_batching() {
             }
         });
         assert!(drafted_total > 0, "{what}: nothing was drafted");
+        // /metrics counts them too.
+        assert!(spec.metric("bitnet_draft_tokens_total") >= drafted_total as f64);
+        assert!(
+            spec.metric("bitnet_draft_tokens_accepted_total")
+                <= spec.metric("bitnet_draft_tokens_total")
+        );
         // The draft model proposes for every request; lookup only where a suffix recurs.
         if what == "draft model" {
             assert!(drafted_total >= 3, "{what}: {drafted_total}");

@@ -31,6 +31,14 @@ pub(super) fn fields(s: &TurnStats, attn_entropy: Option<String>) -> Vec<String>
         ),
         format!("context {}/{}", s.context_used, s.context_size),
     ];
+    if s.reply.draft_verifies > 0 {
+        fields.push(format!(
+            "draft: {}/{} accepted, {:.2} tokens a verification",
+            s.reply.draft_accepted,
+            s.reply.draft_tokens,
+            s.reply.mean_accepted_length()
+        ));
+    }
     fields.extend(attn_entropy);
     fields
 }

@@ -124,6 +124,9 @@ impl Observer for Metrics {
         m.prompt_tokens.fetch_add(stats.prompt_read as u64, Relaxed);
         m.cached_tokens
             .fetch_add(stats.cached_tokens as u64, Relaxed);
+        m.draft_tokens.fetch_add(stats.draft_tokens as u64, Relaxed);
+        m.draft_accepted
+            .fetch_add(stats.draft_accepted as u64, Relaxed);
         if stats.stop_reason == StopReason::Cancelled {
             m.cancelled.fetch_add(1, Relaxed);
         } else {

@@ -92,6 +92,9 @@ pub struct Metrics {
     pub requests: AtomicU64,
     pub rejected: AtomicU64,
     pub cancelled: AtomicU64,
+    /// Speculative decoding: draft tokens proposed, and those accepted.
+    pub draft_tokens: AtomicU64,
+    pub draft_accepted: AtomicU64,
     pub ttft: Histogram,
     pub inter_token: Histogram,
     pub request: Histogram,
@@ -112,6 +115,8 @@ impl Default for Metrics {
             requests: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
+            draft_tokens: AtomicU64::new(0),
+            draft_accepted: AtomicU64::new(0),
             ttft: Histogram::new(LATENCY_BUCKETS),
             inter_token: Histogram::new(LATENCY_BUCKETS),
             request: Histogram::new(LATENCY_BUCKETS),
@@ -187,6 +192,18 @@ impl Metrics {
             "counter",
             "Tokens generated.",
             c(&self.predicted_tokens),
+        );
+        put(
+            "bitnet_draft_tokens_total",
+            "counter",
+            "Draft tokens proposed by speculative decoding.",
+            c(&self.draft_tokens),
+        );
+        put(
+            "bitnet_draft_tokens_accepted_total",
+            "counter",
+            "Draft tokens the model accepted.",
+            c(&self.draft_accepted),
         );
         put(
             "bitnet_requests_total",
