@@ -237,7 +237,7 @@ fn speculating_requests_share_batches_with_others() {
             .into_iter()
             .enumerate()
         {
-            // One of them asks for log probabilities: it decodes without drafts.
+            // One of them asks for log probabilities too.
             let extra = SubmitOptions {
                 logprobs: (i == 0 && j == 0).then_some(3),
                 ..SubmitOptions::default()
@@ -263,6 +263,57 @@ fn speculating_requests_share_batches_with_others() {
     }
     assert!(verified > 0);
     assert_eq!(s.engine().kv().pool_stats().used, 0);
+}
+
+/// The tokens a request reports and their log probabilities (with `top` alternatives).
+fn logprob_run(s: &mut Scheduler, prompt: &[u32], params: GenParams) -> Vec<(u32, f32, Vec<u32>)> {
+    let extra = SubmitOptions {
+        logprobs: Some(3),
+        ..SubmitOptions::default()
+    };
+    let seq = s.submit_with(prompt, params, extra).unwrap();
+    let (mut out, mut done) = (Vec::new(), false);
+    while !done {
+        s.step(&mut |ev| match ev {
+            Event::Token {
+                seq: q,
+                token,
+                logprobs,
+            } if q == seq => {
+                let lp = logprobs.expect("asked for");
+                out.push((token, lp.logprob, lp.top.iter().map(|&(t, _)| t).collect()));
+            }
+            Event::Done { seq: q, .. } if q == seq => done = true,
+            Event::Error { error, .. } => panic!("{error}"),
+            _ => {}
+        })
+        .unwrap();
+    }
+    out
+}
+
+#[test]
+fn every_accepted_token_comes_with_its_log_probabilities() {
+    let prompt = &prompts()[2];
+    let want = logprob_run(&mut sched(None, 1, 64), prompt, greedy(60, None));
+    assert_eq!(want.len(), 60);
+    for (what, draft, params) in sources() {
+        let mut s = sched(draft, 1, 64);
+        let got = logprob_run(&mut s, prompt, greedy(60, Some(params)));
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.0, w.0, "{what}: token {i}");
+            assert_eq!(g.2, w.2, "{what}: token {i}'s alternatives");
+            // A row of a verification pass and a decode step's row may differ in the last
+            // bits (the passes sum attention in another order).
+            assert!(
+                (g.1 - w.1).abs() < 1e-3,
+                "{what}: token {i}: {} against {}",
+                g.1,
+                w.1
+            );
+        }
+    }
 }
 
 #[test]

@@ -286,11 +286,9 @@ impl Scheduler {
                             .into(),
                     });
                 }
-                // Drafts are verified only where one sampled row is one token with nothing
-                // else to keep per row: no constraint, no log probabilities, no shifting.
-                let plain = params.constraint.is_none()
-                    && extra.logprobs.is_none()
-                    && params.context == ContextPolicy::Stop;
+                // Drafts are verified only where a row's token needs nothing but the row:
+                // no constraint (its state would have to follow each row), no shifting.
+                let plain = params.constraint.is_none() && params.context == ContextPolicy::Stop;
                 plain.then(|| SpecState::new(p.clone()))
             }
             None => None,
@@ -321,7 +319,7 @@ impl Scheduler {
             generated: Vec::with_capacity(params.max_tokens.min(total)),
             params,
             extra,
-            lp: TokenLogprobs::default(),
+            lp: Vec::new(),
             next: None,
             sampled: Vec::new(),
             rejected: false,
@@ -609,7 +607,11 @@ impl Scheduler {
                 },
             };
             if let Some(k) = r.extra.logprobs {
-                log_probs(logits, token, k, &mut r.lp);
+                let i = r.sampled.len();
+                if r.lp.len() <= i {
+                    r.lp.resize_with(i + 1, TokenLogprobs::default);
+                }
+                log_probs(logits, token, k, &mut r.lp[i]);
             }
             // The penalties of the next row see this token.
             r.history.push(token);
@@ -678,10 +680,10 @@ impl Scheduler {
             }
             let sampled = std::mem::take(&mut r.sampled);
             let mut used = 0;
-            for &t in &sampled {
+            for (j, &t) in sampled.iter().enumerate() {
                 used += 1;
                 r.next = Some(t);
-                if let Some(reason) = Self::accept_token(r, t, tokenizer, max_len, on_event) {
+                if let Some(reason) = Self::accept_token(r, j, t, tokenizer, max_len, on_event) {
                     self.finished.push((i, reason));
                     break;
                 }
@@ -710,11 +712,12 @@ impl Scheduler {
         Ok(n_tokens)
     }
 
-    /// Takes sampled token `t` into request `r`: an end-of-generation token ends it
-    /// (unless ignored), else the token joins the output and its text is reported; returns
-    /// why the request ends, if it does.
+    /// Takes sampled token `t` (row `j` of the step's samples) into request `r`: an
+    /// end-of-generation token ends it (unless ignored), else the token joins the output and
+    /// its text is reported; returns why the request ends, if it does.
     fn accept_token(
         r: &mut Request,
+        j: usize,
         t: u32,
         tokenizer: Option<&crate::tokenizer::Tokenizer>,
         max_len: usize,
@@ -736,7 +739,7 @@ impl Scheduler {
         on_event(Event::Token {
             seq: r.seq,
             token: t,
-            logprobs: r.extra.logprobs.map(|_| &r.lp),
+            logprobs: r.extra.logprobs.and_then(|_| r.lp.get(j)),
         });
         if let Some(tk) = tokenizer {
             let piece = r.text.push(tk, t);

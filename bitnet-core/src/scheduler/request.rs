@@ -34,8 +34,7 @@ pub struct GenParams {
     /// Speculative decoding (see [`super::speculate`]): propose tokens and verify them
     /// together. Greedy output is unchanged by it and sampled output keeps the target's
     /// distribution. Not applied (the request decodes one token a step) under a
-    /// constraint, with log probabilities, or under a context policy other than
-    /// [`ContextPolicy::Stop`].
+    /// constraint or under a context policy other than [`ContextPolicy::Stop`].
     pub speculate: Option<SpecParams>,
 }
 
@@ -95,8 +94,8 @@ pub(crate) struct Request {
     pub(crate) discarded: usize,
     pub(crate) params: GenParams,
     pub(crate) extra: SubmitOptions,
-    /// Log probabilities of the token in `next`, when asked for.
-    pub(crate) lp: TokenLogprobs,
+    /// Log probabilities of the tokens in `sampled`, row by row, when asked for.
+    pub(crate) lp: Vec<TokenLogprobs>,
     pub(crate) sampler: Sampler,
     /// Where the output stands in its constraint, if it has one.
     pub(crate) constraint: Option<ConstraintState>,
