@@ -277,6 +277,30 @@ fn bad_speculation_settings_are_refused() {
     );
     let e = refused(&["-md", other.to_str().unwrap()]);
     assert!(e.contains("vocabulary"), "{e}");
+    // bench: a speculation flag without a draft source is not silently ignored.
+    let bench = |extra: &[&str]| {
+        run_err(
+            bitnet()
+                .args(["bench", "-m"])
+                .arg(&model)
+                .args(["-r", "1"])
+                .args(extra),
+        )
+    };
+    let heldout = repo("models/shakespeare-ref/heldout.txt");
+    let e = bench(&["--spec-text", heldout.to_str().unwrap()]);
+    assert!(e.contains("--model-draft FILE or --lookup-ngram N"), "{e}");
+    let e = bench(&["--draft-max", "4"]);
+    assert!(e.contains("--model-draft FILE or --lookup-ngram N"), "{e}");
+    let e = bench(&[
+        "--lookup-ngram",
+        "2",
+        "--spec-text",
+        heldout.to_str().unwrap(),
+        "--spec-prompts",
+        "0",
+    ]);
+    assert!(e.contains("--spec-prompts"), "{e}");
     // perplexity scores given text: nothing to draft.
     let e = run_err(
         bitnet()

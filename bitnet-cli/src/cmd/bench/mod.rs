@@ -181,6 +181,10 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(files) = &args.compare {
         return run_compare(&files[0], &files[1], args.min_drop, args.fail_on_regress);
     }
+    // Speculation's tuning flags without a draft source are refused, as in the other
+    // commands, not ignored by the pp/tg suite.
+    args.speculate
+        .check(bitnet_core::engine::EngineOptions::default().batch)?;
     if speculate::wanted(&args) {
         return speculate::run(&args);
     }

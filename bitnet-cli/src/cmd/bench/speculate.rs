@@ -24,11 +24,21 @@ use crate::output::note;
 use crate::setup::load_model;
 
 /// Whether `args` asks for a speculative decoding test.
+/// Whether `args` asks for a speculative decoding test (or gives one of its flags, which
+/// [`run`] then checks rather than the pp/tg suite ignoring it).
 pub fn wanted(args: &Args) -> bool {
-    !args.verify.is_empty() || args.speculate.params().is_some()
+    !args.verify.is_empty() || args.speculate.params().is_some() || args.spec_text.is_some()
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    if args.spec_text.is_some() && args.speculate.params().is_none() {
+        bail!(
+            "--spec-text measures speculative decoding: give --model-draft FILE or --lookup-ngram N"
+        );
+    }
+    if args.spec_prompts == 0 {
+        bail!("--spec-prompts must be at least 1");
+    }
     let Some(path) = args.models.first() else {
         bail!("give the model to measure with -m");
     };
@@ -186,7 +196,7 @@ fn generation(args: &Args, sched: &mut Scheduler, out: &mut impl Write) -> Resul
         .copied()
         .filter(|&n| n > 0)
         .unwrap_or(128);
-    let stride = (all.len() / args.spec_prompts.max(1)).max(piece);
+    let stride = (all.len() / args.spec_prompts).max(piece);
     let mut prompts: Vec<Vec<u32>> = Vec::new();
     for i in 0..args.spec_prompts {
         let start = i * stride;
