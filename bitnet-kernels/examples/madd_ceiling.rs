@@ -3,8 +3,9 @@
 //! the least any AVX2 int8 dot product without VNNI spends on 32 weights) one core retires
 //! per second, from registers only (no loads, no unpacking), with 12 independent
 //! accumulators as the tile keeps. Also the pair rate with the tile's unpacking (one
-//! `vpand`, and a `vpsrlw` for three of four code vectors, per 12 pairs) and `vpmaddubsw`
-//! alone.
+//! `vpand`, and a `vpsrlw` for three of four code vectors, per 12 pairs). On a CPU with
+//! AVX-VNNI, the same two for `vpdpbusd` (32 multiply-adds and their accumulation in one
+//! instruction), with the 8 accumulators of the `avxvnni` set's tile.
 //!
 //! `cargo run --release -p bitnet-kernels --example madd_ceiling -- [SECONDS] [THREADS]`
 //!
@@ -73,8 +74,62 @@ mod x86 {
         fold(&acc)
     }
 
+    /// Accumulators of the AVX-VNNI tile (`src/x86_64/avxvnni/ternary.rs`).
+    const VNNI_ACC: usize = 8;
+
+    /// `iters` rounds of 8 `vpdpbusd` from registers, one per accumulator.
+    ///
+    /// # Safety
+    /// AVX2 and AVX-VNNI.
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub unsafe fn dpbusd(iters: u64, seed: i8) -> i32 {
+        let c = std::hint::black_box(_mm256_set1_epi8(2));
+        let mut a = [_mm256_setzero_si256(); VNNI_ACC];
+        for (i, v) in a.iter_mut().enumerate() {
+            *v = _mm256_set1_epi8(seed.wrapping_add(i as i8));
+        }
+        let mut acc = [_mm256_setzero_si256(); VNNI_ACC];
+        for _ in 0..iters {
+            for (s, &x) in acc.iter_mut().zip(&a) {
+                *s = _mm256_dpbusd_avx_epi32(*s, c, x);
+            }
+        }
+        fold(&acc)
+    }
+
+    /// The AVX-VNNI tile's shape: 4 code vectors unpacked from one register, each multiplied
+    /// into all 8 accumulators (32 `vpdpbusd` a round).
+    ///
+    /// # Safety
+    /// AVX2 and AVX-VNNI.
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub unsafe fn unpacked_dpbusd(iters: u64, seed: i8) -> i32 {
+        let m3 = _mm256_set1_epi8(3);
+        let mut x = _mm256_set1_epi8(seed);
+        let mut a = [_mm256_setzero_si256(); VNNI_ACC];
+        for (i, v) in a.iter_mut().enumerate() {
+            *v = _mm256_set1_epi8(seed.wrapping_add(i as i8));
+        }
+        let mut acc = [_mm256_setzero_si256(); VNNI_ACC];
+        for _ in 0..iters {
+            let c = [
+                _mm256_and_si256(x, m3),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(x), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(x), m3),
+                _mm256_and_si256(_mm256_srli_epi16::<6>(x), m3),
+            ];
+            for &c in &c {
+                for (s, &v) in acc.iter_mut().zip(&a) {
+                    *s = _mm256_dpbusd_avx_epi32(*s, c, v);
+                }
+            }
+            x = std::hint::black_box(x);
+        }
+        fold(&acc)
+    }
+
     #[target_feature(enable = "avx2")]
-    fn fold(acc: &[__m256i; ACC]) -> i32 {
+    fn fold<const N: usize>(acc: &[__m256i; N]) -> i32 {
         let mut s = acc[0];
         for v in &acc[1..] {
             s = _mm256_xor_si256(s, *v);
@@ -95,10 +150,14 @@ fn main() {
     }
     type Kernel = unsafe fn(u64, i8) -> i32;
     // Pairs a round of each kernel.
-    let kernels: [(&str, Kernel, u64); 2] = [
+    let mut kernels: Vec<(&str, Kernel, u64)> = vec![
         ("maddubs+add pairs", x86::pairs, 12),
         ("pairs with the tile's unpacking", x86::unpacked_pairs, 48),
     ];
+    if std::arch::is_x86_feature_detected!("avxvnni") {
+        kernels.push(("AVX-VNNI dpbusd", x86::dpbusd, 8));
+        kernels.push(("dpbusd with the tile's unpacking", x86::unpacked_dpbusd, 32));
+    }
     // Rounds per second, roughly, to size the runs.
     let iters = {
         let t = Instant::now();
@@ -106,7 +165,7 @@ fn main() {
         std::hint::black_box(unsafe { x86::pairs(1 << 20, 1) });
         ((1u64 << 20) as f64 * seconds / t.elapsed().as_secs_f64()) as u64
     };
-    println!("AVX2 multiply-add ceiling, {threads} thread(s), {seconds} s a run, 7 runs:");
+    println!("x86 int8 multiply-add ceiling, {threads} thread(s), {seconds} s a run, 7 runs:");
     for (name, k, per_round) in kernels {
         let iters = iters * 12 / per_round;
         let mut rates: Vec<f64> = (0..7)
@@ -115,13 +174,14 @@ fn main() {
                 std::thread::scope(|s| {
                     for th in 0..threads {
                         s.spawn(move || {
-                            // SAFETY: AVX2 was detected above.
+                            // SAFETY: AVX2 was detected above, AVX-VNNI before its kernels were
+                            // listed.
                             let v = unsafe { k(iters, (run + th) as i8) };
                             std::hint::black_box(v)
                         });
                     }
                 });
-                // 32 multiply-adds a pair.
+                // 32 multiply-adds a pair (or a `vpdpbusd`).
                 (iters * per_round * 32 * threads as u64) as f64 / t.elapsed().as_secs_f64() / 1e9
             })
             .collect();

@@ -5,7 +5,7 @@
 //! [`token`] turns an `Isa` into a proof token: a value that can only be built once the CPU
 //! features of its set were detected (once per process, each behind a `OnceLock`), so its
 //! methods are safe. A set this CPU cannot run is lowered to the best one it can (AVX-512 to
-//! AVX2, I8MM to dotprod to NEON, any to scalar): a wrong `Isa` argument costs speed, never
+//! AVX-VNNI to AVX2, I8MM to dotprod to NEON, any to scalar): a wrong `Isa` argument costs speed, never
 //! soundness. `None` means
 //! the scalar reference kernels (`crate::scalar`).
 //!
@@ -31,7 +31,7 @@ use crate::float::kv::KvQuant;
 use crate::isa::Isa;
 use crate::ternary::TernaryMatrix;
 #[cfg(target_arch = "x86_64")]
-use crate::x86_64::{avx2::Avx2, avx512::Avx512};
+use crate::x86_64::{avx2::Avx2, avx512::Avx512, avxvnni::AvxVnni};
 
 /// A SIMD kernel set this CPU runs, holding the proof token of that set. On a target with no
 /// SIMD kernels it has no values, and [`token`] always gives `None`.
@@ -39,6 +39,8 @@ use crate::x86_64::{avx2::Avx2, avx512::Avx512};
 pub enum Simd {
     #[cfg(target_arch = "x86_64")]
     Avx2(Avx2),
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni(AvxVnni),
     #[cfg(target_arch = "x86_64")]
     Avx512(Avx512),
     #[cfg(target_arch = "aarch64")]
@@ -58,11 +60,16 @@ pub fn token(isa: Isa) -> Option<Simd> {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => Avx2::new().map(Simd::Avx2),
         #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => AvxVnni::new()
+            .map(Simd::AvxVnni)
+            .or_else(|| Avx2::new().map(Simd::Avx2)),
+        #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => Avx512::new()
             .map(Simd::Avx512)
+            .or_else(|| AvxVnni::new().map(Simd::AvxVnni))
             .or_else(|| Avx2::new().map(Simd::Avx2)),
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::Avx512 => None,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => None,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon => Neon::new().map(Simd::Neon),
         #[cfg(target_arch = "aarch64")]
@@ -108,6 +115,8 @@ macro_rules! forward {
                     match self {
                         #[cfg(target_arch = "x86_64")]
                         Simd::Avx2(k) => k.$name($($arg),*),
+                        #[cfg(target_arch = "x86_64")]
+                        Simd::AvxVnni(k) => k.$name($($arg),*),
                         #[cfg(target_arch = "x86_64")]
                         Simd::Avx512(k) => k.$name($($arg),*),
                         #[cfg(target_arch = "aarch64")]

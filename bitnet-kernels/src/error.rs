@@ -6,7 +6,7 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum KernelError {
     #[error(
-        "unknown kernel set {name:?} (expected one of: scalar, avx2, avx512, neon, dotprod, i8mm)"
+        "unknown kernel set {name:?} (expected one of: scalar, avx2, avxvnni, avx512, neon, dotprod, i8mm)"
     )]
     UnknownIsa { name: String },
     #[error("kernel set {isa} was requested but this CPU lacks {missing}")]

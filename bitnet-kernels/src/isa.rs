@@ -1,5 +1,5 @@
 //! Which instruction set the kernels run on: detected once per process, or forced by the
-//! user (`BITNET_KERNEL=scalar|avx2|avx512|neon|dotprod|i8mm`, `--kernel` in the CLI) to rule
+//! user (`BITNET_KERNEL=scalar|avx2|avxvnni|avx512|neon|dotprod|i8mm`, `--kernel` in the CLI) to rule
 //! out a SIMD bug.
 
 use std::fmt;
@@ -18,6 +18,9 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA + F16C (Haswell and later, Zen).
     Avx2,
+    /// AVX2 + the VEX-encoded VNNI `vpdpbusd` (Intel client cores since Alder Lake, Sierra
+    /// Forest and Sapphire Rapids servers, Zen 5).
+    AvxVnni,
     /// AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later).
     Avx512,
     /// AArch64 Advanced SIMD (every ARMv8-A core: Apple M, Cortex-A53 and later, Graviton).
@@ -31,9 +34,10 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub const ALL: [Isa; 6] = [
+    pub const ALL: [Isa; 7] = [
         Isa::Scalar,
         Isa::Avx2,
+        Isa::AvxVnni,
         Isa::Avx512,
         Isa::Neon,
         Isa::Dotprod,
@@ -44,6 +48,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
             Isa::Avx512 => "avx512",
             Isa::Neon => "neon",
             Isa::Dotprod => "dotprod",
@@ -55,6 +60,7 @@ impl Isa {
         match name.trim().to_ascii_lowercase().as_str() {
             "scalar" => Ok(Isa::Scalar),
             "avx2" => Ok(Isa::Avx2),
+            "avxvnni" | "avx-vnni" => Ok(Isa::AvxVnni),
             "avx512" | "avx-512" => Ok(Isa::Avx512),
             "neon" => Ok(Isa::Neon),
             "dotprod" => Ok(Isa::Dotprod),
@@ -82,6 +88,10 @@ impl Isa {
                 }
             }
             #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => Isa::Avx2
+                .missing_feature()
+                .or_else(|| (!std::is_x86_feature_detected!("avxvnni")).then_some("avxvnni")),
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 if let Some(m) = Isa::Avx2.missing_feature() {
                     return Some(m);
@@ -100,7 +110,7 @@ impl Isa {
                 None
             }
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::Avx512 => Some("x86_64"),
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => Some("x86_64"),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => (!std::arch::is_aarch64_feature_detected!("neon")).then_some("neon"),
             #[cfg(target_arch = "aarch64")]

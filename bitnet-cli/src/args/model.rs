@@ -28,8 +28,8 @@ pub struct ModelArgs {
     /// Threads (default: the physical cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Kernel set: scalar, avx2, avx512 (x86-64), neon, dotprod, i8mm (ARM) (default: the best
-    /// this CPU has, or $BITNET_KERNEL).
+    /// Kernel set: scalar, avx2, avxvnni, avx512 (x86-64), neon, dotprod, i8mm (ARM)
+    /// (default: the best this CPU has, or $BITNET_KERNEL).
     #[arg(long)]
     pub kernel: Option<String>,
     /// Read the file into memory instead of mapping it.

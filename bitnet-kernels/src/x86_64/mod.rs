@@ -1,5 +1,6 @@
 //! x86-64 kernels, one tree per instruction set with the same file names in each
-//! (`avx2/`, `avx512/`), mirroring `scalar/`.
+//! (`avx2/`, `avx512/`, and `avxvnni/` with only the ops `vpdpbusd` speeds up), mirroring
+//! `scalar/`.
 //!
 //! Each tree's `mod.rs` holds its proof token ([`avx2::Avx2`], [`avx512::Avx512`]): a value
 //! that can only be built after the CPU features were detected, whose methods are therefore
@@ -9,8 +10,9 @@
 //! What the two trees share lives here, not in either tree (the token methods every SIMD set
 //! has are one list for all sets, `crate::token_entries`): `rows.rs` (the row and token
 //! walks of the float kernels, which do not depend on the lane width, and each tree's glue), `exp.rs` (the constants of
-//! the vectorized `exp`), `f16c.rs` (F16C reads of block scales) and `q6k.rs` (the Q6_K code
-//! unpacking). Neither tree imports the other's files, and none of this calls the scalar
+//! the vectorized `exp`), `f16c.rs` (F16C reads of block scales), `q6k.rs` (the Q6_K code
+//! unpacking) and `tile_plan.rs` (how the AVX2 and AVX-VNNI register tiles cut a ternary
+//! product). Neither tree imports the other's files, and none of this calls the scalar
 //! kernels: portable definitions that every set needs (the int8 rounding of one value, the
 //! f16 conversions, the chunked path of Q4_0 rows, ...) are in the API modules. The one
 //! link between the trees is at the token level: `avx512/mod.rs`' `reuse_avx2!` list (and
@@ -19,10 +21,12 @@
 
 pub mod avx2;
 pub mod avx512;
+pub mod avxvnni;
 mod exp;
 mod f16c;
 mod q6k;
 mod rows;
+mod tile_plan;
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched: a
 /// hint for loops whose source the hardware prefetchers lose (at 4 KiB page boundaries).

@@ -25,12 +25,6 @@ const PREFETCH_BYTES: usize = 4096;
 /// rounds): 8 matched 6 at 256 tokens (median ratio 1.01) and beat it at 8 tokens (1.04,
 /// faster in 22 of 30 rounds); 12 spilled its sums and lost (0.97).
 const TILE_TOKENS: usize = 8;
-/// Column blocks per pass at most.
-const CHUNK_BLOCKS: usize = 16;
-/// The activations one tile reads per pass (its tokens x the pass's blocks) are read again
-/// for every row: they must stay in L1 (32 KiB on Zen 3 and older Intel cores, 48 KiB on
-/// newer ones), beside the row's weights streaming through.
-const TILE_ACT_BYTES: usize = 32 << 10;
 
 /// The four code vectors of one 32-byte half.
 #[target_feature(enable = "avx2")]
@@ -231,7 +225,7 @@ unsafe fn tile<const T: usize>(
 
 /// Register-tile matmul: each row's block unpacked once for a tile of token rows (all of them
 /// up to [`TILE_TOKENS`], else even tiles of at most that many), over column passes whose
-/// activations stay in L1 for all the rows.
+/// activations stay in L1 for all the rows (`x86_64/tile_plan.rs`).
 ///
 /// # Safety
 /// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
@@ -244,47 +238,7 @@ unsafe fn raw_dots_multi_tile(
     blocks: Range<usize>,
     out: &mut [i32],
 ) {
-    out.fill(0);
-    let pc = w.padded_cols();
-    let n = rows.len();
-    // Even token tiles of at most TILE_TOKENS.
-    let tiles = n_tok.div_ceil(TILE_TOKENS);
-    let (base, extra) = (n_tok / tiles, n_tok % tiles);
-    // Even column passes, as long as the widest tile's activations fit TILE_ACT_BYTES.
-    let widest = base + usize::from(extra > 0);
-    let max_blocks = (TILE_ACT_BYTES / (widest * BLOCK)).clamp(1, CHUNK_BLOCKS);
-    let chunk = blocks
-        .len()
-        .div_ceil(blocks.len().div_ceil(max_blocks).max(1));
-    let mut kb = blocks.start;
-    while kb < blocks.end {
-        let nblk = chunk.min(blocks.end - kb);
-        let mut t0 = 0;
-        for tile_i in 0..tiles {
-            let tt = base + usize::from(tile_i < extra);
-            for (i, r) in rows.clone().enumerate() {
-                // SAFETY: row `r` blocks kb..kb+nblk exist; tokens t0..t0+tt are in `q`;
-                // out[(t0 + t) * n + i] is in bounds for t < tt.
-                unsafe {
-                    let wp = w.data.as_ptr().add(w.offset(r, kb));
-                    let qp = q.as_ptr().add(t0 * pc + kb * BLOCK);
-                    let op = out.as_mut_ptr().add(t0 * n + i);
-                    match tt {
-                        8 => tile::<8>(wp, qp, pc, nblk, op, n),
-                        7 => tile::<7>(wp, qp, pc, nblk, op, n),
-                        6 => tile::<6>(wp, qp, pc, nblk, op, n),
-                        5 => tile::<5>(wp, qp, pc, nblk, op, n),
-                        4 => tile::<4>(wp, qp, pc, nblk, op, n),
-                        3 => tile::<3>(wp, qp, pc, nblk, op, n),
-                        2 => tile::<2>(wp, qp, pc, nblk, op, n),
-                        _ => tile::<1>(wp, qp, pc, nblk, op, n),
-                    }
-                }
-            }
-            t0 += tt;
-        }
-        kb += nblk;
-    }
+    crate::x86_64::tile_plan::tile_matmul!(tile, TILE_TOKENS, w, q, n_tok, rows, blocks, out);
 }
 
 /// Raw dots of the 4 rows of one group with `T` activation rows `qstride` apart.

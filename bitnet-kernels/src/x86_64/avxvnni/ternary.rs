@@ -1,0 +1,144 @@
+//! AVX-VNNI ternary kernels over the repacked layout of [`crate::ternary`], for products of
+//! several token rows (prefill, batched decode, speculative verification).
+//!
+//! The layout and the code unpacking are the AVX2 tree's (`(x >> 2l) & 3` gives the code
+//! vector lined up with the activation run `64 l + 32 h` of half `h`); what changes is the
+//! multiply-add. `vpdpbusd` (unsigned codes x signed int8, four products summed into each
+//! i32 lane and added to it) does in one instruction what AVX2 needs a `maddubs` and an
+//! `add` for, and its sums are i32 from the start, so there is no i16 stage to widen. The
+//! tile spends 1 + 7 / 32 vector operations on 32 multiply-adds (AVX2: 2 + 7 / 32).
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+
+/// Bytes from one block of a row to its next (the row group's blocks are interleaved).
+const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
+/// Token rows per register tile at most: their i32 sums stay in registers (8 of the 16, beside
+/// the weight half, the code vector and the mask).
+pub(super) const TILE_TOKENS: usize = 8;
+
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Adds one 256-column block of one row, against `T` activation rows `qstride` apart, to
+/// the i32 sums `acc`: each code vector is unpacked once and multiplied into every token of
+/// the tile straight away. Code vector `k` (of 8) goes to sum set `k % S`: with few tokens,
+/// `S` sets give each token `S` independent chains of `vpdpbusd`.
+///
+/// # Safety
+/// AVX2 and AVX-VNNI; the row's block at `w` and each activation row's block at
+/// `q + t * qstride` readable.
+#[target_feature(enable = "avx2,avxvnni")]
+#[inline]
+unsafe fn tile_block<const T: usize, const S: usize>(
+    w: *const u8,
+    q: *const i8,
+    qstride: usize,
+    acc: &mut [[__m256i; T]; S],
+) {
+    let m3 = _mm256_set1_epi8(3);
+    for h in 0..2 {
+        // SAFETY: the caller guarantees the block is readable for the row and every token.
+        unsafe {
+            let x = _mm256_loadu_si256(w.add(32 * h).cast());
+            let qh = q.add(32 * h);
+            let mut run = |c: __m256i, l: usize| {
+                let ql = qh.add(64 * l);
+                for (t, a) in acc[(4 * h + l) % S].iter_mut().enumerate() {
+                    let act = _mm256_loadu_si256(ql.add(t * qstride).cast());
+                    *a = _mm256_dpbusd_avx_epi32(*a, c, act);
+                }
+            };
+            run(_mm256_and_si256(x, m3), 0);
+            run(_mm256_and_si256(_mm256_srli_epi16::<2>(x), m3), 1);
+            run(_mm256_and_si256(_mm256_srli_epi16::<4>(x), m3), 2);
+            run(_mm256_and_si256(_mm256_srli_epi16::<6>(x), m3), 3);
+        }
+    }
+}
+
+/// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows, in `S` sum
+/// sets.
+///
+/// # Safety
+/// AVX2 and AVX-VNNI; `w`, `q` readable for `nblk` blocks (T rows of `q`); `out` writable at
+/// T positions.
+#[target_feature(enable = "avx2,avxvnni")]
+#[inline]
+unsafe fn tile_sets<const T: usize, const S: usize>(
+    w: *const u8,
+    q: *const i8,
+    qstride: usize,
+    nblk: usize,
+    out: *mut i32,
+    ostride: usize,
+) {
+    let mut acc = [[_mm256_setzero_si256(); T]; S];
+    for b in 0..nblk {
+        // Few-token matmuls (batched decode) stream cold weights: prefetch this row ahead.
+        _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 16) * BLOCK_STRIDE).cast());
+        // SAFETY: block b is readable for the row and the tokens.
+        unsafe { tile_block::<T, S>(w.add(b * BLOCK_STRIDE), q.add(b * BLOCK), qstride, &mut acc) };
+    }
+    for t in 0..T {
+        let mut a = acc[0][t];
+        for set in &acc[1..] {
+            a = _mm256_add_epi32(a, set[t]);
+        }
+        // SAFETY: the caller guarantees `out` is writable at these T positions.
+        unsafe { *out.add(t * ostride) += hsum(a) };
+    }
+}
+
+/// [`tile_sets`] with as many sum sets as keep `vpdpbusd` busy: each sum is a dependency
+/// chain of the instruction's latency (5 cycles on Golden Cove, two issued a cycle), so about
+/// 10 chains are needed; the 16 registers hold at most 12 sums beside the weight half, the
+/// code vector and the mask. 7 and 8 tokens: one set; 3 to 6: two.
+///
+/// # Safety
+/// As [`tile_sets`].
+#[target_feature(enable = "avx2,avxvnni")]
+#[inline]
+unsafe fn tile<const T: usize>(
+    w: *const u8,
+    q: *const i8,
+    qstride: usize,
+    nblk: usize,
+    out: *mut i32,
+    ostride: usize,
+) {
+    // SAFETY: the caller's guarantees are the callee's.
+    unsafe {
+        if T >= 7 {
+            tile_sets::<T, 1>(w, q, qstride, nblk, out, ostride)
+        } else {
+            tile_sets::<T, 2>(w, q, qstride, nblk, out, ostride)
+        }
+    }
+}
+
+/// See the reference `raw_dots_multi` (`scalar/ternary.rs`): the register tile over the
+/// passes and tiles of `x86_64/tile_plan.rs`. The token calls it for 3 token rows and more
+/// (fewer take the AVX2 kernels: see `avxvnni/mod.rs`).
+///
+/// # Safety
+/// AVX2 and AVX-VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
+#[target_feature(enable = "avx2,avxvnni")]
+pub unsafe fn raw_dots_multi(
+    w: &TernaryMatrix,
+    q: &[i8],
+    n_tok: usize,
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    crate::x86_64::tile_plan::tile_matmul!(tile, TILE_TOKENS, w, q, n_tok, rows, blocks, out);
+}

@@ -1,0 +1,158 @@
+//! How the register-tile ternary matmuls of the x86 trees (`avx2/ternary.rs`,
+//! `avxvnni/ternary.rs`) cut a product: the token rows into even tiles of at most the tile's
+//! register capacity, the columns into passes whose activations (the widest tile's tokens x
+//! the pass's blocks) stay in L1 while every row's weights stream past them. The cut does not
+//! depend on the instruction set, only the tile kernel does.
+
+use std::ops::Range;
+
+use crate::ternary::BLOCK;
+
+/// Column blocks per pass at most.
+const PASS_BLOCKS_MAX: usize = 16;
+/// The activations one tile reads per pass are read again for every row: they must stay in
+/// L1 (32 KiB on Zen 3 and older Intel cores, 48 KiB on newer ones), beside the row's
+/// weights streaming through.
+const TILE_ACT_BYTES: usize = 32 << 10;
+
+/// The token tiles and column passes of one product.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TilePlan {
+    tiles: usize,
+    base: usize,
+    extra: usize,
+    pass_blocks: usize,
+}
+
+impl TilePlan {
+    /// The plan for `n_tok` token rows over `n_blocks` column blocks with tiles of at most
+    /// `tile_tokens` rows.
+    pub(crate) fn new(n_tok: usize, n_blocks: usize, tile_tokens: usize) -> Self {
+        let tiles = n_tok.div_ceil(tile_tokens).max(1);
+        let (base, extra) = (n_tok / tiles, n_tok % tiles);
+        let widest = (base + usize::from(extra > 0)).max(1);
+        let max_blocks = (TILE_ACT_BYTES / (widest * BLOCK)).clamp(1, PASS_BLOCKS_MAX);
+        // Even passes, as long as the widest tile's activations fit TILE_ACT_BYTES.
+        let pass_blocks = n_blocks
+            .div_ceil(n_blocks.div_ceil(max_blocks).max(1))
+            .max(1);
+        TilePlan {
+            tiles,
+            base,
+            extra,
+            pass_blocks,
+        }
+    }
+
+    /// The column passes over `blocks`: `(first block, blocks in the pass)`.
+    pub(crate) fn passes(&self, blocks: Range<usize>) -> impl Iterator<Item = (usize, usize)> {
+        let step = self.pass_blocks;
+        blocks
+            .clone()
+            .step_by(step)
+            .map(move |kb| (kb, step.min(blocks.end - kb)))
+    }
+
+    /// The token tiles: `(first token row, rows in the tile)`, in order.
+    pub(crate) fn tiles(&self) -> impl Iterator<Item = (usize, usize)> {
+        let (base, extra) = (self.base, self.extra);
+        (0..self.tiles).scan(0, move |t0, i| {
+            let tt = base + usize::from(i < extra);
+            let start = *t0;
+            *t0 += tt;
+            Some((start, tt))
+        })
+    }
+}
+
+/// The body of a register-tile `raw_dots_multi` (`crate::ternary::check_raw_dots` shapes): runs
+/// `$tile::<T>(w, q, qstride, nblk, out, ostride)`, the set's kernel adding one row's raw dots
+/// with `T` token rows (1..=8) to `out[t * ostride]`, over every pass, tile and row of the plan.
+/// A macro, not a function, so it expands inside the caller's `#[target_feature]` function and
+/// the tile kernels inline into it.
+macro_rules! tile_matmul {
+    ($tile:ident, $tile_tokens:expr, $w:expr, $q:expr, $n_tok:expr, $rows:expr, $blocks:expr, $out:expr) => {{
+        let (w, q, n_tok, rows, blocks, out): (
+            &$crate::ternary::TernaryMatrix,
+            &[i8],
+            usize,
+            std::ops::Range<usize>,
+            std::ops::Range<usize>,
+            &mut [i32],
+        ) = ($w, $q, $n_tok, $rows, $blocks, $out);
+        out.fill(0);
+        if !(rows.is_empty() || blocks.is_empty() || n_tok == 0) {
+            let pc = w.padded_cols();
+            let n = rows.len();
+            let plan = $crate::x86_64::tile_plan::TilePlan::new(n_tok, blocks.len(), $tile_tokens);
+            for (kb, nblk) in plan.passes(blocks) {
+                for (t0, tt) in plan.tiles() {
+                    for (i, r) in rows.clone().enumerate() {
+                        // SAFETY: row `r` blocks kb..kb+nblk exist and tokens t0..t0+tt are in
+                        // `q` (the caller's checked shapes); out[(t0 + t) * n + i] is in
+                        // bounds for t < tt.
+                        unsafe {
+                            let wp = w.data.as_ptr().add(w.offset(r, kb));
+                            let qp = q.as_ptr().add(t0 * pc + kb * $crate::ternary::BLOCK);
+                            let op = out.as_mut_ptr().add(t0 * n + i);
+                            match tt {
+                                8 => $tile::<8>(wp, qp, pc, nblk, op, n),
+                                7 => $tile::<7>(wp, qp, pc, nblk, op, n),
+                                6 => $tile::<6>(wp, qp, pc, nblk, op, n),
+                                5 => $tile::<5>(wp, qp, pc, nblk, op, n),
+                                4 => $tile::<4>(wp, qp, pc, nblk, op, n),
+                                3 => $tile::<3>(wp, qp, pc, nblk, op, n),
+                                2 => $tile::<2>(wp, qp, pc, nblk, op, n),
+                                _ => $tile::<1>(wp, qp, pc, nblk, op, n),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }};
+}
+pub(crate) use tile_matmul;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_cover_every_token_once_and_evenly() {
+        for n_tok in 1..40 {
+            let plan = TilePlan::new(n_tok, 10, 8);
+            let tiles: Vec<_> = plan.tiles().collect();
+            let mut next = 0;
+            for &(t0, tt) in &tiles {
+                assert_eq!(t0, next);
+                assert!((1..=8).contains(&tt), "{n_tok}: tile of {tt}");
+                next += tt;
+            }
+            assert_eq!(next, n_tok);
+            let (lo, hi) = tiles.iter().fold((usize::MAX, 0), |(lo, hi), &(_, tt)| {
+                (lo.min(tt), hi.max(tt))
+            });
+            assert!(hi - lo <= 1, "{n_tok}: uneven tiles {tiles:?}");
+        }
+    }
+
+    #[test]
+    fn passes_cover_the_blocks_and_fit_l1() {
+        for n_blocks in [1, 2, 10, 16, 17, 27, 100] {
+            for n_tok in [1, 3, 8, 13] {
+                let plan = TilePlan::new(n_tok, n_blocks, 8);
+                let passes: Vec<_> = plan.passes(5..5 + n_blocks).collect();
+                let mut next = 5;
+                for &(kb, nblk) in &passes {
+                    assert_eq!(kb, next);
+                    assert!((1..=PASS_BLOCKS_MAX).contains(&nblk));
+                    let widest = n_tok.div_ceil(n_tok.div_ceil(8));
+                    assert!(nblk * BLOCK * widest <= TILE_ACT_BYTES);
+                    next += nblk;
+                }
+                assert_eq!(next, 5 + n_blocks);
+            }
+        }
+    }
+}
