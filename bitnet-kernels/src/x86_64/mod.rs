@@ -25,6 +25,7 @@ pub mod avxvnni;
 mod exp;
 mod f16c;
 mod q6k;
+mod q8_tiles;
 mod rows;
 mod tile_plan;
 

@@ -10,25 +10,18 @@
 //! bound, from about 4 tokens on).
 
 use std::arch::x86_64::*;
-use std::cell::RefCell;
 use std::ops::Range;
 
 use super::float::hsum;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::{f16_at, q8_scales4};
+use crate::x86_64::q8_tiles::{TOKENS, lane, q8_tiles, with_tile_scales};
 
 /// Weight rows per pass of the one-token kernel.
 const ROWS: usize = 4;
-/// Activation rows per pass of the batched kernel (its accumulators stay in registers).
-const TOKENS: usize = 8;
 /// How far ahead of the block in use the batched kernel prefetches the weight row stream.
 const PREFETCH_BYTES: usize = 6144;
-
-thread_local! {
-    /// The activation scales of a batched call as f32 (grown once per thread, then reused).
-    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
 
 /// The i32 lanes of the dot of the quants of one weight block (`wq`, with `aw = |wq|`) and
 /// one activation block (`xq`).
@@ -95,18 +88,6 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
         b += 1;
     }
     acc.map(|a| hsum(a))
-}
-
-/// Lane `t % 4` of each 128-bit half of `d`, in every lane of that half.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn lane(d: __m256, t: usize) -> __m256 {
-    match t % 4 {
-        0 => _mm256_shuffle_ps::<0x00>(d, d),
-        1 => _mm256_shuffle_ps::<0x55>(d, d),
-        2 => _mm256_shuffle_ps::<0xaa>(d, d),
-        _ => _mm256_shuffle_ps::<0xff>(d, d),
-    }
 }
 
 /// Q8_0 x Q8_0 dots of one weight row with `T <= TOKENS` activation rows `rb` bytes apart:
@@ -204,7 +185,7 @@ pub unsafe fn matmul_q8_0_q8_0(
 }
 
 /// The batched product: each weight row against tiles of [`TOKENS`] activation rows (the row
-/// stays in L1 between tiles).
+/// stays in L1 between tiles; `x86_64/q8_tiles.rs`).
 ///
 /// # Safety
 /// AVX2/FMA/F16C; `w` holds `rows.end` rows of `nb` blocks, `xq` `n_tok` such rows, `out`
@@ -218,25 +199,9 @@ unsafe fn matmul_tokens(
     rows: Range<usize>,
     out: &mut [f32],
 ) {
-    SCALES.with(|s| {
-        let mut s = s.borrow_mut();
-        let len = n_tok.div_ceil(TOKENS) * nb * TOKENS;
-        if s.len() < len {
-            s.resize(len, 0.0);
-        }
-        // The activation scales once per call, as f32 (a call covers many rows), laid out
-        // `[tile][block][TOKENS]`; lanes past the last token stay zero.
-        let dx = &mut s[..len];
-        dx.fill(0.0);
-        for t in 0..n_tok {
-            for b in 0..nb {
-                let at = ((t / TOKENS) * nb + b) * TOKENS + t % TOKENS;
-                // SAFETY: block b of token t lies inside xq (checked by the caller).
-                dx[at] = unsafe { f16_at(xq.as_ptr().add((t * nb + b) * Q8_0_BLOCK_BYTES)) };
-            }
-        }
-        // SAFETY: as this function's contract; dx holds the tiles' scales.
-        unsafe { tiles(w, nb, xq, dx, n_tok, rows, out) }
+    // SAFETY: as this function's contract; dx holds the tiles' scales.
+    with_tile_scales(xq, nb, n_tok, |dx| unsafe {
+        tiles(w, nb, xq, dx, n_tok, rows, out)
     })
 }
 
@@ -254,33 +219,5 @@ unsafe fn tiles(
     rows: Range<usize>,
     out: &mut [f32],
 ) {
-    let rb = nb * Q8_0_BLOCK_BYTES;
-    let nr = rows.len();
-    let (base, x, dxp) = (w.as_ptr(), xq.as_ptr(), dx.as_ptr());
-    for (i, r) in rows.enumerate() {
-        let mut t0 = 0;
-        while t0 < n_tok {
-            let tt = TOKENS.min(n_tok - t0);
-            // SAFETY: row r lies inside w; tokens t0..t0 + tt inside xq and dx.
-            unsafe {
-                let (wp, xp, dp) = (base.add(r * rb), x.add(t0 * rb), dxp.add(t0 * nb));
-                let mut put = |d: &[f32]| {
-                    for (t, &v) in d.iter().enumerate() {
-                        out[(t0 + t) * nr + i] = v;
-                    }
-                };
-                match tt {
-                    8 => put(&dot_q8_tokens::<8>(wp, xp, rb, dp, nb)),
-                    7 => put(&dot_q8_tokens::<7>(wp, xp, rb, dp, nb)),
-                    6 => put(&dot_q8_tokens::<6>(wp, xp, rb, dp, nb)),
-                    5 => put(&dot_q8_tokens::<5>(wp, xp, rb, dp, nb)),
-                    4 => put(&dot_q8_tokens::<4>(wp, xp, rb, dp, nb)),
-                    3 => put(&dot_q8_tokens::<3>(wp, xp, rb, dp, nb)),
-                    2 => put(&dot_q8_tokens::<2>(wp, xp, rb, dp, nb)),
-                    _ => put(&dot_q8_tokens::<1>(wp, xp, rb, dp, nb)),
-                }
-            }
-            t0 += tt;
-        }
-    }
+    q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out);
 }

@@ -3,13 +3,14 @@
 //! Sapphire Rapids and later servers; AMD Zen 5 also has it, beside AVX-512). [`AvxVnni`] is
 //! the proof that the CPU has it.
 //!
-//! The one file here, `ternary`, is the product `vpdpbusd` speeds up most: the register tile
-//! of prefill, batched decode and speculative verification, which AVX2 runs at a `maddubs` and
-//! an `add` per 32 multiply-adds, bound by those instructions' rate (`examples/madd_ceiling.rs`).
-//! Every other op is the AVX2 kernel: the `reuse_avx2!` list below forwards it to the [`Avx2`]
-//! token, the one link to that tree. Single-token decode, at the memory bandwidth wall, gains
-//! nothing from fewer instructions and keeps the AVX2 kernels too (as do products of one or
-//! two token rows, whose 4-row group kernel keeps each weight block in registers for both).
+//! The files here are the products `vpdpbusd` speeds up, under the names of `scalar/`:
+//! `ternary`, the register tile of prefill, batched decode and speculative verification, which
+//! AVX2 runs at a `maddubs` and an `add` per 32 multiply-adds (`examples/madd_ceiling.rs`),
+//! and `q8q8`, the Q8_0 head of batched decode. Every other op is the AVX2 kernel: the
+//! `reuse_avx2!` list below forwards it to the [`Avx2`] token, the one link to that tree.
+//! Single-token decode, at the memory bandwidth wall, gains nothing from fewer instructions
+//! and keeps the AVX2 kernels too (as do ternary products of one or two token rows, whose
+//! 4-row group kernel keeps each weight block in registers for both).
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -21,6 +22,7 @@ use crate::isa::Isa;
 use crate::ternary::TernaryMatrix;
 use crate::x86_64::avx2::Avx2;
 
+mod q8q8;
 mod ternary;
 
 /// Token rows from which `ternary_raw_dots_multi` takes the VNNI tile (fewer: AVX2's group
@@ -68,6 +70,24 @@ impl AvxVnni {
         // SAFETY: `self` proves AVX2 and AVX-VNNI; shapes checked above.
         unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
     }
+
+    pub fn matmul_q8_0_q8_0(
+        self,
+        w: &[u8],
+        row_len: usize,
+        xq: &[u8],
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        if n_tok < 2 {
+            return self
+                .avx2()
+                .matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out);
+        }
+        // SAFETY: `self` proves AVX2/FMA/F16C and AVX-VNNI; the kernel checks the shapes.
+        unsafe { q8q8::matmul_q8_0_q8_0_tokens(w, row_len, xq, n_tok, rows, out) }
+    }
 }
 
 /// The ops `vpdpbusd` does not speed up (or not yet): an `AvxVnni` calls the [`Avx2`] token's
@@ -99,7 +119,6 @@ reuse_avx2! {
     fn f32_to_f16_slice(self, src: &[f32], dst: &mut [u16]);
     fn dot_f32(self, a: &[f32], b: &[f32]) -> f32;
     fn matmul_f32(self, fmt: RowFormat, data: &[u8], row_len: usize, x: &[f32], n_tok: usize, rows: Range<usize>, out: &mut [f32]);
-    fn matmul_q8_0_q8_0(self, w: &[u8], row_len: usize, xq: &[u8], n_tok: usize, rows: Range<usize>, out: &mut [f32]);
     fn rmsnorm(self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]);
     fn softmax_inplace(self, x: &mut [f32]) -> (f32, f32);
     fn silu(self, x: &mut [f32]);

@@ -1,0 +1,112 @@
+//! How the batched Q8_0 x Q8_0 product (the `--head q8` output head of batched decode) walks a
+//! call in the AVX2 and AVX-VNNI trees (`q8q8.rs` in each): each weight row against tiles of
+//! at most [`TOKENS`] activation rows, so the row stays in L1 between tiles, with the
+//! activation scales converted to f32 once per call. Only the tile's dot kernel depends on
+//! the instruction set.
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use crate::float::formats::Q8_0_BLOCK_BYTES;
+use crate::float::half::f16_to_f32;
+
+/// Activation rows per tile of the batched kernels (their accumulators stay in registers).
+pub(crate) const TOKENS: usize = 8;
+
+thread_local! {
+    /// The activation scales of a batched call as f32 (grown once per thread, then reused).
+    static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with the activation scales of `n_tok` rows of `nb` Q8_0 blocks (`xq`) as f32,
+/// laid out `[tile][block][TOKENS]`; lanes past the last token are zero.
+pub(crate) fn with_tile_scales<R>(
+    xq: &[u8],
+    nb: usize,
+    n_tok: usize,
+    f: impl FnOnce(&[f32]) -> R,
+) -> R {
+    SCALES.with(|s| {
+        let mut s = s.borrow_mut();
+        let len = n_tok.div_ceil(TOKENS) * nb * TOKENS;
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        let dx = &mut s[..len];
+        dx.fill(0.0);
+        for t in 0..n_tok {
+            for b in 0..nb {
+                let at = ((t / TOKENS) * nb + b) * TOKENS + t % TOKENS;
+                let p = (t * nb + b) * Q8_0_BLOCK_BYTES;
+                dx[at] = f16_to_f32(u16::from_le_bytes([xq[p], xq[p + 1]]));
+            }
+        }
+        f(dx)
+    })
+}
+
+/// Lane `t % 4` of each 128-bit half of `d`, in every lane of that half: a tile's scale
+/// vectors hold four tokens' block scales (times the weight's) in both halves.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn lane(d: __m256, t: usize) -> __m256 {
+    match t % 4 {
+        0 => _mm256_shuffle_ps::<0x00>(d, d),
+        1 => _mm256_shuffle_ps::<0x55>(d, d),
+        2 => _mm256_shuffle_ps::<0xaa>(d, d),
+        _ => _mm256_shuffle_ps::<0xff>(d, d),
+    }
+}
+
+/// The body of a batched `tiles` function: for every row of `$rows` and tile of at most
+/// [`TOKENS`] tokens, `$dot::<T>(weight row, first activation row, row bytes, tile scales,
+/// nb) -> [f32; T]` gives the tile's dots, stored at `out[token * rows.len() + row]`. A
+/// macro, not a function, so it expands inside the caller's `#[target_feature]` function and
+/// the dot kernels inline into it. The caller guarantees the shapes: `w` holds `rows.end`
+/// rows of `nb` blocks, `xq` `n_tok` such rows, `dx` the scales of [`with_tile_scales`] and
+/// `out` `n_tok * rows.len()` floats.
+macro_rules! q8_tiles {
+    ($dot:ident, $w:expr, $nb:expr, $xq:expr, $dx:expr, $n_tok:expr, $rows:expr, $out:expr) => {{
+        let (w, nb, xq, dx, n_tok, rows, out): (
+            &[u8],
+            usize,
+            &[u8],
+            &[f32],
+            usize,
+            std::ops::Range<usize>,
+            &mut [f32],
+        ) = ($w, $nb, $xq, $dx, $n_tok, $rows, $out);
+        const TOKENS: usize = $crate::x86_64::q8_tiles::TOKENS;
+        let rb = nb * $crate::float::formats::Q8_0_BLOCK_BYTES;
+        let nr = rows.len();
+        let (base, x, dxp) = (w.as_ptr(), xq.as_ptr(), dx.as_ptr());
+        for (i, r) in rows.enumerate() {
+            let mut t0 = 0;
+            while t0 < n_tok {
+                let tt = TOKENS.min(n_tok - t0);
+                // SAFETY: row r lies inside w; tokens t0..t0 + tt inside xq and dx (the
+                // caller's guarantees).
+                unsafe {
+                    let (wp, xp, dp) = (base.add(r * rb), x.add(t0 * rb), dxp.add(t0 * nb));
+                    let mut put = |d: &[f32]| {
+                        for (t, &v) in d.iter().enumerate() {
+                            out[(t0 + t) * nr + i] = v;
+                        }
+                    };
+                    match tt {
+                        8 => put(&$dot::<8>(wp, xp, rb, dp, nb)),
+                        7 => put(&$dot::<7>(wp, xp, rb, dp, nb)),
+                        6 => put(&$dot::<6>(wp, xp, rb, dp, nb)),
+                        5 => put(&$dot::<5>(wp, xp, rb, dp, nb)),
+                        4 => put(&$dot::<4>(wp, xp, rb, dp, nb)),
+                        3 => put(&$dot::<3>(wp, xp, rb, dp, nb)),
+                        2 => put(&$dot::<2>(wp, xp, rb, dp, nb)),
+                        _ => put(&$dot::<1>(wp, xp, rb, dp, nb)),
+                    }
+                }
+                t0 += tt;
+            }
+        }
+    }};
+}
+pub(crate) use q8_tiles;
