@@ -12,7 +12,7 @@
 //! walks of the float kernels, which do not depend on the lane width, and each tree's glue), `exp.rs` (the constants of
 //! the vectorized `exp`), `f16c.rs` (F16C reads of block scales), `q6k.rs` (the Q6_K code
 //! unpacking) and `tile_plan.rs` (how the AVX2 and AVX-VNNI register tiles cut a ternary
-//! product). Neither tree imports the other's files, and none of this calls the scalar
+//! product), `q8_tiles.rs` (the batched Q8_0 head's walk) and `hsum.rs` (horizontal sums). Neither tree imports the other's files, and none of this calls the scalar
 //! kernels: portable definitions that every set needs (the int8 rounding of one value, the
 //! f16 conversions, the chunked path of Q4_0 rows, ...) are in the API modules. The one
 //! link between the trees is at the token level: `avx512/mod.rs`' `reuse_avx2!` list (and
@@ -24,6 +24,7 @@ pub mod avx512;
 pub mod avxvnni;
 mod exp;
 mod f16c;
+mod hsum;
 mod q6k;
 mod q8_tiles;
 mod rows;

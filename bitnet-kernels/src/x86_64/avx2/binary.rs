@@ -6,6 +6,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::binary::BinaryMatrix;
+use crate::x86_64::hsum::hsum_epi32 as hsum;
 
 const TILE_TOKENS: usize = 4;
 const CHUNK_WORDS: usize = 32;
@@ -16,15 +17,6 @@ const CHUNK_WORDS: usize = 32;
 fn spread_bits(bits: u32, spread: __m256i, sel: __m256i, ones: __m256i) -> __m256i {
     let v = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
     _mm256_min_epu8(_mm256_and_si256(v, sel), ones)
-}
-
-#[target_feature(enable = "avx2")]
-#[inline]
-fn hsum(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    _mm_cvtsi128_si32(s)
 }
 
 /// Adds to `out[t * ostride]` the raw dots of one bit row (`nw` words) with T activation rows.

@@ -46,13 +46,7 @@ pub(super) unsafe fn load_w<const K: u8>(p: *const u8, i: usize) -> __m256 {
 }
 
 /// The sum of the eight lanes (the other AVX2 float files use it too).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
+pub(super) use crate::x86_64::hsum::hsum_ps as hsum;
 
 /// `[dot(row r, x) for r in w]` over `n` elements; `R` rows share every load of `x`.
 ///

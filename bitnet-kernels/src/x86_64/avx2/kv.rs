@@ -152,13 +152,7 @@ pub(crate) unsafe fn prefetch_row(row: *const u8, bytes: usize) {
     _mm_prefetch::<_MM_HINT_T0>(unsafe { row.add(bytes - 1) }.cast());
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
+pub(crate) use crate::x86_64::hsum::hsum_ps as hsum;
 
 /// Scores of `G` heads (`q` is `[G][d]`) against `n_pos` rows; `out` is `[G][n_pos]`. Two
 /// accumulators per head keep the FMA chains short.

@@ -14,6 +14,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::x86_64::hsum::hsum_epi32 as hsum;
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 const PREFETCH_BYTES: usize = 4096;
@@ -53,15 +54,6 @@ unsafe fn half_dot16(c: &[__m256i; 4], a: *const i8) -> __m256i {
         let p3 = _mm256_maddubs_epi16(c[3], _mm256_loadu_si256(a.add(192).cast()));
         _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3))
     }
-}
-
-#[target_feature(enable = "avx2")]
-#[inline]
-fn hsum(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    _mm_cvtsi128_si32(s)
 }
 
 /// Raw dots of the 4 rows of one group over `nblk` blocks.

@@ -14,15 +14,8 @@ use std::ops::Range;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::f16_at;
+use crate::x86_64::hsum::hsum_ps as hsum;
 use crate::x86_64::q8_tiles::{TOKENS, lane, q8_tiles, with_tile_scales};
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
 
 /// Q8_0 x Q8_0 dots of one weight row with `T <= TOKENS` activation rows `rb` bytes apart:
 /// each weight block is loaded, and its |w| and scale taken, once for the `T` rows. `dx`

@@ -12,21 +12,13 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::x86_64::hsum::hsum_epi32 as hsum;
 
 /// Bytes from one block of a row to its next (the row group's blocks are interleaved).
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// Token rows per register tile at most: their i32 sums stay in registers (8 of the 16, beside
 /// the weight half, the code vector and the mask).
-pub(super) const TILE_TOKENS: usize = 8;
-
-#[target_feature(enable = "avx2")]
-#[inline]
-fn hsum(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    _mm_cvtsi128_si32(s)
-}
+const TILE_TOKENS: usize = 8;
 
 /// Adds one 256-column block of one row, against `T` activation rows `qstride` apart, to
 /// the i32 sums `acc`: each code vector is unpacked once and multiplied into every token of
