@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use bitnet_kernels::probe::sum_bytes;
 use bitnet_kernels::{
-    ActScale, BinaryMatrix, Isa, TernaryMatrix, binary_binary_matvec, binary_matvec, quantize_act,
-    quantize_act_binary, ternary_matmul, ternary_matvec,
+    ActScale, AlignedVec, BinaryMatrix, Isa, TernaryMatrix, binary_binary_matvec, binary_matvec,
+    quantize_act, quantize_act_binary, ternary_matmul, ternary_matvec,
 };
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -65,9 +65,11 @@ pub fn floats(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn acts(n_tok: usize, cols: usize, pc: usize, seed: u64) -> (Vec<i8>, Vec<ActScale>) {
+/// Quantized activations in a 64-byte-aligned buffer, as the engine keeps them (a plain
+/// `Vec` may start mid-line, and then the tiles' loads straddle cache lines).
+fn acts(n_tok: usize, cols: usize, pc: usize, seed: u64) -> (AlignedVec<i8>, Vec<ActScale>) {
     let x = floats(n_tok * cols, seed);
-    let mut q = vec![0i8; n_tok * pc];
+    let mut q = AlignedVec::<i8>::zeroed(n_tok * pc);
     let a = (0..n_tok)
         .map(|t| {
             quantize_act(

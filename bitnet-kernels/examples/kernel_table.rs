@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use bitnet_kernels::probe::sum_bytes;
 use bitnet_kernels::{
-    ActScale, Isa, TernaryMatrix, TernarySource, pack_i2s, pack_tq1_0, pack_tq2_0, quantize_act,
-    ternary_matmul, ternary_matvec,
+    ActScale, AlignedVec, Isa, TernaryMatrix, TernarySource, pack_i2s, pack_tq1_0, pack_tq2_0,
+    quantize_act, ternary_matmul, ternary_matvec,
 };
 
 #[path = "shapes/mod.rs"]
@@ -92,9 +92,11 @@ fn matrix(rows: usize, cols: usize, seed: u64) -> TernaryMatrix {
     TernaryMatrix::from_trits(&trits, rows, cols, 0.5).expect("matrix")
 }
 
-fn acts(n_tok: usize, cols: usize, pc: usize, seed: u64) -> (Vec<i8>, Vec<ActScale>) {
+/// Quantized activations in a 64-byte-aligned buffer, as the engine keeps them (a plain
+/// `Vec` may start mid-line, and then the tiles' loads straddle cache lines).
+fn acts(n_tok: usize, cols: usize, pc: usize, seed: u64) -> (AlignedVec<i8>, Vec<ActScale>) {
     let mut rng = Rng(seed | 1);
-    let mut q = vec![0i8; n_tok * pc];
+    let mut q = AlignedVec::<i8>::zeroed(n_tok * pc);
     let mut a = Vec::new();
     for t in 0..n_tok {
         let x: Vec<f32> = (0..cols)

@@ -5,31 +5,36 @@
 
 use std::ops::Range;
 
-use bitnet_kernels::ActScale;
+use bitnet_kernels::{ActScale, AlignedVec};
 
 use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
 
-/// Per-token activation buffers, each `[chunk][stride]`.
+/// Per-token activation buffers, each `[chunk][stride]`, each starting on a 64-byte line.
+/// The kernels load rows as 32- or 64-byte vectors and the strides are multiples of that
+/// (`padded(cols)` is a multiple of 256), so no load straddles two lines. A plain `Vec`
+/// starts wherever the allocator's history puts it (16 bytes into a line for glibc's mapped
+/// allocations), and then half the AVX2 ternary tile's activation loads straddle lines:
+/// pp512 ran 1.28x faster aligned on Zen 5 (`bench/2026-11-27-aligned-acts.md`).
 #[derive(Debug)]
 pub(super) struct Bufs {
     /// Residual stream, stride `n_embd`.
-    pub(super) x: Vec<f32>,
+    pub(super) x: AlignedVec<f32>,
     /// Normed input of the next projection group (f32), stride = that group's `cols`.
-    pub(super) xn: Vec<f32>,
+    pub(super) xn: AlignedVec<f32>,
     /// The same quantized to int8, stride `padded(cols)`.
-    pub(super) xq: Vec<i8>,
+    pub(super) xq: AlignedVec<i8>,
     pub(super) acts: Vec<ActScale>,
     /// The same as sign bits, stride `bit_words(cols)`.
-    pub(super) bits: Vec<u64>,
+    pub(super) bits: AlignedVec<u64>,
     pub(super) bit_scales: Vec<f32>,
     /// Roped queries / keys and values, strides `q_dim`, `kv_dim`, `kv_dim`.
-    pub(super) q: Vec<f32>,
-    pub(super) k: Vec<f32>,
-    pub(super) v: Vec<f32>,
+    pub(super) q: AlignedVec<f32>,
+    pub(super) k: AlignedVec<f32>,
+    pub(super) v: AlignedVec<f32>,
     /// Attention output, stride `q_dim`.
-    pub(super) att: Vec<f32>,
+    pub(super) att: AlignedVec<f32>,
     /// FFN inner activations, stride `n_ff`.
-    pub(super) ff: Vec<f32>,
+    pub(super) ff: AlignedVec<f32>,
 }
 
 /// Strides of [`Bufs`] for one per-token stage.

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use bitnet_kernels::float::{self, RowFormat};
-use bitnet_kernels::{Isa, quantize_act, quantize_act_binary};
+use bitnet_kernels::{AlignedVec, Isa, quantize_act, quantize_act_binary};
 
 use super::attention::{self, AttnShape, KvView};
 use super::batch::Batch;
@@ -477,7 +477,7 @@ fn matmuls(
     bufs: &Bufs,
     n: usize,
     cols: usize,
-    blk: &mut [Vec<f32>; 3],
+    blk: &mut [AlignedVec<f32>; 3],
 ) {
     let t = profile.start();
     let inp = lin_input(bufs, n, cols);

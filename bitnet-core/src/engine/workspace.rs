@@ -4,7 +4,7 @@
 //! attention scratch, the head's buffers, the profile and the attention statistics.
 
 use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, QK8_0, RopeTable};
-use bitnet_kernels::{ActScale, Isa};
+use bitnet_kernels::{ActScale, AlignedVec, Isa};
 
 use super::EngineOptions;
 use super::attention;
@@ -31,19 +31,19 @@ pub(super) struct Workspace {
     pub(super) chunk: usize,
     pub(super) bufs: Bufs,
     /// Blocked outputs of up to three projections of a group.
-    pub(super) blk: [Vec<f32>; 3],
+    pub(super) blk: [AlignedVec<f32>; 3],
     /// Attention scratch, [`attention::attention_scratch`] floats per thread: scores, a
     /// run's copy, a chunk's output and statistics, the quantized query, and the thread's
     /// share of the chunk results left for merging.
-    pub(super) scores: Vec<f32>,
+    pub(super) scores: AlignedVec<f32>,
     /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
-    pub(super) hn: Vec<f32>,
+    pub(super) hn: AlignedVec<f32>,
     /// The same as Q8_0 rows (`--head q8`).
     pub(super) hq8: Vec<u8>,
     /// One row of logits (the last one handed out).
     pub(super) logits: Vec<f32>,
     /// Blocked head output for up to `HEAD_BATCH` rows.
-    pub(super) head_blk: Vec<f32>,
+    pub(super) head_blk: AlignedVec<f32>,
     pub(super) profile: Profile,
     pub(super) timer: SubTimer,
     /// Attention entropy and received mass, when asked for.
@@ -75,22 +75,22 @@ impl Workspace {
         let (e, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
         let max_in = e.max(qd).max(ff);
         let bufs = Bufs {
-            x: vec![0.0; chunk * e],
-            xn: vec![0.0; chunk * max_in],
-            xq: vec![0; chunk * padded(max_in)],
+            x: AlignedVec::zeroed(chunk * e),
+            xn: AlignedVec::zeroed(chunk * max_in),
+            xq: AlignedVec::zeroed(chunk * padded(max_in)),
             acts: vec![ActScale { scale: 1.0, sum: 0 }; chunk],
-            bits: vec![0; chunk * bit_words(max_in)],
+            bits: AlignedVec::zeroed(chunk * bit_words(max_in)),
             bit_scales: vec![0.0; chunk],
-            q: vec![0.0; chunk * qd],
-            k: vec![0.0; chunk * kvd],
-            v: vec![0.0; chunk * kvd],
-            att: vec![0.0; chunk * qd],
-            ff: vec![0.0; chunk * ff],
+            q: AlignedVec::zeroed(chunk * qd),
+            k: AlignedVec::zeroed(chunk * kvd),
+            v: AlignedVec::zeroed(chunk * kvd),
+            att: AlignedVec::zeroed(chunk * qd),
+            ff: AlignedVec::zeroed(chunk * ff),
         };
         let blk = [
-            vec![0.0; chunk * qd.max(ff).max(e)],
-            vec![0.0; chunk * kvd.max(ff)],
-            vec![0.0; chunk * kvd],
+            AlignedVec::zeroed(chunk * qd.max(ff).max(e)),
+            AlignedVec::zeroed(chunk * kvd.max(ff)),
+            AlignedVec::zeroed(chunk * kvd),
         ];
         let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
         let group = cfg.gqa_group();
@@ -114,14 +114,14 @@ impl Workspace {
             chunk,
             bufs,
             blk,
-            scores: vec![0.0; pool.n_threads() * per_thread],
+            scores: AlignedVec::zeroed(pool.n_threads() * per_thread),
             pool,
-            hn: vec![0.0; HEAD_BATCH * e],
+            hn: AlignedVec::zeroed(HEAD_BATCH * e),
             hq8: vec![0; HEAD_BATCH * q8_row],
             logits: vec![0.0; cfg.n_vocab],
             // Untouched pages of a zeroed allocation cost no memory until a batch of
             // several logits rows first uses them.
-            head_blk: vec![0.0; HEAD_BATCH * cfg.n_vocab],
+            head_blk: AlignedVec::zeroed(HEAD_BATCH * cfg.n_vocab),
             profile: Profile::new(false),
             timer: SubTimer::default(),
             attn_stats,
