@@ -10,11 +10,12 @@ use bitnet_kernels::{ActScale, AlignedVec};
 use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
 
 /// Per-token activation buffers, each `[chunk][stride]`, each starting on a 64-byte line.
-/// The kernels load rows as 32- or 64-byte vectors and the strides are multiples of that
-/// (`padded(cols)` is a multiple of 256), so no load straddles two lines. A plain `Vec`
-/// starts wherever the allocator's history puts it (16 bytes into a line for glibc's mapped
-/// allocations), and then half the AVX2 ternary tile's activation loads straddle lines:
-/// pp512 ran 1.28x faster aligned on Zen 5 (`bench/2026-11-27-aligned-acts.md`).
+/// The int8 rows (`padded(cols)` bytes, a multiple of 256) then all start on lines, so none of
+/// the ternary tiles' 32- or 64-byte activation loads straddles two. A plain `Vec` starts
+/// wherever the allocator's history puts it (16 bytes into a line for glibc's mapped
+/// allocations), and then half the AVX2 tile's activation loads straddle lines: pp512 ran
+/// 1.28x faster aligned on Zen 5 (`bench/2026-11-27-aligned-acts.md`). The float buffers are
+/// aligned alike (their rows too wherever the width is a multiple of 16 floats).
 #[derive(Debug)]
 pub(super) struct Bufs {
     /// Residual stream, stride `n_embd`.
