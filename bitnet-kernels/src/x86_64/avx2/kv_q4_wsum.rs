@@ -19,6 +19,7 @@ use std::arch::x86_64::*;
 
 use crate::float::formats::Q4_0_BLOCK_BYTES;
 use crate::float::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::x86_64::hsum::hsum_epi32;
 
 const TILE: usize = Q4_0_WSUM_TILE;
 /// Blocks whose weights are rounded together before their products (d <= 256 in one go).
@@ -71,11 +72,7 @@ fn tile_weights(c: [__m256; 2], bytes: &mut [i8; TILE]) -> Option<TileStep> {
     let inv = _mm256_set1_ps(inv);
     // c * (127 / m), rounded to nearest even (the MXCSR default), as the reference does.
     let ki = c.map(|x| _mm256_cvtps_epi32(_mm256_mul_ps(x, inv)));
-    let s = _mm256_add_epi32(ki[0], ki[1]);
-    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    let sum = _mm_cvtsi128_si32(s);
+    let sum = hsum_epi32(_mm256_add_epi32(ki[0], ki[1]));
     // i32 -> i16 -> i8 (exact: |k| <= 127), then the two lanes' low quadwords in order.
     let w16 = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(ki[0], ki[1]));
     let w8 = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(w16, w16));

@@ -9,6 +9,7 @@ use std::ops::Range;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::q8_scales4;
+use crate::x86_64::hsum::hsum_epi32;
 use crate::x86_64::rows::ROWS;
 
 /// The f16 scales of two Q8_0 blocks (at `p` and `p + 34`) as lanes 0 and 1 of an xmm.
@@ -108,14 +109,8 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
                 let wp = w[r].add(b * BB);
                 let wu = _mm256_xor_si256(_mm256_loadu_si256(wp.add(2).cast()), c80);
                 let isum = _mm256_dpbusd_epi32(neg, wu, xq);
-                let i = _mm_add_epi32(
-                    _mm256_castsi256_si128(isum),
-                    _mm256_extracti128_si256::<1>(isum),
-                );
-                let i = _mm_add_epi32(i, _mm_shuffle_epi32::<0b01_00_11_10>(i));
-                let i = _mm_add_epi32(i, _mm_shuffle_epi32::<0b10_11_00_01>(i));
                 let dw = _mm_cvtss_f32(q8_scales2(wp));
-                out[r] += (dw * dx) * _mm_cvtsi128_si32(i) as f32;
+                out[r] += (dw * dx) * hsum_epi32(isum) as f32;
             }
         }
         b += 1;
