@@ -1,9 +1,11 @@
 //! Prints the ternary kernel figures as a table (the quick, non-criterion way to fill a
 //! bench record, as `bench/2026-11-26-kernels-figures.md`): hot decode GMAC/s, cold decode GB/s against a plain SIMD read of the same bytes,
-//! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves).
+//! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves). Also the
+//! `--head q8` output head (Q8_0 x Q8_0, 2B-4T's 128256 x 2560) at 1, 4 and 8 token rows,
+//! the rate whole-model batched decode is compared with.
 //!
 //! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...
-//!  [--only hot|cold|prefill|repack] [--cold-gib N] [--cpu-time] [--shapes N] [--batch N]`
+//!  [--only hot|cold|prefill|repack|head] [--cold-gib N] [--cpu-time] [--shapes N] [--batch N]`
 //!
 //! `--batch N` runs the cold decode as batched decode: N token rows per matmul.
 //!
@@ -13,6 +15,9 @@ use std::hint::black_box;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use bitnet_kernels::float::{
+    RowFormat, f32_to_f16, matmul_q8_0_q8_0, matvec_q8_0_q8_0, quantize_row_q8_0,
+};
 use bitnet_kernels::probe::sum_bytes;
 use bitnet_kernels::{
     ActScale, AlignedVec, Isa, TernaryMatrix, TernarySource, pack_i2s, pack_tq1_0, pack_tq2_0,
@@ -361,6 +366,56 @@ fn main() {
                     }
                     println!("| {name} | {n_tok} | {isa} | {} | {} |", cells[0], cells[1]);
                 }
+            }
+        }
+    }
+    if want("head") {
+        let (rows, cols) = (if o.quick { 32_000 } else { 128_256 }, 2560);
+        let rb = RowFormat::Q8_0.row_bytes(cols).expect("whole blocks");
+        // Any quant bytes and one sane scale: the kernels' speed does not depend on values.
+        let mut rng = Rng(91);
+        let mut w = vec![0u8; rows * rb];
+        for blk in w.chunks_exact_mut(34) {
+            blk[..2].copy_from_slice(&f32_to_f16(0.01).to_le_bytes());
+            for q in &mut blk[2..] {
+                *q = rng.next_u64() as u8;
+            }
+        }
+        println!(
+            "\n## Q8_0 x Q8_0 head, {rows} x {cols} ({:.0} MiB, read from memory each call), GMAC/s",
+            w.len() as f64 / (1u64 << 20) as f64
+        );
+        println!("| tokens | isa | 1 thread | 2 threads |");
+        println!("|---|---|---|---|");
+        for n_tok in [1usize, 4, 8] {
+            let mut xq = vec![0u8; n_tok * rb];
+            for qr in xq.chunks_exact_mut(rb) {
+                let x: Vec<f32> = (0..cols)
+                    .map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0)
+                    .collect();
+                quantize_row_q8_0(&x, qr);
+            }
+            for &isa in &o.isas {
+                if isa == Isa::Scalar {
+                    continue;
+                }
+                let mut cells = Vec::new();
+                for threads in [1, 2] {
+                    let parts = split(rows, threads);
+                    let f = |p: usize| {
+                        let r = parts[p].clone();
+                        let mut out = vec![0f32; n_tok * r.len()];
+                        if n_tok == 1 {
+                            matvec_q8_0_q8_0(isa, &w, cols, &xq, r, &mut out);
+                        } else {
+                            matmul_q8_0_q8_0(isa, &w, cols, &xq, n_tok, r, &mut out);
+                        }
+                        black_box(&out);
+                    };
+                    let s = measure(threads, target, &f);
+                    cells.push(format!("{:.1}", (n_tok * rows * cols) as f64 / s / 1e9));
+                }
+                println!("| {n_tok} | {isa} | {} | {} |", cells[0], cells[1]);
             }
         }
     }

@@ -7,6 +7,9 @@
 //! AVX-VNNI, the same tile shape with `vpdpbusd` (32 multiply-adds and their accumulation in
 //! one instruction) and the 8 accumulators of the `avxvnni` set's tile. (A `vpdpbusd`-only
 //! loop of 8 accumulators and 8 sources does not fit the 16 registers: it measures spills.)
+//! Also the per-token operations of the batched Q8_0 x Q8_0 head (`x86_64/avx2/q8q8.rs` and
+//! its AVX-VNNI twin) for a tile of 8 tokens, from registers: the bound of the head in
+//! batched decode.
 //!
 //! `cargo run --release -p bitnet-kernels --example madd_ceiling -- [SECONDS] [THREADS]`
 //!
@@ -109,6 +112,97 @@ mod x86 {
         fold(&acc)
     }
 
+    /// The batched head's work for one weight block and 8 tokens, as its tile does it (a new
+    /// block's |w| each round, then per token `sign`, `maddubs`, `madd` against ones, the
+    /// conversion, the scale's lane shuffle and the FMA), without the loads and the per-block
+    /// scale products. 8 blocks of 32 multiply-adds a round.
+    ///
+    /// # Safety
+    /// AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn q8_head(iters: u64, seed: i8) -> i32 {
+        let (one, step) = (_mm256_set1_epi16(1), _mm256_set1_epi8(1));
+        // SAFETY: AVX2 and FMA, as this function's contract.
+        unsafe {
+            q8_head_tile(
+                iters,
+                seed,
+                |aw, wq, x| {
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, wq)), one)
+                },
+                step,
+            )
+        }
+    }
+
+    /// [`q8_head`] with the AVX-VNNI tile's integer core: `vpdpbusd` from zero.
+    ///
+    /// # Safety
+    /// AVX2, FMA and AVX-VNNI.
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    pub unsafe fn q8_head_dpbusd(iters: u64, seed: i8) -> i32 {
+        // SAFETY: AVX2 and FMA, as this function's contract.
+        unsafe {
+            q8_head_tile(
+                iters,
+                seed,
+                |aw, wq, x| {
+                    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x, wq))
+                },
+                _mm256_set1_epi8(1),
+            )
+        }
+    }
+
+    /// The head tile's rounds with the integer core `dot(|w|, w, x) -> i32 lanes`. The
+    /// tokens' activation blocks are loaded from L1 as in the tile (8 blocks of 8 tokens in
+    /// turn; held in registers beside the 8 accumulators they would spill).
+    ///
+    /// # Safety
+    /// AVX2 and FMA (it inlines into the `#[target_feature]` callers above).
+    #[inline(always)]
+    unsafe fn q8_head_tile(
+        iters: u64,
+        seed: i8,
+        dot: impl Fn(__m256i, __m256i, __m256i) -> __m256i,
+        step: __m256i,
+    ) -> i32 {
+        let xs: Vec<i8> = (0..8 * 8 * 32)
+            .map(|i| seed.wrapping_add((i % 251) as i8))
+            .collect();
+        // SAFETY: the caller guarantees AVX2 and FMA; every load lies inside `xs`.
+        unsafe {
+            let mut wq = _mm256_set1_epi8(seed);
+            let mut d0 = _mm256_setr_ps(0.5, 0.25, 0.125, 0.0625, 0.5, 0.25, 0.125, 0.0625);
+            let mut d1 = _mm256_mul_ps(d0, d0);
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for i in 0..iters {
+                // The next block: a new weight vector, its |w| and scales the compiler
+                // cannot see through, as in the tile (nothing is hoisted out of the loop).
+                wq = _mm256_add_epi8(wq, step);
+                let aw = _mm256_abs_epi8(wq);
+                (d0, d1) = (std::hint::black_box(d0), std::hint::black_box(d1));
+                let xb = xs.as_ptr().add((i as usize % 8) * 8 * 32);
+                for (t, a) in acc.iter_mut().enumerate() {
+                    let x = _mm256_loadu_si256(xb.add(t * 32).cast());
+                    let d = if t < 4 { d0 } else { d1 };
+                    let dl = match t % 4 {
+                        0 => _mm256_shuffle_ps::<0x00>(d, d),
+                        1 => _mm256_shuffle_ps::<0x55>(d, d),
+                        2 => _mm256_shuffle_ps::<0xaa>(d, d),
+                        _ => _mm256_shuffle_ps::<0xff>(d, d),
+                    };
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot(aw, wq, x)), dl, *a);
+                }
+            }
+            let mut s = acc[0];
+            for v in &acc[1..] {
+                s = _mm256_add_ps(s, *v);
+            }
+            _mm256_cvtss_f32(s).to_bits() as i32
+        }
+    }
+
     #[target_feature(enable = "avx2")]
     fn fold<const N: usize>(acc: &[__m256i; N]) -> i32 {
         let mut s = acc[0];
@@ -138,6 +232,16 @@ fn main() {
     if std::arch::is_x86_feature_detected!("avxvnni") {
         kernels.push(("dpbusd with the tile's unpacking", x86::unpacked_dpbusd, 32));
     }
+    if std::arch::is_x86_feature_detected!("fma") {
+        kernels.push(("Q8_0 head tile of 8 tokens (AVX2)", x86::q8_head, 8));
+        if std::arch::is_x86_feature_detected!("avxvnni") {
+            kernels.push((
+                "Q8_0 head tile of 8 tokens (AVX-VNNI)",
+                x86::q8_head_dpbusd,
+                8,
+            ));
+        }
+    }
     // Rounds per second, roughly, to size the runs.
     let iters = {
         let t = Instant::now();
@@ -154,8 +258,8 @@ fn main() {
                 std::thread::scope(|s| {
                     for th in 0..threads {
                         s.spawn(move || {
-                            // SAFETY: AVX2 was detected above, AVX-VNNI before its kernels were
-                            // listed.
+                            // SAFETY: AVX2 was detected above, AVX-VNNI and FMA before the
+                            // kernels that need them were listed.
                             let v = unsafe { k(iters, (run + th) as i8) };
                             std::hint::black_box(v)
                         });

@@ -45,6 +45,43 @@ pub(crate) fn with_tile_scales<R>(
     })
 }
 
+/// The f16 scales of the `n <= 4` Q8_0 blocks from `p` as f32, in lanes `0..n` (the rest
+/// zero), for [`splat`] to hand out one block at a time.
+///
+/// Built in one register that the first scale writes whole (`vmovd`), then converted
+/// together. Converted one block at a time instead, LLVM loads a lone 16-bit scale with
+/// `vpinsrw` into any register it likes (only lane 0 is used), a live accumulator among
+/// them, and each block's scale then waited for the previous block's FMA on that
+/// accumulator: that chain held the AVX-VNNI head at half the AVX2 kernel's rate at 4
+/// tokens.
+///
+/// # Safety
+/// The `n` blocks' scale fields must be readable; the CPU must support AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn block_scales(p: *const u8, n: usize) -> __m256 {
+    // SAFETY: the caller guarantees the n scale fields are readable.
+    let h = |j: usize| unsafe {
+        if j < n {
+            i32::from(p.add(j * Q8_0_BLOCK_BYTES).cast::<u16>().read_unaligned())
+        } else {
+            0
+        }
+    };
+    let mut v = _mm_cvtsi32_si128(h(0));
+    v = _mm_insert_epi16::<1>(v, h(1));
+    v = _mm_insert_epi16::<2>(v, h(2));
+    v = _mm_insert_epi16::<3>(v, h(3));
+    _mm256_castps128_ps256(_mm_cvtph_ps(v))
+}
+
+/// Lane `j` of `d` in every lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn splat(d: __m256, j: usize) -> __m256 {
+    _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(j as i32))
+}
+
 /// Lane `t % 4` of each 128-bit half of `d`, in every lane of that half: a tile's scale
 /// vectors hold four tokens' block scales (times the weight's) in both halves.
 #[inline]
@@ -110,3 +147,47 @@ macro_rules! q8_tiles {
     }};
 }
 pub(crate) use q8_tiles;
+
+/// The block walk of a set's `dot_q8_tokens::<T>`: `$block(&mut acc, weight block, first
+/// activation block, rb, the block's activation scales, weight scale in every lane)` for
+/// every block, the weight scales converted four blocks at a time ([`block_scales`]). A
+/// macro so that it expands inside the set's `#[target_feature]` function. The caller
+/// guarantees `$w` holds `$nb` blocks, `$x` `T` rows of them `$rb` bytes apart and `$dx`
+/// `TOKENS * $nb` floats.
+macro_rules! q8_token_blocks {
+    ($block:ident, $acc:expr, $w:expr, $x:expr, $rb:expr, $dx:expr, $nb:expr) => {{
+        use $crate::float::formats::Q8_0_BLOCK_BYTES as BB;
+        use $crate::x86_64::q8_tiles::{TOKENS, block_scales, splat};
+        let (acc, w, x, rb, dx, nb) = ($acc, $w, $x, $rb, $dx, $nb);
+        let mut b = 0;
+        while b < nb {
+            let n = (nb - b).min(4);
+            // SAFETY: blocks b..b + n are below nb for the weight row and the activation
+            // rows; dx holds TOKENS * nb floats (the caller's guarantees).
+            unsafe {
+                let dw = block_scales(w.add(b * BB), n);
+                let at = |j: usize| {
+                    (
+                        w.add((b + j) * BB),
+                        x.add((b + j) * BB),
+                        dx.add(TOKENS * (b + j)),
+                    )
+                };
+                if n == 4 {
+                    // Four constant lanes: the compiler unrolls this with fixed permutes.
+                    for j in 0..4 {
+                        let (wp, xp, dxb) = at(j);
+                        $block(acc, wp, xp, rb, dxb, splat(dw, j));
+                    }
+                } else {
+                    for j in 0..n {
+                        let (wp, xp, dxb) = at(j);
+                        $block(acc, wp, xp, rb, dxb, splat(dw, j));
+                    }
+                }
+            }
+            b += n;
+        }
+    }};
+}
+pub(crate) use q8_token_blocks;

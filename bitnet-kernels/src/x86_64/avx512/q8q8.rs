@@ -78,6 +78,12 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
             let dx = q8_scales4(xp);
             for r in 0..R {
                 let wp = w[r].add(b * BB);
+                // As the AVX2 kernel: rows are short and read side by side, so the hardware
+                // stream prefetcher loses them at every pass; fetch the next pass's stretch.
+                let pf = wp.wrapping_add(R * nb * BB);
+                _mm_prefetch::<_MM_HINT_T0>(pf.cast());
+                _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64).cast());
+                _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(128).cast());
                 let ia = _mm512_dpbusd_epi32(na, _mm512_xor_si512(q8_pair(wp), c80), xa);
                 let ib =
                     _mm512_dpbusd_epi32(nb_, _mm512_xor_si512(q8_pair(wp.add(2 * BB)), c80), xb);
