@@ -176,6 +176,21 @@ fn measure(threads: usize, target: Duration, f: &(dyn Fn(usize) + Sync)) -> f64 
         .fold(f64::INFINITY, f64::min)
 }
 
+/// GMAC/s of `run(rows)` doing `macs` multiply-adds over `0..rows`, on 1 thread and on 2
+/// (each a row half), as table cells.
+fn rate_cells(
+    rows: usize,
+    macs: usize,
+    target: Duration,
+    run: &(dyn Fn(Range<usize>) + Sync),
+) -> [String; 2] {
+    [1, 2].map(|threads| {
+        let parts = split(rows, threads);
+        let s = measure(threads, target, &|p: usize| run(parts[p].clone()));
+        format!("{:.1}", macs as f64 / s / 1e9)
+    })
+}
+
 fn main() {
     let o = parse();
     let target = Duration::from_millis(if o.quick { 60 } else { 300 });
@@ -247,18 +262,11 @@ fn main() {
                 if isa == Isa::Scalar && rows > 10_000 {
                     continue;
                 }
-                let mut cells = Vec::new();
-                for threads in [1, 2] {
-                    let parts = split(rows, threads);
-                    let f = |p: usize| {
-                        let r = parts[p].clone();
-                        let mut out = vec![0f32; r.len()];
-                        ternary_matvec(isa, &w, &q, a[0], r, &mut out);
-                        black_box(&out);
-                    };
-                    let s = measure(threads, target, &f);
-                    cells.push(format!("{:.1}", (rows * cols) as f64 / s / 1e9));
-                }
+                let cells = rate_cells(rows, rows * cols, target, &|r| {
+                    let mut out = vec![0f32; r.len()];
+                    ternary_matvec(isa, &w, &q, a[0], r, &mut out);
+                    black_box(&out);
+                });
                 println!("| {name} | {isa} | {} | {} |", cells[0], cells[1]);
             }
         }
@@ -352,18 +360,11 @@ fn main() {
                     if isa == Isa::Scalar && (o.quick || n_tok > 128) {
                         continue;
                     }
-                    let mut cells = Vec::new();
-                    for threads in [1, 2] {
-                        let parts = split(rows, threads);
-                        let f = |p: usize| {
-                            let r = parts[p].clone();
-                            let mut out = vec![0f32; n_tok * r.len()];
-                            ternary_matmul(isa, &w, &q, &a, r, &mut out);
-                            black_box(&out);
-                        };
-                        let s = measure(threads, target, &f);
-                        cells.push(format!("{:.1}", (n_tok * rows * cols) as f64 / s / 1e9));
-                    }
+                    let cells = rate_cells(rows, n_tok * rows * cols, target, &|r| {
+                        let mut out = vec![0f32; n_tok * r.len()];
+                        ternary_matmul(isa, &w, &q, &a, r, &mut out);
+                        black_box(&out);
+                    });
                     println!("| {name} | {n_tok} | {isa} | {} | {} |", cells[0], cells[1]);
                 }
             }
@@ -399,22 +400,15 @@ fn main() {
                 if isa == Isa::Scalar {
                     continue;
                 }
-                let mut cells = Vec::new();
-                for threads in [1, 2] {
-                    let parts = split(rows, threads);
-                    let f = |p: usize| {
-                        let r = parts[p].clone();
-                        let mut out = vec![0f32; n_tok * r.len()];
-                        if n_tok == 1 {
-                            matvec_q8_0_q8_0(isa, &w, cols, &xq, r, &mut out);
-                        } else {
-                            matmul_q8_0_q8_0(isa, &w, cols, &xq, n_tok, r, &mut out);
-                        }
-                        black_box(&out);
-                    };
-                    let s = measure(threads, target, &f);
-                    cells.push(format!("{:.1}", (n_tok * rows * cols) as f64 / s / 1e9));
-                }
+                let cells = rate_cells(rows, n_tok * rows * cols, target, &|r| {
+                    let mut out = vec![0f32; n_tok * r.len()];
+                    if n_tok == 1 {
+                        matvec_q8_0_q8_0(isa, &w, cols, &xq, r, &mut out);
+                    } else {
+                        matmul_q8_0_q8_0(isa, &w, cols, &xq, n_tok, r, &mut out);
+                    }
+                    black_box(&out);
+                });
                 println!("| {n_tok} | {isa} | {} | {} |", cells[0], cells[1]);
             }
         }

@@ -13,6 +13,9 @@ use crate::float::half::f16_to_f32;
 /// Activation rows per tile of the batched kernels (their accumulators stay in registers).
 pub(crate) const TOKENS: usize = 8;
 
+/// How far ahead of the block in use the batched kernels prefetch the weight row stream.
+pub(crate) const PREFETCH_BYTES: usize = 6144;
+
 thread_local! {
     /// The activation scales of a batched call as f32 (grown once per thread, then reused).
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -148,42 +151,63 @@ macro_rules! q8_tiles {
 }
 pub(crate) use q8_tiles;
 
-/// The block walk of a set's `dot_q8_tokens::<T>`: `$block(&mut acc, weight block, first
-/// activation block, rb, the block's activation scales, weight scale in every lane)` for
-/// every block, the weight scales converted four blocks at a time ([`block_scales`]). A
-/// macro so that it expands inside the set's `#[target_feature]` function. The caller
-/// guarantees `$w` holds `$nb` blocks, `$x` `T` rows of them `$rb` bytes apart and `$dx`
-/// `TOKENS * $nb` floats.
+/// The body of a set's `dot_q8_tokens::<T>`: every block of one weight row against the same
+/// block of `T` activation rows, added to the tokens' f32 accumulators `$acc`. Per block the
+/// weight is loaded and its |w| taken once; per token `$dot(|w|, w, x) -> i32 lanes` (the
+/// set's integer core), the conversion, the token's scale and the FMA, in the order of the
+/// one-token kernel, so a token's sum does not depend on its batch. The weight scales are
+/// converted four blocks at a time ([`block_scales`]); the weight scale times four tokens'
+/// block scales takes one multiply, each token its lane with a shuffle ([`lane`]).
+///
+/// A macro so that it expands inside the set's `#[target_feature]` function, where `$dot`
+/// inlines. The caller guarantees `$w` holds `$nb` blocks, `$x` `T` rows of them `$rb` bytes
+/// apart and `$dx` `TOKENS * $nb` floats.
 macro_rules! q8_token_blocks {
-    ($block:ident, $acc:expr, $w:expr, $x:expr, $rb:expr, $dx:expr, $nb:expr) => {{
+    ($dot:ident, $acc:expr, $w:expr, $x:expr, $rb:expr, $dx:expr, $nb:expr) => {{
+        use std::arch::x86_64::*;
         use $crate::float::formats::Q8_0_BLOCK_BYTES as BB;
-        use $crate::x86_64::q8_tiles::{TOKENS, block_scales, splat};
+        use $crate::x86_64::q8_tiles::{PREFETCH_BYTES, TOKENS, block_scales, lane, splat};
         let (acc, w, x, rb, dx, nb) = ($acc, $w, $x, $rb, $dx, $nb);
+        let t_max = acc.len();
+        // Block `b + j`, its weight scale lane `j` of `dws`.
+        let mut block = |b: usize, j: usize, dws: __m256| {
+            // SAFETY: block b + j is below nb for the weight row and the activation rows;
+            // dx holds TOKENS * nb floats (the caller's guarantees).
+            unsafe {
+                let (wp, xp) = (w.add((b + j) * BB), x.add((b + j) * BB));
+                let dxb = dx.add(TOKENS * (b + j));
+                // Only a hint: it may point past the row (prefetches never fault).
+                _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(PREFETCH_BYTES).cast());
+                let wq = _mm256_loadu_si256(wp.add(2).cast());
+                let aw = _mm256_abs_epi8(wq);
+                let dw = splat(dws, j);
+                let d0 = _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb)));
+                let d1 = if t_max > 4 {
+                    _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb.add(4))))
+                } else {
+                    d0
+                };
+                for (t, a) in acc.iter_mut().enumerate() {
+                    let xq = _mm256_loadu_si256(xp.add(t * rb + 2).cast());
+                    let p = _mm256_cvtepi32_ps($dot(aw, wq, xq));
+                    *a = _mm256_fmadd_ps(p, lane(if t < 4 { d0 } else { d1 }, t), *a);
+                }
+            }
+        };
         let mut b = 0;
         while b < nb {
             let n = (nb - b).min(4);
-            // SAFETY: blocks b..b + n are below nb for the weight row and the activation
-            // rows; dx holds TOKENS * nb floats (the caller's guarantees).
-            unsafe {
-                let dw = block_scales(w.add(b * BB), n);
-                let at = |j: usize| {
-                    (
-                        w.add((b + j) * BB),
-                        x.add((b + j) * BB),
-                        dx.add(TOKENS * (b + j)),
-                    )
-                };
-                if n == 4 {
-                    // Four constant lanes: the compiler unrolls this with fixed permutes.
-                    for j in 0..4 {
-                        let (wp, xp, dxb) = at(j);
-                        $block(acc, wp, xp, rb, dxb, splat(dw, j));
-                    }
-                } else {
-                    for j in 0..n {
-                        let (wp, xp, dxb) = at(j);
-                        $block(acc, wp, xp, rb, dxb, splat(dw, j));
-                    }
+            // SAFETY: the n blocks' scale fields lie inside the row (the caller's guarantee).
+            let dws = unsafe { block_scales(w.add(b * BB), n) };
+            if n == 4 {
+                // Constant lanes: each block's scale is a fixed permute.
+                block(b, 0, dws);
+                block(b, 1, dws);
+                block(b, 2, dws);
+                block(b, 3, dws);
+            } else {
+                for j in 0..n {
+                    block(b, j, dws);
                 }
             }
             b += n;

@@ -16,12 +16,10 @@ use super::float::hsum;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::{f16_at, q8_scales4};
-use crate::x86_64::q8_tiles::{TOKENS, lane, q8_tiles, q8_token_blocks, with_tile_scales};
+use crate::x86_64::q8_tiles::{TOKENS, q8_tiles, q8_token_blocks, with_tile_scales};
 
 /// Weight rows per pass of the one-token kernel.
 const ROWS: usize = 4;
-/// How far ahead of the block in use the batched kernel prefetches the weight row stream.
-const PREFETCH_BYTES: usize = 6144;
 
 /// The i32 lanes of the dot of the quants of one weight block (`wq`, with `aw = |wq|`) and
 /// one activation block (`xq`).
@@ -112,47 +110,8 @@ unsafe fn dot_q8_tokens<const T: usize>(
 ) -> [f32; T] {
     const { assert!(T <= TOKENS && TOKENS == 8) };
     let mut acc = [_mm256_setzero_ps(); T];
-    q8_token_blocks!(tokens_block, &mut acc, w, x, rb, dx, nb);
+    q8_token_blocks!(block_dot, &mut acc, w, x, rb, dx, nb);
     acc.map(|a| hsum(a))
-}
-
-/// One weight block (at `wp`, scale `dw` in every lane) against the same block of `T`
-/// activation rows (the first at `xp`, `rb` bytes apart; their scales at `dxb`), added to
-/// the tokens' accumulators.
-///
-/// # Safety
-/// The block must be readable in the weight row and the `T` activation rows; `dxb` must
-/// point at `TOKENS` floats.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tokens_block<const T: usize>(
-    acc: &mut [__m256; T],
-    wp: *const u8,
-    xp: *const u8,
-    rb: usize,
-    dxb: *const f32,
-    dw: __m256,
-) {
-    // SAFETY: as this function's contract.
-    unsafe {
-        // Only a hint: it may point past the row (prefetches never fault).
-        _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(PREFETCH_BYTES).cast());
-        let wq = _mm256_loadu_si256(wp.add(2).cast());
-        let aw = _mm256_abs_epi8(wq);
-        // The weight scale times four tokens' block scales, in both 128-bit halves (one
-        // multiply per four tokens; each token then takes its lane with a shuffle).
-        let d0 = _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb)));
-        let d1 = if T > 4 {
-            _mm256_mul_ps(dw, _mm256_broadcast_ps(&_mm_loadu_ps(dxb.add(4))))
-        } else {
-            d0
-        };
-        for (t, a) in acc.iter_mut().enumerate() {
-            let xq = _mm256_loadu_si256(xp.add(t * rb + 2).cast());
-            let p = _mm256_cvtepi32_ps(block_dot(aw, wq, xq));
-            *a = _mm256_fmadd_ps(p, lane(if t < 4 { d0 } else { d1 }, t), *a);
-        }
-    }
 }
 
 /// Same contract as the scalar kernel of this name.
