@@ -1,8 +1,9 @@
 //! How the batched Q8_0 x Q8_0 product (the `--head q8` output head of batched decode) walks a
 //! call in the AVX2 and AVX-VNNI trees (`q8q8.rs` in each): each weight row against tiles of
 //! at most [`TOKENS`] activation rows, so the row stays in L1 between tiles, with the
-//! activation scales converted to f32 once per call. Only the tile's dot kernel depends on
-//! the instruction set.
+//! activation scales converted to f32 once per call, and the block walk inside a tile
+//! ([`q8_token_blocks`]). Only the integer core of a block's dot (`maddubs` + `madd`, or
+//! `vpdpbusd`) depends on the instruction set.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
