@@ -1,9 +1,10 @@
-//! How the batched Q8_0 x Q8_0 product (the `--head q8` output head of batched decode) walks a
-//! call in the AVX2 and AVX-VNNI trees (`q8q8.rs` in each): each weight row against tiles of
-//! at most [`TOKENS`] activation rows, so the row stays in L1 between tiles, with the
-//! activation scales converted to f32 once per call, and the block walk inside a tile
-//! ([`q8_token_blocks`]). Only the integer core of a block's dot (`maddubs` + `madd`, or
-//! `vpdpbusd`) depends on the instruction set.
+//! How the batched Q8_0 x Q8_0 product (the `--head q8` output head of batched decode) walks
+//! a call in the AVX2, AVX-VNNI and AVX-512 trees (`q8q8.rs` in each): each weight row
+//! against tiles of at most [`TOKENS`] activation rows, so the row stays in L1 between tiles,
+//! with the activation scales converted to f32 once per call; and the block walk inside a
+//! 256-bit tile ([`q8_token_blocks`]), where only the integer core of a block's dot
+//! (`maddubs` + `madd`, or `vpdpbusd`) depends on the set. The AVX-512 tile (two blocks a
+//! register, as its one-token kernel) walks its blocks itself.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -22,12 +23,24 @@ thread_local! {
     static SCALES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` with the activation scales of `n_tok` rows of `nb` Q8_0 blocks (`xq`) as f32,
-/// laid out `[tile][block][TOKENS]`; lanes past the last token are zero.
+/// Where the scales of a batched call go: the AVX2 and AVX-VNNI tiles read four tokens' scales
+/// of one block together, the AVX-512 one four blocks' scales of one token.
+#[derive(Clone, Copy)]
+pub(crate) enum ScaleLayout {
+    /// `[tile][block][TOKENS]`; lanes past the last token are zero.
+    TileBlockToken,
+    /// `[token][block]`.
+    TokenBlock,
+}
+
+/// Runs `f` with the activation scales of `n_tok` rows of `nb` Q8_0 blocks (`xq`) as f32, in
+/// `layout`. Either way token `t0`'s first scale is at `t0 * nb` for `t0` a multiple of
+/// [`TOKENS`] (where the walk of [`q8_tiles`] starts a tile).
 pub(crate) fn with_tile_scales<R>(
     xq: &[u8],
     nb: usize,
     n_tok: usize,
+    layout: ScaleLayout,
     f: impl FnOnce(&[f32]) -> R,
 ) -> R {
     SCALES.with(|s| {
@@ -40,7 +53,10 @@ pub(crate) fn with_tile_scales<R>(
         dx.fill(0.0);
         for t in 0..n_tok {
             for b in 0..nb {
-                let at = ((t / TOKENS) * nb + b) * TOKENS + t % TOKENS;
+                let at = match layout {
+                    ScaleLayout::TileBlockToken => ((t / TOKENS) * nb + b) * TOKENS + t % TOKENS,
+                    ScaleLayout::TokenBlock => t * nb + b,
+                };
                 let p = (t * nb + b) * Q8_0_BLOCK_BYTES;
                 dx[at] = f16_to_f32(u16::from_le_bytes([xq[p], xq[p + 1]]));
             }

@@ -16,7 +16,7 @@ use super::float::hsum;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::{f16_at, q8_scales4};
-use crate::x86_64::q8_tiles::{TOKENS, q8_tiles, q8_token_blocks, with_tile_scales};
+use crate::x86_64::q8_tiles::{ScaleLayout, TOKENS, q8_tiles, q8_token_blocks, with_tile_scales};
 
 /// Weight rows per pass of the one-token kernel.
 const ROWS: usize = 4;
@@ -172,7 +172,7 @@ unsafe fn matmul_tokens(
     out: &mut [f32],
 ) {
     // SAFETY: as this function's contract; dx holds the tiles' scales.
-    with_tile_scales(xq, nb, n_tok, |dx| unsafe {
+    with_tile_scales(xq, nb, n_tok, ScaleLayout::TileBlockToken, |dx| unsafe {
         tiles(w, nb, xq, dx, n_tok, rows, out)
     })
 }

@@ -1,7 +1,9 @@
 //! AVX-512 Q8_0 x Q8_0 products: the `--head q8` output head, as `avx2/q8q8.rs` at 512
 //! bits. Two blocks share a register; the int8 products use `vpdpbusd` with an offset
-//! instead of signs (see [`dot_q8_rows`]). The four-scale F16C read is the shared x86 one
-//! (`x86_64/f16c.rs`).
+//! instead of signs (see [`dot_q8_rows`]). One token streams four weight rows against its
+//! activations; a batch takes each weight row against tiles of up to 8 tokens
+//! ([`dot_q8_tokens`]), so a weight block is loaded, offset and its scale read once per tile.
+//! The four-scale F16C read is the shared x86 one (`x86_64/f16c.rs`).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -10,6 +12,7 @@ use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::q8_scales4;
 use crate::x86_64::hsum::hsum_epi32;
+use crate::x86_64::q8_tiles::{PREFETCH_BYTES, ScaleLayout, TOKENS, q8_tiles, with_tile_scales};
 use crate::x86_64::rows::ROWS;
 
 /// The f16 scales of two Q8_0 blocks (at `p` and `p + 34`) as lanes 0 and 1 of an xmm.
@@ -124,6 +127,92 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
     out
 }
 
+/// Q8_0 x Q8_0 dots of one weight row with `T <= TOKENS` activation rows `rb` bytes apart,
+/// each weight block pair loaded and offset once for the `T` rows; `dxs` holds the rows'
+/// activation scales as f32, `nb` apart (`[token][block]`).
+///
+/// Per token the operations of [`dot_q8_rows`] in its order (the same lanes, the same two
+/// accumulators, the same reduction and tail), so a token's result does not depend on the
+/// batch it was computed in; what a tile shares is the weight side: its loads, offsets and
+/// scales.
+///
+/// # Safety
+/// `w` must point at `nb` readable Q8_0 blocks, `x` at `T` rows of `nb` blocks `rb` bytes
+/// apart, `dxs` at `(T - 1) * nb + nb` floats.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_q8_tokens<const T: usize>(
+    w: *const u8,
+    x: *const u8,
+    rb: usize,
+    dxs: *const f32,
+    nb: usize,
+) -> [f32; T] {
+    const BB: usize = Q8_0_BLOCK_BYTES;
+    const { assert!(T <= TOKENS) };
+    let mut acc_a = [_mm512_setzero_ps(); T];
+    let mut acc_b = [_mm512_setzero_ps(); T];
+    let zero = _mm512_setzero_si512();
+    let c80 = _mm512_set1_epi8(-128);
+    let idx_a = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    let idx_b = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    let mut b = 0;
+    while b + 4 <= nb {
+        // SAFETY: blocks b..b + 4 are below nb for the row and every token; the token's
+        // scales b..b + 4 lie inside dxs.
+        unsafe {
+            let wp = w.add(b * BB);
+            // Only hints (prefetches never fault): the row stream, 136 bytes a pass.
+            let pf = wp.wrapping_add(PREFETCH_BYTES);
+            _mm_prefetch::<_MM_HINT_T0>(pf.cast());
+            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64).cast());
+            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(128).cast());
+            let wa = _mm512_xor_si512(q8_pair(wp), c80);
+            let wb = _mm512_xor_si512(q8_pair(wp.add(2 * BB)), c80);
+            let dw = q8_scales4(wp);
+            for t in 0..T {
+                let xp = x.add(t * rb + b * BB);
+                let (xa, xb) = (q8_pair(xp), q8_pair(xp.add(2 * BB)));
+                let na = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xa));
+                let nb_ = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xb));
+                let ia = _mm512_dpbusd_epi32(na, wa, xa);
+                let ib = _mm512_dpbusd_epi32(nb_, wb, xb);
+                let dx = _mm_loadu_ps(dxs.add(t * nb + b));
+                let d = _mm512_castps128_ps512(_mm_mul_ps(dw, dx));
+                let (da, db) = (
+                    _mm512_permutexvar_ps(idx_a, d),
+                    _mm512_permutexvar_ps(idx_b, d),
+                );
+                acc_a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), da, acc_a[t]);
+                acc_b[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), db, acc_b[t]);
+            }
+        }
+        b += 4;
+    }
+    let mut out = [0.0; T];
+    for t in 0..T {
+        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc_a[t], acc_b[t]));
+    }
+    // Up to three blocks left, as in `dot_q8_rows`.
+    let (zero, c80) = (_mm256_setzero_si256(), _mm256_set1_epi8(-128));
+    while b < nb {
+        // SAFETY: block b is below nb for the row and every token.
+        unsafe {
+            let wp = w.add(b * BB);
+            let wu = _mm256_xor_si256(_mm256_loadu_si256(wp.add(2).cast()), c80);
+            let dw = _mm_cvtss_f32(q8_scales2(wp));
+            for (t, o) in out.iter_mut().enumerate() {
+                let xq = _mm256_loadu_si256(x.add(t * rb + b * BB + 2).cast());
+                let neg = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, c80, xq));
+                let isum = _mm256_dpbusd_epi32(neg, wu, xq);
+                *o += (dw * *dxs.add(t * nb + b)) * hsum_epi32(isum) as f32;
+            }
+        }
+        b += 1;
+    }
+    out
+}
+
 /// Same contract as the scalar kernel of this name.
 ///
 /// # Safety
@@ -143,25 +232,47 @@ pub unsafe fn matmul_q8_0_q8_0(
     assert!(
         holds(w.len(), rows.end, rb) && holds(xq.len(), n_tok, rb) && holds(out.len(), n_tok, nr)
     );
-    let base = w.as_ptr();
+    if n_tok > 1 {
+        // SAFETY: shapes checked above; the scales cover every token.
+        return with_tile_scales(xq, nb, n_tok, ScaleLayout::TokenBlock, |dx| unsafe {
+            tiles(w, nb, xq, dx, n_tok, rows, out)
+        });
+    }
+    // One token: four rows at a time against it (the weights are the bound).
+    let (base, xt) = (w.as_ptr(), xq.as_ptr());
     let mut r = rows.start;
     while r < rows.end {
-        let left = rows.end - r;
-        for t in 0..n_tok {
-            let xt = xq[t * rb..].as_ptr();
-            let o = t * nr + (r - rows.start);
-            // SAFETY: the rows used lie below rows.end, inside w (checked above); xt has nb
-            // blocks.
-            unsafe {
-                if left >= ROWS {
-                    let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
-                    let d = dot_q8_rows::<ROWS>(p, xt, nb);
-                    out[o..o + ROWS].copy_from_slice(&d);
-                } else {
-                    out[o] = dot_q8_rows::<1>([base.add(r * rb)], xt, nb)[0];
-                }
+        let o = r - rows.start;
+        // SAFETY: the rows used lie below rows.end, inside w (checked above); xq has nb
+        // blocks.
+        unsafe {
+            if rows.end - r >= ROWS {
+                let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
+                out[o..o + ROWS].copy_from_slice(&dot_q8_rows::<ROWS>(p, xt, nb));
+                r += ROWS;
+            } else {
+                out[o] = dot_q8_rows::<1>([base.add(r * rb)], xt, nb)[0];
+                r += 1;
             }
         }
-        r += if left >= ROWS { ROWS } else { 1 };
     }
+}
+
+/// The batched product: each weight row against tiles of [`TOKENS`] activation rows (the row
+/// stays in L1 between tiles; `x86_64/q8_tiles.rs`), `dx` the scales `[token][block]`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C; `w` holds `rows.end` rows of `nb` blocks, `xq`
+/// `n_tok` such rows, `dx` `n_tok * nb` floats, `out` `n_tok * rows.len()` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn tiles(
+    w: &[u8],
+    nb: usize,
+    xq: &[u8],
+    dx: &[f32],
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out);
 }

@@ -14,7 +14,7 @@ use std::ops::Range;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::hsum::hsum_ps as hsum;
-use crate::x86_64::q8_tiles::{TOKENS, q8_tiles, q8_token_blocks, with_tile_scales};
+use crate::x86_64::q8_tiles::{ScaleLayout, TOKENS, q8_tiles, q8_token_blocks, with_tile_scales};
 
 /// Q8_0 x Q8_0 dots of one weight row with `T <= TOKENS` activation rows `rb` bytes apart:
 /// each weight block is loaded, and its |w| and scale taken, once for the `T` rows. `dx`
@@ -68,7 +68,7 @@ pub unsafe fn matmul_q8_0_q8_0_tokens(
             && holds(out.len(), n_tok, rows.len())
     );
     // SAFETY: shapes checked above; the scales cover the tiles.
-    with_tile_scales(xq, nb, n_tok, |dx| unsafe {
+    with_tile_scales(xq, nb, n_tok, ScaleLayout::TileBlockToken, |dx| unsafe {
         tiles(w, nb, xq, dx, n_tok, rows, out)
     })
 }
