@@ -232,3 +232,35 @@ macro_rules! q8_token_blocks {
     }};
 }
 pub(crate) use q8_token_blocks;
+
+/// The one-token walk of a set's `matmul_q8_0_q8_0`: `$dot::<R>([row pointers; R],
+/// activation row, nb) -> [f32; R]` over groups of four rows (they share every activation
+/// load; the weights are the bound), then single rows. A macro so that it expands inside the
+/// set's `#[target_feature]` function. The caller guarantees `w` holds `rows.end` rows of `nb`
+/// blocks, `xq` one such row and `out` `rows.len()` floats.
+macro_rules! q8_one_token {
+    ($dot:ident, $w:expr, $nb:expr, $xq:expr, $rows:expr, $out:expr) => {{
+        let (w, nb, xq, rows, out): (&[u8], usize, &[u8], std::ops::Range<usize>, &mut [f32]) =
+            ($w, $nb, $xq, $rows, $out);
+        const ROWS: usize = $crate::x86_64::rows::ROWS;
+        let rb = nb * $crate::float::formats::Q8_0_BLOCK_BYTES;
+        let (base, xt) = (w.as_ptr(), xq.as_ptr());
+        let mut r = rows.start;
+        while r < rows.end {
+            let o = r - rows.start;
+            // SAFETY: the rows used lie below rows.end, inside w; xq has nb blocks (the
+            // caller's guarantees).
+            unsafe {
+                if rows.end - r >= ROWS {
+                    let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
+                    out[o..o + ROWS].copy_from_slice(&$dot::<ROWS>(p, xt, nb));
+                    r += ROWS;
+                } else {
+                    out[o] = $dot::<1>([base.add(r * rb)], xt, nb)[0];
+                    r += 1;
+                }
+            }
+        }
+    }};
+}
+pub(crate) use q8_one_token;

@@ -16,10 +16,9 @@ use super::float::hsum;
 use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::{f16_at, q8_scales4};
-use crate::x86_64::q8_tiles::{ScaleLayout, TOKENS, q8_tiles, q8_token_blocks, with_tile_scales};
-
-/// Weight rows per pass of the one-token kernel.
-const ROWS: usize = 4;
+use crate::x86_64::q8_tiles::{
+    ScaleLayout, TOKENS, q8_one_token, q8_tiles, q8_token_blocks, with_tile_scales,
+};
 
 /// The i32 lanes of the dot of the quants of one weight block (`wq`, with `aw = |wq|`) and
 /// one activation block (`xq`).
@@ -134,62 +133,12 @@ pub unsafe fn matmul_q8_0_q8_0(
         holds(w.len(), rows.end, rb) && holds(xq.len(), n_tok, rb) && holds(out.len(), n_tok, nr)
     );
     if n_tok > 1 {
-        // SAFETY: shapes checked above.
-        return unsafe { matmul_tokens(w, nb, xq, n_tok, rows, out) };
+        // Shapes checked above. Each weight row against tiles of up to TOKENS activation
+        // rows (the row stays in L1 between tiles; `x86_64/q8_tiles.rs`); the closure keeps
+        // this function's features.
+        return with_tile_scales(xq, nb, n_tok, ScaleLayout::TileBlockToken, |dx| {
+            q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out)
+        });
     }
-    let base = w.as_ptr();
-    let xt = xq.as_ptr();
-    let mut r = rows.start;
-    while r < rows.end {
-        let o = r - rows.start;
-        // SAFETY: the rows used lie below rows.end, inside w (checked above).
-        unsafe {
-            if rows.end - r >= ROWS {
-                let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
-                out[o..o + ROWS].copy_from_slice(&dot_q8_rows::<ROWS>(p, xt, nb));
-                r += ROWS;
-            } else {
-                out[o] = dot_q8_rows::<1>([base.add(r * rb)], xt, nb)[0];
-                r += 1;
-            }
-        }
-    }
-}
-
-/// The batched product: each weight row against tiles of [`TOKENS`] activation rows (the row
-/// stays in L1 between tiles; `x86_64/q8_tiles.rs`).
-///
-/// # Safety
-/// AVX2/FMA/F16C; `w` holds `rows.end` rows of `nb` blocks, `xq` `n_tok` such rows, `out`
-/// `n_tok * rows.len()` floats.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn matmul_tokens(
-    w: &[u8],
-    nb: usize,
-    xq: &[u8],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    // SAFETY: as this function's contract; dx holds the tiles' scales.
-    with_tile_scales(xq, nb, n_tok, ScaleLayout::TileBlockToken, |dx| unsafe {
-        tiles(w, nb, xq, dx, n_tok, rows, out)
-    })
-}
-
-/// [`matmul_tokens`] with the activation scales `dx` converted (`[tile][block][TOKENS]`).
-///
-/// # Safety
-/// As [`matmul_tokens`]; `dx` holds `n_tok.div_ceil(TOKENS) * nb * TOKENS` floats.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tiles(
-    w: &[u8],
-    nb: usize,
-    xq: &[u8],
-    dx: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out);
+    q8_one_token!(dot_q8_rows, w, nb, xq, rows, out);
 }

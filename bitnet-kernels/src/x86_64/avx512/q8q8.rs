@@ -12,8 +12,9 @@ use crate::extent::holds;
 use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::q8_scales4;
 use crate::x86_64::hsum::hsum_epi32;
-use crate::x86_64::q8_tiles::{PREFETCH_BYTES, ScaleLayout, TOKENS, q8_tiles, with_tile_scales};
-use crate::x86_64::rows::ROWS;
+use crate::x86_64::q8_tiles::{
+    PREFETCH_BYTES, ScaleLayout, TOKENS, q8_one_token, q8_tiles, with_tile_scales,
+};
 
 /// The f16 scales of two Q8_0 blocks (at `p` and `p + 34`) as lanes 0 and 1 of an xmm.
 ///
@@ -50,6 +51,79 @@ unsafe fn q8_pair(p: *const u8) -> __m512i {
     }
 }
 
+/// The two registers of four consecutive blocks at `p` (blocks 0-1 and 2-3).
+///
+/// # Safety
+/// The four blocks must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_quad(p: *const u8) -> [__m512i; 2] {
+    // SAFETY: the caller guarantees the four blocks are readable.
+    unsafe { [q8_pair(p), q8_pair(p.add(2 * Q8_0_BLOCK_BYTES))] }
+}
+
+/// The weight side of the offset trick: `w + 128` as unsigned bytes (`w ^ 0x80`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+fn offset(w: [__m512i; 2]) -> [__m512i; 2] {
+    let c80 = _mm512_set1_epi8(-128);
+    w.map(|v| _mm512_xor_si512(v, c80))
+}
+
+/// The activation side: `-128 * Σx` per i32 lane, where the offset weights' dot starts.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+fn neg_sums(x: [__m512i; 2]) -> [__m512i; 2] {
+    let (zero, c80) = (_mm512_setzero_si512(), _mm512_set1_epi8(-128));
+    x.map(|v| _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, v)))
+}
+
+/// Adds four blocks of one weight row (offset, `wu`) against the same blocks of one activation
+/// row (`x`, with `neg = neg_sums(x)`) to the accumulators, block `j` scaled by lane `j` of
+/// `d` (weight scale times activation scale): lanes 0..8 of `acc[0]` take block 0, lanes
+/// 8..16 block 1, and `acc[1]` blocks 2 and 3.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+fn quad_dot(
+    acc: &mut [__m512; 2],
+    wu: [__m512i; 2],
+    x: [__m512i; 2],
+    neg: [__m512i; 2],
+    d: __m128,
+) {
+    let d = _mm512_castps128_ps512(d);
+    let idx = [
+        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+    ];
+    for i in 0..2 {
+        let isum = _mm512_dpbusd_epi32(neg[i], wu[i], x[i]);
+        let di = _mm512_permutexvar_ps(idx[i], d);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), di, acc[i]);
+    }
+}
+
+/// The dot of one block left past the last four (256 bits wide, the same offset trick),
+/// scaled by `dw * dx`.
+///
+/// # Safety
+/// Both blocks must be readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn tail_block(wp: *const u8, xp: *const u8, dw: f32, dx: f32) -> f32 {
+    let (zero, c80) = (_mm256_setzero_si256(), _mm256_set1_epi8(-128));
+    // SAFETY: the caller guarantees both blocks are readable.
+    let (wq, xq) = unsafe {
+        (
+            _mm256_loadu_si256(wp.add(2).cast()),
+            _mm256_loadu_si256(xp.add(2).cast()),
+        )
+    };
+    let neg = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, c80, xq));
+    let isum = _mm256_dpbusd_epi32(neg, _mm256_xor_si256(wq, c80), xq);
+    (dw * dx) * hsum_epi32(isum) as f32
+}
+
 /// Q8_0 x Q8_0 dots of `R` weight rows with one activation row of `nb` blocks, two blocks
 /// per 512-bit register. The int8 products use `vpdpbusd` with an offset instead of signs:
 /// `(w + 128)` is the unsigned operand (`w ^ 0x80`, one op per row) and the `128 * Σx` it
@@ -63,21 +137,14 @@ unsafe fn q8_pair(p: *const u8) -> __m512i {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize) -> [f32; R] {
     const BB: usize = Q8_0_BLOCK_BYTES;
-    let mut acc_a = [_mm512_setzero_ps(); R];
-    let mut acc_b = [_mm512_setzero_ps(); R];
-    let zero = _mm512_setzero_si512();
-    let c80 = _mm512_set1_epi8(-128);
-    // Lanes 0..8 take scale j, lanes 8..16 scale j + 1.
-    let idx_a = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    let idx_b = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
     let mut b = 0;
     while b + 4 <= nb {
         // SAFETY: blocks b..b + 4 are below nb for x and every row.
         unsafe {
             let xp = x.add(b * BB);
-            let (xa, xb) = (q8_pair(xp), q8_pair(xp.add(2 * BB)));
-            let na = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xa));
-            let nb_ = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xb));
+            let xq = q8_quad(xp);
+            let neg = neg_sums(xq);
             let dx = q8_scales4(xp);
             for r in 0..R {
                 let wp = w[r].add(b * BB);
@@ -87,39 +154,22 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
                 _mm_prefetch::<_MM_HINT_T0>(pf.cast());
                 _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64).cast());
                 _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(128).cast());
-                let ia = _mm512_dpbusd_epi32(na, _mm512_xor_si512(q8_pair(wp), c80), xa);
-                let ib =
-                    _mm512_dpbusd_epi32(nb_, _mm512_xor_si512(q8_pair(wp.add(2 * BB)), c80), xb);
-                let d = _mm512_castps128_ps512(_mm_mul_ps(q8_scales4(wp), dx));
-                let (da, db) = (
-                    _mm512_permutexvar_ps(idx_a, d),
-                    _mm512_permutexvar_ps(idx_b, d),
-                );
-                acc_a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), da, acc_a[r]);
-                acc_b[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), db, acc_b[r]);
+                let d = _mm_mul_ps(q8_scales4(wp), dx);
+                quad_dot(&mut acc[r], offset(q8_quad(wp)), xq, neg, d);
             }
         }
         b += 4;
     }
-    let mut out = [0.0; R];
-    for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc_a[r], acc_b[r]));
-    }
-    // Up to three blocks left: one at a time, 256 bits wide, same offset trick.
-    let (zero, c80) = (_mm256_setzero_si256(), _mm256_set1_epi8(-128));
+    let mut out = acc.map(|[a, b]| _mm512_reduce_add_ps(_mm512_add_ps(a, b)));
+    // Up to three blocks left: one at a time.
     while b < nb {
         // SAFETY: block b is below nb for x and every row.
         unsafe {
             let xp = x.add(b * BB);
-            let xq = _mm256_loadu_si256(xp.add(2).cast());
-            let neg = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, c80, xq));
             let dx = _mm_cvtss_f32(q8_scales2(xp));
             for r in 0..R {
                 let wp = w[r].add(b * BB);
-                let wu = _mm256_xor_si256(_mm256_loadu_si256(wp.add(2).cast()), c80);
-                let isum = _mm256_dpbusd_epi32(neg, wu, xq);
-                let dw = _mm_cvtss_f32(q8_scales2(wp));
-                out[r] += (dw * dx) * hsum_epi32(isum) as f32;
+                out[r] += tail_block(wp, xp, _mm_cvtss_f32(q8_scales2(wp)), dx);
             }
         }
         b += 1;
@@ -150,12 +200,7 @@ unsafe fn dot_q8_tokens<const T: usize>(
 ) -> [f32; T] {
     const BB: usize = Q8_0_BLOCK_BYTES;
     const { assert!(T <= TOKENS) };
-    let mut acc_a = [_mm512_setzero_ps(); T];
-    let mut acc_b = [_mm512_setzero_ps(); T];
-    let zero = _mm512_setzero_si512();
-    let c80 = _mm512_set1_epi8(-128);
-    let idx_a = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    let idx_b = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    let mut acc = [[_mm512_setzero_ps(); 2]; T];
     let mut b = 0;
     while b + 4 <= nb {
         // SAFETY: blocks b..b + 4 are below nb for the row and every token; the token's
@@ -167,45 +212,26 @@ unsafe fn dot_q8_tokens<const T: usize>(
             _mm_prefetch::<_MM_HINT_T0>(pf.cast());
             _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64).cast());
             _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(128).cast());
-            let wa = _mm512_xor_si512(q8_pair(wp), c80);
-            let wb = _mm512_xor_si512(q8_pair(wp.add(2 * BB)), c80);
+            let wu = offset(q8_quad(wp));
             let dw = q8_scales4(wp);
-            for t in 0..T {
-                let xp = x.add(t * rb + b * BB);
-                let (xa, xb) = (q8_pair(xp), q8_pair(xp.add(2 * BB)));
-                let na = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xa));
-                let nb_ = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c80, xb));
-                let ia = _mm512_dpbusd_epi32(na, wa, xa);
-                let ib = _mm512_dpbusd_epi32(nb_, wb, xb);
-                let dx = _mm_loadu_ps(dxs.add(t * nb + b));
-                let d = _mm512_castps128_ps512(_mm_mul_ps(dw, dx));
-                let (da, db) = (
-                    _mm512_permutexvar_ps(idx_a, d),
-                    _mm512_permutexvar_ps(idx_b, d),
-                );
-                acc_a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), da, acc_a[t]);
-                acc_b[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ib), db, acc_b[t]);
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let xq = q8_quad(x.add(t * rb + b * BB));
+                let d = _mm_mul_ps(dw, _mm_loadu_ps(dxs.add(t * nb + b)));
+                quad_dot(acc, wu, xq, neg_sums(xq), d);
             }
         }
         b += 4;
     }
-    let mut out = [0.0; T];
-    for t in 0..T {
-        out[t] = _mm512_reduce_add_ps(_mm512_add_ps(acc_a[t], acc_b[t]));
-    }
+    let mut out = acc.map(|[a, b]| _mm512_reduce_add_ps(_mm512_add_ps(a, b)));
     // Up to three blocks left, as in `dot_q8_rows`.
-    let (zero, c80) = (_mm256_setzero_si256(), _mm256_set1_epi8(-128));
     while b < nb {
-        // SAFETY: block b is below nb for the row and every token.
+        // SAFETY: block b is below nb for the row and every token; dxs holds its scale.
         unsafe {
             let wp = w.add(b * BB);
-            let wu = _mm256_xor_si256(_mm256_loadu_si256(wp.add(2).cast()), c80);
             let dw = _mm_cvtss_f32(q8_scales2(wp));
             for (t, o) in out.iter_mut().enumerate() {
-                let xq = _mm256_loadu_si256(x.add(t * rb + b * BB + 2).cast());
-                let neg = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, c80, xq));
-                let isum = _mm256_dpbusd_epi32(neg, wu, xq);
-                *o += (dw * *dxs.add(t * nb + b)) * hsum_epi32(isum) as f32;
+                let xp = x.add(t * rb + b * BB);
+                *o += tail_block(wp, xp, dw, *dxs.add(t * nb + b));
             }
         }
         b += 1;
@@ -233,46 +259,11 @@ pub unsafe fn matmul_q8_0_q8_0(
         holds(w.len(), rows.end, rb) && holds(xq.len(), n_tok, rb) && holds(out.len(), n_tok, nr)
     );
     if n_tok > 1 {
-        // SAFETY: shapes checked above; the scales cover every token.
-        return with_tile_scales(xq, nb, n_tok, ScaleLayout::TokenBlock, |dx| unsafe {
-            tiles(w, nb, xq, dx, n_tok, rows, out)
+        // Each weight row against tiles of up to TOKENS activation rows (the row stays in L1
+        // between tiles; `x86_64/q8_tiles.rs`); the closure keeps this function's features.
+        return with_tile_scales(xq, nb, n_tok, ScaleLayout::TokenBlock, |dx| {
+            q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out)
         });
     }
-    // One token: four rows at a time against it (the weights are the bound).
-    let (base, xt) = (w.as_ptr(), xq.as_ptr());
-    let mut r = rows.start;
-    while r < rows.end {
-        let o = r - rows.start;
-        // SAFETY: the rows used lie below rows.end, inside w (checked above); xq has nb
-        // blocks.
-        unsafe {
-            if rows.end - r >= ROWS {
-                let p = [0, 1, 2, 3].map(|j| base.add((r + j) * rb));
-                out[o..o + ROWS].copy_from_slice(&dot_q8_rows::<ROWS>(p, xt, nb));
-                r += ROWS;
-            } else {
-                out[o] = dot_q8_rows::<1>([base.add(r * rb)], xt, nb)[0];
-                r += 1;
-            }
-        }
-    }
-}
-
-/// The batched product: each weight row against tiles of [`TOKENS`] activation rows (the row
-/// stays in L1 between tiles; `x86_64/q8_tiles.rs`), `dx` the scales `[token][block]`.
-///
-/// # Safety
-/// AVX-512 F/BW/VL/DQ/VNNI, AVX2, FMA, F16C; `w` holds `rows.end` rows of `nb` blocks, `xq`
-/// `n_tok` such rows, `dx` `n_tok * nb` floats, `out` `n_tok * rows.len()` floats.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn tiles(
-    w: &[u8],
-    nb: usize,
-    xq: &[u8],
-    dx: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out);
+    q8_one_token!(dot_q8_rows, w, nb, xq, rows, out);
 }

@@ -67,25 +67,8 @@ pub unsafe fn matmul_q8_0_q8_0_tokens(
             && holds(xq.len(), n_tok, rb)
             && holds(out.len(), n_tok, rows.len())
     );
-    // SAFETY: shapes checked above; the scales cover the tiles.
-    with_tile_scales(xq, nb, n_tok, ScaleLayout::TileBlockToken, |dx| unsafe {
-        tiles(w, nb, xq, dx, n_tok, rows, out)
+    // Shapes checked above. The closure keeps this function's features (the tiles inline into it).
+    with_tile_scales(xq, nb, n_tok, ScaleLayout::TileBlockToken, |dx| {
+        q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out)
     })
-}
-
-/// The tiles of [`matmul_q8_0_q8_0_tokens`] with the activation scales `dx` converted.
-///
-/// # Safety
-/// AVX2/FMA/F16C and AVX-VNNI; shapes as checked by [`matmul_q8_0_q8_0_tokens`].
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn tiles(
-    w: &[u8],
-    nb: usize,
-    xq: &[u8],
-    dx: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-) {
-    q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out);
 }
