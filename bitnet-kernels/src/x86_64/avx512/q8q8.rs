@@ -188,7 +188,7 @@ unsafe fn dot_q8_rows<const R: usize>(w: [*const u8; R], x: *const u8, nb: usize
 ///
 /// # Safety
 /// `w` must point at `nb` readable Q8_0 blocks, `x` at `T` rows of `nb` blocks `rb` bytes
-/// apart, `dxs` at `(T - 1) * nb + nb` floats.
+/// apart, `dxs` at `T * nb` floats.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_q8_tokens<const T: usize>(
