@@ -9,7 +9,7 @@
 //! loop of 8 accumulators and 8 sources does not fit the 16 registers: it measures spills.)
 //! Also the per-token operations of the batched Q8_0 x Q8_0 head (`x86_64/avx2/q8q8.rs` and
 //! its AVX-VNNI twin) for a tile of 8 tokens, from registers: the bound of the head in
-//! batched decode.
+//! batched decode; and the f32 FMA rate, the bound of the float attention kernels.
 //!
 //! `cargo run --release -p bitnet-kernels --example madd_ceiling -- [SECONDS] [THREADS]`
 //!
@@ -203,6 +203,28 @@ mod x86 {
         }
     }
 
+    /// f32 FMAs (8 lanes) into 12 independent accumulators: the bound of the float attention
+    /// kernels (scores and weighted sums over an f16 cache are FMAs on converted rows). 12
+    /// FMAs of 8 lanes a round: 96 multiply-adds.
+    ///
+    /// # Safety
+    /// AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fma_f32(iters: u64, seed: i8) -> i32 {
+        let mut acc = [_mm256_set1_ps(f32::from(seed)); 12];
+        let (x, y) = (_mm256_set1_ps(0.999), _mm256_set1_ps(1e-4));
+        for _ in 0..iters {
+            for a in acc.iter_mut() {
+                *a = _mm256_fmadd_ps(*a, x, y);
+            }
+        }
+        let mut s = acc[0];
+        for v in &acc[1..] {
+            s = _mm256_add_ps(s, *v);
+        }
+        _mm256_cvtss_f32(s).to_bits() as i32
+    }
+
     #[target_feature(enable = "avx2")]
     fn fold<const N: usize>(acc: &[__m256i; N]) -> i32 {
         let mut s = acc[0];
@@ -233,6 +255,8 @@ fn main() {
         kernels.push(("dpbusd with the tile's unpacking", x86::unpacked_dpbusd, 32));
     }
     if std::arch::is_x86_feature_detected!("fma") {
+        // 96 multiply-adds a round: 3 units of 32.
+        kernels.push(("f32 FMA, 8 lanes (float attention)", x86::fma_f32, 3));
         kernels.push(("Q8_0 head tile of 8 tokens (AVX2)", x86::q8_head, 8));
         if std::arch::is_x86_feature_detected!("avxvnni") {
             kernels.push((
