@@ -280,6 +280,9 @@ run_gen() { # ENGINE PEER ROUND: writes $out/gen-ROUND-PEER-ENGINE.log (engine o
   fi
   log_cmd /usr/bin/time -v "${cmd[@]}"
   /usr/bin/time -v "${cmd[@]}" < /dev/null > "$dst" 2>&1 || say "failed: ${cmd[*]} (see $dst)"
+  # Older llama-cli (bitnet.cpp's, ik_llama.cpp's) writes main.log into its working directory,
+  # this repository's root: keep it with the run's outputs instead.
+  if [ "$engine" != ours ] && [ -f main.log ]; then mv main.log "$dst.main.log"; fi
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
