@@ -67,7 +67,8 @@ pub unsafe fn matmul_q8_0_q8_0_tokens(
             && holds(xq.len(), n_tok, rb)
             && holds(out.len(), n_tok, rows.len())
     );
-    // Shapes checked above. The closure keeps this function's features (the tiles inline into it).
+    // Shapes checked above. The closure keeps this function's features (the tiles inline
+    // into it).
     with_tile_scales(xq, nb, n_tok, ScaleLayout::TileBlockToken, |dx| {
         q8_tiles!(dot_q8_tokens, w, nb, xq, dx, n_tok, rows, out)
     })
