@@ -13,6 +13,38 @@ pub(crate) fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
+/// Adds to `out[t * stride]`, for each of the `T <= 8` vectors `v[t]`, the sum of its eight
+/// lanes: the eight sums come out of one transposing tree of `hadd`s (nine instructions for
+/// all, where one sum at a time takes seven each). Integer sums, so the order is free.
+///
+/// # Safety
+/// AVX2; `out` writable at `t * stride` for t < T.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) unsafe fn add_lane_sums<const T: usize>(v: &[__m256i; T], out: *mut i32, stride: usize) {
+    let mut x = [_mm256_setzero_si256(); 8];
+    x[..T].copy_from_slice(v);
+    // Lane pairs, then quads: h0123's low half holds the low-half sums of x0..x3, its high
+    // half their high-half sums.
+    let h01 = _mm256_hadd_epi32(x[0], x[1]);
+    let h23 = _mm256_hadd_epi32(x[2], x[3]);
+    let h45 = _mm256_hadd_epi32(x[4], x[5]);
+    let h67 = _mm256_hadd_epi32(x[6], x[7]);
+    let h0123 = _mm256_hadd_epi32(h01, h23);
+    let h4567 = _mm256_hadd_epi32(h45, h67);
+    let sums = _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(h0123, h4567),
+        _mm256_permute2x128_si256::<0x31>(h0123, h4567),
+    );
+    let mut s = [0i32; 8];
+    // SAFETY: `s` holds 8 i32 lanes.
+    unsafe { _mm256_storeu_si256(s.as_mut_ptr().cast(), sums) };
+    for (t, &v) in s.iter().enumerate().take(T) {
+        // SAFETY: the caller guarantees `out` is writable at these T positions.
+        unsafe { *out.add(t * stride) += v };
+    }
+}
+
 /// The sum of the eight f32 lanes: halves added, then pairs, then the last two.
 #[target_feature(enable = "avx2")]
 #[inline]

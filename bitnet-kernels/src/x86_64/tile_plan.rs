@@ -3,7 +3,16 @@
 //! register capacity, the columns into passes whose activations (the widest tile's tokens x
 //! the pass's blocks) stay in L1 while every row's weights stream past them. The cut does not
 //! depend on the instruction set, only the tile kernel does.
+//!
+//! Each tile's activations for a pass are first copied into one buffer, block by block and
+//! token by token ([`PackedActs`]): every activation run the tile kernel reads is then at a
+//! constant offset from the pass's start, so the kernel's loads need no address arithmetic.
+//! With the token rows `padded_cols` apart (a run-time stride) the AVX2 8-token block took
+//! 287 instructions, about 50 of them scalar address sums, and spilled more; packed, 177. The
+//! copy is read back by every row of the call (`ternary::ROW_CHUNK`), a few thousandths of
+//! the loads.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use crate::ternary::BLOCK;
@@ -65,9 +74,52 @@ impl TilePlan {
     }
 }
 
+/// One tile's activations for one pass, as the tile kernels read them: the run of token `t`
+/// of block `b` (of the pass) at `(b * T + t) * BLOCK`, for a tile of `T` tokens.
+#[repr(C, align(64))]
+pub(crate) struct PackedActs(MaybeUninit<[i8; TILE_ACT_BYTES]>);
+
+impl PackedActs {
+    pub(crate) fn new() -> Self {
+        PackedActs(MaybeUninit::uninit())
+    }
+
+    /// Packs token rows `t0..t0 + tt` (each `stride` values apart in `q`) over blocks
+    /// `kb..kb + nblk`; the result is what [`TilePlan`] plans fit (`tt * nblk` blocks of
+    /// [`TILE_ACT_BYTES`] at most).
+    pub(crate) fn pack(
+        &mut self,
+        q: &[i8],
+        stride: usize,
+        (t0, tt): (usize, usize),
+        (kb, nblk): (usize, usize),
+    ) -> &[i8] {
+        let len = tt * nblk * BLOCK;
+        assert!(len <= TILE_ACT_BYTES, "a tile pass of {tt} x {nblk} blocks");
+        let dst = self.0.as_mut_ptr().cast::<i8>();
+        for b in 0..nblk {
+            for t in 0..tt {
+                let src = &q[(t0 + t) * stride + (kb + b) * BLOCK..][..BLOCK];
+                // SAFETY: (b * tt + t + 1) * BLOCK <= len <= TILE_ACT_BYTES, and `src` is
+                // another object.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr(),
+                        dst.add((b * tt + t) * BLOCK),
+                        BLOCK,
+                    )
+                };
+            }
+        }
+        // SAFETY: the loops above wrote every one of the first `len` values.
+        unsafe { std::slice::from_raw_parts(dst, len) }
+    }
+}
+
 /// The body of a register-tile `raw_dots_multi` (`crate::ternary::check_raw_dots` shapes): runs
-/// `$tile::<T>(w, q, qstride, nblk, out, ostride)`, the set's kernel adding one row's raw dots
-/// with `T` token rows (1..=8) to `out[t * ostride]`, over every pass, tile and row of the plan.
+/// `$tile::<T>(w, acts, nblk, out, ostride)`, the set's kernel adding one row's raw dots with
+/// `T` token rows (1..=8, packed as [`PackedActs`] lays them out) to `out[t * ostride]`, over
+/// every pass, tile and row of the plan.
 /// A macro, not a function, so it expands inside the caller's `#[target_feature]` function and
 /// the tile kernels inline into it.
 macro_rules! tile_matmul {
@@ -85,25 +137,26 @@ macro_rules! tile_matmul {
             let pc = w.padded_cols();
             let n = rows.len();
             let plan = $crate::x86_64::tile_plan::TilePlan::new(n_tok, blocks.len(), $tile_tokens);
+            let mut packed = $crate::x86_64::tile_plan::PackedActs::new();
             for (kb, nblk) in plan.passes(blocks) {
                 for (t0, tt) in plan.tiles() {
+                    let qp = packed.pack(q, pc, (t0, tt), (kb, nblk)).as_ptr();
                     for (i, r) in rows.clone().enumerate() {
-                        // SAFETY: row `r` blocks kb..kb+nblk exist and tokens t0..t0+tt are in
-                        // `q` (the caller's checked shapes); out[(t0 + t) * n + i] is in
-                        // bounds for t < tt.
+                        // SAFETY: row `r` blocks kb..kb+nblk exist (the caller's checked
+                        // shapes), `qp` holds the tile's tt x nblk blocks, and
+                        // out[(t0 + t) * n + i] is in bounds for t < tt.
                         unsafe {
                             let wp = w.data.as_ptr().add(w.offset(r, kb));
-                            let qp = q.as_ptr().add(t0 * pc + kb * $crate::ternary::BLOCK);
                             let op = out.as_mut_ptr().add(t0 * n + i);
                             match tt {
-                                8 => $tile::<8>(wp, qp, pc, nblk, op, n),
-                                7 => $tile::<7>(wp, qp, pc, nblk, op, n),
-                                6 => $tile::<6>(wp, qp, pc, nblk, op, n),
-                                5 => $tile::<5>(wp, qp, pc, nblk, op, n),
-                                4 => $tile::<4>(wp, qp, pc, nblk, op, n),
-                                3 => $tile::<3>(wp, qp, pc, nblk, op, n),
-                                2 => $tile::<2>(wp, qp, pc, nblk, op, n),
-                                _ => $tile::<1>(wp, qp, pc, nblk, op, n),
+                                8 => $tile::<8>(wp, qp, nblk, op, n),
+                                7 => $tile::<7>(wp, qp, nblk, op, n),
+                                6 => $tile::<6>(wp, qp, nblk, op, n),
+                                5 => $tile::<5>(wp, qp, nblk, op, n),
+                                4 => $tile::<4>(wp, qp, nblk, op, n),
+                                3 => $tile::<3>(wp, qp, nblk, op, n),
+                                2 => $tile::<2>(wp, qp, nblk, op, n),
+                                _ => $tile::<1>(wp, qp, nblk, op, n),
                             }
                         }
                     }

@@ -3,7 +3,7 @@
 //! Each 64-byte row block is read as two 32-byte halves; half `h` gives four code vectors
 //! (`(x >> 2l) & 3`) lined up with the activation runs `64 l + 32 h ..`. `maddubs` (unsigned
 //! codes x signed int8, pair sums <= 512 so no saturation) feeds i16 sums of the four code
-//! vectors (<= 2048), kept in i16 over both halves of a block (decode) or four blocks (the
+//! vectors (<= 2048), kept in i16 over both halves of a block (decode) or eight blocks (the
 //! register tile of prefill and batched decode) and then widened with `madd` against ones.
 //!
 //! Without VNNI, 32 multiply-adds cost at least a `maddubs` and an `add` (the instruction
@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
-use crate::x86_64::hsum::hsum_epi32 as hsum;
+use crate::x86_64::hsum::{add_lane_sums, hsum_epi32 as hsum};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 const PREFETCH_BYTES: usize = 4096;
@@ -126,25 +126,20 @@ pub unsafe fn raw_dots(
     }
 }
 
-/// Adds one 256-column block of one row, against `T` activation rows `qstride` apart, to
-/// the i16 sums `acc16` (each lane moves by at most 8 * 512 = 4096: 8 `maddubs` of codes
-/// <= 2 against int8).
+/// Adds one 256-column block of one row, against the `T` activation runs of the block at
+/// `q` (token `t` at `t * BLOCK`, as `tile_plan::PackedActs` packs them), to the i16 sums
+/// `acc16` (each lane moves by at most 8 * 512 = 4096: 8 `maddubs` of codes <= 2 against
+/// int8).
 ///
 /// Code vector by code vector: each is unpacked once (one or two operations) and multiplied
 /// into every token of the tile straight away, so only one code vector is live beside the
 /// tile's sums. Per `maddubs` that leaves one `add` and 7 / (4 T) unpacking operations.
 ///
 /// # Safety
-/// AVX2; the row's block at `w` and each activation row's block at `q + t * qstride`
-/// readable.
+/// AVX2; the row's block at `w` and `T * BLOCK` activations at `q` readable.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn tile_block<const T: usize>(
-    w: *const u8,
-    q: *const i8,
-    qstride: usize,
-    acc16: &mut [__m256i; T],
-) {
+unsafe fn tile_block<const T: usize>(w: *const u8, q: *const i8, acc16: &mut [__m256i; T]) {
     let m3 = _mm256_set1_epi8(3);
     for h in 0..2 {
         // SAFETY: the caller guarantees the block is readable for the row and every token.
@@ -154,7 +149,7 @@ unsafe fn tile_block<const T: usize>(
             let mut run = |c: __m256i, l: usize| {
                 let ql = qh.add(64 * l);
                 for (t, a) in acc16.iter_mut().enumerate() {
-                    let p = _mm256_maddubs_epi16(c, _mm256_loadu_si256(ql.add(t * qstride).cast()));
+                    let p = _mm256_maddubs_epi16(c, _mm256_loadu_si256(ql.add(t * BLOCK).cast()));
                     *a = _mm256_add_epi16(*a, p);
                 }
             };
@@ -166,20 +161,22 @@ unsafe fn tile_block<const T: usize>(
     }
 }
 
-/// Blocks whose i16 sums a tile keeps before widening them (8 * 4096 = 32768 fits only the
-/// negative side; 4 leaves a factor of two).
-const WIDEN_BLOCKS: usize = 4;
+/// Blocks whose i16 sums a tile keeps before widening them: 8 blocks move a lane by at most
+/// 8 * 8 `maddubs` of two products, each code <= 2 times an activation in -128..=127, so
+/// from -32768 to 32512: the i16 range, exactly (`quantize_act` clamps to -128..=127).
+const WIDEN_BLOCKS: usize = 8;
 
-/// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows.
+/// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows, packed as
+/// `tile_plan::PackedActs` lays them out.
 ///
 /// # Safety
-/// AVX2; `w`, `q` readable for `nblk` blocks (T rows of `q`); `out` writable at T positions.
+/// AVX2; `w` readable for `nblk` blocks, `q` for `nblk * T` activation runs; `out` writable
+/// at T positions.
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn tile<const T: usize>(
     w: *const u8,
     q: *const i8,
-    qstride: usize,
     nblk: usize,
     out: *mut i32,
     ostride: usize,
@@ -194,14 +191,7 @@ unsafe fn tile<const T: usize>(
             // Few-token matmuls (batched decode) stream cold weights: prefetch this row ahead.
             _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 16) * BLOCK_STRIDE).cast());
             // SAFETY: block b is readable for the row and the tokens.
-            unsafe {
-                tile_block::<T>(
-                    w.add(b * BLOCK_STRIDE),
-                    q.add(b * BLOCK),
-                    qstride,
-                    &mut acc16,
-                )
-            };
+            unsafe { tile_block::<T>(w.add(b * BLOCK_STRIDE), q.add(b * T * BLOCK), &mut acc16) };
             b += 1;
         }
         // The i32 sums stay in memory for wide tiles; they are touched once per WIDEN_BLOCKS.
@@ -209,10 +199,8 @@ unsafe fn tile<const T: usize>(
             *a = _mm256_add_epi32(*a, _mm256_madd_epi16(*a16, ones));
         }
     }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: the caller guarantees `out` is writable at these T positions.
-        unsafe { *out.add(t * ostride) += hsum(*a) };
-    }
+    // SAFETY: the caller guarantees `out` is writable at these T positions.
+    unsafe { add_lane_sums(&acc, out, ostride) };
 }
 
 /// Register-tile matmul: each row's block unpacked once for a tile of token rows (all of them

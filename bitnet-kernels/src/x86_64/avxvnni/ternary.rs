@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
-use crate::x86_64::hsum::hsum_epi32 as hsum;
+use crate::x86_64::hsum::add_lane_sums;
 
 /// Bytes from one block of a row to its next (the row group's blocks are interleaved).
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
@@ -20,20 +20,19 @@ const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// the weight half, the code vector and the mask).
 const TILE_TOKENS: usize = 8;
 
-/// Adds one 256-column block of one row, against `T` activation rows `qstride` apart, to
-/// the i32 sums `acc`: each code vector is unpacked once and multiplied into every token of
+/// Adds one 256-column block of one row, against the `T` activation runs of the block at
+/// `q` (token `t` at `t * BLOCK`, as `tile_plan::PackedActs` packs them), to the i32 sums
+/// `acc`: each code vector is unpacked once and multiplied into every token of
 /// the tile straight away. Code vector `k` (of 8) goes to sum set `k % S`: with few tokens,
 /// `S` sets give each token `S` independent chains of `vpdpbusd`.
 ///
 /// # Safety
-/// AVX2 and AVX-VNNI; the row's block at `w` and each activation row's block at
-/// `q + t * qstride` readable.
+/// AVX2 and AVX-VNNI; the row's block at `w` and `T * BLOCK` activations at `q` readable.
 #[target_feature(enable = "avx2,avxvnni")]
 #[inline]
 unsafe fn tile_block<const T: usize, const S: usize>(
     w: *const u8,
     q: *const i8,
-    qstride: usize,
     acc: &mut [[__m256i; T]; S],
 ) {
     let m3 = _mm256_set1_epi8(3);
@@ -45,7 +44,7 @@ unsafe fn tile_block<const T: usize, const S: usize>(
             let mut run = |c: __m256i, l: usize| {
                 let ql = qh.add(64 * l);
                 for (t, a) in acc[(4 * h + l) % S].iter_mut().enumerate() {
-                    let act = _mm256_loadu_si256(ql.add(t * qstride).cast());
+                    let act = _mm256_loadu_si256(ql.add(t * BLOCK).cast());
                     *a = _mm256_dpbusd_avx_epi32(*a, c, act);
                 }
             };
@@ -57,18 +56,17 @@ unsafe fn tile_block<const T: usize, const S: usize>(
     }
 }
 
-/// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows, in `S` sum
-/// sets.
+/// Adds to `out[t * ostride]` the raw dots of one row with `T` activation rows (packed as
+/// `tile_plan::PackedActs` lays them out), in `S` sum sets.
 ///
 /// # Safety
-/// AVX2 and AVX-VNNI; `w`, `q` readable for `nblk` blocks (T rows of `q`); `out` writable at
-/// T positions.
+/// AVX2 and AVX-VNNI; `w` readable for `nblk` blocks, `q` for `nblk * T` activation runs;
+/// `out` writable at T positions.
 #[target_feature(enable = "avx2,avxvnni")]
 #[inline]
 unsafe fn tile_sets<const T: usize, const S: usize>(
     w: *const u8,
     q: *const i8,
-    qstride: usize,
     nblk: usize,
     out: *mut i32,
     ostride: usize,
@@ -78,16 +76,16 @@ unsafe fn tile_sets<const T: usize, const S: usize>(
         // Few-token matmuls (batched decode) stream cold weights: prefetch this row ahead.
         _mm_prefetch::<_MM_HINT_T1>(w.wrapping_add((b + 16) * BLOCK_STRIDE).cast());
         // SAFETY: block b is readable for the row and the tokens.
-        unsafe { tile_block::<T, S>(w.add(b * BLOCK_STRIDE), q.add(b * BLOCK), qstride, &mut acc) };
+        unsafe { tile_block::<T, S>(w.add(b * BLOCK_STRIDE), q.add(b * T * BLOCK), &mut acc) };
     }
-    for t in 0..T {
-        let mut a = acc[0][t];
-        for set in &acc[1..] {
-            a = _mm256_add_epi32(a, set[t]);
+    let mut sums = acc[0];
+    for set in &acc[1..] {
+        for (a, s) in sums.iter_mut().zip(set) {
+            *a = _mm256_add_epi32(*a, *s);
         }
-        // SAFETY: the caller guarantees `out` is writable at these T positions.
-        unsafe { *out.add(t * ostride) += hsum(a) };
     }
+    // SAFETY: the caller guarantees `out` is writable at these T positions.
+    unsafe { add_lane_sums(&sums, out, ostride) };
 }
 
 /// [`tile_sets`] with as many sum sets as keep `vpdpbusd` busy: each sum is a dependency
@@ -102,7 +100,6 @@ unsafe fn tile_sets<const T: usize, const S: usize>(
 unsafe fn tile<const T: usize>(
     w: *const u8,
     q: *const i8,
-    qstride: usize,
     nblk: usize,
     out: *mut i32,
     ostride: usize,
@@ -110,9 +107,9 @@ unsafe fn tile<const T: usize>(
     // SAFETY: the caller's guarantees are the callee's.
     unsafe {
         if T >= 7 {
-            tile_sets::<T, 1>(w, q, qstride, nblk, out, ostride)
+            tile_sets::<T, 1>(w, q, nblk, out, ostride)
         } else {
-            tile_sets::<T, 2>(w, q, qstride, nblk, out, ostride)
+            tile_sets::<T, 2>(w, q, nblk, out, ostride)
         }
     }
 }
