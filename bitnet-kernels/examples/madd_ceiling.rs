@@ -2,8 +2,11 @@
 //! how many `vpmaddubsw` + `vpaddw` pairs (32 int8 multiply-adds and their accumulation,
 //! the least any AVX2 int8 dot product without VNNI spends on 32 weights) one core retires
 //! per second, from registers only (no loads, no unpacking), with 12 independent
-//! accumulators as the tile keeps. Also the pair rate with the tile's unpacking (one
-//! `vpand`, and a `vpsrlw` for three of four code vectors, per 12 pairs). On a CPU with
+//! accumulators as the tile keeps. Also the tile's whole block loop for 8 and 12 tokens
+//! (weights from L2, packed activations from L1 as memory operands, the unpacking), its
+//! order fixed in `asm!`, with no per-row work: the most the kernel's loop can do. (The
+//! intrinsics row this replaced, 12 sums against 12 activation registers, measured its own
+//! spills: 174 GMAC/s a thread on Zen 5 where the loop reaches 212-218.) On a CPU with
 //! AVX-VNNI, the same tile shape with `vpdpbusd` (32 multiply-adds and their accumulation in
 //! one instruction) and the 8 accumulators of the `avxvnni` set's tile. (A `vpdpbusd`-only
 //! loop of 8 accumulators and 8 sources does not fit the 16 registers: it measures spills.)
@@ -47,36 +50,72 @@ mod x86 {
         fold(&acc)
     }
 
-    /// The tile's shape: per round, 4 code vectors unpacked from one register (4 `and`,
-    /// 3 shifts), each multiplied into all 12 accumulators (48 pairs a round).
-    ///
-    /// # Safety
-    /// AVX2.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn unpacked_pairs(iters: u64, seed: i8) -> i32 {
-        let m3 = _mm256_set1_epi8(3);
-        let mut x = _mm256_set1_epi8(seed);
-        let mut a = [_mm256_setzero_si256(); ACC];
-        let mut acc = [_mm256_setzero_si256(); ACC];
-        for (i, v) in a.iter_mut().enumerate() {
-            *v = _mm256_set1_epi8(seed.wrapping_add(i as i8));
-        }
-        for _ in 0..iters {
-            let c = [
-                _mm256_and_si256(x, m3),
-                _mm256_and_si256(_mm256_srli_epi16::<2>(x), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(x), m3),
-                _mm256_and_si256(_mm256_srli_epi16::<6>(x), m3),
-            ];
-            for &c in &c {
-                for (s, &v) in acc.iter_mut().zip(&a) {
-                    *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(c, v));
-                }
-            }
-            x = std::hint::black_box(x);
-        }
-        fold(&acc)
+    /// `a[t] += maddubs(c, q[t * 256..])` for each listed slot `t`, in this order: the tile's
+    /// step for one code vector, in `asm!` so that the compiler can neither reorder nor
+    /// spill it (it does both to the intrinsics version of a 12-token tile).
+    macro_rules! tile_step {
+        ($c:expr, $q:expr, $a:ident, $($t:literal)*) => {
+            std::arch::asm!(
+                $(
+                    concat!("vpmaddubsw {t}, {c}, ymmword ptr [{q} + ", $t, " * 256]"),
+                    concat!("vpaddw {", $t, "}, {", $t, "}, {t}"),
+                )*
+                $(inout(ymm_reg) $a[$t],)*
+                c = in(ymm_reg) $c,
+                q = in(reg) $q,
+                t = out(ymm_reg) _,
+                options(pure, readonly, nostack, preserves_flags)
+            )
+        };
     }
+
+    /// The register tile's block loop (`src/x86_64/avx2/ternary.rs`, `tile_block`) for `$n`
+    /// tokens with nothing else: per round one 64-byte weight block (two halves, from a
+    /// 512 KiB buffer read 64 bytes of every 256, as the repacked rows are: L2), its 8 code
+    /// vectors unpacked (4 `and`, 3 shifts a half), each multiplied into the `$n` tokens'
+    /// i16 sums with the activations as memory operands (packed as the kernel packs them,
+    /// 16 blocks of 8 tokens or 10 of 12: L1). No widening and no per-row work: the most the
+    /// kernel's loop can do on this CPU.
+    macro_rules! tile_loop {
+        ($name:ident, $n:literal, $($t:literal)*) => {
+            /// # Safety
+            /// AVX2.
+            #[target_feature(enable = "avx2")]
+            pub unsafe fn $name(iters: u64, seed: i8) -> i32 {
+                const W_BLOCKS: usize = 2048;
+                const Q_BLOCKS: usize = 128 / $n;
+                let w: Vec<u8> = (0..W_BLOCKS * 256).map(|i| (i as u8).wrapping_mul(seed as u8 | 1)).collect();
+                let q: Vec<i8> = (0..Q_BLOCKS * $n * 256).map(|i| (i % 251) as i8 ^ seed).collect();
+                let m3 = _mm256_set1_epi8(3);
+                let mut a = [_mm256_setzero_si256(); $n];
+                for i in 0..iters as usize {
+                    let wb = w.as_ptr().wrapping_add((i % W_BLOCKS) * 256);
+                    let qb = q.as_ptr().wrapping_add((i % Q_BLOCKS) * $n * 256);
+                    _mm_prefetch::<_MM_HINT_T1>(wb.wrapping_add(4096).cast());
+                    for h in 0..2 {
+                        // SAFETY: block i % W_BLOCKS of `w` and i % Q_BLOCKS of `q` lie inside
+                        // the buffers (32-byte reads at offsets below 256 and $n * 256).
+                        unsafe {
+                            let x = _mm256_loadu_si256(wb.add(32 * h).cast());
+                            let qh = qb.add(32 * h);
+                            let c0 = _mm256_and_si256(x, m3);
+                            tile_step!(c0, qh, a, $($t)*);
+                            let c1 = _mm256_and_si256(_mm256_srli_epi16::<2>(x), m3);
+                            tile_step!(c1, qh.add(64), a, $($t)*);
+                            let c2 = _mm256_and_si256(_mm256_srli_epi16::<4>(x), m3);
+                            tile_step!(c2, qh.add(128), a, $($t)*);
+                            let c3 = _mm256_and_si256(_mm256_srli_epi16::<6>(x), m3);
+                            tile_step!(c3, qh.add(192), a, $($t)*);
+                        }
+                    }
+                }
+                fold(&a)
+            }
+        };
+    }
+
+    tile_loop!(tile_loop8, 8, 0 1 2 3 4 5 6 7);
+    tile_loop!(tile_loop12, 12, 0 1 2 3 4 5 6 7 8 9 10 11);
 
     /// Accumulators of the AVX-VNNI tile (`src/x86_64/avxvnni/ternary.rs`).
     const VNNI_ACC: usize = 8;
@@ -249,7 +288,12 @@ fn main() {
     // Pairs a round of each kernel.
     let mut kernels: Vec<(&str, Kernel, u64)> = vec![
         ("maddubs+add pairs", x86::pairs, 12),
-        ("pairs with the tile's unpacking", x86::unpacked_pairs, 48),
+        (
+            "the tile's block loop, 8 tokens (as the kernel)",
+            x86::tile_loop8,
+            64,
+        ),
+        ("the tile's block loop, 12 tokens", x86::tile_loop12, 96),
     ];
     if std::arch::is_x86_feature_detected!("avxvnni") {
         kernels.push(("dpbusd with the tile's unpacking", x86::unpacked_dpbusd, 32));

@@ -148,6 +148,11 @@ unsafe fn tile_block<const T: usize>(w: *const u8, q: *const i8, acc16: &mut [__
             let qh = q.add(32 * h);
             let mut run = |c: __m256i, l: usize| {
                 let ql = qh.add(64 * l);
+                if T == 8 {
+                    // SAFETY: T == 8: the array is an [__m256i; 8].
+                    tile_step8(c, ql, &mut *(acc16 as *mut [__m256i; T]).cast());
+                    return;
+                }
                 for (t, a) in acc16.iter_mut().enumerate() {
                     let p = _mm256_maddubs_epi16(c, _mm256_loadu_si256(ql.add(t * BLOCK).cast()));
                     *a = _mm256_add_epi16(*a, p);
@@ -159,6 +164,50 @@ unsafe fn tile_block<const T: usize>(w: *const u8, q: *const i8, acc16: &mut [__
             run(_mm256_and_si256(_mm256_srli_epi16::<6>(x), m3), 3);
         }
     }
+}
+
+/// `a[t] += maddubs(c, q[t * BLOCK..])` for the 8 tokens of a full tile, in this order, in
+/// `asm!`: the compiler, given the same steps as intrinsics, reassociated the adds and
+/// spilled sums.
+///
+/// # Safety
+/// AVX2; `q` readable at `t * BLOCK` (32 bytes) for t < 8.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn tile_step8(c: __m256i, q: *const i8, a: &mut [__m256i; 8]) {
+    // SAFETY: reads the 8 runs the caller guarantees; register arithmetic otherwise.
+    unsafe {
+        std::arch::asm!(
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q}]",
+            "vpaddw {0}, {0}, {t}",
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q} + 256]",
+            "vpaddw {1}, {1}, {t}",
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q} + 512]",
+            "vpaddw {2}, {2}, {t}",
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q} + 768]",
+            "vpaddw {3}, {3}, {t}",
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q} + 1024]",
+            "vpaddw {4}, {4}, {t}",
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q} + 1280]",
+            "vpaddw {5}, {5}, {t}",
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q} + 1536]",
+            "vpaddw {6}, {6}, {t}",
+            "vpmaddubsw {t}, {c}, ymmword ptr [{q} + 1792]",
+            "vpaddw {7}, {7}, {t}",
+            inout(ymm_reg) a[0],
+            inout(ymm_reg) a[1],
+            inout(ymm_reg) a[2],
+            inout(ymm_reg) a[3],
+            inout(ymm_reg) a[4],
+            inout(ymm_reg) a[5],
+            inout(ymm_reg) a[6],
+            inout(ymm_reg) a[7],
+            c = in(ymm_reg) c,
+            q = in(reg) q,
+            t = out(ymm_reg) _,
+            options(pure, readonly, nostack, preserves_flags)
+        )
+    };
 }
 
 /// Blocks whose i16 sums a tile keeps before widening them: 8 blocks move a lane by at most
