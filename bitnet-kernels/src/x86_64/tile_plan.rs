@@ -8,9 +8,9 @@
 //! token by token ([`PackedActs`]): every activation run the tile kernel reads is then at a
 //! constant offset from the pass's start, so the kernel's loads need no address arithmetic.
 //! With the token rows `padded_cols` apart (a run-time stride) the AVX2 8-token block took
-//! 287 instructions, about 50 of them scalar address sums, and spilled more; packed, 177. The
-//! copy is read back by every row of the call (`ternary::ROW_CHUNK`), a few thousandths of
-//! the loads.
+//! 287 instructions, about 50 of them scalar address sums, and spilled more; packed, 177 (175
+//! with its step in `asm!`). The copy is read back by every row of the call
+//! (`ternary::ROW_CHUNK`), a few thousandths of the loads.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
