@@ -285,7 +285,8 @@ pub(crate) fn xor_popcounts(
     scalar::binary::xor_popcounts(w, x, rows, words, out)
 }
 
-const ROW_CHUNK: usize = 256;
+/// Rows a kernel call takes, as the ternary products (the engine cuts both alike).
+const ROW_CHUNK: usize = crate::ternary::MATMUL_CALL_ROWS;
 
 /// `out[i] = (sum_j w[rows.start + i][j] * q[j]) as f32 * w_scale / act.scale` (per-group
 /// scales: summed group by group in f32, then divided by `act.scale`).

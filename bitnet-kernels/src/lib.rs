@@ -85,4 +85,4 @@ pub use binary::{BinaryActs, BinaryMatrix, binary_binary_matvec, binary_matmul, 
 pub use error::KernelError;
 pub use formats::{pack_i2s, pack_q1, pack_tq1_0, pack_tq2_0};
 pub use isa::Isa;
-pub use ternary::{TernaryMatrix, TernarySource, ternary_matmul, ternary_matvec};
+pub use ternary::{MATMUL_CALL_ROWS, TernaryMatrix, TernarySource, ternary_matmul, ternary_matvec};

@@ -576,11 +576,45 @@ pub(crate) fn raw_dots_multi(
     scalar::ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out)
 }
 
-/// Rows handed to a kernel call at once (bounds the scratch buffers). A multi-token call
+/// Rows handed to a kernel call at once, about (see [`call_ranges`]). A multi-token call
 /// reads every token's activations once per call (the register tiles pack them per pass):
-/// 256 rows measured 1.5-2% faster than 128 at 512 tokens (AVX2, 2B-4T shapes), and 512 no
-/// faster than 256.
-const ROW_CHUNK: usize = 256;
+/// 256 rows measured 1.5-2% faster than 128 at 512 tokens (AVX2, 2B-4T shapes), and 384 or
+/// 512 no faster than 256. Callers that cut a product into row ranges for threads gain
+/// from ranges of at least this many rows.
+pub const MATMUL_CALL_ROWS: usize = 256;
+/// The most rows [`call_ranges`] gives one call (bounds the scratch buffers).
+const MAX_CALL_ROWS: usize = MATMUL_CALL_ROWS + MATMUL_CALL_ROWS / 2;
+
+/// From this many tokens [`call_ranges`] cuts a range into calls of one size. Below it the
+/// activations are a few KiB and calls go by whole [`MATMUL_CALL_ROWS`] (8 sequences of
+/// batched decode, AVX2: calls of one size (320 rows, not 256 and 64) ran 0.973x, 1 of 6
+/// interleaved rounds).
+const EVEN_CALLS_FROM_TOKENS: usize = 16;
+
+/// The kernel calls `rows` is cut into for `n_tok` tokens. From [`EVEN_CALLS_FROM_TOKENS`]:
+/// about [`MATMUL_CALL_ROWS`] rows each, all of one size (within two [`ROW_GROUP`]s,
+/// boundaries on groups from `rows.start`) and under [`MAX_CALL_ROWS`], so a range of 266
+/// rows is one call, not 256 and 10 (every call reads all the tokens' activations). Fewer
+/// tokens: [`MATMUL_CALL_ROWS`] at a time.
+fn call_ranges(rows: Range<usize>, n_tok: usize) -> impl Iterator<Item = Range<usize>> {
+    let n = rows.len();
+    let even = n_tok >= EVEN_CALLS_FROM_TOKENS;
+    let calls = if even {
+        ((n + MATMUL_CALL_ROWS / 2) / MATMUL_CALL_ROWS).max(1)
+    } else {
+        n.div_ceil(MATMUL_CALL_ROWS).max(1)
+    };
+    let cut = move |c: usize| {
+        if c == calls {
+            rows.end
+        } else if even {
+            rows.start + n * c / calls / ROW_GROUP * ROW_GROUP
+        } else {
+            rows.start + c * MATMUL_CALL_ROWS
+        }
+    };
+    (0..calls).map(move |c| cut(c)..cut(c + 1))
+}
 
 thread_local! {
     static SCRATCH: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
@@ -658,9 +692,8 @@ pub fn ternary_matmul(
     }
     let pc = w.padded_cols();
     match &w.block_scales {
-        None => with_scratch(n_tok * ROW_CHUNK, |scratch| {
-            for r0 in rows.clone().step_by(ROW_CHUNK) {
-                let r1 = (r0 + ROW_CHUNK).min(rows.end);
+        None => with_scratch(n_tok * MAX_CALL_ROWS, |scratch| {
+            for Range { start: r0, end: r1 } in call_ranges(rows.clone(), n_tok) {
                 let n = r1 - r0;
                 let raw = &mut scratch[..n_tok * n];
                 if n_tok == 1 {
@@ -681,9 +714,8 @@ pub fn ternary_matmul(
             // Slow path: per-block integer dots, combined in f32 with each block's scale.
             let sums = block_sums(q, n_tok, pc, w.blocks);
             out.fill(0.0);
-            with_scratch(n_tok * ROW_CHUNK, |scratch| {
-                for r0 in rows.clone().step_by(ROW_CHUNK) {
-                    let r1 = (r0 + ROW_CHUNK).min(rows.end);
+            with_scratch(n_tok * MAX_CALL_ROWS, |scratch| {
+                for Range { start: r0, end: r1 } in call_ranges(rows.clone(), n_tok) {
                     let n = r1 - r0;
                     let raw = &mut scratch[..n_tok * n];
                     for b in 0..w.blocks {
@@ -757,5 +789,42 @@ impl TernaryMatrix {
     /// The repacked weight bytes (for bandwidth probes and diagnostics).
     pub fn packed_bytes(&self) -> &[u8] {
         &self.data
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ranges_cover_the_rows_in_calls_of_about_one_size() {
+        for n_tok in [1, EVEN_CALLS_FROM_TOKENS - 1, EVEN_CALLS_FROM_TOKENS, 512] {
+            let even = n_tok >= EVEN_CALLS_FROM_TOKENS;
+            for start in [0, 3, 256] {
+                for n in 0..2000 {
+                    let at = format!("{n_tok} tokens, {start}..+{n}");
+                    let calls: Vec<_> = call_ranges(start..start + n, n_tok).collect();
+                    assert_eq!(calls.first().map(|r| r.start), Some(start), "{at}");
+                    assert_eq!(calls.last().map(|r| r.end), Some(start + n), "{at}");
+                    for pair in calls.windows(2) {
+                        assert_eq!(pair[0].end, pair[1].start, "{at}: contiguous");
+                        assert_eq!((pair[0].end - start) % ROW_GROUP, 0, "{at}: on groups");
+                    }
+                    let (lo, hi) = calls.iter().fold((usize::MAX, 0), |(lo, hi), r| {
+                        (lo.min(r.len()), hi.max(r.len()))
+                    });
+                    if even {
+                        assert!(hi < MAX_CALL_ROWS, "{at}: a call of {hi} rows");
+                        assert!(hi - lo < 2 * ROW_GROUP, "{at}: calls of {lo} and {hi} rows");
+                        if n >= MATMUL_CALL_ROWS {
+                            assert!(lo > MATMUL_CALL_ROWS / 2, "{at}: a call of {lo} rows");
+                        }
+                    } else {
+                        assert_eq!(hi, n.min(MATMUL_CALL_ROWS), "{at}: the longest call");
+                        assert_eq!(calls.len(), n.div_ceil(MATMUL_CALL_ROWS).max(1), "{at}");
+                    }
+                }
+            }
+        }
     }
 }

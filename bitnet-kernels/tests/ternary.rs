@@ -144,38 +144,39 @@ fn extreme_values_do_not_overflow() {
 #[test]
 fn matmul_over_several_kernel_calls_matches_the_exact_dots() {
     // More rows than one kernel call takes (`ternary_matmul` cuts a product into calls of
-    // 256 rows, each packing the tiles' activations again), a range off every boundary and
-    // two token tiles: every output is the exact integer dot of its row, scaled as the API
-    // says, whatever call and tile computed it.
+    // about 256 rows, each packing the tiles' activations again; of one size from 16
+    // tokens), ranges off every boundary (two calls, the longest single call, three calls)
+    // and two or three token tiles: every output is the exact integer dot of its row,
+    // scaled as the API says, whatever call and tile computed it.
     let mut rng = StdRng::seed_from_u64(41);
-    let (rows, cols, n_tok, w_scale) = (600, 3200, 9, 0.5f32);
+    let (rows, cols, w_scale) = (700, 3200, 0.5f32);
     let trits = rand_trits(&mut rng, rows * cols);
     let w = TernaryMatrix::from_trits(&trits, rows, cols, w_scale).unwrap();
     let pc = w.padded_cols();
-    let mut q = vec![0i8; n_tok * pc];
-    let acts: Vec<ActScale> = (0..n_tok)
+    let mut q = vec![0i8; 17 * pc];
+    let acts: Vec<ActScale> = (0..17)
         .map(|t| {
             let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-2.0f32..2.0)).collect();
             quantize_act(Isa::Scalar, &x, &mut q[t * pc..(t + 1) * pc])
         })
         .collect();
-    let range = 5..597;
-    let n = range.len();
-    for isa in Isa::available() {
-        let mut got = vec![0f32; n_tok * n];
-        ternary_matmul(isa, &w, &q, &acts, range.clone(), &mut got);
-        for (t, act) in acts.iter().enumerate() {
-            let mut dots = vec![0i32; n];
-            ternary_int_dots(
-                Isa::Scalar,
-                &w,
-                &q[t * pc..(t + 1) * pc],
-                range.clone(),
-                &mut dots,
-            );
-            let mul = w_scale / act.scale;
-            let want: Vec<f32> = dots.iter().map(|&d| d as f32 * mul).collect();
-            assert_eq!(got[t * n..(t + 1) * n], want[..], "{isa} token {t}");
+    for n_tok in [9, 17] {
+        let (q, acts) = (&q[..n_tok * pc], &acts[..n_tok]);
+        for range in [5..597, 0..383, 1..700] {
+            let n = range.len();
+            for isa in Isa::available() {
+                let mut got = vec![0f32; n_tok * n];
+                ternary_matmul(isa, &w, q, acts, range.clone(), &mut got);
+                for (t, act) in acts.iter().enumerate() {
+                    let mut dots = vec![0i32; n];
+                    let qt = &q[t * pc..(t + 1) * pc];
+                    ternary_int_dots(Isa::Scalar, &w, qt, range.clone(), &mut dots);
+                    let mul = w_scale / act.scale;
+                    let want: Vec<f32> = dots.iter().map(|&d| d as f32 * mul).collect();
+                    let at = format!("{isa} {n_tok} tokens {range:?} token {t}");
+                    assert_eq!(got[t * n..(t + 1) * n], want[..], "{at}");
+                }
+            }
         }
     }
 }
