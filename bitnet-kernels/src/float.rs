@@ -291,6 +291,24 @@ pub fn rmsnorm(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     scalar::rmsnorm(x, weight, eps, out)
 }
 
+/// The largest value of `x` that is not NaN (`-inf` if there is none). Eight running maxima,
+/// so the compiler vectorizes it: a plain `fold` of `f32::max` runs one value at a time, and
+/// at pp512 it was a third of the softmax's time.
+fn max_skipping_nan(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            // A NaN compares false: skipped, as `f32::max` skips it.
+            if v > *m {
+                *m = v;
+            }
+        }
+    }
+    let rest = chunks.remainder().iter().chain(&lanes);
+    rest.fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
 /// In-place softmax, max-subtracted. A row with no finite maximum (all `-inf`, as a fully
 /// masked row would be) becomes all zeros rather than NaN; a NaN anywhere makes the row NaN.
 ///
@@ -301,7 +319,7 @@ pub fn softmax_inplace(isa: Isa, x: &mut [f32]) -> (f32, f32) {
     if x.is_empty() {
         return (f32::NEG_INFINITY, 0.0);
     }
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let max = max_skipping_nan(x);
     if !max.is_finite() {
         if max == f32::NEG_INFINITY {
             // The maximum skips NaNs: a row with no finite value but a NaN is NaN, and its
@@ -377,4 +395,35 @@ pub fn scale_inplace(isa: Isa, x: &mut [f32], s: f32) {
         return simd.scale_inplace(x, s);
     }
     scalar::scale_inplace(x, s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_skipping_nan_is_the_fold_of_f32_max() {
+        // Lengths around the eight lanes, NaNs and infinities anywhere, the maximum in every
+        // lane and in the remainder.
+        let mut seed = 7u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            seed
+        };
+        for len in 0..40 {
+            for _ in 0..50 {
+                let x: Vec<f32> = (0..len)
+                    .map(|_| match next() % 10 {
+                        0 => f32::NAN,
+                        1 => f32::NEG_INFINITY,
+                        2 if next() % 4 == 0 => f32::INFINITY,
+                        _ => (next() % 2001) as f32 / 100.0 - 10.0,
+                    })
+                    .collect();
+                let want = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                let got = max_skipping_nan(&x);
+                assert_eq!(got.to_bits(), want.to_bits(), "{x:?}");
+            }
+        }
+    }
 }
