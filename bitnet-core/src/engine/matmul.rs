@@ -81,31 +81,24 @@ pub(super) fn n_chunks(
 }
 
 fn lin_chunks(lin: &Linear, nt: usize, n_tok: usize) -> usize {
+    let (rows, align, bytes) = (lin.rows, lin.align(), lin.stream_bytes());
     if n_tok < BATCH_TOKENS {
-        return n_chunks(
-            lin.rows,
-            lin.align(),
-            lin.stream_bytes(),
-            nt,
-            CHUNKS_PER_THREAD,
-        );
+        return n_chunks(rows, align, bytes, nt, CHUNKS_PER_THREAD);
     }
-    let chunks = n_chunks(
-        lin.rows,
-        lin.align(),
-        lin.stream_bytes(),
-        nt,
-        BATCH_CHUNKS_PER_THREAD,
-    );
-    // A kernel call reads every token's activations once (512 tokens of a 6912-column
-    // input: 3.5 MB, from L3), so a chunk of fewer rows than a call takes reads them more
-    // often per multiply-add. Where the rows allow it, each thread gets a whole number of
-    // chunks of at least MATMUL_CALL_ROWS, and at least two (so a slow thread still hands
-    // work over). At pp512 on 2 threads (AVX2, 2B-4T shape; q: 10 chunks of 256 rows, not
-    // 25 of 102) the pass ran 1.6% faster (5 of 6 interleaved rounds), and the threads
-    // waited no longer for the last chunk. On many threads the rows run out first and the
-    // count stays as before.
-    let per_thread = (lin.rows / (nt * MATMUL_CALL_ROWS)).max(2);
+    batch_chunks(rows, align, bytes, nt)
+}
+
+/// [`n_chunks`] for a product of [`BATCH_TOKENS`] tokens or more. A kernel call reads every
+/// token's activations once (256 tokens of a 6912-column input: 1.8 MB, beyond L2), so a
+/// chunk of fewer rows than a call takes reads them more often per multiply-add. Where the
+/// rows allow it, each thread gets a whole number of chunks of at least
+/// [`MATMUL_CALL_ROWS`], and at least two (so a slow thread still hands work over). At pp512
+/// on 2 threads (AVX2, 2B-4T shape; q: 10 chunks of 256 rows, not 25 of 102) the pass ran
+/// 1.6% faster (5 of 6 interleaved rounds), and the threads waited no longer for the last
+/// chunk. On many threads the rows run out first and the count stays as before.
+fn batch_chunks(rows: usize, align: usize, bytes: usize, nt: usize) -> usize {
+    let chunks = n_chunks(rows, align, bytes, nt, BATCH_CHUNKS_PER_THREAD);
+    let per_thread = (rows / (nt.max(1) * MATMUL_CALL_ROWS)).max(2);
     chunks.min(nt * per_thread)
 }
 
@@ -230,6 +223,30 @@ pub(super) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_chunks_are_whole_calls_where_the_rows_allow() {
+        // The 2B-4T shapes at 2 threads (I2_S: 4-row groups, 2 bits a weight).
+        let i2s = |rows: usize, cols: usize| batch_chunks(rows, 4, rows * cols / 4, 2);
+        assert_eq!(i2s(2560, 2560), 10, "q, o");
+        assert_eq!(i2s(640, 2560), 4, "k, v");
+        assert_eq!(i2s(6912, 2560), 26, "gate, up");
+        assert_eq!(i2s(2560, 6912), 10, "down");
+        for nt in 1..=32 {
+            for rows in [64, 640, 2560, 6912, 32000] {
+                let bytes = rows * 640;
+                let old = n_chunks(rows, 4, bytes, nt, BATCH_CHUNKS_PER_THREAD);
+                let got = batch_chunks(rows, 4, bytes, nt);
+                assert!(got >= 1 && got <= old, "{rows} rows, {nt} threads: {got}");
+                if got < old {
+                    // Cut down: whole chunks a thread, each a whole call or more.
+                    assert_eq!(got % nt, 0, "{rows} rows, {nt} threads: {got}");
+                    let thin = rows / got < MATMUL_CALL_ROWS;
+                    assert!(!thin || got == 2 * nt, "{rows} rows, {nt} threads: {got}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn blocked_rows_round_trip() {

@@ -10,7 +10,7 @@
 //! With the token rows `padded_cols` apart (a run-time stride) the AVX2 8-token block took
 //! 287 instructions, about 50 of them scalar address sums, and spilled more; packed, 177 (175
 //! with its step in `asm!`). The copy is read back by every row of the call
-//! (`ternary::ROW_CHUNK`), a few thousandths of the loads.
+//! (`ternary::MATMUL_CALL_ROWS`, about), a few thousandths of the loads.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
