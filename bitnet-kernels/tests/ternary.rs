@@ -182,6 +182,57 @@ fn matmul_over_several_kernel_calls_matches_the_exact_dots() {
 }
 
 #[test]
+fn per_block_scales_over_several_kernel_calls_match_the_block_sums() {
+    // The per-block-scale path (TQ2_0 with a d per block) cut into several calls, of one
+    // size from 16 tokens: each output is the sum over blocks, in block order, of the exact
+    // integer dot of the block times its d, divided by the token's scale, as the API says.
+    let mut rng = StdRng::seed_from_u64(43);
+    let (rows, cols) = (700, 1024);
+    let blocks = cols / 256;
+    let trits = rand_trits(&mut rng, rows * cols);
+    let d_of = |i: usize| 0.125 * (1 + i % 5) as f32;
+    let bytes: Vec<u8> = trits
+        .chunks(256)
+        .enumerate()
+        .flat_map(|(i, blk)| pack_tq2_0(blk, d_of(i)).unwrap())
+        .collect();
+    let w = TernaryMatrix::from_source(TernarySource::Tq2_0(&bytes), rows, cols).unwrap();
+    assert_eq!(w.tensor_scale(), None);
+    let pc = w.padded_cols();
+    let n_tok = 17;
+    let mut q = vec![0i8; n_tok * pc];
+    let acts: Vec<ActScale> = (0..n_tok)
+        .map(|t| {
+            let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+            quantize_act(Isa::Scalar, &x, &mut q[t * pc..(t + 1) * pc])
+        })
+        .collect();
+    let want_row = |t: usize, r: usize| {
+        let mut acc = 0f32;
+        for b in 0..blocks {
+            let dot: i32 = (b * 256..(b + 1) * 256)
+                .map(|c| trits[r * cols + c] as i32 * q[t * pc + c] as i32)
+                .sum();
+            acc += dot as f32 * d_of(r * blocks + b);
+        }
+        acc / acts[t].scale
+    };
+    for range in [5..597, 1..700] {
+        let n = range.len();
+        for isa in Isa::available() {
+            let mut got = vec![0f32; n_tok * n];
+            ternary_matmul(isa, &w, &q, &acts, range.clone(), &mut got);
+            for t in 0..n_tok {
+                for (i, r) in range.clone().enumerate() {
+                    let at = format!("{isa} {range:?} token {t} row {r}");
+                    assert_eq!(got[t * n + i], want_row(t, r), "{at}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn matvec_floats_are_identical_across_isas_and_match_matmul() {
     let mut rng = StdRng::seed_from_u64(3);
     let (rows, cols, n_tok) = (70, 3200, 5);

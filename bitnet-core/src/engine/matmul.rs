@@ -95,7 +95,8 @@ fn lin_chunks(lin: &Linear, nt: usize, n_tok: usize) -> usize {
 /// [`MATMUL_CALL_ROWS`], and at least two (so a slow thread still hands work over). At pp512
 /// on 2 threads (AVX2, 2B-4T shape; q: 10 chunks of 256 rows, not 25 of 102) the pass ran
 /// 1.6% faster (5 of 6 interleaved rounds), and the threads waited no longer for the last
-/// chunk. On many threads the rows run out first and the count stays as before.
+/// chunk. On many threads the rows run out first and the count stays as before. (From the
+/// same 16 tokens `ternary_matmul` cuts a chunk into calls of one size, 266 rows in one.)
 fn batch_chunks(rows: usize, align: usize, bytes: usize, nt: usize) -> usize {
     let chunks = n_chunks(rows, align, bytes, nt, BATCH_CHUNKS_PER_THREAD);
     let per_thread = (rows / (nt.max(1) * MATMUL_CALL_ROWS)).max(2);
