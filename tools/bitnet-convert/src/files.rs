@@ -139,6 +139,9 @@ impl FileId {
     }
 }
 
+/// Name of the shard index.
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
 /// Files of a Hugging Face checkpoint directory beside the weights. The conversion reads
 /// only some of them (`tokenizer.model` wins over `tokenizer.json`), but replacing any one
 /// with the output would still destroy part of the checkpoint.
@@ -151,7 +154,7 @@ pub(crate) const SIDE_FILES: &[&str] = &[
     "special_tokens_map.json",
     "added_tokens.json",
     "chat_template.jinja",
-    crate::source::INDEX_FILE,
+    INDEX_FILE,
 ];
 
 /// Paths under `dir` that are checkpoint files: [`SIDE_FILES`] and `*.safetensors`, as far

@@ -12,8 +12,8 @@ use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use crate::error::ConvertError;
 use crate::mmap::MappedFile;
 
-/// Name of the shard index.
-pub const INDEX_FILE: &str = "model.safetensors.index.json";
+// The shard index is named with the other checkpoint files (`files.rs` lists them all).
+pub use crate::files::INDEX_FILE;
 
 /// Where one tensor lives.
 #[derive(Clone, Debug)]
