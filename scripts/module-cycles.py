@@ -7,16 +7,18 @@ when A names an item that B defines: in a `use` (re-exports included) or in an i
 (`crate::a::B`, `super::X`, `self::x::Y`, or a path that starts at a module or item in
 scope). A path is resolved to the file that defines its item, through any number of
 `use` / `pub use` hops and glob imports; a path that ends at a module maps to that
-module's file. A `mod x;` declaration alone is no edge: a parent depends on a child only
-where it names the child's items. Comments, strings and character literals are blanked
-before anything is read, so doc links and messages do not count.
+module's file, and so does a name a module does not show (an item a macro defines
+there). A `mod x;` declaration alone is no edge: a parent depends on a child only where
+it names the child's items (a `pub use` of them included, unless --skip-child-reexports).
+Comments, strings and character literals are blanked before anything is read, so doc
+links and messages do not count; nor do `pub(in path)` visibility paths.
 
 Every strongly connected component of more than one file is reported with, for each edge
 inside it, one example (`file:line: path`). The exit status is 1 when a component exists
 other than the allowed one: two files, one of them `error.rs`, the other its sibling
 module (same directory) or its parent module (`x.rs` or `x/mod.rs` for `x/error.rs`).
 
-    scripts/module-cycles.py [--root WORKSPACE] [--crate NAME ...]
+    scripts/module-cycles.py [--root WORKSPACE] [--crate MEMBER ...] [--skip-child-reexports]
 """
 
 import argparse
@@ -371,6 +373,7 @@ def target_file(root, module, segs):
 
 # --- Edges -----------------------------------------------------------------------------------
 
+VISIBILITY_RE = re.compile(r"pub\s*\(\s*in\s+$")
 INLINE_RE = re.compile(r"(?<![A-Za-z0-9_:])(" + IDENT + r"(?:\s*::\s*" + IDENT + r")+)")
 
 
@@ -400,6 +403,8 @@ def edges_of(crate, root, file, skip_child_reexports):
         at = m.start(1)
         if any(a <= at < b for a, b in use_spans):
             continue
+        if VISIBILITY_RE.search(text, max(0, at - 20), at):
+            continue  # `pub(in crate::x)` names where an item is seen, not what it uses
         segs = [s.strip() for s in m.group(1).split("::")]
         if segs[0] == "Self":
             continue
