@@ -1,8 +1,9 @@
 //! GBNF (llama.cpp's grammar format) translated to llguidance's Lark dialect.
 //!
-//! The reader follows llama.cpp's parser (`llama-grammar.cpp`): a rule ends at a newline
-//! outside parentheses; newlines may follow `::=` and `|` and may appear anywhere inside a
-//! group; `#` starts a comment.
+//! The reader (`gbnf/reader.rs`) follows llama.cpp's parser (`llama-grammar.cpp`) into
+//! the grammar of `gbnf/grammar.rs`, which `gbnf/writer.rs` writes as Lark. A rule ends at
+//! a newline outside parentheses; newlines may follow `::=` and `|` and may appear
+//! anywhere inside a group; `#` starts a comment.
 //!
 //! GBNF is matched character by character, while llguidance splits text into lexemes and
 //! lexes greedily (a lexeme that can go on does, with no backtracking). A lexeme longer than
@@ -10,6 +11,9 @@
 //! `"x"` rejects `abx`. So every terminal here is one character long (a literal becomes one
 //! string per character): lexemes that each match exactly one code point cannot swallow
 //! one another, and the Earley parser sees exactly GBNF's character sequence.
+//!
+//! This file checks what llguidance could not compile (undefined rules, reference chains
+//! too deep) between reading and writing.
 
 mod error;
 mod grammar;

@@ -32,7 +32,7 @@ pub(super) struct AttnCtx<'a> {
     pub(super) vf: &'a crate::kv::KvFormat,
     pub(super) xnor: Option<crate::kv::format::XnorScoresFn>,
     pub(super) int8: Option<crate::kv::format::Int8ScoresFn>,
-    /// Floats of one thread's working scratch (see [`thread_scratch`]).
+    /// Floats of one thread's working scratch (see [`super::scratch::thread_scratch`]).
     pub(super) thread_len: usize,
 }
 
