@@ -1,16 +1,33 @@
 //! Ctrl-C and SIGTERM, one handler for the whole binary (the signal crate allows one).
 //!
-//! By default an interrupt removes the temporaries of files being written (see
-//! [`crate::output_file`]) and exits with status 130. A command that wants to handle
+//! By default an interrupt removes the temporaries of files being written (registered by
+//! [`crate::output_file`] in [`pending_temporaries`]) and exits with status 130. A command that wants to handle
 //! Ctrl-C itself (chat: stop the reply, keep the conversation) turns [`catch`] on while it
 //! runs work that can be stopped, and polls [`take`].
 
 use std::io::Write;
-use std::sync::Once;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
 
 static CATCH: AtomicBool = AtomicBool::new(false);
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Temporaries not committed yet: what the interrupt handler removes.
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The temporaries an interrupt removes (output files not committed yet), locked.
+pub fn pending_temporaries() -> MutexGuard<'static, Vec<PathBuf>> {
+    // A panic while the lock was held cannot leave the list inconsistent (push/retain only).
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes every temporary not committed yet (the interrupt handler's clean-up).
+fn remove_pending_temporaries() {
+    for path in pending_temporaries().iter() {
+        let _ = std::fs::remove_file(path);
+    }
+}
 
 /// Installs the handler once; later calls do nothing.
 pub fn install() {
@@ -21,7 +38,7 @@ pub fn install() {
                 REQUESTED.store(true, Ordering::SeqCst);
                 return;
             }
-            crate::output_file::remove_pending_temporaries();
+            remove_pending_temporaries();
             let _ = writeln!(std::io::stderr(), "\ninterrupted");
             std::process::exit(130);
         });

@@ -15,24 +15,10 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, Result, bail};
 
-/// Temporaries not committed yet: what the interrupt handler removes.
-static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-fn pending() -> MutexGuard<'static, Vec<PathBuf>> {
-    // A panic while the lock was held cannot leave the list inconsistent (push/retain only).
-    PENDING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Removes every temporary not committed yet (the interrupt handler's clean-up).
-pub fn remove_pending_temporaries() {
-    for path in pending().iter() {
-        let _ = fs::remove_file(path);
-    }
-}
+use crate::interrupt::pending_temporaries;
 
 /// A file being written: see the module docs.
 #[derive(Debug)]
@@ -61,7 +47,7 @@ impl OutputFile {
             .to_string_lossy()
             .into_owned();
         crate::interrupt::install();
-        let mut pending = pending();
+        let mut pending = pending_temporaries();
         // A unique name (the pid and a counter), created exclusively, so an existing file of
         // the user's is never truncated by mistake.
         let mut attempt = 0u32;
@@ -119,7 +105,7 @@ impl OutputFile {
             .sync_all()
             .with_context(|| format!("writing {}", self.shown.display()))?;
         // Under the lock, so an interrupt sees the file either pending or committed.
-        let mut pending = pending();
+        let mut pending = pending_temporaries();
         fs::rename(&self.temp, &self.target).with_context(|| {
             format!(
                 "renaming {} to {}",
@@ -136,7 +122,7 @@ impl OutputFile {
 impl Drop for OutputFile {
     fn drop(&mut self) {
         if !self.committed {
-            let mut pending = pending();
+            let mut pending = pending_temporaries();
             let _ = fs::remove_file(&self.temp);
             pending.retain(|p| p != &self.temp);
         }
@@ -269,7 +255,7 @@ mod tests {
         drop(out);
         assert_eq!(fs::read(&p).unwrap(), b"new");
         assert_eq!(entries(&d), ["out.bin"], "temporary removed");
-        assert!(!pending().iter().any(|t| t.starts_with(&d)));
+        assert!(!pending_temporaries().iter().any(|t| t.starts_with(&d)));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! result is always the conversation's text, never a stale or doubled one.
 
 use super::healing::{HealedPrompt, healed_prompt_tokens};
+// Re-exported where it lived before: the chat session imports it from here.
+pub use super::healing::tokenize_prompt;
 use super::{ChatError, ChatTemplate, Message};
 use crate::tokenizer::Tokenizer;
 
@@ -105,13 +107,6 @@ impl Conversation {
             ..continuation(tok, held, &prompt.tokens)
         })
     }
-}
-
-/// Tokenizes a rendered prompt: special tokens parsed, BOS added as the tokenizer asks
-/// unless the text already starts with its text (no doubled BOS).
-pub fn tokenize_prompt(tok: &Tokenizer, text: &str, bos_text: &str) -> Vec<u32> {
-    let has_bos = !bos_text.is_empty() && text.starts_with(bos_text);
-    tok.encode(text, tok.add_bos() && !has_bos, true)
 }
 
 /// See the module docs: `full` is the new prompt's tokens, `held` what the sequence has.

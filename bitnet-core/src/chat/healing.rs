@@ -1,4 +1,5 @@
-//! Token healing for generation prompts that end in whitespace.
+//! A rendered generation prompt's tokens ([`tokenize_prompt`]), and token healing for
+//! prompts that end in whitespace.
 //!
 //! BitNet b1.58 2B-4T's generation prompt ends "Assistant: ". Tokenized alone, that last
 //! space is a token of its own; in the whole conversation it joins the reply's first word
@@ -18,8 +19,6 @@
 
 use crate::tokenizer::Tokenizer;
 
-use super::conversation::tokenize_prompt;
-
 /// A generation prompt's tokens, and the text taken off its end that the reply's first
 /// token must begin with (empty when nothing was taken).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +31,13 @@ pub struct HealedPrompt {
 /// word merges with it in every byte-level BPE pre-tokenizer we read, but a small vocabulary
 /// may hold the merged token for some words only (" I" but not " H").
 const PROBES: [&str; 6] = ["Hello", "I", "The", "A", "a", "Yes"];
+
+/// Tokenizes a rendered prompt: special tokens parsed, BOS added as the tokenizer asks
+/// unless the text already starts with its text (no doubled BOS).
+pub fn tokenize_prompt(tok: &Tokenizer, text: &str, bos_text: &str) -> Vec<u32> {
+    let has_bos = !bos_text.is_empty() && text.starts_with(bos_text);
+    tok.encode(text, tok.add_bos() && !has_bos, true)
+}
 
 /// Tokenizes a rendered generation prompt as [`tokenize_prompt`] does and heals it: what a
 /// chat or a server evaluates for the next reply.

@@ -24,8 +24,8 @@ mod time;
 pub mod tools;
 
 pub use builtin::{BUILTIN_TEMPLATES, BuiltinTemplate, builtin};
-pub use conversation::{Conversation, TurnTokens, continuation, tokenize_prompt};
-pub use healing::{HealedPrompt, heal_prompt, healed_prompt_tokens};
+pub use conversation::{Conversation, TurnTokens, continuation};
+pub use healing::{HealedPrompt, heal_prompt, healed_prompt_tokens, tokenize_prompt};
 pub use jinja::{RenderJob, TemplateRenderer};
 pub use session::{ChatSession, ReplyIo, ReplySettings, SessionError, TurnStats, TurnStatus};
 pub use template::ChatTemplate;

@@ -1,6 +1,9 @@
 //! Unit tests of the config rules: a valid hand-built model, then one broken thing at a time,
 //! each expected to fail with the error that names the key or tensor.
 
+use bitnet_gguf::{Metadata, TensorInfo, TensorType, Value};
+
+use super::tensors::is_proj_scale;
 use super::*;
 
 fn meta(arch: &str) -> Metadata {

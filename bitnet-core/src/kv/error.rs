@@ -4,8 +4,8 @@
 
 use thiserror::Error;
 
-use super::manager::PoolStats;
 use super::sequence::SeqId;
+use super::stats::PoolStats;
 
 /// Errors of the KV cache.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

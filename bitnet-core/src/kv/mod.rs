@@ -7,16 +7,20 @@
 //! - `manager`: the one owner of all three and of the sequences' block tables
 //!   (`sequence`); it answers admission questions (blocks needed, blocks available, a
 //!   cached prefix to reuse) so the scheduler never does block arithmetic.
+//! - `stats`: the pool's occupancy and what live sequences hold, as the manager reports
+//!   them (and the "cache is full" error carries).
 
 mod blocks;
 mod error;
 pub mod format;
 pub mod manager;
 mod sequence;
+mod stats;
 pub mod storage;
 
 pub use error::KvError;
 pub use format::{FORMATS, KvFormat, KvRotate, KvType};
-pub use manager::{KvManager, KvStats, PoolStats};
+pub use manager::KvManager;
 pub use sequence::{SeqId, Sequence};
+pub use stats::{KvStats, PoolStats};
 pub use storage::KvStorage;

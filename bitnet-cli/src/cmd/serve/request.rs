@@ -12,6 +12,9 @@ use serde_json::{Map, Value};
 use super::error::{ApiError, ApiResult};
 use super::unsupported::refuse_unsupported;
 
+mod api;
+pub use api::Api;
+
 /// The most answers one request may ask for (each is a sequence).
 const MAX_N: u64 = 16;
 /// Stop strings per request at most.
@@ -30,13 +33,6 @@ const ROLES: [&str; 6] = [
 /// OpenAI's limits on alternatives per token.
 const MAX_TOP_LOGPROBS_CHAT: u64 = 20;
 const MAX_LOGPROBS_COMPLETION: u64 = 5;
-
-/// Which API a request came through (the `logprobs` fields differ).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Api {
-    Chat,
-    Completion,
-}
 
 /// The generation settings of a request (the prompt is read separately).
 #[derive(Debug)]

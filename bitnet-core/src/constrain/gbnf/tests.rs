@@ -3,6 +3,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use toktrie::ApproximateTokEnv;
 
+use super::reader::MAX_NESTING;
 use super::*;
 
 /// A matcher for the translation of `gbnf` over a vocabulary of the 256 single bytes

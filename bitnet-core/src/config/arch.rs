@@ -1,0 +1,111 @@
+//! The architecture families we run and the choices that tell them apart: the FFN gate's
+//! activation, the rope pairing, the sub-norms, and the activations' precision.
+
+/// The architecture families we run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// `bitnet-b1.58` / `bitnet-25` (bitnet.cpp): squared-ReLU gate, sub-norms.
+    BitnetB158,
+    /// Upstream llama.cpp `bitnet`: SiLU gate, sub-norms.
+    Bitnet,
+    /// Ternary llama-architecture models: SiLU gate, no sub-norms, normal rope.
+    Llama,
+}
+
+impl Arch {
+    /// The architecture for a `general.architecture` value.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        match name {
+            "bitnet-b1.58" | "bitnet-25" => Some(Arch::BitnetB158),
+            "bitnet" => Some(Arch::Bitnet),
+            "llama" => Some(Arch::Llama),
+            _ => None,
+        }
+    }
+
+    /// The name we write for this architecture.
+    pub fn canonical_name(self) -> &'static str {
+        match self {
+            Arch::BitnetB158 => "bitnet-b1.58",
+            Arch::Bitnet => "bitnet",
+            Arch::Llama => "llama",
+        }
+    }
+
+    /// The gate activation the architecture's reference engine computes.
+    pub fn default_ffn_act(self) -> FfnAct {
+        match self {
+            Arch::BitnetB158 => FfnAct::Relu2,
+            Arch::Bitnet | Arch::Llama => FfnAct::Silu,
+        }
+    }
+
+    /// The rope style of the architecture (llama.cpp's `llama_model_rope_type`).
+    pub fn rope_style(self) -> RopeStyle {
+        match self {
+            Arch::BitnetB158 | Arch::Bitnet => RopeStyle::Neox,
+            Arch::Llama => RopeStyle::Normal,
+        }
+    }
+
+    /// Whether the architecture has `attn_sub_norm` / `ffn_sub_norm`.
+    pub fn has_sub_norms(self) -> bool {
+        !matches!(self, Arch::Llama)
+    }
+}
+
+/// The FFN gate activation: `down(act(gate(x)) * up(x))`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FfnAct {
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// `max(x, 0)^2`.
+    Relu2,
+}
+
+impl FfnAct {
+    /// Parses the value of the `A.feed_forward_activation` key.
+    pub fn from_name(s: &str) -> Option<FfnAct> {
+        match s.to_ascii_lowercase().as_str() {
+            "silu" | "swish" | "swiglu" => Some(FfnAct::Silu),
+            "relu2" | "relu_sqr" | "relu_squared" | "squared_relu" => Some(FfnAct::Relu2),
+            _ => None,
+        }
+    }
+
+    /// The name written to `A.feed_forward_activation`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FfnAct::Silu => "silu",
+            FfnAct::Relu2 => "relu2",
+        }
+    }
+}
+
+/// How rope pairs the dimensions of a head.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (ggml `LLAMA_ROPE_TYPE_NORM`).
+    Normal,
+    /// Halves `(x[i], x[i + d/2])` (ggml NeoX, HF `rotate_half`).
+    Neox,
+}
+
+/// Activation precision fed to the ternary / binary matmuls.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ActBits {
+    /// Per-token absmax int8 (BitNet b1.58).
+    Int8,
+    /// Per-token sign with the mean absolute value as scale.
+    Binary,
+}
+
+impl ActBits {
+    /// The value written to `A.activation_bits`.
+    pub fn bits(self) -> u32 {
+        match self {
+            ActBits::Int8 => 8,
+            ActBits::Binary => 1,
+        }
+    }
+}
