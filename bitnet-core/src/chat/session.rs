@@ -229,13 +229,11 @@ impl ChatSession {
     }
 
     pub fn context_size(&self) -> usize {
-        self.sched.engine().kv().max_seq_len()
+        self.sched.max_seq_len()
     }
 
     fn held(&self) -> &[u32] {
-        self.seq
-            .and_then(|s| self.sched.engine().kv().sequence(s).ok())
-            .map_or(&[], |s| s.tokens())
+        self.seq.map_or(&[], |s| self.sched.held(s))
     }
 
     /// What a new turn is matched against: the conversation's tokens so far.
@@ -253,7 +251,7 @@ impl ChatSession {
     fn truncate_to(&mut self, keep: usize) -> Result<()> {
         let Some(seq) = self.seq else { return Ok(()) };
         if !self.shifting() {
-            self.sched.engine_mut().kv_mut().truncate(seq, keep)?;
+            self.sched.truncate(seq, keep)?;
             return Ok(());
         }
         let held = self.held().len();
@@ -262,10 +260,7 @@ impl ChatSession {
             .exact_tail
             .map_or(held.saturating_sub(self.front), |r| r.min(held));
         if self.removed == 0 || cut <= tail {
-            self.sched
-                .engine_mut()
-                .kv_mut()
-                .truncate(seq, held.saturating_sub(cut))?;
+            self.sched.truncate(seq, held.saturating_sub(cut))?;
             self.logical.truncate(keep);
         } else {
             self.drop_sequence()?;
@@ -393,11 +388,11 @@ impl ChatSession {
 
     fn drop_sequence(&mut self) -> Result<()> {
         if let Some(seq) = self.seq.take() {
-            self.sched.engine_mut().kv_mut().free_sequence(seq)?;
+            self.sched.free(seq)?;
         }
         self.logical.clear();
         self.removed = 0;
-        self.sched.engine_mut().kv_mut().clear_prefix_cache();
+        self.sched.clear_prefix_cache();
         Ok(())
     }
 
@@ -507,7 +502,7 @@ impl ChatSession {
         let seq = match self.seq {
             Some(seq) => {
                 if !self.shifting() {
-                    self.sched.engine_mut().kv_mut().truncate(seq, turn.keep)?;
+                    self.sched.truncate(seq, turn.keep)?;
                 }
                 self.sched
                     .submit_on_with(seq, &turn.tokens, params, extra)?;

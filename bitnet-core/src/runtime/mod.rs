@@ -57,6 +57,10 @@ pub struct Request {
     /// Text the first generated token must begin with (token healing, see
     /// [`crate::scheduler::SubmitOptions::heal`]).
     pub heal: String,
+    /// Refuse a prompt that leaves no room to generate, or a `max_tokens` past the
+    /// context, instead of cutting the answer short (see
+    /// [`crate::scheduler::SubmitOptions::strict_context`]).
+    pub strict_context: bool,
 }
 
 impl Request {
@@ -68,6 +72,7 @@ impl Request {
             n: 1,
             logprobs: None,
             heal: String::new(),
+            strict_context: false,
         }
     }
 }

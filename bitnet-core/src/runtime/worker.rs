@@ -160,6 +160,7 @@ fn handle(
                     logprobs: request.logprobs,
                     after: leader,
                     heal: request.heal.clone(),
+                    strict_context: request.strict_context,
                 };
                 match sched.submit_with(&request.prompt, params, extra) {
                     Ok(seq) => {
