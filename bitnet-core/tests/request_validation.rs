@@ -337,3 +337,45 @@ fn continuations_are_checked_at_submit() {
     s.free(id).unwrap();
     assert!(s.free(id).is_err(), "a freed sequence is gone");
 }
+
+/// A chat hears a refused reply as [`SessionError::Refused`], with the scheduler's text,
+/// and keeps its conversation as it was.
+#[test]
+fn a_chat_hears_a_refusal_as_its_own_error() {
+    use bitnet_core::chat::{
+        ChatSession, ChatTemplate, Conversation, ReplyIo, ReplySettings, SessionError,
+    };
+    use bitnet_core::scheduler::ContextMode;
+    use bitnet_core::{Engine, LoadOptions};
+
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shakespeare.gguf");
+    let m = Arc::new(Model::load(path, &LoadOptions::default()).unwrap());
+    let template = ChatTemplate::for_model(&m, None).unwrap();
+    let settings = ReplySettings {
+        sampler: SamplerConfig {
+            top_p: 2.0,
+            ..SamplerConfig::default()
+        },
+        max_tokens: 8,
+        stop: Vec::new(),
+        context: ContextMode::Stop,
+        constraint: None,
+        speculate: None,
+    };
+    let engine = Engine::new(m, &common::models::unpinned()).unwrap();
+    let sched = Scheduler::new(engine, Default::default());
+    let mut chat = ChatSession::new(sched, Conversation::new(template), settings).unwrap();
+    let io = ReplyIo {
+        on_text: &mut |_| true,
+        interrupted: &|| false,
+        on_status: &mut |_| {},
+    };
+    let e = chat.send("Good morrow", io).unwrap_err();
+    let SessionError::Refused(RequestError::Sampler(s)) = &e else {
+        panic!("expected a refused sampler, got {e:?}");
+    };
+    assert_eq!(e.to_string(), s.to_string());
+    assert!(e.to_string().contains("top_p"), "{e}");
+    assert!(chat.conversation().messages().is_empty());
+    assert_eq!(chat.context_used(), 0);
+}

@@ -26,7 +26,8 @@ use crate::kv::{KvError, SeqId};
 use crate::model::Model;
 use crate::sampling::SamplerConfig;
 use crate::scheduler::{
-    ContextMode, ContextPolicy, Event, GenParams, GenStats, Scheduler, StopReason, SubmitOptions,
+    ContextMode, ContextPolicy, Event, GenParams, GenStats, RequestError, Scheduler, StopReason,
+    SubmitOptions,
 };
 use crate::tokenizer::Tokenizer;
 
@@ -37,9 +38,13 @@ pub enum SessionError {
     /// The template failed.
     #[error(transparent)]
     Template(#[from] ChatError),
-    /// The engine or the scheduler refused.
+    /// The engine or the scheduler failed.
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// The scheduler refused the reply's request (its settings, or what it asks of the
+    /// context) before anything was evaluated; the conversation is unchanged.
+    #[error(transparent)]
+    Refused(RequestError),
     #[error("nothing to regenerate yet")]
     NothingToRegenerate,
     #[error("nothing to undo")]
@@ -63,6 +68,14 @@ pub enum SessionError {
     /// Generating the reply failed (the message leaves the conversation again).
     #[error("generating the reply: {0}")]
     Reply(CoreError),
+}
+
+/// A submit's error: a refusal apart (nothing ran), anything else as the core's.
+fn submit_error(e: CoreError) -> SessionError {
+    match e {
+        CoreError::Request(r) => SessionError::Refused(r),
+        e => SessionError::Core(e),
+    }
 }
 
 impl From<KvError> for SessionError {
@@ -505,11 +518,15 @@ impl ChatSession {
                     self.sched.truncate(seq, turn.keep)?;
                 }
                 self.sched
-                    .submit_on_with(seq, &turn.tokens, params, extra)?;
+                    .submit_on_with(seq, &turn.tokens, params, extra)
+                    .map_err(submit_error)?;
                 seq
             }
             None => {
-                let seq = self.sched.submit_with(&turn.tokens, params, extra)?;
+                let seq = self
+                    .sched
+                    .submit_with(&turn.tokens, params, extra)
+                    .map_err(submit_error)?;
                 self.seq = Some(seq);
                 seq
             }

@@ -28,7 +28,7 @@ impl Session {
     /// sequence's context).
     pub fn new(model: Arc<Model>, opts: &EngineOptions) -> Result<Session, CoreError> {
         let mut engine = Engine::new(model, opts)?;
-        let seq = engine.new_sequence();
+        let seq = engine.kv_mut().new_sequence();
         let last = vec![0.0; engine.n_vocab()];
         Ok(Session {
             engine,
@@ -48,17 +48,20 @@ impl Session {
 
     /// Tokens in the KV cache.
     pub fn n_past(&self) -> usize {
-        self.engine.sequence_len(self.seq).unwrap_or(0)
+        self.engine.kv().sequence(self.seq).map_or(0, |s| s.len())
     }
 
     /// The tokens whose K/V rows the cache holds.
     pub fn tokens(&self) -> &[u32] {
-        self.engine.sequence_tokens(self.seq).unwrap_or(&[])
+        self.engine
+            .kv()
+            .sequence(self.seq)
+            .map_or(&[], |s| s.tokens())
     }
 
     /// Capacity of the KV cache.
     pub fn n_ctx(&self) -> usize {
-        self.engine.max_seq_len()
+        self.engine.kv().max_seq_len()
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -82,7 +85,7 @@ impl Session {
     /// Forgets everything after the first `n` tokens (no-op if `n >= n_past`).
     pub fn truncate(&mut self, n: usize) {
         // The session's own sequence is always live.
-        let _ = self.engine.truncate(self.seq, n);
+        let _ = self.engine.kv_mut().truncate(self.seq, n);
     }
 
     /// Empties the context.
@@ -167,8 +170,8 @@ pub(super) fn eval_rows(
     if tokens.is_empty() {
         return Err(CoreError::EmptyInput);
     }
-    let n_past = engine.sequence_len(seq)?;
-    let max = engine.max_seq_len();
+    let n_past = engine.kv().sequence(seq)?.len();
+    let max = engine.kv().max_seq_len();
     if n_past + tokens.len() > max {
         return Err(CoreError::ContextOverflow {
             n_past,
