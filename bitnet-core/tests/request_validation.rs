@@ -59,6 +59,9 @@ fn refusal<T: std::fmt::Debug>(result: Result<T, CoreError>) -> RequestError {
     }
 }
 
+/// Whether a refusal is the one expected.
+type IsRefusal = fn(&RequestError) -> bool;
+
 fn run_all(s: &mut Scheduler) {
     while !s.is_idle() {
         s.step(&mut |ev| {
@@ -168,7 +171,7 @@ fn context_policies_are_checked_against_the_context() {
     let m = model("refuse-policy");
     let mut s = sched(&m);
     let prompt = random_tokens(8, 5);
-    let cases: [(ContextPolicy, fn(&RequestError) -> bool); 6] = [
+    let cases: [(ContextPolicy, IsRefusal); 6] = [
         (ContextPolicy::Shift { keep: 64 }, |e| {
             matches!(
                 e,

@@ -110,7 +110,7 @@ impl Plan {
 pub(crate) fn propose_drafts(
     running: &mut [Request],
     engine: &Engine,
-    mut drafter: Option<&mut Drafter>,
+    drafter: Option<&mut Drafter>,
     costs: &PassCosts,
 ) {
     let budget = engine.max_batch();
@@ -162,7 +162,7 @@ pub(crate) fn propose_drafts(
     if model_jobs.is_empty() {
         return;
     }
-    let Some(drafter) = drafter.as_deref_mut() else {
+    let Some(drafter) = drafter else {
         return;
     };
     let mut jobs: Vec<DraftJob<'_>> = model_jobs
