@@ -35,9 +35,13 @@
 //! (building, sampling, taking tokens); `validate.rs` the refusals; `admission.rs` who runs;
 //! `plan.rs` the batch of a step and the drafts in it; `apply.rs` a pass's results;
 //! `output.rs` what requests report; `policy.rs` context policies; `speculate.rs` and
-//! `draft.rs` speculative decoding; `generate.rs` driving one request to its end.
+//! `draft.rs` speculative decoding; `generate.rs` driving one request to its end. This file
+//! only re-exports: the others import one another in one direction (`sched.rs` uses the
+//! parts, the parts never the scheduler), so none of them depends on a file that depends
+//! on it.
 //!
 //! [`CoreError::Request`]: crate::error::CoreError::Request
+//! [`Engine`]: crate::engine::Engine
 
 mod admission;
 mod apply;

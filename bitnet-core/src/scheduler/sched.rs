@@ -32,8 +32,8 @@ impl Default for SchedulerOptions {
     }
 }
 
-/// Many generation requests on one [`Engine`], decoded together; see the module docs of
-/// `bitnet_core::scheduler`.
+/// Many generation requests on one [`Engine`], decoded together; see
+/// [the scheduler's docs](crate::scheduler).
 #[derive(Debug)]
 pub struct Scheduler {
     engine: Engine,
@@ -241,8 +241,9 @@ impl Scheduler {
         }
     }
 
-    /// One scheduling step; see the module docs. Returns the number of tokens evaluated
-    /// (0 when there was nothing to do).
+    /// One scheduling step (see [the scheduler's docs](crate::scheduler)): plan a pass,
+    /// run it, apply its results. Returns the number of tokens evaluated (0 when there was
+    /// nothing to do).
     pub fn step(&mut self, on_event: &mut dyn FnMut(Event<'_>)) -> Result<usize, CoreError> {
         self.plan(on_event)?;
         if self.running.is_empty() {

@@ -30,7 +30,7 @@ use super::validate::RequestError;
 /// Where a request's drafts come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DraftSource {
-    /// The scheduler's draft model ([`crate::scheduler::Scheduler::set_draft`]): its greedy tokens,
+    /// The scheduler's draft model (`Scheduler::set_draft`): its greedy tokens,
     /// while its probability of the token stays at or above [`SpecParams::p_min`].
     Model,
     /// Prompt lookup, no model: the tokens that followed the most recent earlier occurrence
