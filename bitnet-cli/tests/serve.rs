@@ -316,17 +316,44 @@ fn faults_are_openai_shaped_4xx() {
     );
     assert_openai_error(st, &b, 400, Some("messages"));
     assert_eq!(b["error"]["code"], "context_length_exceeded");
+    let message = b["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the prompt is ")
+            && message.ends_with(" tokens, the context holds 256: no room to generate"),
+        "{b}"
+    );
     let (st, b) = s.post(
         "/v1/chat/completions",
         &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}),
     );
     assert_openai_error(st, &b, 400, Some("max_tokens"));
     assert_eq!(b["error"]["code"], "context_length_exceeded");
+    let message = b["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("this model's context is 256 tokens; you asked for ")
+            && message.ends_with(" in the prompt, 100000 to generate)"),
+        "{b}"
+    );
     // 300 token ids: longer than the 256-token context.
     let long: Vec<u32> = (0..300).map(|i| 100 + i % 50).collect();
     let (st, b) = s.post("/v1/completions", &json!({"prompt": long}));
     assert_openai_error(st, &b, 400, Some("prompt"));
     assert_eq!(b["error"]["code"], "context_length_exceeded");
+    assert_eq!(
+        b["error"]["message"],
+        "the prompt is 300 tokens, the context holds 256: no room to generate"
+    );
+    // The whole context and one token asked for: one too many.
+    let (st, b) = s.post(
+        "/v1/completions",
+        &json!({"prompt": &long[..255], "max_tokens": 2}),
+    );
+    assert_openai_error(st, &b, 400, Some("max_tokens"));
+    assert_eq!(
+        b["error"]["message"],
+        "this model's context is 256 tokens; you asked for 257 (255 in the prompt, 2 to \
+         generate)"
+    );
     let (st, b) = s.post("/v1/completions", &json!({"prompt": [5000]}));
     assert_openai_error(st, &b, 400, Some("prompt"));
     let big = json!({"prompt": "x".repeat(10_000)});
@@ -551,6 +578,16 @@ fn context_shift_lets_a_request_generate_past_the_context() {
     let (st, b) = keep_all.post("/v1/completions", &body);
     assert_eq!(st, 400, "{b}");
     assert_eq!(b["error"]["code"], "context_length_exceeded", "{b}");
+    assert_eq!(b["error"]["param"], "prompt", "{b}");
+    let message = b["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("invalid option context policy: keeping ")
+            && message.ends_with(
+                " positions leaves too little of a 128-token context to shift (keep less than \
+                 half)"
+            ),
+        "{b}"
+    );
     drop(keep_all);
     // The KV is back in the pool once the request is done (the gauges are published after
     // the engine's step, which may end just after the answer went out).

@@ -30,6 +30,9 @@ pub enum CoreError {
     /// A structured-output constraint was refused or failed.
     #[error(transparent)]
     Constraint(#[from] crate::constrain::ConstraintError),
+    /// A request the scheduler refused at submit (context, prompt, parameters).
+    #[error(transparent)]
+    Request(#[from] crate::scheduler::RequestError),
     /// The thread pool could not be started.
     #[error(transparent)]
     Pool(#[from] crate::threadpool::PoolError),

@@ -14,7 +14,7 @@ use bitnet_core::CoreError;
 use bitnet_core::kv::SeqId;
 use bitnet_core::model::Model;
 use bitnet_core::sampling::SamplerConfig;
-use bitnet_core::scheduler::{Event, GenParams, Scheduler, SubmitOptions};
+use bitnet_core::scheduler::{Event, GenParams, RequestError, Scheduler, SubmitOptions};
 use bitnet_core::scheduler::{GenStats, StopReason};
 use bitnet_kernels::Isa;
 use common::models::{synth_model, tiny};
@@ -245,11 +245,11 @@ fn too_long_is_refused_and_too_many_wait() {
     assert!(s.submit(&[], greedy(4)).is_err(), "an empty prompt");
     assert!(matches!(
         s.submit(&[3, 100_000], greedy(4)),
-        Err(CoreError::TokenOutOfRange {
+        Err(CoreError::Request(RequestError::TokenOutOfRange {
             token: 100_000,
             index: 1,
             ..
-        })
+        }))
     ));
     assert_eq!(
         s.engine().kv().stats().sequences,

@@ -26,7 +26,8 @@ use crate::kv::{KvError, SeqId};
 use crate::model::Model;
 use crate::sampling::SamplerConfig;
 use crate::scheduler::{
-    ContextMode, ContextPolicy, Event, GenParams, GenStats, Scheduler, StopReason, SubmitOptions,
+    ContextMode, ContextPolicy, Event, GenParams, GenStats, RequestError, Scheduler, StopReason,
+    SubmitOptions,
 };
 use crate::tokenizer::Tokenizer;
 
@@ -37,9 +38,13 @@ pub enum SessionError {
     /// The template failed.
     #[error(transparent)]
     Template(#[from] ChatError),
-    /// The engine or the scheduler refused.
+    /// The engine or the scheduler failed.
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// The scheduler refused the reply's request (its settings, or what it asks of the
+    /// context) before anything was evaluated; the conversation is unchanged.
+    #[error(transparent)]
+    Refused(RequestError),
     #[error("nothing to regenerate yet")]
     NothingToRegenerate,
     #[error("nothing to undo")]
@@ -63,6 +68,14 @@ pub enum SessionError {
     /// Generating the reply failed (the message leaves the conversation again).
     #[error("generating the reply: {0}")]
     Reply(CoreError),
+}
+
+/// A submit's error: a refusal apart (nothing ran), anything else as the core's.
+fn submit_error(e: CoreError) -> SessionError {
+    match e {
+        CoreError::Request(r) => SessionError::Refused(r),
+        e => SessionError::Core(e),
+    }
 }
 
 impl From<KvError> for SessionError {
@@ -229,13 +242,11 @@ impl ChatSession {
     }
 
     pub fn context_size(&self) -> usize {
-        self.sched.engine().kv().max_seq_len()
+        self.sched.max_seq_len()
     }
 
     fn held(&self) -> &[u32] {
-        self.seq
-            .and_then(|s| self.sched.engine().kv().sequence(s).ok())
-            .map_or(&[], |s| s.tokens())
+        self.seq.map_or(&[], |s| self.sched.held(s))
     }
 
     /// What a new turn is matched against: the conversation's tokens so far.
@@ -253,7 +264,7 @@ impl ChatSession {
     fn truncate_to(&mut self, keep: usize) -> Result<()> {
         let Some(seq) = self.seq else { return Ok(()) };
         if !self.shifting() {
-            self.sched.engine_mut().kv_mut().truncate(seq, keep)?;
+            self.sched.truncate(seq, keep)?;
             return Ok(());
         }
         let held = self.held().len();
@@ -262,10 +273,7 @@ impl ChatSession {
             .exact_tail
             .map_or(held.saturating_sub(self.front), |r| r.min(held));
         if self.removed == 0 || cut <= tail {
-            self.sched
-                .engine_mut()
-                .kv_mut()
-                .truncate(seq, held.saturating_sub(cut))?;
+            self.sched.truncate(seq, held.saturating_sub(cut))?;
             self.logical.truncate(keep);
         } else {
             self.drop_sequence()?;
@@ -393,11 +401,11 @@ impl ChatSession {
 
     fn drop_sequence(&mut self) -> Result<()> {
         if let Some(seq) = self.seq.take() {
-            self.sched.engine_mut().kv_mut().free_sequence(seq)?;
+            self.sched.free(seq)?;
         }
         self.logical.clear();
         self.removed = 0;
-        self.sched.engine_mut().kv_mut().clear_prefix_cache();
+        self.sched.clear_prefix_cache();
         Ok(())
     }
 
@@ -507,14 +515,18 @@ impl ChatSession {
         let seq = match self.seq {
             Some(seq) => {
                 if !self.shifting() {
-                    self.sched.engine_mut().kv_mut().truncate(seq, turn.keep)?;
+                    self.sched.truncate(seq, turn.keep)?;
                 }
                 self.sched
-                    .submit_on_with(seq, &turn.tokens, params, extra)?;
+                    .submit_on_with(seq, &turn.tokens, params, extra)
+                    .map_err(submit_error)?;
                 seq
             }
             None => {
-                let seq = self.sched.submit_with(&turn.tokens, params, extra)?;
+                let seq = self
+                    .sched
+                    .submit_with(&turn.tokens, params, extra)
+                    .map_err(submit_error)?;
                 self.seq = Some(seq);
                 seq
             }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use bitnet_kernels::Isa;
 
 use crate::error::CoreError;
-use crate::kv::{KvManager, KvRotate, KvType};
+use crate::kv::{KvError, KvManager, KvRotate, KvType, PoolStats, SeqId};
 use crate::model::Model;
 
 pub use attn_stats::ENTROPY_EMA_WEIGHT;
@@ -239,6 +239,78 @@ impl Engine {
     /// The KV cache, to create, fork, truncate and free sequences or reuse a cached prefix.
     pub fn kv_mut(&mut self) -> &mut KvManager {
         &mut self.kv
+    }
+
+    /// A new, empty sequence.
+    pub fn new_sequence(&mut self) -> SeqId {
+        self.kv.new_sequence()
+    }
+
+    /// Frees sequence `seq`; its full blocks stay in the prefix cache.
+    pub fn free_sequence(&mut self, seq: SeqId) -> Result<(), KvError> {
+        self.kv.free_sequence(seq)
+    }
+
+    /// Forgets every position of `seq` after its first `len` (no-op past its end).
+    pub fn truncate(&mut self, seq: SeqId, len: usize) -> Result<(), KvError> {
+        self.kv.truncate(seq, len)
+    }
+
+    /// Forgets the blocks kept for reuse by later prompts.
+    pub fn clear_prefix_cache(&mut self) {
+        self.kv.clear_prefix_cache();
+    }
+
+    /// The tokens whose K/V rows sequence `seq` holds.
+    pub fn sequence_tokens(&self, seq: SeqId) -> Result<&[u32], KvError> {
+        Ok(self.kv.sequence(seq)?.tokens())
+    }
+
+    /// Positions sequence `seq` holds.
+    pub fn sequence_len(&self, seq: SeqId) -> Result<usize, KvError> {
+        Ok(self.kv.sequence(seq)?.len())
+    }
+
+    /// Positions one sequence may hold at most.
+    pub fn max_seq_len(&self) -> usize {
+        self.kv.max_seq_len()
+    }
+
+    /// Has `seq` record the attention mass each position receives (heavy-hitter eviction).
+    pub fn track_attention_mass(&mut self, seq: SeqId, on: bool) -> Result<(), KvError> {
+        self.kv.track_attention_mass(seq, on)
+    }
+
+    /// Makes the empty sequence `dst` start with the first `n` positions of `src`, sharing
+    /// their blocks.
+    pub fn share_prefix(&mut self, src: SeqId, dst: SeqId, n: usize) -> Result<(), KvError> {
+        self.kv.share_prefix(src, dst, n)
+    }
+
+    /// Starts the empty sequence `seq` with the longest prefix of `prompt` the prefix cache
+    /// holds; returns its length.
+    pub fn reuse_prefix(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, KvError> {
+        self.kv.reuse_prefix(seq, prompt)
+    }
+
+    /// Cuts `seq` back to whole blocks; returns its new length.
+    pub fn trim_to_whole_blocks(&mut self, seq: SeqId) -> Result<usize, KvError> {
+        self.kv.trim_to_whole_blocks(seq)
+    }
+
+    /// Blocks `seq` still needs to hold `n_total` positions.
+    pub fn blocks_needed(&self, seq: SeqId, n_total: usize) -> Result<usize, KvError> {
+        self.kv.blocks_needed(seq, n_total)
+    }
+
+    /// Blocks free in the pool (those only the prefix cache holds included).
+    pub fn available_blocks(&self) -> usize {
+        self.kv.available_blocks()
+    }
+
+    /// The pool's block figures.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.kv.pool_stats()
     }
 
     /// Whether b1 keys are scored by XNOR/popcount.

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
-use super::{Command, Reply, ReplySink, RequestId, RuntimeOptions};
+use super::protocol::{Command, Observer, Reply, ReplySink, RequestId, RuntimeOptions};
 use crate::kv::SeqId;
 use crate::scheduler::{Event, Scheduler, SubmitOptions};
 
@@ -131,7 +131,7 @@ fn handle(
     cmd: Command,
     sched: &mut Scheduler,
     live: &mut HashMap<SeqId, Live>,
-    observer: &mut dyn super::Observer,
+    observer: &mut dyn Observer,
 ) -> bool {
     match cmd {
         Command::CancelAll | Command::Exit => {
@@ -160,6 +160,7 @@ fn handle(
                     logprobs: request.logprobs,
                     after: leader,
                     heal: request.heal.clone(),
+                    strict_context: request.strict_context,
                 };
                 match sched.submit_with(&request.prompt, params, extra) {
                     Ok(seq) => {

@@ -131,7 +131,7 @@ impl Drafter {
     /// Frees the draft sequence of a request that ended.
     pub(crate) fn forget(&mut self, target: SeqId) {
         if let Some(ds) = self.seqs.remove(&target) {
-            let _ = self.engine.kv_mut().free_sequence(ds);
+            let _ = self.engine.free_sequence(ds);
         }
     }
 
@@ -150,7 +150,7 @@ impl Drafter {
     }
 
     fn propose_inner(&mut self, jobs: &mut [DraftJob<'_>]) -> Result<(), CoreError> {
-        let max_len = self.engine.kv().max_seq_len();
+        let max_len = self.engine.max_seq_len();
         // What each job's draft sequence still has to read, and whether it is proposing.
         let mut pending: Vec<Vec<u32>> = Vec::with_capacity(jobs.len());
         let mut active: Vec<bool> = Vec::with_capacity(jobs.len());
@@ -169,17 +169,17 @@ impl Drafter {
                     job.last
                 }
             };
-            let kv = self.engine.kv_mut();
+            let engine = &mut self.engine;
             let ds = match self.seqs.get(&job.target) {
                 Some(&ds) => ds,
                 None => {
-                    let ds = kv.new_sequence();
+                    let ds = engine.new_sequence();
                     self.seqs.insert(job.target, ds);
-                    kv.reuse_prefix(ds, job.context)?;
+                    engine.reuse_prefix(ds, job.context)?;
                     ds
                 }
             };
-            let held = kv.sequence(ds)?.tokens();
+            let held = engine.sequence_tokens(ds)?;
             let mut common = held
                 .iter()
                 .enumerate()
@@ -187,7 +187,7 @@ impl Drafter {
                 .count();
             // The last token is read again when held: its logits were not kept.
             common = common.min(full_len - 1);
-            kv.truncate(ds, common)?;
+            engine.truncate(ds, common)?;
             pending.push((common..full_len).map(full).collect());
             active.push(true);
         }

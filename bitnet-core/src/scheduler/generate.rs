@@ -4,7 +4,8 @@
 //! its first client.
 
 use super::output::{Event, GenStats, StopReason};
-use super::{GenParams, Scheduler};
+use super::request::GenParams;
+use super::sched::Scheduler;
 use std::time::Duration;
 
 use crate::error::CoreError;
@@ -90,6 +91,6 @@ pub fn warm_up(sched: &mut Scheduler, step_delay: Duration) -> Result<(), CoreEr
         sched.step(&mut |_| {})?;
         std::thread::sleep(step_delay);
     }
-    sched.engine_mut().kv_mut().clear_prefix_cache();
+    sched.clear_prefix_cache();
     Ok(())
 }

@@ -18,6 +18,8 @@ use crate::engine::Engine;
 use crate::error::CoreError;
 use crate::kv::SeqId;
 
+use super::validate::RequestError;
+
 /// What a request does when its sequence has no room for the next tokens.
 ///
 /// The shifting policies remove positions from the middle of the sequence with
@@ -61,44 +63,37 @@ impl ContextPolicy {
     }
 
     /// Checks the policy against the engine's per-sequence limit (submit does too).
-    pub fn validate(self, max_len: usize) -> Result<(), CoreError> {
-        let invalid = |reason: String| {
-            Err(CoreError::InvalidOption {
-                option: "context policy",
-                reason,
-            })
-        };
+    pub fn validate(self, max_len: usize) -> Result<(), RequestError> {
         match self {
             ContextPolicy::Stop => Ok(()),
-            ContextPolicy::Shift { keep } if keep >= max_len / 2 => invalid(format!(
-                "keeping {keep} positions leaves too little of a {max_len}-token context to \
-                 shift (keep less than half)"
-            )),
-            ContextPolicy::Window { window, .. } if window < 4 => invalid(format!(
-                "a window of {window} tokens is too small (at least 4)"
-            )),
+            ContextPolicy::Shift { keep } if keep >= max_len / 2 => {
+                Err(RequestError::ShiftKeepsTooMuch { keep, max_len })
+            }
+            ContextPolicy::Window { window, .. } if window < 4 => {
+                Err(RequestError::WindowTooSmall { window })
+            }
             ContextPolicy::Window { sinks, window } if sinks.saturating_add(window) > max_len => {
-                invalid(format!(
-                    "{sinks} sinks and a {window}-token window do not fit a sequence of at most \
-                     {max_len} tokens (raise -c or shrink the window)"
-                ))
+                Err(RequestError::WindowPastContext {
+                    sinks,
+                    window,
+                    max_len,
+                })
             }
-            ContextPolicy::HeavyHitters { budget, .. } if budget > max_len => invalid(format!(
-                "a budget of {budget} positions does not fit a sequence of at most {max_len} \
-                 tokens (raise -c or lower the budget)"
-            )),
-            ContextPolicy::HeavyHitters { recent: 0, .. } => {
-                invalid("a heavy-hitter policy keeps at least 1 recent position".into())
+            ContextPolicy::HeavyHitters { budget, .. } if budget > max_len => {
+                Err(RequestError::BudgetPastContext { budget, max_len })
             }
+            ContextPolicy::HeavyHitters { recent: 0, .. } => Err(RequestError::NoRecentPositions),
             ContextPolicy::HeavyHitters {
                 sinks,
                 recent,
                 budget,
             } if budget < sinks.saturating_add(recent).saturating_add(MIN_HEAVY) => {
-                invalid(format!(
-                    "a budget of {budget} positions leaves fewer than {MIN_HEAVY} for heavy \
-                     hitters after {sinks} sinks and {recent} recent ones"
-                ))
+                Err(RequestError::BudgetTooSmall {
+                    budget,
+                    sinks,
+                    recent,
+                    min_heavy: MIN_HEAVY,
+                })
             }
             _ => Ok(()),
         }
@@ -116,7 +111,7 @@ impl ContextPolicy {
         need: usize,
         limit: usize,
     ) -> Result<usize, CoreError> {
-        let len = engine.kv().sequence(seq)?.len();
+        let len = engine.sequence_len(seq)?;
         if len + need <= limit {
             return Ok(0);
         }

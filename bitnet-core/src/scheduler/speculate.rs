@@ -25,12 +25,12 @@
 //! after a pause that doubles each time (1, 2, 4, ... [`MAX_PAUSE`] steps), to keep the
 //! estimate current. `SpecParams::adaptive = false` proposes `draft_max` every step.
 
-use crate::error::CoreError;
+use super::validate::RequestError;
 
 /// Where a request's drafts come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DraftSource {
-    /// The scheduler's draft model ([`super::Scheduler::set_draft`]): its greedy tokens,
+    /// The scheduler's draft model (`Scheduler::set_draft`): its greedy tokens,
     /// while its probability of the token stays at or above [`SpecParams::p_min`].
     Model,
     /// Prompt lookup, no model: the tokens that followed the most recent earlier occurrence
@@ -97,8 +97,8 @@ impl SpecParams {
     }
 
     /// Checks the values against the engine's largest pass (`max_batch` tokens).
-    pub fn validate(&self, max_batch: usize) -> Result<(), CoreError> {
-        let bad = |option, reason: String| Err(CoreError::InvalidOption { option, reason });
+    pub fn validate(&self, max_batch: usize) -> Result<(), RequestError> {
+        let bad = |option, reason: String| Err(RequestError::Speculation { option, reason });
         if let DraftSource::Lookup { ngram } = self.source
             && !(1..=MAX_LOOKUP_NGRAM).contains(&ngram)
         {

@@ -1,5 +1,5 @@
-//! One generation request from the handlers' side, for both APIs: the context checks,
-//! a place in the queue, the job handed to the engine thread, then the answer collected
+//! One generation request from the handlers' side, for both APIs: the core's checks of
+//! what it asks of the context, a place in the queue, the job handed to the engine thread, then the answer collected
 //! whole or streamed (see `sse.rs`). Dropping the receiving end (client gone, timeout)
 //! cancels the request's sequences on the engine thread.
 
@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
 
 use bitnet_core::runtime::{Reply, Request};
-use bitnet_core::scheduler::{GenStats, StopReason};
+use bitnet_core::scheduler::StopReason;
 
 use super::engine::Replies;
 use super::error::{ApiError, ApiResult};
@@ -32,50 +32,23 @@ pub async fn complete(
 ) -> ApiResult<Response> {
     let loaded = state.ready()?;
     let n_ctx = loaded.max_seq_len;
-    // Under a shift, window or eviction policy a prompt longer than the context is read
-    // through the bounded cache, as `generate` and `chat` do.
-    if prompt.len() >= n_ctx && !state.config.context.shifts() {
-        return Err(ApiError::context_exceeded(
-            format!(
-                "the prompt is {} tokens, the context holds {n_ctx}: no room to generate",
-                prompt.len()
-            ),
-            prompt_param,
-        ));
-    }
     let bos = loaded.model.tokenizer().is_some_and(|t| t.add_bos());
     req.params.context = state
         .config
         .context
         .policy(bos, prompt.len())
         .map_err(|e| ApiError::invalid(e.to_string(), None))?;
-    // A policy this prompt makes impossible (`--keep -1` keeping a prompt of half the
-    // context or more) is the request's fault: a 400 here, not a failed generation.
-    req.params
-        .context
-        .validate(n_ctx)
-        .map_err(|e| ApiError::context_exceeded(e.to_string(), prompt_param))?;
-    // With a context shift or a window, generation goes on past the context.
-    let room = if state.config.context.shifts() {
-        usize::MAX
-    } else {
-        n_ctx - prompt.len()
-    };
-    match req.max_tokens {
-        Some(m) if m > room => {
-            return Err(ApiError::context_exceeded(
-                format!(
-                    "this model's context is {n_ctx} tokens; you asked for {} ({} in the prompt, \
-                     {m} to generate)",
-                    prompt.len() + m,
-                    prompt.len()
-                ),
-                "max_tokens",
-            ));
-        }
-        Some(_) => {}
-        None => req.params.max_tokens = req.params.max_tokens.min(room),
+    // Left out, `max_tokens` is what the context leaves (all of it under a shifting policy).
+    if req.max_tokens.is_none() {
+        req.params.max_tokens = req
+            .params
+            .max_tokens
+            .min(req.params.room(prompt.len(), n_ctx));
     }
+    // The scheduler's own check, run here too so the 400 comes before any stream starts.
+    req.params
+        .check_context(0, prompt.len(), n_ctx, true)
+        .map_err(|e| ApiError::refused(&e, prompt_param))?;
     let guard = state.admit()?;
     let (tx, rx) = mpsc::unbounded_channel();
     let request = Request {
@@ -84,6 +57,7 @@ pub async fn complete(
         n: req.n,
         logprobs: req.logprobs,
         heal: heal.clone(),
+        strict_context: true,
     };
     state
         .engine
@@ -106,26 +80,10 @@ pub async fn complete(
         .filter_map(|c| c.stats.as_ref())
         .find(|s| s.stop_reason == StopReason::Cancelled)
     {
-        return Err(cut_off(s));
+        return Err(ApiError::cut_off(s));
     }
     let tok = loaded.tokenizer()?;
     Ok(Json(head.full(prompt.len(), &choices, tok, req.tool_format)).into_response())
-}
-
-/// An answer the server cancelled before it was complete (shutdown): 503, so a client never
-/// takes a truncated answer for a finished one, and may retry elsewhere.
-pub fn cut_off(stats: &GenStats) -> ApiError {
-    ApiError {
-        code: Some("cancelled"),
-        ..ApiError::unavailable(
-            format!(
-                "the answer was cut off after {}: the server is shutting down (or \
-                 cancelled it); retry the request",
-                crate::output::count(stats.gen_tokens, "token")
-            ),
-            Some(1),
-        )
-    }
 }
 
 /// Every answer's text, tokens and figures, until each has ended.

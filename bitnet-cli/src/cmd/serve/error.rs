@@ -8,6 +8,7 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use bitnet_core::scheduler::{GenStats, RequestError};
 use serde_json::json;
 
 #[derive(Debug)]
@@ -49,6 +50,34 @@ impl ApiError {
         let mut e = ApiError::invalid(message, Some(param));
         e.code = Some("context_length_exceeded");
         e
+    }
+
+    /// A request the core refuses before it runs: what it asks of the context is blamed on
+    /// `max_tokens` or on the prompt's field (`prompt_param`), anything else on the request.
+    pub fn refused(e: &RequestError, prompt_param: &str) -> ApiError {
+        match e {
+            RequestError::MaxTokensPastContext { .. } => {
+                ApiError::context_exceeded(e.to_string(), "max_tokens")
+            }
+            e if e.is_context() => ApiError::context_exceeded(e.to_string(), prompt_param),
+            e => ApiError::invalid(e.to_string(), None),
+        }
+    }
+
+    /// An answer the server cancelled before it was complete (shutdown): 503, so a client
+    /// never takes a truncated answer for a finished one, and may retry elsewhere.
+    pub fn cut_off(stats: &GenStats) -> ApiError {
+        ApiError {
+            code: Some("cancelled"),
+            ..ApiError::unavailable(
+                format!(
+                    "the answer was cut off after {}: the server is shutting down (or \
+                     cancelled it); retry the request",
+                    crate::output::count(stats.gen_tokens, "token")
+                ),
+                Some(1),
+            )
+        }
     }
 
     pub fn unauthorized() -> ApiError {

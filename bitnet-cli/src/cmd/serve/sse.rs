@@ -18,7 +18,6 @@ use futures_util::stream;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use super::completion::cut_off;
 use super::error::ApiError;
 use super::request::{Api, GenRequest};
 use super::response::Head;
@@ -146,7 +145,7 @@ impl Streaming {
                 self.send_text(index, text, lps);
             }
             Reply::Done { stats, .. } if stats.stop_reason == StopReason::Cancelled => {
-                self.fail(cut_off(&stats));
+                self.fail(ApiError::cut_off(&stats));
             }
             Reply::Done { index, stats } => {
                 let (text, lps) = self.texts[index].finish();
