@@ -25,6 +25,7 @@ mod buffers;
 mod compact;
 mod forward;
 mod matmul;
+mod options;
 pub mod profile;
 mod session;
 mod workspace;
@@ -34,63 +35,16 @@ use std::sync::Arc;
 use bitnet_kernels::Isa;
 
 use crate::error::CoreError;
-use crate::kv::{KvError, KvManager, KvRotate, KvType, PoolStats, SeqId};
+use crate::kv::{KvError, KvManager, KvRotate, PoolStats, SeqId};
 use crate::model::Model;
 
 pub use attn_stats::ENTROPY_EMA_WEIGHT;
 use batch::Batch;
 pub use batch::{BatchItem, Logits};
+pub use options::{DEFAULT_BLOCK_TOKENS, EngineOptions};
 pub use profile::{OpKind, Profile, ProfileRow};
 pub use session::Session;
 use workspace::Workspace;
-
-/// Run-time settings of an [`Engine`]: none of them is part of the model.
-#[derive(Clone, Debug)]
-pub struct EngineOptions {
-    /// Threads for the forward pass, the caller included; 0 = the physical cores.
-    pub threads: usize,
-    /// Pin pool threads to cores.
-    pub pin: bool,
-    /// KV tokens in total, shared by all sequences (llama.cpp's unified cache); 0 = the
-    /// model's training context, at most 4096.
-    pub n_ctx: usize,
-    /// Tokens one forward pass evaluates at most (sizes the activation buffers; prompts
-    /// longer than this are evaluated in chunks).
-    pub batch: usize,
-    /// Element format of the K cache (`-ctk`).
-    pub k_type: KvType,
-    /// Element format of the V cache (`-ctv`), chosen independently of K's.
-    pub v_type: KvType,
-    /// Which of K and V are stored Hadamard-rotated (`--kv-rotate`; see
-    /// [`crate::kv::KvStorage::set_rotation`]). An explicit side with a head dimension that
-    /// is not a power of two is an error; `Auto` then rotates nothing.
-    pub kv_rotate: KvRotate,
-    /// Score `b1` keys by XNOR/popcount against a sign-quantized query (`--kv-xnor`)
-    /// instead of the float query; needs `k_type` B1.
-    pub kv_xnor: bool,
-    /// Positions per KV block (a power of two).
-    pub block_tokens: usize,
-    /// Sample the per-layer attention entropy every this many decode passes (see
-    /// [`Engine::attention_entropy`]); 0 = off, at no cost.
-    pub attn_entropy_every: usize,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            threads: 0,
-            pin: true,
-            n_ctx: 0,
-            batch: 256,
-            k_type: KvType::F16,
-            v_type: KvType::F16,
-            kv_rotate: KvRotate::Off,
-            kv_xnor: false,
-            block_tokens: DEFAULT_BLOCK_TOKENS,
-            attn_entropy_every: 0,
-        }
-    }
-}
 
 impl EngineOptions {
     /// The threads a pass runs on: `threads`, or the physical cores when it is 0.
@@ -102,9 +56,6 @@ impl EngineOptions {
         }
     }
 }
-
-/// Positions per KV block by default (`bitnet bench --kv-block` measures other sizes).
-pub const DEFAULT_BLOCK_TOKENS: usize = 16;
 
 /// The engine; see the module docs.
 #[derive(Debug)]

@@ -6,11 +6,11 @@
 use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, QK8_0, RopeTable};
 use bitnet_kernels::{ActScale, AlignedVec, Isa};
 
-use super::EngineOptions;
 use super::attention;
 use super::attn_stats::AttnStats;
 use super::batch::Batch;
 use super::buffers::Bufs;
+use super::options::EngineOptions;
 use super::profile::{Profile, SubTimer};
 use crate::error::CoreError;
 use crate::kv::KvManager;

@@ -14,34 +14,30 @@ mod complete;
 mod figures;
 mod input;
 mod quiet_tty;
+mod reply;
 mod screen;
 mod show;
 mod slash;
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use bitnet_core::chat::{
-    ChatSession, ChatTemplate, Conversation, Message, ReplyIo, ReplySettings, SessionError,
-    TurnStats, TurnStatus,
-};
-use bitnet_core::scheduler::{Scheduler, SchedulerOptions, StopReason};
-use crossterm::style::Stylize;
+use bitnet_core::chat::{ChatSession, ChatTemplate, Conversation, Message, ReplySettings};
+use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
 
-use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
+use crate::args::attn_entropy::AttnEntropyArgs;
 use crate::args::context::ContextArgs;
 use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
 use crate::args::sampling::{SamplingArgs, ban_eog};
 use crate::args::speculate::SpeculateArgs;
-use crate::interrupt;
 use crate::output::error_chain;
 use crate::setup::Setup;
 use crate::template_worker;
 use commands::Command;
 use input::{Input, Read};
-use quiet_tty::QuietTty;
+use reply::reply;
 use screen::Screen;
 use slash::run_command;
 
@@ -223,100 +219,6 @@ pub fn run(args: Args) -> Result<()> {
             }
             screen.warn(&format!("error: {}", error_chain(&e)));
         }
-    }
-    Ok(())
-}
-
-/// Runs one reply with streaming output, the prompt status line and Ctrl-C handling.
-fn reply(
-    chat: &mut ChatSession,
-    screen: &Screen,
-    f: impl FnOnce(&mut ChatSession, ReplyIo<'_>) -> Result<TurnStats, SessionError>,
-) -> Result<()> {
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
-    let mut pipe_error: Option<io::Error> = None;
-    let mut on_text = |t: &str| {
-        // The ^C may land between two steps: nothing of the reply prints after it.
-        if interrupt::pending() {
-            return false;
-        }
-        match out.write_all(t.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => true,
-            Err(e) => {
-                pipe_error = Some(e);
-                false
-            }
-        }
-    };
-    let status_tty = screen.styled && io::stderr().is_terminal();
-    let mut on_status = |s: TurnStatus| match s {
-        // Said before the reply it makes room for, not after.
-        TurnStatus::Dropped(n) => screen.warn(&format!(
-            "(context full: the {n} oldest message{} dropped to make room; the rest is read \
-             again)",
-            if n == 1 { " was" } else { "s were" }
-        )),
-        _ if !status_tty => {}
-        TurnStatus::Reading(n) => {
-            let mut err = io::stderr().lock();
-            let _ = write!(
-                err,
-                "{}",
-                format!("reading {}…", crate::output::count(n, "token")).dark_grey()
-            );
-            let _ = err.flush();
-        }
-        _ => {
-            let mut err = io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K");
-            let _ = err.flush();
-        }
-    };
-    let quiet = screen.quiet_input.then(QuietTty::new);
-    interrupt::catch(true);
-    let result = f(
-        chat,
-        ReplyIo {
-            on_text: &mut on_text,
-            interrupted: &interrupt::take,
-            on_status: &mut on_status,
-        },
-    );
-    interrupt::catch(false);
-    drop(quiet);
-    if let Some(e) = pipe_error {
-        return Err(e.into());
-    }
-    let stats = result?;
-    if !stats.unanswered {
-        writeln!(out)?;
-        if screen.marks {
-            writeln!(out)?;
-        }
-    }
-    out.flush()?;
-    drop(out);
-    if stats.unanswered {
-        screen.info(
-            "(stopped before the reply began: the message was not kept, and the conversation \
-             is as it was)",
-        );
-    } else if stats.was_interrupted() {
-        screen.info("(stopped; the reply so far is kept)");
-    }
-    if stats.shifted > 0 {
-        screen.info(&format!(
-            "(context full: {} older tokens shifted out of the cache; the conversation goes on)",
-            stats.shifted
-        ));
-    }
-    if stats.reply.stop_reason == StopReason::ContextFull {
-        screen.warn("(the context is full: the reply was cut)");
-    }
-    if screen.show_stats {
-        let fields = figures::fields(&stats, entropy_figures(chat.engine()));
-        screen.info(&figures::fit(&fields, figures::stderr_width()));
     }
     Ok(())
 }

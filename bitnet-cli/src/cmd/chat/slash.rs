@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use bitnet_core::chat::{ChatSession, Message};
 
 use super::commands::{self, Command, HELP};
-use super::reply;
+use super::reply::reply;
 use super::screen::Screen;
 use super::show;
 use crate::output::count;

@@ -13,7 +13,7 @@ use bitnet_core::runtime::{Observer, Reply, ReplySink, Runtime, RuntimeOptions};
 use bitnet_core::scheduler::{GenStats, Scheduler, SchedulerOptions, StopReason, warm_up};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::Args;
+use super::args::Args;
 use super::state::{Loaded, Shared};
 use crate::output::note;
 use crate::setup::Setup;

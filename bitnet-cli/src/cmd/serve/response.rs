@@ -295,7 +295,7 @@ fn system_fingerprint() -> String {
 
 /// OpenAI's finish reasons: `stop` for an end-of-generation token or a stop string,
 /// `length` for the token limit or a full context. (A cancelled answer never gets here: it
-/// is answered with an error, see `completion::cut_off`.)
+/// is answered with an error, see `ApiError::cut_off`.)
 pub fn finish_reason(r: StopReason) -> &'static str {
     match r {
         StopReason::MaxTokens | StopReason::ContextFull => "length",

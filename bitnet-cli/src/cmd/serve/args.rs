@@ -1,0 +1,92 @@
+//! The flags of `bitnet serve` (llama.cpp's server spellings where it has them).
+
+use std::path::PathBuf;
+
+use crate::args::attn_entropy::AttnEntropyArgs;
+use crate::args::context::ContextArgs;
+use crate::args::model::ModelArgs;
+use crate::args::speculate::SpeculateArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The GGUF model file (models/shakespeare.gguf ships with the repository).
+    #[arg(short = 'm', long)]
+    pub model: PathBuf,
+    /// Address to listen on; loopback unless you mean to serve other machines.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Requests decoded together (llama.cpp's -np); -c is shared by all of them.
+    #[arg(long = "parallel", visible_alias = "np", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub parallel: u32,
+    /// Requests that may wait for a place beyond --parallel; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Require this key (`Authorization: Bearer KEY` or `X-Api-Key: KEY`) on every route
+    /// but the health checks; repeat it or give a comma-separated list for several.
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Vec<String>,
+    /// Read API keys from this file: one a line, blank lines and `#` comments skipped.
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
+    /// Let pages from this origin call the server from a browser (CORS): scheme://host[:port],
+    /// scheme://host:* for any port, or * for any origin; repeatable or comma-separated.
+    /// Default: none.
+    #[arg(long, visible_alias = "cors-origins", value_name = "ORIGIN")]
+    pub cors_origin: Vec<String>,
+    /// Seconds a request may take before it is cancelled (504, or an error event when
+    /// streaming): 1 to 31536000 (a year).
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
+    pub timeout: u64,
+    /// Request bodies larger than this many bytes get 413.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Tokens to generate when a request gives no max_tokens (cut to the context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+    pub n_predict: usize,
+    /// Model name in /v1/models and answers (default: the file name).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Chat template: a built-in name or a Jinja file (default: the file's own, else plain).
+    #[arg(long)]
+    pub chat_template: Option<String>,
+    /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are
+    /// cancelled (their answers then end with an error) and every connection is closed.
+    #[arg(long, default_value_t = 10)]
+    pub shutdown_timeout: u64,
+    /// Connections open at once (kept below the open-file limit). At the cap a new one
+    /// replaces the longest-waiting connection without a request; when all are serving,
+    /// it gets 503.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// Seconds a client may take to send a request's header (from connecting, or from its
+    /// first byte after an idle spell), and may pause while sending its body (then 408).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
+    pub read_timeout: u64,
+    /// Seconds a keep-alive connection may stay idle between requests before it is closed:
+    /// longer than a proxy's own (nginx and AWS ALB keep 60 s), or the proxy may send on a
+    /// connection as it closes.
+    #[arg(long, default_value_t = 75, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
+    pub idle_timeout: u64,
+    /// Serve no chat page at `/` (the API only; `/` is then a 404).
+    #[arg(long)]
+    pub no_webui: bool,
+    /// Sleep this many milliseconds after every engine step: makes a tiny test model as
+    /// slow as a big one (tests of queueing and disconnects).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub step_delay_ms: u64,
+    #[command(flatten)]
+    pub context: ContextArgs,
+    #[command(flatten)]
+    pub attn_entropy: AttnEntropyArgs,
+    #[command(flatten)]
+    pub speculate: SpeculateArgs,
+    #[command(flatten)]
+    pub model_args: ModelArgs,
+}
+
+/// The longest `--timeout`: a request's deadline is `now + timeout`, which must stay a
+/// representable instant (a larger value used to panic the request's task).
+const MAX_TIMEOUT_S: u64 = 365 * 24 * 3600;
