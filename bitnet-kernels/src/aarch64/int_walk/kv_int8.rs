@@ -5,11 +5,11 @@
 //! (row, head) units. Each key block is loaded once for the group as 32 signed values
 //! (Q8_0 and Q8R codes as stored; Q4_0 nibbles masked, shifted and less 8), and each unit's
 //! block dot is exact in 32-bit lanes: two [`DotStep::dot_b127`]s, the query codes being
-//! within -127..=127 (`int8_query` rounds to at most 127 in magnitude). Two rounds of `ADDP` gather four units' dots into one vector, so the
-//! conversion (`SCVTF`), the product of the key's and the query's block scales and the `FMLA`
-//! are paid once per four units. Every block dot is exact and each unit's lane adds its
-//! blocks in order from 0, so a head's score does not depend on its group, its tile, or the
-//! number of rows.
+//! within -127..=127 (`int8_query` rounds to at most 127 in magnitude). Two rounds of `ADDP`
+//! gather four units' dots into one vector, so the conversion (`SCVTF`), the product of the
+//! key's and the query's block scales and the `FMLA` are paid once per four units. Every
+//! block dot is exact and each unit's lane adds its blocks in order from 0, so a head's score
+//! does not depend on its group, its tile, or the number of rows.
 //!
 //! The kernels are reached through function pointers, one per format and group; each tree
 //! compiles them with its features ([`ScoresEntry`]).
