@@ -7,9 +7,9 @@
 //!   pairwise adds, no multiply at all;
 //! - [`SdotStep`], FEAT_DotProd: one `SDOT` per 16 byte pairs, four products into each i32.
 //!
-//! The two group the products into lanes differently (NEON lane `i` holds pairs of pairs of
-//! neighbouring products, `SDOT` lane `i` products `4i..4i + 4`), so the walks rely only on the
-//! sum of an accumulator's four lanes, which both make exact.
+//! The two group the products into lanes differently (NEON lane `i` gets products `2i`,
+//! `2i + 1`, `2i + 8` and `2i + 9`, `SDOT` lane `i` products `4i..4i + 4`), so the walks rely
+//! only on the sum of an accumulator's four lanes, which both make exact.
 //!
 //! Every step is `#[inline(always)]` and carries no `#[target_feature]` of its own: it lands
 //! in the tree's entry function, whose features must cover the instructions.
