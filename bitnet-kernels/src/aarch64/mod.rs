@@ -24,6 +24,8 @@ pub mod neon;
 mod asm;
 mod exp;
 mod half;
+mod int_dot;
+mod int_walk;
 mod rows;
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched.

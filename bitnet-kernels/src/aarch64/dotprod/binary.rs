@@ -1,78 +1,12 @@
-//! Dot-product (`SDOT`) 1-bit x int8 kernel over the bit-row layout of [`crate::binary`].
-//!
-//! A weight word's 64 bits become four 16-byte masks (`TBL` spreads each byte over 8 lanes,
-//! `CMTST` against the lane's bit): 0xff, i.e. -1, where the bit is 1. One `SDOT` of a mask
-//! with 16 activations adds minus their selected sum into four i32 lanes, so the row's sum is
-//! the negated total. The masks are made once per row and word and shared by a tile of up to
-//! 4 tokens.
+//! Dot-product (`SDOT`) 1-bit x int8 kernel (`crate::aarch64::int_walk::binary`): one `SDOT`
+//! of a word's mask (-1 where the bit is 1) with 16 activations adds minus their selected sum
+//! into four i32 lanes, so the row's sum is the negated total.
 
-use std::arch::aarch64::*;
 use std::ops::Range;
 
-use crate::aarch64::asm::sdot;
+use crate::aarch64::int_dot::SdotStep;
+use crate::aarch64::int_walk::binary;
 use crate::binary::BinaryMatrix;
-
-/// Token rows per tile.
-const TILE_TOKENS: usize = 4;
-
-/// The four 16-byte masks (-1 where the bit is 1) of the 64 columns of `word`.
-#[target_feature(enable = "neon")]
-#[inline]
-fn masks(word: u64, idx: &[uint8x16_t; 4], bitsel: uint8x16_t) -> [int8x16_t; 4] {
-    let v = vreinterpretq_u8_u64(vdupq_n_u64(word));
-    idx.map(|i| vreinterpretq_s8_u8(vtstq_u8(vqtbl1q_u8(v, i), bitsel)))
-}
-
-/// The `TBL` indices (`[2 j; 8], [2 j + 1; 8]`) and lane bits of [`masks`].
-#[target_feature(enable = "neon")]
-#[inline]
-fn mask_consts() -> ([uint8x16_t; 4], uint8x16_t) {
-    let idx = std::array::from_fn(|j| {
-        let lo = vdup_n_u8(2 * j as u8);
-        let hi = vdup_n_u8(2 * j as u8 + 1);
-        vcombine_u8(lo, hi)
-    });
-    const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
-    // SAFETY: `BITS` holds 16 bytes.
-    (idx, unsafe { vld1q_u8(BITS.as_ptr()) })
-}
-
-/// Row `r` against `T` token rows from `t0`: `out[(t0 + t) * n + i]`.
-///
-/// # Safety
-/// NEON + dotprod; as [`raw_dots_multi`], with `t0 + T <= n_tok`.
-#[target_feature(enable = "neon,dotprod")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn row_tokens<const T: usize>(
-    w: &BinaryMatrix,
-    q: &[i8],
-    r: usize,
-    i: usize,
-    n: usize,
-    t0: usize,
-    words: &Range<usize>,
-    out: &mut [i32],
-) {
-    let (idx, bitsel) = mask_consts();
-    let pc = w.padded_cols();
-    let bits = w.row_bits(r);
-    let qp: [*const i8; T] = std::array::from_fn(|t| q[(t0 + t) * pc..].as_ptr());
-    let mut acc = [vdupq_n_s32(0); T];
-    for wi in words.clone() {
-        let m = masks(bits[wi], &idx, bitsel);
-        for t in 0..T {
-            for (j, &mj) in m.iter().enumerate() {
-                // SAFETY: token `t0 + t` holds `padded_cols = words * 64` values, word `wi`
-                // is inside the row; the CPU has dotprod (target feature).
-                acc[t] = unsafe { sdot(acc[t], mj, vld1q_s8(qp[t].add(wi * 64 + 16 * j))) };
-            }
-        }
-    }
-    for (t, a) in acc.iter().enumerate() {
-        out[(t0 + t) * n + i] = vaddvq_s32(vnegq_s32(*a));
-    }
-}
 
 /// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///
@@ -87,22 +21,7 @@ pub unsafe fn raw_dots_multi(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    let n = rows.len();
-    for (i, r) in rows.enumerate() {
-        let mut t0 = 0;
-        while t0 + TILE_TOKENS <= n_tok {
-            // SAFETY: tokens t0..t0 + 4 exist; shapes checked by the caller.
-            unsafe { row_tokens::<TILE_TOKENS>(w, q, r, i, n, t0, &words, out) };
-            t0 += TILE_TOKENS;
-        }
-        // SAFETY: tokens t0..n_tok exist; shapes checked by the caller.
-        unsafe {
-            match n_tok - t0 {
-                1 => row_tokens::<1>(w, q, r, i, n, t0, &words, out),
-                2 => row_tokens::<2>(w, q, r, i, n, t0, &words, out),
-                3 => row_tokens::<3>(w, q, r, i, n, t0, &words, out),
-                _ => {}
-            }
-        }
-    }
+    // SAFETY: this function enables NEON and dotprod, the step's features; shapes checked by
+    // the caller.
+    unsafe { binary::raw_dots_multi::<SdotStep>(w, q, n_tok, rows, words, out) }
 }

@@ -1,82 +1,17 @@
 //! NEON 1-bit kernels over the bit-row layout of [`crate::binary`].
 //!
-//! `raw_dots_multi` (signs x int8): a weight word's 64 bits become four 16-byte masks
-//! (`TBL` spreads each byte over 8 lanes, `CMTST` against the lane's bit), computed once per
-//! row and word and shared by a tile of up to 4 tokens; per token `AND` keeps the activations
-//! whose bit is 1, `SADDLP`/`SADALP` sum them into i16 (<= 4 * 2 * 128 per word) and then
-//! into i32. `xor_popcounts`: `EOR` + `CNT` on two words at a time, `UADALP` into u16 lanes
-//! (flushed before they can overflow), a scalar `count_ones` for an odd last word.
+//! `raw_dots_multi` (signs x int8, `crate::aarch64::int_walk::binary`): per token and word,
+//! `AND` keeps the activations whose bit is 1, `SADDLP`/`SADALP` sum them into i16
+//! (<= 4 * 2 * 128 per word) and then into i32. `xor_popcounts`: `EOR` + `CNT` on two words at
+//! a time, `UADALP` into u16 lanes (flushed before they can overflow), a scalar `count_ones`
+//! for an odd last word.
 
 use std::arch::aarch64::*;
 use std::ops::Range;
 
+use crate::aarch64::int_dot::NeonStep;
+use crate::aarch64::int_walk::binary;
 use crate::binary::BinaryMatrix;
-
-/// Token rows per tile of `raw_dots_multi`.
-const TILE_TOKENS: usize = 4;
-
-/// The four 16-byte masks (0xff where the bit is 1) of the 64 columns of `word`.
-#[target_feature(enable = "neon")]
-#[inline]
-fn masks(word: u64, idx: &[uint8x16_t; 4], bitsel: uint8x16_t) -> [int8x16_t; 4] {
-    let v = vreinterpretq_u8_u64(vdupq_n_u64(word));
-    idx.map(|i| vreinterpretq_s8_u8(vtstq_u8(vqtbl1q_u8(v, i), bitsel)))
-}
-
-/// The `TBL` indices (`[2 j; 8], [2 j + 1; 8]`) and lane bits of [`masks`].
-#[target_feature(enable = "neon")]
-#[inline]
-fn mask_consts() -> ([uint8x16_t; 4], uint8x16_t) {
-    let idx = std::array::from_fn(|j| {
-        let lo = vdup_n_u8(2 * j as u8);
-        let hi = vdup_n_u8(2 * j as u8 + 1);
-        vcombine_u8(lo, hi)
-    });
-    const BITS: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
-    // SAFETY: `BITS` holds 16 bytes.
-    (idx, unsafe { vld1q_u8(BITS.as_ptr()) })
-}
-
-/// Row `r` against `T` token rows from `t0`: `out[(t0 + t) * n + i]`.
-///
-/// # Safety
-/// NEON; as [`raw_dots_multi`], with `t0 + T <= n_tok`.
-#[target_feature(enable = "neon")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn row_tokens<const T: usize>(
-    w: &BinaryMatrix,
-    q: &[i8],
-    r: usize,
-    i: usize,
-    n: usize,
-    t0: usize,
-    words: &Range<usize>,
-    out: &mut [i32],
-) {
-    let (idx, bitsel) = mask_consts();
-    let pc = w.padded_cols();
-    let bits = w.row_bits(r);
-    let qp: [*const i8; T] = std::array::from_fn(|t| q[(t0 + t) * pc..].as_ptr());
-    let mut acc = [vdupq_n_s32(0); T];
-    for wi in words.clone() {
-        let m = masks(bits[wi], &idx, bitsel);
-        for t in 0..T {
-            // SAFETY: token `t0 + t` holds `padded_cols = words * 64` values, word `wi` is
-            // inside the row.
-            let a: [int8x16_t; 4] =
-                std::array::from_fn(|j| unsafe { vld1q_s8(qp[t].add(wi * 64 + 16 * j)) });
-            let s = vpaddlq_s8(vandq_s8(m[0], a[0]));
-            let s = vpadalq_s8(s, vandq_s8(m[1], a[1]));
-            let s = vpadalq_s8(s, vandq_s8(m[2], a[2]));
-            let s = vpadalq_s8(s, vandq_s8(m[3], a[3]));
-            acc[t] = vpadalq_s16(acc[t], s);
-        }
-    }
-    for (t, a) in acc.iter().enumerate() {
-        out[(t0 + t) * n + i] = vaddvq_s32(*a);
-    }
-}
 
 /// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///
@@ -91,24 +26,9 @@ pub unsafe fn raw_dots_multi(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    let n = rows.len();
-    for (i, r) in rows.enumerate() {
-        let mut t0 = 0;
-        while t0 + TILE_TOKENS <= n_tok {
-            // SAFETY: tokens t0..t0 + 4 exist; shapes checked by the caller.
-            unsafe { row_tokens::<TILE_TOKENS>(w, q, r, i, n, t0, &words, out) };
-            t0 += TILE_TOKENS;
-        }
-        // SAFETY: tokens t0..n_tok exist; shapes checked by the caller.
-        unsafe {
-            match n_tok - t0 {
-                1 => row_tokens::<1>(w, q, r, i, n, t0, &words, out),
-                2 => row_tokens::<2>(w, q, r, i, n, t0, &words, out),
-                3 => row_tokens::<3>(w, q, r, i, n, t0, &words, out),
-                _ => {}
-            }
-        }
-    }
+    // SAFETY: this function enables NEON, the step's only feature; shapes checked by the
+    // caller.
+    unsafe { binary::raw_dots_multi::<NeonStep>(w, q, n_tok, rows, words, out) }
 }
 
 /// See the reference `xor_popcounts` (`scalar/binary.rs`).

@@ -1,85 +1,11 @@
-//! NEON Q8_0 x Q8_0 products: the `--head q8` output head, for one token (decode) or a few
-//! (batched decode). The integer core of a block is `SMULL`/`SMULL2` (signed bytes to i16
-//! products; -128 x -128 still fits) and `SADDLP`/`SADALP` (pairs of them into four i32
-//! lanes), exact; each block's lanes are converted (`SCVTF`) and accumulated with the
-//! product of the two block scales (`FMLA`), the four lanes added at the end.
-//!
-//! Tiles of 4 weight rows x 2 tokens (`crate::aarch64::rows`): each weight block is loaded
-//! once for the tile's tokens and each activation block once for its rows; the f16 scales
-//! of the tile's rows and tokens are widened together (`FCVTL`). A (row, token) pair takes
-//! the same operations in any tile, so batched results equal single-token ones bit for bit.
+//! NEON Q8_0 x Q8_0 products (`crate::aarch64::int_walk::q8q8`): a block's 32 byte products
+//! are `SMULL`/`SMULL2` (signed bytes to i16 products; -128 x -128 still fits) and
+//! `SADDLP`/`SADALP` (pairs of them into four i32 lanes).
 
-use std::arch::aarch64::*;
 use std::ops::Range;
 
-use crate::aarch64::rows::{Tile, f16_lanes, lane, walk};
-use crate::extent::holds;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
-
-/// The four i32 lanes of the exact dot of two blocks' 32 quants.
-#[inline]
-#[target_feature(enable = "neon")]
-fn block_dot(w: int8x16x2_t, x: int8x16x2_t) -> int32x4_t {
-    let p = vpaddlq_s16(vmull_s8(vget_low_s8(w.0), vget_low_s8(x.0)));
-    let p = vpadalq_s16(p, vmull_high_s8(w.0, x.0));
-    let p = vpadalq_s16(p, vmull_s8(vget_low_s8(w.1), vget_low_s8(x.1)));
-    vpadalq_s16(p, vmull_high_s8(w.1, x.1))
-}
-
-/// Q8_0 x Q8_0 dots of `R` weight rows with `T` activation rows of `nb` blocks.
-///
-/// # Safety
-/// NEON; each `w[r]` and `x[t]` points at `nb` readable Q8_0 blocks.
-#[inline]
-#[target_feature(enable = "neon")]
-unsafe fn dots<const R: usize, const T: usize>(
-    w: [*const u8; R],
-    x: [*const u8; T],
-    nb: usize,
-) -> [[f32; T]; R] {
-    const BB: usize = Q8_0_BLOCK_BYTES;
-    let mut acc = [[vdupq_n_f32(0.0); T]; R];
-    for b in 0..nb {
-        let off = b * BB;
-        // SAFETY: block b is below nb for every row and token (caller).
-        unsafe {
-            let dw = f16_lanes(w, off);
-            let dx = f16_lanes(x, off);
-            // Lane r of d[t]: the scale of row r times the scale of token t.
-            let d: [float32x4_t; T] = std::array::from_fn(|t| vmulq_f32(dw, lane(dx, t)));
-            let xq = x.map(|p| vld1q_s8_x2(p.add(off + 2).cast()));
-            for r in 0..R {
-                let wq = vld1q_s8_x2(w[r].add(off + 2).cast());
-                for t in 0..T {
-                    let p = vcvtq_f32_s32(block_dot(wq, xq[t]));
-                    acc[r][t] = vfmaq_f32(acc[r][t], p, lane(d[t], r));
-                }
-            }
-        }
-    }
-    acc.map(|a| a.map(|v| vaddvq_f32(v)))
-}
-
-/// The [`Tile`] of this kernel: rows of `nb` blocks.
-#[derive(Clone, Copy)]
-struct Rows {
-    nb: usize,
-}
-
-impl Tile for Rows {
-    const ROWS: usize = 4;
-    const TOKENS: usize = 2;
-
-    #[inline(always)]
-    unsafe fn tile<const R: usize, const T: usize>(
-        self,
-        w: [*const u8; R],
-        x: [*const u8; T],
-    ) -> [[f32; T]; R] {
-        // SAFETY: forwarded from the caller (NEON, whole rows).
-        unsafe { dots::<R, T>(w, x, self.nb) }
-    }
-}
+use crate::aarch64::int_dot::NeonStep;
+use crate::aarch64::int_walk::q8q8;
 
 /// Same contract as the scalar kernel of this name.
 ///
@@ -94,24 +20,6 @@ pub unsafe fn matmul_q8_0_q8_0(
     rows: Range<usize>,
     out: &mut [f32],
 ) {
-    let nb = row_len / QK8_0;
-    let rb = nb * Q8_0_BLOCK_BYTES;
-    assert!(
-        holds(w.len(), rows.end, rb)
-            && holds(xq.len(), n_tok, rb)
-            && holds(out.len(), n_tok, rows.len())
-    );
-    // SAFETY: this function enables NEON; shapes checked above.
-    unsafe {
-        walk(
-            Rows { nb },
-            w.as_ptr(),
-            rb,
-            xq.as_ptr(),
-            rb,
-            n_tok,
-            rows,
-            out,
-        )
-    }
+    // SAFETY: this function enables NEON, the step's only feature; the walk checks shapes.
+    unsafe { q8q8::matmul_q8_0_q8_0::<NeonStep>(w, row_len, xq, n_tok, rows, out) }
 }
