@@ -20,6 +20,8 @@ other than the allowed one: two files, one of them `error.rs`, the other its sib
 module (same directory) or its parent module (`x.rs` or `x/mod.rs` for `x/error.rs`).
 
     scripts/module-cycles.py [--root WORKSPACE] [--crate MEMBER ...] [--count-facades]
+
+scripts/module-cycles-test.sh is its self-test (a throwaway workspace of known cases).
 """
 
 import argparse
