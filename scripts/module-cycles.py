@@ -9,7 +9,8 @@ scope). A path is resolved to the file that defines its item, through any number
 `use` / `pub use` hops and glob imports; a path that ends at a module maps to that
 module's file, and so does a name a module does not show (an item a macro defines
 there). A `mod x;` declaration alone is no edge: a parent depends on a child only where
-it names the child's items (a `pub use` of them included, unless --skip-child-reexports).
+it names the child's items. A parent's `pub use` of its own child module's items is no
+edge: the parent is a facade for the child, not a user of it (--count-facades counts it).
 Comments, strings and character literals are blanked before anything is read, so doc
 links and messages do not count; nor do `pub(in path)` visibility paths.
 
@@ -18,7 +19,9 @@ inside it, one example (`file:line: path`). The exit status is 1 when a componen
 other than the allowed one: two files, one of them `error.rs`, the other its sibling
 module (same directory) or its parent module (`x.rs` or `x/mod.rs` for `x/error.rs`).
 
-    scripts/module-cycles.py [--root WORKSPACE] [--crate MEMBER ...] [--skip-child-reexports]
+    scripts/module-cycles.py [--root WORKSPACE] [--crate MEMBER ...] [--count-facades]
+
+scripts/module-cycles-test.sh is its self-test (a throwaway workspace of known cases).
 """
 
 import argparse
@@ -379,7 +382,7 @@ INLINE_RE = re.compile(r"(?<![A-Za-z0-9_:])(" + IDENT + r"(?:\s*::\s*" + IDENT +
 
 def reexports_own_child(module, target):
     """A `pub use` of an item of one of `module`'s own child module files: the parent as
-    a facade (not counted under --skip-child-reexports)."""
+    a facade (not counted unless --count-facades)."""
     return target is not None and any(
         c.file == target and c.file != module.file for c in module.children.values()
     )
@@ -528,18 +531,20 @@ def main():
     ap.add_argument("--root", default=here, help="the workspace (default: this script's repository)")
     ap.add_argument("--crate", action="append", help="only this member (a path as in Cargo.toml); repeatable")
     ap.add_argument(
-        "--skip-child-reexports",
+        "--count-facades",
         action="store_true",
-        help="a parent's `pub use` of its own child module's items is no edge (a facade)",
+        help="count a parent's `pub use` of its own child module's items as an edge "
+        "(by default such a facade is no dependency)",
     )
     args = ap.parse_args()
+    skip_child_reexports = not args.count_facades
     root_dir = os.path.abspath(args.root)
     members = args.crate or crate_members(root_dir)
 
     def rel(p):
         return os.path.relpath(p, root_dir)
 
-    bad = sum(check_crate(root_dir, m, rel, args.skip_child_reexports) for m in members)
+    bad = sum(check_crate(root_dir, m, rel, skip_child_reexports) for m in members)
     if bad:
         print(f"{bad} import circle(s) beyond a file and its error type")
         return 1

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite, as CI runs it: everything with the best kernels this CPU has, then the
+# The test suite, as CI runs it: first the import-circle check (scripts/module-cycles.py
+# and its self-test; a second), then everything with the best kernels this CPU has, then the
 # suite again (doc examples aside) with the scalar kernels forced, so the fallbacks stay
 # honest; and the
 # embedding examples of bitnet-core run on the shipped model (they exit non-zero when they
@@ -21,6 +22,11 @@ if [ ! -d ../shared/data ]; then
 fi
 # Each step's time, so a slow CI shows where it went.
 step() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
+# No file-level import circle bigger than a file and its own error type. The checker's
+# self-test runs first, so a checker that finds nothing cannot pass the workspace.
+step "import circles"
+./scripts/module-cycles-test.sh
+python3 scripts/module-cycles.py
 step "workspace tests, best kernels"
 cargo test --workspace -j "$jobs"
 # The server's fault drill (half-open sockets, slow senders, SIGTERM under load, kill -9 and

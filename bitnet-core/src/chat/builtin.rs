@@ -144,6 +144,15 @@ pub fn builtin(name: &str) -> Option<&'static BuiltinTemplate> {
     BUILTIN_TEMPLATES.iter().find(|t| t.name == n)
 }
 
+/// The built-in template names, comma-separated (for messages and `--help`).
+pub fn builtin_names() -> String {
+    BUILTIN_TEMPLATES
+        .iter()
+        .map(|t| t.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,8 @@
 use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value, context};
 use serde::{Deserialize, Serialize};
 
-use super::{ChatError, time};
+use super::error::ChatError;
+use super::time;
 
 /// Instructions one render may execute: a real template needs a few dozen per message.
 const FUEL: u64 = 20_000_000;

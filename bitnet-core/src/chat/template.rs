@@ -9,10 +9,12 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use super::builtin::{BuiltinTemplate, builtin};
+use super::error::ChatError;
 use super::jinja::{RenderJob, TemplateRenderer, describe, environment};
+use super::message::Message;
+use super::template_limits::MAX_TEMPLATE_BYTES;
 use super::tools::render::{ToolCaps, prepare, probe};
-use super::tools::{Tool, ToolFormat};
-use super::{ChatError, MAX_TEMPLATE_BYTES, Message};
+use super::tools::{TemplateSource, Tool, ToolFormat};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
@@ -219,7 +221,7 @@ impl ChatTemplate {
     /// What this template renders of tools, tool calls and tool results itself.
     pub(super) fn tool_caps(&self) -> ToolCaps {
         *self.tool_caps.get_or_init(|| {
-            probe(self, |msgs, tools| {
+            probe(&self.source, |msgs, tools| {
                 self.render_json(
                     serde_json::Value::Array(msgs.to_vec()),
                     tools.cloned(),
@@ -249,6 +251,12 @@ impl ChatTemplate {
             Some(r) => r.render(&job),
             None => job.render(),
         }
+    }
+}
+
+impl TemplateSource for ChatTemplate {
+    fn template_source(&self) -> &str {
+        &self.source
     }
 }
 

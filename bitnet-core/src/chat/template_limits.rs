@@ -1,4 +1,5 @@
-//! Caps on the sizes a chat template's filters may ask for.
+//! Caps on a chat template: the size of a template file, and the sizes its filters may ask
+//! for.
 //!
 //! A template comes from the model file, so it is input like any other. Some of minijinja's
 //! filters build what they are asked for with no cap: `indent(n)`, `tojson(indent=n)` and
@@ -13,6 +14,9 @@
 
 use minijinja::value::{Kwargs, Rest, StringInput, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
+
+/// The largest template file read (real ones are a few KiB; the longest known, under 64 KiB).
+pub const MAX_TEMPLATE_BYTES: u64 = 4 << 20;
 
 /// The widest indentation or field a template may ask for: chat templates use 2 or 4.
 pub const MAX_WIDTH: usize = 1024;

@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod error;
 mod gbnf;
 mod state;
 mod vocab;
@@ -53,8 +54,9 @@ use std::sync::{Arc, Mutex};
 
 use llguidance::Matcher;
 use llguidance::api::TopLevelGrammar;
-use thiserror::Error;
 
+pub use error::ConstraintError;
+use error::first_lines;
 pub use gbnf::{GbnfError, gbnf_to_lark};
 pub use state::ConstraintState;
 pub use vocab::ConstraintVocab;
@@ -97,25 +99,6 @@ impl ConstraintSpec {
             ConstraintSpec::Lark(_) => "Lark grammar",
         }
     }
-}
-
-/// Why a constraint could not be compiled or followed.
-#[derive(Debug, Error, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum ConstraintError {
-    /// A JSON Schema keyword that cannot be enforced token by token.
-    #[error("the JSON schema uses {keyword:?}, which structured output does not support")]
-    UnsupportedKeyword { keyword: String },
-    /// The spec is not valid (a schema that is not a schema, a grammar that does not parse).
-    #[error("invalid {kind}: {detail}")]
-    Invalid { kind: &'static str, detail: String },
-    /// The model has no tokenizer, or no end-of-generation token to end a constrained output.
-    #[error("structured output needs {0}")]
-    Vocabulary(String),
-    /// The constraint failed while generating (no token can continue, or the parser gave up
-    /// on a grammar too ambiguous for its limits).
-    #[error("the {kind} constraint failed while generating: {detail}")]
-    Failed { kind: &'static str, detail: String },
 }
 
 /// A compiled constraint: cheap to clone and share between requests; each sequence that
@@ -319,21 +302,6 @@ fn unimplemented_keyword(msg: &str) -> Option<String> {
     let rest = &msg[msg.find("Unimplemented keys: [")? + "Unimplemented keys: [".len()..];
     let first = rest.split([',', ']']).next()?.trim().trim_matches('"');
     (!first.is_empty()).then(|| first.to_owned())
-}
-
-/// llguidance's messages can carry the whole grammar: keep the start.
-fn first_lines(msg: &str) -> String {
-    const MAX: usize = 600;
-    let mut s: String = msg.lines().take(8).collect::<Vec<_>>().join("\n");
-    if s.len() > MAX {
-        let mut cut = MAX;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str(" ...");
-    }
-    s
 }
 
 #[cfg(test)]

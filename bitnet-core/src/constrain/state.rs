@@ -7,7 +7,8 @@ use std::time::Instant;
 use llguidance::Matcher;
 use toktrie::SimpleVob;
 
-use super::{ConstraintError, ConstraintVocab};
+use super::ConstraintVocab;
+use super::error::{ConstraintError, first_lines};
 
 /// See the module docs of [`super`].
 pub struct ConstraintState {
@@ -62,7 +63,7 @@ impl ConstraintState {
         let mask = self
             .matcher
             .compute_mask_or_eos()
-            .map_err(|e| self.failed(super::first_lines(&e.to_string())))?;
+            .map_err(|e| self.failed(first_lines(&e.to_string())))?;
         self.mask = mask;
         let eog = self.vocab.eog();
         if eog.iter().any(|&t| self.mask.is_allowed(t)) {
@@ -91,7 +92,7 @@ impl ConstraintState {
         }
         self.matcher
             .consume_token(token)
-            .map_err(|e| self.failed(super::first_lines(&e.to_string())))
+            .map_err(|e| self.failed(first_lines(&e.to_string())))
     }
 
     /// Whether the output is complete and nothing may follow (only end of generation).

@@ -8,7 +8,7 @@ use llguidance::ParserFactory;
 use llguidance::api::ParserLimits;
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 
-use super::ConstraintError;
+use super::error::ConstraintError;
 use crate::tokenizer::Tokenizer;
 
 /// See the module docs. Built once per model ([`crate::Model::constraint_vocab`]).

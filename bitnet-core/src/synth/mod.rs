@@ -13,6 +13,7 @@
 //! `1 / sqrt(fan_in)`; norms are `1 + 0.1 N(0,1)`; embeddings are `N(0, (3 / sqrt(n_embd))^2)`
 //! so tied-head logits have a standard deviation around 3.
 
+mod error;
 mod rng;
 mod vocab;
 mod weights;
@@ -21,11 +22,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use bitnet_gguf::{GgufError, GgufWriter, Metadata, TensorInfo, TensorType};
-use bitnet_kernels::KernelError;
+use bitnet_gguf::{GgufWriter, Metadata, TensorInfo, TensorType};
 
-use crate::config::{ActBits, Arch, ConfigError, FfnAct, ModelConfig, TensorRole};
+use crate::config::{ActBits, Arch, FfnAct, ModelConfig, TensorRole};
 
+pub use error::SynthError;
 pub use rng::{Rng, splitmix64};
 pub use vocab::SPECIAL_AND_BYTES;
 
@@ -34,48 +35,6 @@ pub use vocab::SPECIAL_AND_BYTES;
 const MAX_LAYERS: usize = 4096;
 /// Weights a generated model may hold (a 2B-4T shape holds 2.4 G).
 const MAX_WEIGHTS: u64 = 1_000_000_000_000;
-
-/// Why a model could not be generated.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SynthError {
-    /// The spec asks for something impossible (sizes, block multiples, types).
-    #[error("invalid model spec: {0}")]
-    Spec(String),
-    /// No preset of that name.
-    #[error("unknown preset \"{name}\" (known: {known})")]
-    UnknownPreset {
-        /// The name asked for.
-        name: String,
-        /// The preset names.
-        known: String,
-    },
-    /// The vocab GGUF could not be used.
-    #[error("vocab file {path}: {reason}")]
-    Vocab {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// Creating, writing or renaming the output file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The GGUF writer refused the layout or data.
-    #[error(transparent)]
-    Gguf(#[from] GgufError),
-    /// A weight encoder refused its input.
-    #[error(transparent)]
-    Kernel(#[from] KernelError),
-    /// The generated header does not pass the config rules (a bad combination of options).
-    #[error("generated model does not validate: {0}")]
-    Config(#[from] ConfigError),
-}
 
 /// Everything that defines a generated model.
 #[derive(Clone, Debug, PartialEq)]

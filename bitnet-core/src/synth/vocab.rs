@@ -11,7 +11,7 @@ use std::path::Path;
 
 use bitnet_gguf::{Array, GgufFile, LoadMode, Metadata, Value};
 
-use super::SynthError;
+use super::error::SynthError;
 
 /// Tokens before the filler: unk, bos, eos and 256 byte tokens.
 pub const SPECIAL_AND_BYTES: usize = 3 + 256;

@@ -14,7 +14,7 @@ use bitnet_kernels::float::{
 };
 use bitnet_kernels::{pack_i2s, pack_q1, pack_tq1_0, pack_tq2_0};
 
-use super::SynthError;
+use super::error::SynthError;
 use super::rng::Rng;
 use crate::config::TensorRole;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 
-use super::Args;
+use super::args::Args;
 use super::backoff::parse_retry_after;
 
 #[derive(Clone, Debug)]

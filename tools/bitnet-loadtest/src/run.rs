@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::Args;
+use super::args::Args;
 use super::backoff::Backoff;
 use super::client::{Config, Outcome, Refusal, send};
 use super::report::RunResult;

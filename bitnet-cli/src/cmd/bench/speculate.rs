@@ -18,7 +18,8 @@ use bitnet_core::engine::{BatchItem, Engine, Logits};
 use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{GenParams, GenStats, Scheduler, SchedulerOptions, generate};
 
-use super::{Args, clear_progress, progress};
+use super::args::{Args, SpecTask, model_args};
+use super::progress::{clear_progress, progress};
 use crate::args::model::parse_isa;
 use crate::output::note;
 use crate::setup::load_model;
@@ -45,7 +46,7 @@ pub fn run(args: &Args) -> Result<()> {
     if args.models.len() > 1 || args.threads.len() > 1 || args.kernels.len() > 1 {
         bail!("the speculative decoding tests take one model, one -t and one --kernel");
     }
-    let model_args = super::model_args(
+    let model_args = model_args(
         args,
         args.threads.first().copied(),
         args.kernels.first().cloned(),
@@ -168,15 +169,6 @@ fn verify_costs(args: &Args, mut engine: Engine, out: &mut impl Write) -> Result
     }
     writeln!(out)?;
     Ok(())
-}
-
-/// Which prompts `--spec-text` gives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SpecTask {
-    /// Pieces of the text: whatever the model writes next.
-    Plain,
-    /// A passage of the text twice, then its first third: the answer copies.
-    Copy,
 }
 
 /// `--spec-text`: the same prompts with and without speculation, alternating.

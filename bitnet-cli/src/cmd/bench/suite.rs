@@ -17,8 +17,10 @@ use bitnet_core::kv::{KvType, SeqId};
 use bitnet_core::model::Model;
 use bitnet_core::sampling::{Sampler, SamplerConfig};
 
+use super::args::Args;
+use super::progress::{clear_progress, progress};
 use super::report::{BenchRow, TestKind, mean_stddev};
-use super::{Args, clear_progress, membw, paired, progress};
+use super::{membw, paired};
 use crate::report::{self, peak_rss};
 use crate::setup::limits::check_context;
 

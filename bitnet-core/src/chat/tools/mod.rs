@@ -21,8 +21,6 @@ mod tests;
 use serde_json::Value;
 use thiserror::Error;
 
-use super::ChatTemplate;
-
 pub use grammar::tool_call_constraint;
 pub use parse::{ParsedReply, parse_tool_calls};
 pub(super) use wire::{content_text as wire_content, tool_calls_or_null as wire_tool_calls};
@@ -193,10 +191,17 @@ pub enum ToolFormat {
     Generic,
 }
 
+/// A chat template as [`ToolFormat::detect`] reads it: its source text. A trait rather
+/// than the template type so that tools need not import the template, which renders with
+/// them.
+pub trait TemplateSource {
+    fn template_source(&self) -> &str;
+}
+
 impl ToolFormat {
     /// The format `template` is written for, told by the markers in its source.
-    pub fn detect(template: &ChatTemplate) -> ToolFormat {
-        Self::detect_source(template.source())
+    pub fn detect(template: &impl TemplateSource) -> ToolFormat {
+        Self::detect_source(template.template_source())
     }
 
     /// [`ToolFormat::detect`] on a template's source text.

@@ -12,7 +12,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{Tool, ToolCall, ToolFormat, spaced_json};
-use crate::chat::{ChatTemplate, Message};
+use crate::chat::Message;
 
 /// What a template renders of its own accord.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -32,12 +32,11 @@ const PROBE_RESULT: &str = "probe_result_vw5";
 const PROBE_ID: &str = "probe1234";
 
 /// Renders probes through `render` (messages and tools as the template would get them) and
-/// reports what came out.
+/// reports what came out; `src`, the template's source, rules out probes it cannot pass.
 pub(in crate::chat) fn probe(
-    t: &ChatTemplate,
+    src: &str,
     render: impl Fn(&[Value], Option<&Value>) -> Option<String>,
 ) -> ToolCaps {
-    let src = t.source();
     let user = json!({"role": "user", "content": "Hi"});
     let tools = Value::Array(vec![
         Tool {
