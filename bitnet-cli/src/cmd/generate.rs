@@ -124,7 +124,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let seed = args.sampling.seed();
     let params = gen_params(&args, seed, tokenizer, prompt_tokens.len(), constraint)?;
-    let start_blocks = sched.engine().kv().pool_stats();
+    let start_blocks = sched.engine().pool_stats();
 
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -196,7 +196,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let entropy = entropy_figures(sched.engine());
     if args.verbose {
-        let mut line = health_line(&stats, start_blocks, sched.engine().kv().pool_stats());
+        let mut line = health_line(&stats, start_blocks, sched.engine().pool_stats());
         if let Some(h) = &entropy {
             line.push_str(" | ");
             line.push_str(h);
@@ -344,7 +344,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         d.attach(&mut sched)?;
     }
     let seed = args.sampling.seed();
-    let start_blocks = sched.engine().kv().pool_stats();
+    let start_blocks = sched.engine().pool_stats();
     let ids: Vec<SeqId> = encoded
         .iter()
         .enumerate()
@@ -424,7 +424,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
         note!("{h} (all prompts together)");
     }
     if args.verbose {
-        let end_blocks = sched.engine().kv().pool_stats();
+        let end_blocks = sched.engine().pool_stats();
         for (i, st) in stats.iter().enumerate() {
             if let Some(st) = st {
                 note!(

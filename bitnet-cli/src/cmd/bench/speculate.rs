@@ -87,14 +87,14 @@ fn verify_costs(args: &Args, mut engine: Engine, out: &mut impl Write) -> Result
         );
     }
     let depth = args.depth.first().copied().filter(|&d| d > 0).unwrap_or(64);
-    if depth + max_k > engine.kv().max_seq_len() {
+    if depth + max_k > engine.max_seq_len() {
         bail!(
             "a context of {depth} and {max_k} positions do not fit the {}-token cache",
-            engine.kv().max_seq_len()
+            engine.max_seq_len()
         );
     }
     let n_vocab = engine.n_vocab() as u32;
-    let seq = engine.kv_mut().new_sequence();
+    let seq = engine.new_sequence();
     let fill: Vec<u32> = (0..depth as u32)
         .map(|i| (i * 7919 + 13) % n_vocab)
         .collect();
@@ -131,7 +131,7 @@ fn verify_costs(args: &Args, mut engine: Engine, out: &mut impl Write) -> Result
                 |_, _, row| sink += row[0],
             )?;
             let s = t.elapsed().as_secs_f64();
-            engine.kv_mut().truncate(seq, depth)?;
+            engine.truncate(seq, depth)?;
             if rep >= args.warmup {
                 secs[i].push(s);
             }
@@ -216,7 +216,7 @@ fn generation(args: &Args, sched: &mut Scheduler, out: &mut impl Write) -> Resul
             text_path.display()
         );
     }
-    let max_len = sched.engine().kv().max_seq_len();
+    let max_len = sched.engine().max_seq_len();
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     if longest + n_gen > max_len {
         bail!(
@@ -276,7 +276,7 @@ fn generation(args: &Args, sched: &mut Scheduler, out: &mut impl Write) -> Resul
                     let (_, stats): (_, GenStats) = generate(sched, prompt, params, |_| true)?;
                     let s = t.elapsed().as_secs_f64();
                     // Forget the prompt: each run reads it afresh, as the other did.
-                    sched.engine_mut().kv_mut().clear_prefix_cache();
+                    sched.clear_prefix_cache();
                     if rep >= args.warmup {
                         secs[with] += s - stats.prompt_secs;
                         toks[with] += stats.gen_tokens.saturating_sub(1);

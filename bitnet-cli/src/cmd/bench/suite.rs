@@ -212,7 +212,7 @@ pub fn run_pp(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Result
             let mut samples = Vec::with_capacity(args.reps);
             progress(&format!("{name} filling{} t{threads}", depth_label(depth)));
             let engine = &mut cfg.engine;
-            let seqs = vec![engine.kv_mut().new_sequence()];
+            let seqs = vec![engine.new_sequence()];
             fill_depth(engine, &seqs, depth, n_vocab)?;
             for rep in 0..total {
                 progress(&format!(
@@ -282,7 +282,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                     ));
                     let n_vocab = cfg.n_vocab();
                     let engine = &mut cfg.engine;
-                    let s: Vec<SeqId> = (0..b).map(|_| engine.kv_mut().new_sequence()).collect();
+                    let s: Vec<SeqId> = (0..b).map(|_| engine.new_sequence()).collect();
                     fill_depth(engine, &s, depth, n_vocab)?;
                     seqs.push(s);
                 }
@@ -405,10 +405,7 @@ pub fn run_mixed(args: &Args, cfg: &mut Config, rows: &mut Vec<BenchRow>) -> Res
 /// Prefills one new sequence per prompt, packing prompt chunks of several sequences into
 /// each forward pass as the scheduler does; the last token of each prompt gets logits.
 fn prefill(engine: &mut Engine, prompts: &[Vec<u32>]) -> Result<Vec<SeqId>> {
-    let seqs: Vec<SeqId> = prompts
-        .iter()
-        .map(|_| engine.kv_mut().new_sequence())
-        .collect();
+    let seqs: Vec<SeqId> = prompts.iter().map(|_| engine.new_sequence()).collect();
     prefill_into(engine, &seqs, prompts)?;
     Ok(seqs)
 }
@@ -580,7 +577,7 @@ fn compile_schema(text: &str, model: &Model) -> Result<Constraint> {
 /// 4,096 the fill takes minutes on two cores; the timed part, seconds).
 fn back_to_depth(engine: &mut Engine, seqs: &[SeqId], depth: usize) -> Result<()> {
     for &s in seqs {
-        engine.kv_mut().truncate(s, depth)?;
+        engine.truncate(s, depth)?;
     }
     Ok(())
 }
@@ -588,9 +585,9 @@ fn back_to_depth(engine: &mut Engine, seqs: &[SeqId], depth: usize) -> Result<()
 /// Frees the sequences and the prefix cache, so every test starts cold alike.
 fn release(engine: &mut Engine, seqs: &[SeqId]) -> Result<()> {
     for &s in seqs {
-        engine.kv_mut().free_sequence(s)?;
+        engine.free_sequence(s)?;
     }
-    engine.kv_mut().clear_prefix_cache();
+    engine.clear_prefix_cache();
     Ok(())
 }
 

@@ -97,10 +97,10 @@ pub fn run(
     let mut eo = opts.clone();
     eo.n_ctx = limit;
     let mut engine = Engine::new(model.clone(), &eo).context("creating the engine")?;
-    let n_blocks = engine.kv().available_blocks();
-    let seq = engine.kv_mut().new_sequence();
+    let n_blocks = engine.available_blocks();
+    let seq = engine.new_sequence();
     if let ContextPolicy::HeavyHitters { .. } = bound {
-        engine.kv_mut().track_attention_mass(seq, true)?;
+        engine.track_attention_mass(seq, true)?;
     }
     let batch = engine.max_batch();
     let mut out = WindowRun {
@@ -117,7 +117,7 @@ pub fn run(
     // The last token predicts nothing: feed all but it.
     let total = tokens.len() - 1;
     while fed < total {
-        let len = engine.kv().sequence(seq)?.len();
+        let len = engine.sequence_len(seq)?;
         if len == limit {
             bound
                 .make_room_in(&mut engine, seq, 1, limit)
@@ -146,9 +146,7 @@ pub fn run(
             })
             .with_context(|| format!("evaluating tokens {fed}..{}", fed + n))?;
         fed += n;
-        out.most_blocks = out
-            .most_blocks
-            .max(n_blocks - engine.kv().available_blocks());
+        out.most_blocks = out.most_blocks.max(n_blocks - engine.available_blocks());
         progress.update(
             &format!(
                 "perplexity: {fed}/{total} tokens, {}, estimate {:.4} ({:.1} s)",
@@ -160,8 +158,8 @@ pub fn run(
         );
     }
     progress.clear();
-    engine.kv_mut().free_sequence(seq)?;
-    if engine.kv().available_blocks() != n_blocks {
+    engine.free_sequence(seq)?;
+    if engine.available_blocks() != n_blocks {
         bail!("internal error: the window left blocks held");
     }
     Ok(out)

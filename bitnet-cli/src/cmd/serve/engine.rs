@@ -68,7 +68,7 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
         .context("choosing the chat template")?;
     let template = template_worker::confine(template)?;
     let engine = setup.engine()?;
-    let max_seq_len = engine.kv().max_seq_len();
+    let max_seq_len = engine.max_seq_len();
     // --keep and --kv-window checked against this context before anything is served.
     args.context
         .policy(true, 1)?
