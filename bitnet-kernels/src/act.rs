@@ -8,6 +8,8 @@ use crate::dispatch::token;
 use crate::isa::Isa;
 use crate::scalar;
 
+pub use crate::layout::binary::binary_words;
+
 /// Smallest `max|x|` the scale is computed from (an all-zero row quantizes to zeros).
 pub const ACT_MIN_ABSMAX: f32 = 1e-5;
 
@@ -22,24 +24,6 @@ pub struct ActScale {
 /// The BitNet b1.58 activation scale for a row whose largest magnitude is `absmax`.
 pub fn act_scale_from_absmax(absmax: f32) -> f32 {
     127.0 / absmax.max(ACT_MIN_ABSMAX)
-}
-
-/// One value: `clamp(round_half_even(v * scale), -128, 127)`. A NaN product maps to -128, as
-/// the x86 conversion (integer indefinite, then clamped) does, so every kernel set agrees.
-#[inline(always)]
-pub(crate) fn quantize_one(v: f32, scale: f32) -> i8 {
-    let p = v * scale;
-    if p.is_nan() {
-        return -128;
-    }
-    let r = p.round_ties_even();
-    if r >= 127.0 {
-        127
-    } else if r <= -128.0 {
-        -128
-    } else {
-        r as i8
-    }
 }
 
 /// Quantizes one token row: `s = 127 / max(max|x|, 1e-5)`,
@@ -63,11 +47,6 @@ pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
         None => scalar::act::quantize_i8(x, scale, head),
     };
     ActScale { scale, sum }
-}
-
-/// Number of `u64` words a sign-bit row of `cols` values needs (rounded up to whole words).
-pub fn binary_words(cols: usize) -> usize {
-    cols.div_ceil(64)
 }
 
 /// 1-bit activations: bit `j % 64` of `bits[j / 64]` is 1 where `x[j] > 0` (sign +1) and 0

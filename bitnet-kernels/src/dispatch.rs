@@ -86,20 +86,6 @@ pub fn token(isa: Isa) -> Option<Simd> {
     }
 }
 
-/// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched: a
-/// hint for loops whose source the hardware prefetchers lose. Not a kernel (x86-64's
-/// prefetch is baseline SSE, AArch64's `PRFM` is in the base ISA: neither needs a token);
-/// nothing on targets without a hint here.
-#[inline(always)]
-pub(crate) fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
-    #[cfg(target_arch = "x86_64")]
-    crate::x86_64::prefetch_lines(bytes, at, n);
-    #[cfg(target_arch = "aarch64")]
-    crate::aarch64::prefetch_lines(bytes, at, n);
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = (bytes, at, n);
-}
-
 /// Methods of [`Simd`] that call the method of the same name on the token it holds.
 macro_rules! forward {
     ($( fn $name:ident(self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; )*) => {

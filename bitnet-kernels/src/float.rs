@@ -17,9 +17,7 @@
 //! the F16 -> Q8_0 path of a block holding an infinity or NaN).
 
 pub(crate) mod attn;
-pub mod formats;
 pub mod hadamard;
-pub(crate) mod half;
 pub mod kv;
 pub(crate) mod requant;
 pub(crate) mod rope;
@@ -30,17 +28,20 @@ use crate::dispatch::token;
 use crate::isa::Isa;
 use crate::scalar::float as scalar;
 
+/// The weight-row formats ([`crate::layout::rows`]), at their historical path.
+pub use crate::layout::rows as formats;
+
 pub use attn::{
     attn_scores_f16, attn_scores_f16_group, attn_scores_f32, attn_scores_q8_0,
     attn_weighted_sum_f16, attn_weighted_sum_f16_group, attn_weighted_sum_f32,
     attn_weighted_sum_q8_0,
 };
-pub use formats::{
+pub use crate::layout::rows::{
     Q4_0_BLOCK_BYTES, Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK4_0, QK8_0, RowFormat,
     dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
 };
 pub use hadamard::{hadamard_rows, hadamard_supported};
-pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use kv::{
     KvQuant, QK_KV, attn_scores_b1_xnor, attn_scores_kv, attn_scores_kv_int8_query,
     attn_weighted_sum_kv, b1_sign_query, int8_query, kv_dequantize, kv_quantize,
@@ -172,49 +173,6 @@ pub fn matmul_f32(
         return simd.matmul_f32(fmt, data, row_len, x, n_tok, rows, out);
     }
     scalar::matmul_f32(fmt, data, row_len, x, n_tok, rows, out)
-}
-
-/// Elements dequantized at a time by [`matmul_by_chunks`]: a whole number of blocks of
-/// every format, small enough for the stack and L1.
-pub(crate) const DEQUANT_CHUNK: usize = QK_K;
-
-/// The dequantize-a-chunk path of [`matmul_f32`], portable and shared by every kernel set
-/// (the scalar reference's quantized rows, and the Q4_0 rows the SIMD sets decode no other
-/// way): each row is dequantized 256 elements at a time into a stack buffer and dotted with
-/// every token (`dot` is the set's own f32 dot), so the row is decoded once per call,
-/// whatever `n_tok` is.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn matmul_by_chunks(
-    fmt: RowFormat,
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-    dot: &dyn Fn(&[f32], &[f32]) -> f32,
-) {
-    let rb = fmt.row_bytes(row_len).expect("checked by the caller");
-    let nr = rows.len();
-    let mut buf = [0.0f32; DEQUANT_CHUNK];
-    for (i, r) in rows.enumerate() {
-        let row = &data[r * rb..(r + 1) * rb];
-        for t in 0..n_tok {
-            out[t * nr + i] = 0.0;
-        }
-        let mut start = 0;
-        while start < row_len {
-            let len = DEQUANT_CHUNK.min(row_len - start);
-            let b0 = fmt.row_bytes(start).expect("whole blocks");
-            let b1 = fmt.row_bytes(start + len).expect("whole blocks");
-            dequantize_row(fmt, &row[b0..b1], &mut buf[..len]);
-            for t in 0..n_tok {
-                let xt = &x[t * row_len + start..t * row_len + start + len];
-                out[t * nr + i] += dot(&buf[..len], xt);
-            }
-            start += len;
-        }
-    }
 }
 
 /// Q8_0 weight rows times one Q8_0 activation row (`xq` from [`quantize_row_q8_0`]): the

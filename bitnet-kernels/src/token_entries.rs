@@ -41,41 +41,41 @@ macro_rules! token_entries {
 
         pub fn ternary_raw_dots(
             self,
-            w: &crate::ternary::TernaryMatrix,
+            w: &crate::layout::ternary::TernaryMatrix,
             q: &[i8],
             rows: std::ops::Range<usize>,
             blocks: std::ops::Range<usize>,
             out: &mut [i32],
         ) {
-            crate::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
+            crate::layout::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
             // SAFETY: `self` proves the target features; shapes checked above.
             unsafe { ternary::raw_dots(w, q, rows, blocks, out) }
         }
 
         pub fn ternary_raw_dots_multi(
             self,
-            w: &crate::ternary::TernaryMatrix,
+            w: &crate::layout::ternary::TernaryMatrix,
             q: &[i8],
             n_tok: usize,
             rows: std::ops::Range<usize>,
             blocks: std::ops::Range<usize>,
             out: &mut [i32],
         ) {
-            crate::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
+            crate::layout::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
             // SAFETY: `self` proves the target features; shapes checked above.
             unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
         }
 
         pub fn binary_raw_dots_multi(
             self,
-            w: &crate::binary::BinaryMatrix,
+            w: &crate::layout::binary::BinaryMatrix,
             q: &[i8],
             n_tok: usize,
             rows: std::ops::Range<usize>,
             words: std::ops::Range<usize>,
             out: &mut [i32],
         ) {
-            crate::binary::check_raw_dots(w, q.len(), n_tok, &rows, &words, out);
+            crate::layout::binary::check_raw_dots(w, q.len(), n_tok, &rows, &words, out);
             // SAFETY: `self` proves the target features; shapes checked above.
             unsafe { binary::raw_dots_multi(w, q, n_tok, rows, words, out) }
         }
@@ -103,7 +103,7 @@ macro_rules! token_entries {
         #[allow(clippy::too_many_arguments)]
         pub fn matmul_f32(
             self,
-            fmt: crate::float::RowFormat,
+            fmt: crate::layout::rows::RowFormat,
             data: &[u8],
             row_len: usize,
             x: &[f32],
@@ -111,7 +111,7 @@ macro_rules! token_entries {
             rows: std::ops::Range<usize>,
             out: &mut [f32],
         ) {
-            use crate::float::RowFormat;
+            use crate::layout::rows::RowFormat;
             match fmt {
                 RowFormat::F32 | RowFormat::F16 | RowFormat::BF16 => {
                     // SAFETY: `self` proves the target features; the kernel checks the shapes.
@@ -127,7 +127,7 @@ macro_rules! token_entries {
                 }
                 RowFormat::Q4_0 => {
                     let dot = |a: &[f32], b: &[f32]| self.dot_f32(a, b);
-                    crate::float::matmul_by_chunks(fmt, data, row_len, x, n_tok, rows, out, &dot)
+                    crate::shared::rows::matmul_by_chunks(fmt, data, row_len, x, n_tok, rows, out, &dot)
                 }
             }
         }
@@ -309,7 +309,7 @@ macro_rules! token_entries {
             out: &mut [f32],
         ) -> bool {
             let (ql, kl, ol) = (q.len(), k.len(), out.len());
-            crate::float::attn::check_group_scores(ql, n_q, kl, kv_stride, n_pos, ol);
+            crate::shared::attn::check_group_scores(ql, n_q, kl, kv_stride, n_pos, ol);
             // SAFETY: `self` proves the target features; shapes checked above.
             unsafe { attn_group::scores_group(q, n_q, k, kv_stride, n_pos, scale, out) }
         }
@@ -326,7 +326,7 @@ macro_rules! token_entries {
             out: &mut [f32],
         ) -> bool {
             let (wl, vl, ol) = (w.len(), v.len(), out.len());
-            crate::float::attn::check_group_wsum(wl, n_q, vl, kv_stride, n_pos, ol);
+            crate::shared::attn::check_group_wsum(wl, n_q, vl, kv_stride, n_pos, ol);
             // SAFETY: `self` proves the target features; shapes checked above.
             unsafe { attn_group::wsum_group(w, n_q, v, kv_stride, n_pos, out) }
         }

@@ -7,27 +7,11 @@
 //! kernels of the same names, reached through `crate::dispatch::token`.
 
 use crate::dispatch::token;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::shared::attn::{check_attn, check_group_scores, check_group_wsum};
 use crate::isa::Isa;
 use crate::scalar::attn as scalar;
 use crate::scalar::attn_group as scalar_group;
-
-fn check_attn(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos: usize) {
-    assert!(
-        kv_stride >= d,
-        "{what}: kv_stride {kv_stride} < head dim {d}"
-    );
-    if n_pos > 0 {
-        let need = (n_pos - 1)
-            .checked_mul(kv_stride)
-            .and_then(|v| v.checked_add(d))
-            .expect("cache size overflows");
-        assert!(
-            cache_len >= need,
-            "{what}: {n_pos} positions of stride {kv_stride} need {need} elements, cache has {cache_len}"
-        );
-    }
-}
 
 /// `out[p] = scale * dot(q, k[p * kv_stride..][..q.len()])` for `p < n_pos`: one head's
 /// attention scores over an f16 cache.
@@ -199,56 +183,6 @@ pub fn attn_weighted_sum_f16_group(
         let wh = &w[h * n_pos..(h + 1) * n_pos];
         attn_weighted_sum_f16(isa, wh, v, kv_stride, n_pos, &mut out[h * d..(h + 1) * d]);
     }
-}
-
-/// The shapes of [`attn_scores_f16_group`] (checked there, and again by the SIMD token
-/// methods, whose group kernels index raw pointers): `n_q` heads of `d` values in `q`,
-/// `n_q * n_pos` scores, the cache as [`attn_scores_f16`] reads it. Returns `d`.
-pub(crate) fn check_group_scores(
-    q_len: usize,
-    n_q: usize,
-    k_len: usize,
-    kv_stride: usize,
-    n_pos: usize,
-    out_len: usize,
-) -> usize {
-    assert!(
-        n_q > 0 && q_len.is_multiple_of(n_q),
-        "attn_scores_f16_group: q is not n_q heads"
-    );
-    let d = q_len / n_q;
-    assert_eq!(
-        Some(out_len),
-        n_q.checked_mul(n_pos),
-        "attn_scores_f16_group: out must be n_q x n_pos"
-    );
-    check_attn("attn_scores_f16_group", d, k_len, kv_stride, n_pos);
-    d
-}
-
-/// The shapes of [`attn_weighted_sum_f16_group`] (checked there, and again by the SIMD token
-/// methods): `n_q` heads of `d` values in `out`, `n_q * n_pos` weights, the cache as
-/// [`attn_weighted_sum_f16`] reads it. Returns `d`.
-pub(crate) fn check_group_wsum(
-    w_len: usize,
-    n_q: usize,
-    v_len: usize,
-    kv_stride: usize,
-    n_pos: usize,
-    out_len: usize,
-) -> usize {
-    assert!(
-        n_q > 0 && out_len.is_multiple_of(n_q),
-        "attn_weighted_sum_f16_group: out is not n_q heads"
-    );
-    let d = out_len / n_q;
-    assert_eq!(
-        Some(w_len),
-        n_q.checked_mul(n_pos),
-        "attn_weighted_sum_f16_group: w must be n_q x n_pos"
-    );
-    check_attn("attn_weighted_sum_f16_group", d, v_len, kv_stride, n_pos);
-    d
 }
 
 fn check_attn_q8(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos: usize) {

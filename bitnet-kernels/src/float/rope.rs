@@ -164,20 +164,3 @@ impl RopeTable {
         scalar::rope_normal(x, head_dim, n_heads, self.rope_dim, c, s)
     }
 }
-
-/// What the SIMD rotation kernels read before indexing raw pointers (they call this; the
-/// table's own checks above are stricter): `n_heads` heads of `head_dim` in `x`,
-/// `rope_dim <= head_dim`, and `rope_dim / 2` cos and sin values.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the SIMD tokens
-pub(crate) fn check_kernel_args(
-    x_len: usize,
-    head_dim: usize,
-    n_heads: usize,
-    rope_dim: usize,
-    cos_len: usize,
-    sin_len: usize,
-) {
-    let half = rope_dim / 2;
-    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x_len >= n) && rope_dim <= head_dim);
-    assert!(cos_len >= half && sin_len >= half);
-}

@@ -1,7 +1,7 @@
 //! Reference activation quantization (see [`crate::act`] for the definitions; the rounding
 //! of one value, `quantize_one`, is there too, as every kernel set rounds its tails with it).
 
-use crate::act::quantize_one;
+use crate::shared::act::quantize_one;
 
 /// `max |x|` (0 for an empty row). NaNs are ignored, as `vmaxps` with the NaN second does.
 pub fn absmax(x: &[f32]) -> f32 {

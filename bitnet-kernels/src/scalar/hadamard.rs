@@ -1,6 +1,6 @@
 //! Reference fast Walsh-Hadamard transform (the specification of the AVX2 kernel).
 
-use crate::float::hadamard::inv_sqrt;
+use crate::shared::hadamard::inv_sqrt;
 
 /// The orthonormal Walsh-Hadamard transform of `x` in place: `x <- H x / sqrt(n)` with
 /// `n = x.len()` a power of two. Butterfly stages of span 1, 2, 4, ... in that order, then

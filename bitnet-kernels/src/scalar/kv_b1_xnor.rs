@@ -1,9 +1,9 @@
-//! Reference XNOR/popcount scoring of B1 keys (`crate::float::kv` has the B1 layout) against
+//! Reference XNOR/popcount scoring of B1 keys (`crate::layout::kv` has the B1 layout) against
 //! a sign-quantized query: the specification of the SIMD `kv_b1_xnor` kernels, bit for bit.
-//! One row's score is defined beside the layout (`crate::float::kv`), since the SIMD kernels
+//! One row's score is defined beside the layout (`crate::layout::kv`), since the SIMD kernels
 //! score their last positions with it too.
 
-use crate::float::kv::{B1_BLOCK_BYTES, QK_KV, b1_xnor_row};
+use crate::layout::kv::{B1_BLOCK_BYTES, QK_KV, b1_xnor_row};
 
 /// The 1-bit query of the XNOR/popcount scoring of B1 keys: per 32 values, sign bits (bit j
 /// set when `q[j] >= 0`, the keys' convention; NaN reads as negative) and the mean

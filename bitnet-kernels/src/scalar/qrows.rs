@@ -1,16 +1,16 @@
 //! Reference block-quantized rows (Q8_0, Q6_K, Q4_0) times f32 vectors: the specification
 //! the SIMD `qrows` kernels are tested against. Each row is dequantized a chunk at a time
 //! with the format's reference decoder and dotted with the reference [`dot_f32`] (the
-//! portable chunk walk is `crate::float::matmul_by_chunks`, which the SIMD sets also take for
+//! portable chunk walk is `crate::shared::rows::matmul_by_chunks`, which the SIMD sets also take for
 //! Q4_0). The Q8_0 block reader also serves the Q8_0 KV cache (`attn.rs`) and the Q8_0 x
 //! Q8_0 products (`q8q8.rs`), as the SIMD trees' `qrows.rs` block decoders do.
 
 use std::ops::Range;
 
 use super::float::dot_f32;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, RowFormat};
-use crate::float::half::f16_to_f32;
-use crate::float::matmul_by_chunks;
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, RowFormat};
+use crate::layout::half::f16_to_f32;
+use crate::shared::rows::matmul_by_chunks;
 
 /// `matmul_f32` for rows stored in a block-quantized `fmt`:
 /// `out[t * rows.len() + i] = dot(row rows.start + i, x[t])`.

@@ -30,17 +30,3 @@ mod q6k;
 mod q8_tiles;
 mod rows;
 mod tile_plan;
-
-/// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched: a
-/// hint for loops whose source the hardware prefetchers lose (at 4 KiB page boundaries).
-#[inline(always)]
-pub(crate) fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
-    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-    for k in 0..n {
-        if let Some(p) = bytes.get(at + 64 * k) {
-            // SAFETY: prefetching reads nothing into the program and cannot fault; SSE is
-            // part of the x86-64 baseline; the address is inside `bytes`.
-            unsafe { _mm_prefetch::<{ _MM_HINT_T0 }>(std::ptr::from_ref(p).cast()) };
-        }
-    }
-}

@@ -9,11 +9,11 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::aarch64::neon::Neon;
-use crate::binary::BinaryMatrix;
-use crate::float::RowFormat;
-use crate::float::kv::KvQuant;
+use crate::layout::binary::BinaryMatrix;
+use crate::layout::rows::RowFormat;
+use crate::layout::kv::KvQuant;
 use crate::isa::Isa;
-use crate::ternary::TernaryMatrix;
+use crate::layout::ternary::TernaryMatrix;
 
 mod binary;
 mod kv_int8;
@@ -57,7 +57,7 @@ impl Dotprod {
         blocks: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
+        crate::layout::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { ternary::raw_dots(w, q, rows, blocks, out) }
     }
@@ -71,7 +71,7 @@ impl Dotprod {
         blocks: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
+        crate::layout::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
     }
@@ -85,7 +85,7 @@ impl Dotprod {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::binary::check_raw_dots(w, q.len(), n_tok, &rows, &words, out);
+        crate::layout::binary::check_raw_dots(w, q.len(), n_tok, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::raw_dots_multi(w, q, n_tok, rows, words, out) }
     }
@@ -116,7 +116,7 @@ impl Dotprod {
         scale: f32,
         out: &mut [f32],
     ) {
-        crate::float::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+        crate::layout::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe {
             kv_int8::attn_scores_int8_query(

@@ -9,11 +9,11 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::aarch64::dotprod::Dotprod;
-use crate::binary::BinaryMatrix;
-use crate::float::RowFormat;
-use crate::float::kv::KvQuant;
+use crate::layout::binary::BinaryMatrix;
+use crate::layout::rows::RowFormat;
+use crate::layout::kv::KvQuant;
 use crate::isa::Isa;
-use crate::ternary::TernaryMatrix;
+use crate::layout::ternary::TernaryMatrix;
 
 mod q8q8;
 mod ternary;
@@ -50,7 +50,7 @@ impl I8mm {
         blocks: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
+        crate::layout::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
     }

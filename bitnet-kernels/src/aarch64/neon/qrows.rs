@@ -16,8 +16,8 @@ use std::ops::Range;
 
 use crate::aarch64::rows::{Tile, f16_lanes, lane, walk};
 use crate::extent::holds;
-use crate::float::RowFormat;
-use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
+use crate::layout::rows::RowFormat;
+use crate::layout::rows::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
 
 /// The i8 lanes of `q` as four f32 vectors, in order.
 #[inline]

@@ -1,6 +1,6 @@
 //! AVX2 weighted sum of Q4_0 values with integer weights (the specification:
 //! `attn_weighted_sum_q4_0` in `scalar/kv_q4_wsum.rs`, bit for bit; the tile and the weight
-//! rounding step are `crate::float::kv`'s).
+//! rounding step are `crate::layout::kv`'s).
 //!
 //! The float weighted sum turned every nibble into a float before its multiply-add, and at 2
 //! threads that decoding, not the bytes Q4_0 halves, bounded it. Here each head's weights of
@@ -17,8 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::formats::Q4_0_BLOCK_BYTES;
-use crate::float::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::rows::Q4_0_BLOCK_BYTES;
+use crate::layout::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
 use crate::x86_64::hsum::hsum_epi32;
 
 const TILE: usize = Q4_0_WSUM_TILE;

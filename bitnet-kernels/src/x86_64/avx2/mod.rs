@@ -15,8 +15,8 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::binary::BinaryMatrix;
-use crate::float::kv::KvQuant;
+use crate::layout::binary::BinaryMatrix;
+use crate::layout::kv::KvQuant;
 use crate::isa::Isa;
 
 mod act;
@@ -67,7 +67,7 @@ impl Avx2 {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
+        crate::layout::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }
     }
@@ -85,7 +85,7 @@ impl Avx2 {
         out: &mut [f32],
     ) {
         let (ql, kl, ol) = (q.len(), k.len(), out.len());
-        crate::float::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
+        crate::layout::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { kv::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) }
     }
@@ -105,7 +105,7 @@ impl Avx2 {
         out: &mut [f32],
     ) -> bool {
         let (ol, vl, wl) = (out.len(), v.len(), w.len());
-        crate::float::kv::check(
+        crate::layout::kv::check(
             "attn_weighted_sum_kv",
             fmt,
             ol,
@@ -137,7 +137,7 @@ impl Avx2 {
         scale: f32,
         out: &mut [f32],
     ) {
-        crate::float::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+        crate::layout::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe {
             kv_int8::attn_scores_int8_query(
@@ -161,7 +161,7 @@ impl Avx2 {
         scale: f32,
         out: &mut [f32],
     ) -> bool {
-        crate::float::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
+        crate::layout::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
         if kv_stride > i32::MAX as usize / 8 {
             return false;
         }
@@ -175,8 +175,8 @@ impl Avx2 {
 
     /// Rows of `d` values, `d` a power of two of at least 8.
     pub fn hadamard_rows(self, d: usize, x: &mut [f32]) {
-        crate::float::hadamard::check_rows(d, x);
-        assert!(d >= crate::float::hadamard::SIMD_MIN_ROW);
+        crate::shared::hadamard::check_rows(d, x);
+        assert!(d >= crate::shared::hadamard::SIMD_MIN_ROW);
         for row in x.chunks_exact_mut(d) {
             // SAFETY: `self` proves the target features; the row is a power of two >= 8.
             unsafe { hadamard::fwht(row) };
@@ -184,7 +184,7 @@ impl Avx2 {
     }
 
     pub fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
-        crate::float::requant::check_f16_q8_0(src, out);
+        crate::shared::requant::check_f16_q8_0(src, out);
         // SAFETY: `self` proves the target features; lengths checked above.
         unsafe { requant::f16_q8_0(src, out) }
     }

@@ -15,8 +15,8 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::binary::BinaryMatrix;
-use crate::float::kv::KvQuant;
+use crate::layout::binary::BinaryMatrix;
+use crate::layout::kv::KvQuant;
 use crate::isa::Isa;
 use crate::x86_64::avx2::Avx2;
 
@@ -67,7 +67,7 @@ impl Avx512 {
         if !crate::isa::has_avx512_vpopcntdq() {
             return self.avx2().binary_xor_popcounts(w, x, rows, words, out);
         }
-        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
+        crate::layout::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the AVX-512 set and VPOPCNTDQ was detected just above;
         // shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }

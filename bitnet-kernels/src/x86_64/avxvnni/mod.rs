@@ -15,11 +15,11 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::binary::BinaryMatrix;
-use crate::float::RowFormat;
-use crate::float::kv::KvQuant;
+use crate::layout::binary::BinaryMatrix;
+use crate::layout::rows::RowFormat;
+use crate::layout::kv::KvQuant;
 use crate::isa::Isa;
-use crate::ternary::TernaryMatrix;
+use crate::layout::ternary::TernaryMatrix;
 use crate::x86_64::avx2::Avx2;
 
 mod q8q8;
@@ -66,7 +66,7 @@ impl AvxVnni {
                 .avx2()
                 .ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out);
         }
-        crate::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
+        crate::layout::ternary::check_raw_dots(w, q, n_tok, &rows, &blocks, out);
         // SAFETY: `self` proves AVX2 and AVX-VNNI; shapes checked above.
         unsafe { ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out) }
     }
