@@ -4,8 +4,9 @@
 //! computed by the same scalar code for every set, and each set performs the same f32 multiply
 //! and round-half-even, so the int8 outputs are bit-identical across kernel sets.
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
+use crate::ops::Kernels;
 use crate::scalar;
 
 pub use crate::layout::binary::binary_words;
@@ -36,16 +37,9 @@ pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
     );
     let (head, tail) = q.split_at_mut(x.len());
     tail.fill(0);
-    let simd = token(isa);
-    let absmax = match simd {
-        Some(simd) => simd.absmax(x),
-        None => scalar::act::absmax(x),
-    };
-    let scale = act_scale_from_absmax(absmax);
-    let sum = match simd {
-        Some(simd) => simd.quantize_i8(x, scale, head),
-        None => scalar::act::quantize_i8(x, scale, head),
-    };
+    let k = kernels(isa);
+    let scale = act_scale_from_absmax(k.absmax(x));
+    let sum = k.quantize_i8(x, scale, head);
     ActScale { scale, sum }
 }
 
@@ -58,9 +52,6 @@ pub fn quantize_act_binary(isa: Isa, x: &[f32], bits: &mut [u64]) -> f32 {
         "quantize_act_binary: bit buffer too short"
     );
     bits.fill(0);
-    match token(isa) {
-        Some(simd) => simd.sign_bits(x, bits),
-        None => scalar::act::sign_bits(x, bits),
-    }
+    kernels(isa).sign_bits(x, bits);
     scalar::act::mean_abs(x)
 }

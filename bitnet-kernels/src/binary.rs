@@ -7,11 +7,11 @@
 use std::ops::Range;
 
 use crate::act::ActScale;
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
 use crate::layout::binary::GROUP_WORDS;
 use crate::layout::files::Q1_GROUP;
-use crate::scalar;
+use crate::ops::Kernels;
 use crate::ternary::with_scratch;
 
 pub use crate::layout::binary::{BinaryActs, BinaryMatrix};
@@ -33,10 +33,7 @@ pub(crate) fn raw_dots_multi(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    if let Some(simd) = token(isa) {
-        return simd.binary_raw_dots_multi(w, q, n_tok, rows, words, out);
-    }
-    scalar::binary::raw_dots_multi(w, q, n_tok, rows, words, out)
+    kernels(isa).binary_raw_dots_multi(w, q, n_tok, rows, words, out)
 }
 
 /// `out[i] = popcount(w_row ^ x)` over `words` for rows `rows`.
@@ -48,10 +45,7 @@ pub(crate) fn xor_popcounts(
     words: Range<usize>,
     out: &mut [i32],
 ) {
-    if let Some(simd) = token(isa) {
-        return simd.binary_xor_popcounts(w, x, rows, words, out);
-    }
-    scalar::binary::xor_popcounts(w, x, rows, words, out)
+    kernels(isa).binary_xor_popcounts(w, x, rows, words, out)
 }
 
 /// Rows a kernel call takes, as the ternary products (the engine cuts both alike).

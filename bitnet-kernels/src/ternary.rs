@@ -18,9 +18,9 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use crate::act::ActScale;
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
-use crate::scalar;
+use crate::ops::Kernels;
 
 pub use crate::layout::ternary::{
     BLOCK, BLOCK_BYTES, MAX_COLS, MAX_ELEMENTS, ROW_GROUP, TernaryMatrix, TernarySource,
@@ -37,10 +37,7 @@ pub(crate) fn raw_dots(
 ) {
     debug_assert!(rows.end <= w.rows.div_ceil(ROW_GROUP) * ROW_GROUP && blocks.end <= w.blocks);
     debug_assert!(q.len() >= w.padded_cols() && out.len() == rows.len());
-    if let Some(simd) = token(isa) {
-        return simd.ternary_raw_dots(w, q, rows, blocks, out);
-    }
-    scalar::ternary::raw_dots(w, q, rows, blocks, out)
+    kernels(isa).ternary_raw_dots(w, q, rows, blocks, out)
 }
 
 /// Raw dots for `n_tok` activation rows (row `t` at `q[t * padded_cols..]`);
@@ -55,10 +52,7 @@ pub(crate) fn raw_dots_multi(
     out: &mut [i32],
 ) {
     debug_assert!(q.len() >= n_tok * w.padded_cols() && out.len() == n_tok * rows.len());
-    if let Some(simd) = token(isa) {
-        return simd.ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out);
-    }
-    scalar::ternary::raw_dots_multi(w, q, n_tok, rows, blocks, out)
+    kernels(isa).ternary_raw_dots_multi(w, q, n_tok, rows, blocks, out)
 }
 
 /// Rows handed to a kernel call at once, about (see [`call_ranges`]). A multi-token call

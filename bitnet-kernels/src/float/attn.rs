@@ -4,14 +4,13 @@
 //!
 //! Shapes are checked here before any kernel runs; the kernels are `crate::scalar::attn` and
 //! `crate::scalar::attn_group` (the specification) and the SIMD `attn` / `attn_group`
-//! kernels of the same names, reached through `crate::dispatch::token`.
+//! kernels of the same names, reached through `crate::dispatch::kernels`.
 
-use crate::dispatch::token;
-use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
-use crate::shared::attn::{check_attn, check_group_scores, check_group_wsum};
+use crate::dispatch::kernels;
 use crate::isa::Isa;
-use crate::scalar::attn as scalar;
-use crate::scalar::attn_group as scalar_group;
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::ops::Kernels;
+use crate::shared::attn::{check_attn, check_group_scores, check_group_wsum};
 
 /// `out[p] = scale * dot(q, k[p * kv_stride..][..q.len()])` for `p < n_pos`: one head's
 /// attention scores over an f16 cache.
@@ -33,10 +32,7 @@ pub fn attn_scores_f16(
         "attn_scores_f16: out must have n_pos scores"
     );
     check_attn("attn_scores_f16", q.len(), k.len(), kv_stride, n_pos);
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_f16(q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores_f16(q, k, kv_stride, n_pos, scale, out)
+    kernels(isa).attn_scores_f16(q, k, kv_stride, n_pos, scale, out)
 }
 
 /// `out += Σ_{p < n_pos} w[p] * v[p * kv_stride..][..out.len()]` over an f16 cache: it
@@ -65,10 +61,7 @@ pub fn attn_weighted_sum_f16(
         kv_stride,
         n_pos,
     );
-    if let Some(simd) = token(isa) {
-        return simd.attn_weighted_sum_f16(w, v, kv_stride, n_pos, out);
-    }
-    scalar::attn_weighted_sum_f16(w, v, kv_stride, n_pos, out)
+    kernels(isa).attn_weighted_sum_f16(w, v, kv_stride, n_pos, out)
 }
 
 /// [`attn_scores_f16`] over an f32 cache.
@@ -87,10 +80,7 @@ pub fn attn_scores_f32(
         "attn_scores_f32: out must have n_pos scores"
     );
     check_attn("attn_scores_f32", q.len(), k.len(), kv_stride, n_pos);
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_f32(q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores_f32(q, k, kv_stride, n_pos, scale, out)
+    kernels(isa).attn_scores_f32(q, k, kv_stride, n_pos, scale, out)
 }
 
 /// [`attn_weighted_sum_f16`] over an f32 cache.
@@ -114,10 +104,7 @@ pub fn attn_weighted_sum_f32(
         kv_stride,
         n_pos,
     );
-    if let Some(simd) = token(isa) {
-        return simd.attn_weighted_sum_f32(w, v, kv_stride, n_pos, out);
-    }
-    scalar::attn_weighted_sum_f32(w, v, kv_stride, n_pos, out)
+    kernels(isa).attn_weighted_sum_f32(w, v, kv_stride, n_pos, out)
 }
 
 /// Grouped-query attention scores over an f16 cache: the `n_q` query heads in `q`
@@ -140,10 +127,7 @@ pub fn attn_scores_f16_group(
     out: &mut [f32],
 ) {
     let d = check_group_scores(q.len(), n_q, k.len(), kv_stride, n_pos, out.len());
-    let Some(simd) = token(isa) else {
-        return scalar_group::scores_group(q, n_q, k, kv_stride, n_pos, scale, out);
-    };
-    if simd.attn_scores_f16_group(q, n_q, k, kv_stride, n_pos, scale, out) {
+    if kernels(isa).attn_scores_f16_group(q, n_q, k, kv_stride, n_pos, scale, out) {
         return;
     }
     // No group kernel of this size in the set: head after head, with its one-head kernel.
@@ -172,10 +156,7 @@ pub fn attn_weighted_sum_f16_group(
     out: &mut [f32],
 ) {
     let d = check_group_wsum(w.len(), n_q, v.len(), kv_stride, n_pos, out.len());
-    let Some(simd) = token(isa) else {
-        return scalar_group::wsum_group(w, n_q, v, kv_stride, n_pos, out);
-    };
-    if simd.attn_weighted_sum_f16_group(w, n_q, v, kv_stride, n_pos, out) {
+    if kernels(isa).attn_weighted_sum_f16_group(w, n_q, v, kv_stride, n_pos, out) {
         return;
     }
     // No group kernel of this size in the set: head after head, with its one-head kernel.
@@ -229,10 +210,7 @@ pub fn attn_scores_q8_0(
         "attn_scores_q8_0: out must have n_pos scores"
     );
     check_attn_q8("attn_scores_q8_0", q.len(), k.len(), kv_stride, n_pos);
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_q8_0(q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores_q8_0(q, k, kv_stride, n_pos, scale, out)
+    kernels(isa).attn_scores_q8_0(q, k, kv_stride, n_pos, scale, out)
 }
 
 /// [`attn_weighted_sum_f16`] over an 8-bit cache laid out as in [`attn_scores_q8_0`]
@@ -257,8 +235,5 @@ pub fn attn_weighted_sum_q8_0(
         kv_stride,
         n_pos,
     );
-    if let Some(simd) = token(isa) {
-        return simd.attn_weighted_sum_q8_0(w, v, kv_stride, n_pos, out);
-    }
-    scalar::attn_weighted_sum_q8_0(w, v, kv_stride, n_pos, out)
+    kernels(isa).attn_weighted_sum_q8_0(w, v, kv_stride, n_pos, out)
 }

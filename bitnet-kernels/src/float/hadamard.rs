@@ -6,10 +6,10 @@
 //! gives back the plain sum. Spreading each row's energy over all its coordinates evens out
 //! the outliers that a per-block scale otherwise has to cover.
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
-use crate::scalar::hadamard as scalar;
-use crate::shared::hadamard::{SIMD_MIN_ROW, check_rows};
+use crate::ops::Kernels;
+use crate::shared::hadamard::check_rows;
 
 pub use crate::shared::hadamard::hadamard_supported;
 
@@ -20,10 +20,5 @@ pub use crate::shared::hadamard::hadamard_supported;
 /// If `d` is not a power of two or `x.len()` not a multiple of `d`.
 pub fn hadamard_rows(isa: Isa, d: usize, x: &mut [f32]) {
     check_rows(d, x);
-    if d >= SIMD_MIN_ROW
-        && let Some(simd) = token(isa)
-    {
-        return simd.hadamard_rows(d, x);
-    }
-    x.chunks_exact_mut(d).for_each(scalar::fwht);
+    kernels(isa).hadamard_rows(d, x)
 }

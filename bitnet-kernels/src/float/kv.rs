@@ -12,16 +12,16 @@
 //! ([`int8_query`], [`attn_scores_kv_int8_query`]), as llama.cpp does on the CPU: exact
 //! integer dots per block, then the two block scales. The engine does so by default.
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
 use crate::layout::kv::{check, check_b1_xnor, check_int8_query, row_bytes_or_panic};
+use crate::ops::{Kernels, Scalar};
 use crate::scalar::kv as scalar;
 
 pub use crate::layout::kv::{
     B1_BLOCK_BYTES, E4M3_MAX, FP8_BLOCK_BYTES, KvQuant, Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX,
     Q8R_SCALE_BYTES, QK_KV,
 };
-
 
 /// Encodes rows of `d` values: `src` is `[n][d]`, `dst` the `n` encoded rows back to back.
 /// Finite input never gives a NaN or infinity back: scales saturate at f16's largest value
@@ -93,10 +93,7 @@ pub fn attn_scores_kv(
     if n_pos == 0 {
         return;
     }
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_kv(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out);
+    kernels(isa).attn_scores_kv(fmt, q, n_q, k, kv_stride, n_pos, scale, out)
 }
 
 /// `out_h += Σ_p w[h * n_pos + p] * v_p` for the `n_q` heads of `out` (`[n_q][d]`) over
@@ -130,12 +127,10 @@ pub fn attn_weighted_sum_kv(
     if n_pos == 0 {
         return;
     }
-    if let Some(simd) = token(isa)
-        && simd.attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out)
-    {
-        return;
+    if !kernels(isa).attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out) {
+        // Declined (rows too far apart for the kernel's gathers): the reference.
+        Scalar.attn_weighted_sum_kv(fmt, w, n_q, v, kv_stride, n_pos, out);
     }
-    scalar::attn_weighted_sum(fmt, w, n_q, v, kv_stride, n_pos, out);
 }
 
 /// The sign-quantized query of [`attn_scores_b1_xnor`]: per 32 values of `q`, sign bits
@@ -182,12 +177,10 @@ pub fn attn_scores_b1_xnor(
     if n_pos == 0 {
         return;
     }
-    if let Some(simd) = token(isa)
-        && simd.attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out)
-    {
-        return;
+    if !kernels(isa).attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out) {
+        // Declined (rows too far apart for the kernel's gathers): the reference.
+        Scalar.attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
     }
-    scalar::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out);
 }
 
 /// The int8 query of [`attn_scores_kv_int8_query`]: per 32 values of `q`, the scale
@@ -238,9 +231,5 @@ pub fn attn_scores_kv_int8_query(
     if n_pos == 0 {
         return;
     }
-    if let Some(simd) = token(isa) {
-        return simd
-            .attn_scores_kv_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out);
+    kernels(isa).attn_scores_kv_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, scale, out)
 }

@@ -6,10 +6,10 @@
 //! the same operations); a block holding an infinity or NaN takes the reference path in
 //! every one of them ([`f16_q8_0_via_f32`]).
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
 use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0, RowFormat, dequantize_row, quantize_row_q8_0};
-use crate::scalar::requant as scalar;
+use crate::ops::Kernels;
 use crate::shared::requant::check_f16_q8_0;
 #[cfg(doc)]
 use crate::shared::requant::f16_q8_0_via_f32;
@@ -35,8 +35,5 @@ pub fn requantize_row_q8_0(
         return;
     }
     check_f16_q8_0(src, out);
-    if let Some(simd) = token(isa) {
-        return simd.requantize_f16_q8_0(src, out);
-    }
-    scalar::f16_q8_0(src, out)
+    kernels(isa).requantize_f16_q8_0(src, out)
 }

@@ -13,8 +13,8 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::layout::rows::RowFormat;
 use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_f16};
+use crate::layout::rows::RowFormat;
 
 // ---------------------------------------------------------------------------------------
 // Conversions

@@ -25,3 +25,9 @@ pub fn fwht(x: &mut [f32]) {
         *v *= s;
     }
 }
+
+/// [`fwht`] on each row of `d` values of `x` (`d` a power of two, `x` whole rows: checked by
+/// the safe API).
+pub fn rows(d: usize, x: &mut [f32]) {
+    x.chunks_exact_mut(d).for_each(fwht);
+}

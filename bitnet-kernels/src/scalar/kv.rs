@@ -13,11 +13,11 @@
 //! keys against an int8 query), `kv_q4_wsum.rs` (Q4_0's integer-weighted sum) and
 //! `kv_b1_xnor.rs` (B1 keys against a sign query); their items are re-exported here.
 
-use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::layout::half::{f16_at, f16_to_f32, f32_to_f16};
 use crate::layout::kv::{
     B1_BLOCK_BYTES, E4M3_MAX, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV,
 };
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 pub use super::kv_b1_xnor::{attn_scores_b1_xnor, b1_sign_query};
 pub use super::kv_int8::{attn_scores_int8_query, block_ints, int8_query, int8_query_row};
@@ -236,7 +236,8 @@ pub fn attn_scores(
 }
 
 /// `out[h][j] += w[h][p] * (decoded row p)[j]`, position after position; Q4_0 values
-/// through [`attn_weighted_sum_q4_0`].
+/// through [`attn_weighted_sum_q4_0`]. Always `true`: the reference takes every input (the
+/// SIMD kernels of this op may decline one, see `crate::ops::Kernels`).
 pub fn attn_weighted_sum(
     fmt: KvQuant,
     w: &[f32],
@@ -245,9 +246,10 @@ pub fn attn_weighted_sum(
     kv_stride: usize,
     n_pos: usize,
     out: &mut [f32],
-) {
+) -> bool {
     if fmt == KvQuant::Q4_0 {
-        return attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out);
+        attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out);
+        return true;
     }
     let d = out.len() / n_q;
     let rb = fmt.row_bytes(d).expect("checked by the safe API");
@@ -263,4 +265,5 @@ pub fn attn_weighted_sum(
             }
         }
     }
+    true
 }

@@ -8,8 +8,8 @@
 use std::ops::Range;
 
 use super::float::dot_f32;
-use crate::layout::rows::{Q8_0_BLOCK_BYTES, RowFormat};
 use crate::layout::half::f16_to_f32;
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, RowFormat};
 use crate::shared::rows::matmul_by_chunks;
 
 /// `matmul_f32` for rows stored in a block-quantized `fmt`:

@@ -5,8 +5,8 @@
 //! compiler vectorizes; the SIMD `requant` kernels perform the same operations on the same
 //! values.
 
-use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::layout::half::{f16_to_f32, f32_to_f16};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::shared::requant::f16_q8_0_via_f32;
 
 /// F16 bits of a finite value (`h & 0x7fff < 0x7c00`) as f32. Exact, like [`f16_to_f32`],

@@ -9,8 +9,8 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use crate::layout::rows::Q8_0_BLOCK_BYTES;
 use crate::layout::half::f16_to_f32;
+use crate::layout::rows::Q8_0_BLOCK_BYTES;
 
 /// Activation rows per tile of the batched kernels (their accumulators stay in registers).
 pub(crate) const TOKENS: usize = 8;

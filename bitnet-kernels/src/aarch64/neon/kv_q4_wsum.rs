@@ -20,8 +20,8 @@ use std::arch::aarch64::*;
 
 use crate::aarch64::half::f16x8_to_f32;
 use crate::aarch64::prefetch_lines;
-use crate::layout::rows::Q4_0_BLOCK_BYTES;
 use crate::layout::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::rows::Q4_0_BLOCK_BYTES;
 
 const TILE: usize = Q4_0_WSUM_TILE;
 /// Heads whose accumulators (4 x 8 i16 lanes each) a pass keeps in registers.

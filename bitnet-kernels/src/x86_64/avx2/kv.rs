@@ -17,8 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::layout::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 pub(crate) const Q8R: u8 = 0;
 const FP8: u8 = 1;

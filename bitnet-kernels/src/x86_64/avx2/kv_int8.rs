@@ -13,8 +13,8 @@
 use std::arch::x86_64::*;
 
 use super::kv::{PREFETCH_ROWS, Q8R, Q40, Q80, f16_splat, prefetch_row, row_bytes};
-use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 use crate::layout::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 /// Block `b` of the row at `row`: its scale in every lane and its 32 integer values in
 /// order: for Q8_0 and Q8R the signed codes the reference's `block_ints` gives, for Q4_0 the

@@ -17,8 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::layout::rows::Q4_0_BLOCK_BYTES;
 use crate::layout::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::rows::Q4_0_BLOCK_BYTES;
 use crate::x86_64::hsum::hsum_epi32;
 
 const TILE: usize = Q4_0_WSUM_TILE;
