@@ -20,6 +20,7 @@ use crate::layout::kv::{
 use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 pub use super::kv_b1_xnor::{attn_scores_b1_xnor, b1_sign_query};
+use super::kv_int8::absmax;
 pub use super::kv_int8::{attn_scores_int8_query, block_ints, int8_query, int8_query_row};
 pub use super::kv_q4_wsum::{attn_weighted_sum_q4_0, q4_0_wsum_weights};
 // The tile and weight bound of Q4_0's integer-weighted sum are format definitions, kept in
@@ -63,11 +64,6 @@ pub fn e4m3_to_f32(c: u8) -> f32 {
 /// An f16 scale for `v >= 0`, saturating at f16's largest value.
 fn f16_scale(v: f32) -> u16 {
     f32_to_f16(v.min(F16_MAX))
-}
-
-/// Largest magnitude, NaNs ignored.
-pub(super) fn absmax(x: &[f32]) -> f32 {
-    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
 /// Largest magnitude a Q8R row scale covers: past it the codes saturate, so that `127 * s`

@@ -383,7 +383,7 @@ macro_rules! tile_kernels {
             }
         }
 
-        /// `matmul_quantized` of `scalar/qrows.rs` for these rows, through the shared tile walk.
+        /// the reference `matmul_f32` of `scalar/float.rs` for these rows, through the shared tile walk.
         ///
         /// # Safety
         #[doc = concat!("The CPU must support ", $cpu, ". Shapes are checked here.")]

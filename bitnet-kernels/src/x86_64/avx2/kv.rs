@@ -274,7 +274,7 @@ unsafe fn wsum_g<const F: u8, const G: usize>(
 }
 
 type ScoresKernel = unsafe fn(&[f32], &[u8], usize, usize, f32, &mut [f32]);
-pub(crate) type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
+type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
 
 /// The kernels of format `F` for a group of `g` heads, if there are any.
 fn kernels<const F: u8>(g: usize) -> Option<(ScoresKernel, WsumKernel)> {

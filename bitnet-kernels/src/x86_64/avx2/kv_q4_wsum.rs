@@ -250,8 +250,12 @@ pub(crate) fn gather_reaches(kv_stride: usize) -> bool {
     (TILE - 1).saturating_mul(kv_stride) <= i32::MAX as usize
 }
 
+/// A weighted-sum kernel as `kv.rs`' table holds them (its `WsumKernel`, written here too so
+/// that this file needs nothing of that one).
+type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
+
 /// The kernel for a group of `g` heads (1, 2, 4 or 8), as an entry of `kv.rs`' table.
-pub(crate) fn wsum_kernel(g: usize) -> Option<super::kv::WsumKernel> {
+pub(crate) fn wsum_kernel(g: usize) -> Option<WsumKernel> {
     Some(match g {
         1 => wsum_q4_0_g::<1>,
         2 => wsum_q4_0_g::<2>,
