@@ -1,4 +1,4 @@
-//! The operations every kernel set offers, declared once: [`for_each_op!`] lists each op's
+//! The operations every kernel set offers, declared once: `for_each_op!` lists each op's
 //! signature and the scalar reference it binds, and everything else is generated from that
 //! list, the [`Kernels`] trait and its [`Scalar`] level here, the dispatching
 //! [`crate::dispatch::Level`] in `dispatch.rs`.
@@ -17,7 +17,7 @@
 //! API then takes another path. [`Scalar`] never declines.
 //!
 //! Adding an op: its reference kernel in `crate::scalar` (with the op's argument list), one
-//! line in [`for_each_op!`], and a method in the `impl Kernels` of each level that speeds it
+//! line in `for_each_op!`, and a method in the `impl Kernels` of each level that speeds it
 //! up (the crate docs have an example).
 
 use std::ops::Range;

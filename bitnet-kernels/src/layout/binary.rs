@@ -230,6 +230,10 @@ impl BinaryActs {
 
 /// Shape checks of the 1-bit kernels, made again by every SIMD token method (those kernels
 /// index raw pointers from these); `act_cols` is the activation length in columns.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)] // used by the SIMD levels only
 pub(crate) fn check_raw_dots(
     w: &BinaryMatrix,
     act_cols: usize,

@@ -187,6 +187,10 @@ impl TernaryMatrix {
 /// Shape checks of the raw-dot kernels, made again by every SIMD token method (those kernels
 /// index raw pointers from these): rows within the padded row groups, blocks within the
 /// matrix, `n_tok` activation rows of `padded_cols` and `out` of `n_tok * rows.len()`.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)] // used by the SIMD levels only
 pub(crate) fn check_raw_dots(
     w: &TernaryMatrix,
     q: &[i8],

@@ -18,9 +18,9 @@ pub(crate) fn check_attn(what: &str, d: usize, cache_len: usize, kv_stride: usiz
     }
 }
 
-/// The shapes of [`attn_scores_f16_group`] (checked there, and again by the SIMD token
+/// The shapes of [`crate::float::attn_scores_f16_group`] (checked there, and again by the SIMD token
 /// methods, whose group kernels index raw pointers): `n_q` heads of `d` values in `q`,
-/// `n_q * n_pos` scores, the cache as [`attn_scores_f16`] reads it. Returns `d`.
+/// `n_q * n_pos` scores, the cache as [`crate::float::attn_scores_f16`] reads it. Returns `d`.
 pub(crate) fn check_group_scores(
     q_len: usize,
     n_q: usize,
@@ -43,9 +43,9 @@ pub(crate) fn check_group_scores(
     d
 }
 
-/// The shapes of [`attn_weighted_sum_f16_group`] (checked there, and again by the SIMD token
+/// The shapes of [`crate::float::attn_weighted_sum_f16_group`] (checked there, and again by the SIMD token
 /// methods): `n_q` heads of `d` values in `out`, `n_q * n_pos` weights, the cache as
-/// [`attn_weighted_sum_f16`] reads it. Returns `d`.
+/// [`crate::float::attn_weighted_sum_f16`] reads it. Returns `d`.
 pub(crate) fn check_group_wsum(
     w_len: usize,
     n_q: usize,

@@ -8,6 +8,10 @@ pub fn hadamard_supported(d: usize) -> bool {
 
 /// The shortest rows the SIMD kernels rotate (one vector of 8 lanes); shorter ones take the
 /// reference, which gives the same bits.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)] // used by the SIMD levels only
 pub(crate) const SIMD_MIN_ROW: usize = 8;
 
 /// `1 / sqrt(n)` as every Hadamard kernel scales by it (computed in f64, rounded once).
@@ -15,7 +19,7 @@ pub(crate) fn inv_sqrt(n: usize) -> f32 {
     (1.0 / (n as f64).sqrt()) as f32
 }
 
-/// The shapes of [`hadamard_rows`] (checked there, and again by the SIMD token methods).
+/// The shapes of [`crate::float::hadamard_rows`] (checked there, and again by the SIMD token methods).
 pub(crate) fn check_rows(d: usize, x: &[f32]) {
     assert!(
         hadamard_supported(d),

@@ -9,7 +9,7 @@ use crate::layout::rows::{QK_K, RowFormat, dequantize_row};
 /// every format, small enough for the stack and L1.
 pub(crate) const DEQUANT_CHUNK: usize = QK_K;
 
-/// The dequantize-a-chunk path of [`matmul_f32`], portable and shared by every kernel set
+/// The dequantize-a-chunk path of [`crate::float::matmul_f32`], portable and shared by every kernel set
 /// (the scalar reference's quantized rows, and the Q4_0 rows the SIMD sets decode no other
 /// way): each row is dequantized 256 elements at a time into a stack buffer and dotted with
 /// every token (`dot` is the set's own f32 dot), so the row is decoded once per call,
