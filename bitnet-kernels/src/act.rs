@@ -4,9 +4,12 @@
 //! computed by the same scalar code for every set, and each set performs the same f32 multiply
 //! and round-half-even, so the int8 outputs are bit-identical across kernel sets.
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
+use crate::ops::Kernels;
 use crate::scalar;
+
+pub use crate::layout::binary::binary_words;
 
 /// Smallest `max|x|` the scale is computed from (an all-zero row quantizes to zeros).
 pub const ACT_MIN_ABSMAX: f32 = 1e-5;
@@ -24,24 +27,6 @@ pub fn act_scale_from_absmax(absmax: f32) -> f32 {
     127.0 / absmax.max(ACT_MIN_ABSMAX)
 }
 
-/// One value: `clamp(round_half_even(v * scale), -128, 127)`. A NaN product maps to -128, as
-/// the x86 conversion (integer indefinite, then clamped) does, so every kernel set agrees.
-#[inline(always)]
-pub(crate) fn quantize_one(v: f32, scale: f32) -> i8 {
-    let p = v * scale;
-    if p.is_nan() {
-        return -128;
-    }
-    let r = p.round_ties_even();
-    if r >= 127.0 {
-        127
-    } else if r <= -128.0 {
-        -128
-    } else {
-        r as i8
-    }
-}
-
 /// Quantizes one token row: `s = 127 / max(max|x|, 1e-5)`,
 /// `q = clamp(round_half_even(x * s), -128, 127)`. `q.len() >= x.len()`; `q[x.len()..]` is
 /// zeroed (the padding the matrix kernels expect).
@@ -52,22 +37,10 @@ pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
     );
     let (head, tail) = q.split_at_mut(x.len());
     tail.fill(0);
-    let simd = token(isa);
-    let absmax = match simd {
-        Some(simd) => simd.absmax(x),
-        None => scalar::act::absmax(x),
-    };
-    let scale = act_scale_from_absmax(absmax);
-    let sum = match simd {
-        Some(simd) => simd.quantize_i8(x, scale, head),
-        None => scalar::act::quantize_i8(x, scale, head),
-    };
+    let k = kernels(isa);
+    let scale = act_scale_from_absmax(k.absmax(x));
+    let sum = k.quantize_i8(x, scale, head);
     ActScale { scale, sum }
-}
-
-/// Number of `u64` words a sign-bit row of `cols` values needs (rounded up to whole words).
-pub fn binary_words(cols: usize) -> usize {
-    cols.div_ceil(64)
 }
 
 /// 1-bit activations: bit `j % 64` of `bits[j / 64]` is 1 where `x[j] > 0` (sign +1) and 0
@@ -79,9 +52,6 @@ pub fn quantize_act_binary(isa: Isa, x: &[f32], bits: &mut [u64]) -> f32 {
         "quantize_act_binary: bit buffer too short"
     );
     bits.fill(0);
-    match token(isa) {
-        Some(simd) => simd.sign_bits(x, bits),
-        None => scalar::act::sign_bits(x, bits),
-    }
+    kernels(isa).sign_bits(x, bits);
     scalar::act::mean_abs(x)
 }

@@ -4,43 +4,44 @@
 //! f16, f32 or Q8_0 KV cache (`attn`), the low-bit KV formats ([`kv`]) and the Hadamard
 //! rotation ([`hadamard`]) in the submodules, re-exported here.
 //!
-//! Every function takes the kernel set to run as an [`Isa`]; `crate::dispatch::token` lowers
-//! a set this CPU cannot run to the best one it can (detected once), so a wrong argument
-//! costs speed, never soundness. Shapes are checked here, once per call, before any kernel
+//! Every function takes the kernel set to run as an [`Isa`]; `crate::dispatch::kernels`
+//! lowers a set this CPU cannot run to the best one it can (detected once), so a wrong
+//! argument costs speed, never soundness. Shapes are checked here, once per call, before any kernel
 //! touches memory; a shape error is a bug in the caller (the loader checks tensor shapes) and
 //! panics with a message. Scalar kernels (`crate::scalar`) are the specification; the SIMD
 //! kernels match exact operations bit for bit and reductions within the budgets named below.
-//! What every kernel set shares, the reference included, is defined here rather than in any
-//! set's tree: the exact f16/bf16 conversions (`half.rs`), the dequantize-a-chunk path of
-//! quantized rows (`matmul_by_chunks`), and in the submodules the format details the kernels
-//! must agree on (the Q4_0 weight step and one B1 row's score in [`kv`], the Hadamard scale,
-//! the F16 -> Q8_0 path of a block holding an infinity or NaN).
+//! What every kernel set shares, the reference included, is defined below all of them and
+//! re-exported here where public: the exact f16/bf16 conversions and the weight-row formats
+//! in [`crate::layout`], the dequantize-a-chunk path of quantized rows, the Hadamard scale
+//! and the F16 -> Q8_0 path of a block holding an infinity or NaN in `crate::shared`.
 
 pub(crate) mod attn;
-pub mod formats;
 pub mod hadamard;
-pub(crate) mod half;
 pub mod kv;
 pub(crate) mod requant;
 pub(crate) mod rope;
 
 use std::ops::Range;
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
+use crate::ops::Kernels;
 use crate::scalar::float as scalar;
 
+/// The weight-row formats ([`crate::layout::rows`]), at their historical path.
+pub use crate::layout::rows as formats;
+
+pub use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use crate::layout::rows::{
+    Q4_0_BLOCK_BYTES, Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK4_0, QK8_0, RowFormat,
+    dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
+};
 pub use attn::{
     attn_scores_f16, attn_scores_f16_group, attn_scores_f32, attn_scores_q8_0,
     attn_weighted_sum_f16, attn_weighted_sum_f16_group, attn_weighted_sum_f32,
     attn_weighted_sum_q8_0,
 };
-pub use formats::{
-    Q4_0_BLOCK_BYTES, Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK4_0, QK8_0, RowFormat,
-    dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
-};
 pub use hadamard::{hadamard_rows, hadamard_supported};
-pub use half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 pub use kv::{
     KvQuant, QK_KV, attn_scores_b1_xnor, attn_scores_kv, attn_scores_kv_int8_query,
     attn_weighted_sum_kv, b1_sign_query, int8_query, kv_dequantize, kv_quantize,
@@ -69,10 +70,7 @@ pub const SILU_REL_TOL: f32 = 1e-5;
 /// If the lengths differ.
 pub fn f16_to_f32_slice(isa: Isa, src: &[u16], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len(), "f16_to_f32_slice: length mismatch");
-    if let Some(simd) = token(isa) {
-        return simd.f16_to_f32_slice(src, dst);
-    }
-    scalar::f16_to_f32_slice(src, dst)
+    kernels(isa).f16_to_f32_slice(src, dst)
 }
 
 /// f32 -> f16 for a whole slice (bit-exact with [`f32_to_f16`]).
@@ -81,10 +79,7 @@ pub fn f16_to_f32_slice(isa: Isa, src: &[u16], dst: &mut [f32]) {
 /// If the lengths differ.
 pub fn f32_to_f16_slice(isa: Isa, src: &[f32], dst: &mut [u16]) {
     assert_eq!(src.len(), dst.len(), "f32_to_f16_slice: length mismatch");
-    if let Some(simd) = token(isa) {
-        return simd.f32_to_f16_slice(src, dst);
-    }
-    scalar::f32_to_f16_slice(src, dst)
+    kernels(isa).f32_to_f16_slice(src, dst)
 }
 
 /// `Σ a_i b_i` (within the dot budget).
@@ -93,10 +88,7 @@ pub fn f32_to_f16_slice(isa: Isa, src: &[f32], dst: &mut [u16]) {
 /// If the lengths differ.
 pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot_f32: length mismatch");
-    if let Some(simd) = token(isa) {
-        return simd.dot_f32(a, b);
-    }
-    scalar::dot_f32(a, b)
+    kernels(isa).dot_f32(a, b)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -168,53 +160,7 @@ pub fn matmul_f32(
     if rows.is_empty() || n_tok == 0 {
         return;
     }
-    if let Some(simd) = token(isa) {
-        return simd.matmul_f32(fmt, data, row_len, x, n_tok, rows, out);
-    }
-    scalar::matmul_f32(fmt, data, row_len, x, n_tok, rows, out)
-}
-
-/// Elements dequantized at a time by [`matmul_by_chunks`]: a whole number of blocks of
-/// every format, small enough for the stack and L1.
-pub(crate) const DEQUANT_CHUNK: usize = QK_K;
-
-/// The dequantize-a-chunk path of [`matmul_f32`], portable and shared by every kernel set
-/// (the scalar reference's quantized rows, and the Q4_0 rows the SIMD sets decode no other
-/// way): each row is dequantized 256 elements at a time into a stack buffer and dotted with
-/// every token (`dot` is the set's own f32 dot), so the row is decoded once per call,
-/// whatever `n_tok` is.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn matmul_by_chunks(
-    fmt: RowFormat,
-    data: &[u8],
-    row_len: usize,
-    x: &[f32],
-    n_tok: usize,
-    rows: Range<usize>,
-    out: &mut [f32],
-    dot: &dyn Fn(&[f32], &[f32]) -> f32,
-) {
-    let rb = fmt.row_bytes(row_len).expect("checked by the caller");
-    let nr = rows.len();
-    let mut buf = [0.0f32; DEQUANT_CHUNK];
-    for (i, r) in rows.enumerate() {
-        let row = &data[r * rb..(r + 1) * rb];
-        for t in 0..n_tok {
-            out[t * nr + i] = 0.0;
-        }
-        let mut start = 0;
-        while start < row_len {
-            let len = DEQUANT_CHUNK.min(row_len - start);
-            let b0 = fmt.row_bytes(start).expect("whole blocks");
-            let b1 = fmt.row_bytes(start + len).expect("whole blocks");
-            dequantize_row(fmt, &row[b0..b1], &mut buf[..len]);
-            for t in 0..n_tok {
-                let xt = &x[t * row_len + start..t * row_len + start + len];
-                out[t * nr + i] += dot(&buf[..len], xt);
-            }
-            start += len;
-        }
-    }
+    kernels(isa).matmul_f32(fmt, data, row_len, x, n_tok, rows, out)
 }
 
 /// Q8_0 weight rows times one Q8_0 activation row (`xq` from [`quantize_row_q8_0`]): the
@@ -269,10 +215,7 @@ pub fn matmul_q8_0_q8_0(
     if rows.is_empty() || n_tok == 0 {
         return;
     }
-    if let Some(simd) = token(isa) {
-        return simd.matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out);
-    }
-    crate::scalar::q8q8::matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out)
+    kernels(isa).matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out)
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`.
@@ -285,10 +228,7 @@ pub fn rmsnorm(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     if x.is_empty() {
         return;
     }
-    if let Some(simd) = token(isa) {
-        return simd.rmsnorm(x, weight, eps, out);
-    }
-    scalar::rmsnorm(x, weight, eps, out)
+    kernels(isa).rmsnorm(x, weight, eps, out)
 }
 
 /// The largest value of `x` that is not NaN (`-inf` if there is none). Eight running maxima,
@@ -334,10 +274,7 @@ pub fn softmax_inplace(isa: Isa, x: &mut [f32]) -> (f32, f32) {
         // +inf or NaN present: the plain formula's NaNs are the honest answer.
         return scalar::softmax_inplace(x);
     }
-    if let Some(simd) = token(isa) {
-        return simd.softmax_inplace(x);
-    }
-    scalar::softmax_inplace(x)
+    kernels(isa).softmax_inplace(x)
 }
 
 macro_rules! binary_op {
@@ -348,10 +285,7 @@ macro_rules! binary_op {
         /// If the lengths differ.
         pub fn $name(isa: Isa, dst: &mut [f32], src: &[f32]) {
             assert_eq!(dst.len(), src.len(), concat!(stringify!($name), ": length mismatch"));
-            if let Some(simd) = token(isa) {
-                return simd.$name(dst, src);
-            }
-            scalar::$name(dst, src)
+            kernels(isa).$name(dst, src)
         }
     };
 }
@@ -375,26 +309,17 @@ binary_op!(
 
 /// `x = silu(x)`.
 pub fn silu(isa: Isa, x: &mut [f32]) {
-    if let Some(simd) = token(isa) {
-        return simd.silu(x);
-    }
-    scalar::silu(x)
+    kernels(isa).silu(x)
 }
 
 /// `x = max(x, 0)²`.
 pub fn relu2(isa: Isa, x: &mut [f32]) {
-    if let Some(simd) = token(isa) {
-        return simd.relu2(x);
-    }
-    scalar::relu2(x)
+    kernels(isa).relu2(x)
 }
 
 /// `x *= s`.
 pub fn scale_inplace(isa: Isa, x: &mut [f32], s: f32) {
-    if let Some(simd) = token(isa) {
-        return simd.scale_inplace(x, s);
-    }
-    scalar::scale_inplace(x, s)
+    kernels(isa).scale_inplace(x, s)
 }
 
 #[cfg(test)]

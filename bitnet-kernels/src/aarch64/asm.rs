@@ -5,7 +5,7 @@
 //! whose `#[target_feature]` must cover the instruction.
 //!
 //! The f16 conversions follow the FPCR's rounding mode, round-to-nearest-even unless a
-//! program changes it, which is what [`crate::float::f32_to_f16`] does.
+//! program changes it, which is what [`crate::layout::half::f32_to_f16`] does.
 
 #![allow(dead_code)]
 

@@ -4,30 +4,13 @@
 //!
 //! Shapes are checked here before any kernel runs; the kernels are `crate::scalar::attn` and
 //! `crate::scalar::attn_group` (the specification) and the SIMD `attn` / `attn_group`
-//! kernels of the same names, reached through `crate::dispatch::token`.
+//! kernels of the same names, reached through `crate::dispatch::kernels`.
 
-use crate::dispatch::token;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::dispatch::kernels;
 use crate::isa::Isa;
-use crate::scalar::attn as scalar;
-use crate::scalar::attn_group as scalar_group;
-
-fn check_attn(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos: usize) {
-    assert!(
-        kv_stride >= d,
-        "{what}: kv_stride {kv_stride} < head dim {d}"
-    );
-    if n_pos > 0 {
-        let need = (n_pos - 1)
-            .checked_mul(kv_stride)
-            .and_then(|v| v.checked_add(d))
-            .expect("cache size overflows");
-        assert!(
-            cache_len >= need,
-            "{what}: {n_pos} positions of stride {kv_stride} need {need} elements, cache has {cache_len}"
-        );
-    }
-}
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::ops::Kernels;
+use crate::shared::attn::{check_attn, check_group_scores, check_group_wsum};
 
 /// `out[p] = scale * dot(q, k[p * kv_stride..][..q.len()])` for `p < n_pos`: one head's
 /// attention scores over an f16 cache.
@@ -49,10 +32,7 @@ pub fn attn_scores_f16(
         "attn_scores_f16: out must have n_pos scores"
     );
     check_attn("attn_scores_f16", q.len(), k.len(), kv_stride, n_pos);
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_f16(q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores_f16(q, k, kv_stride, n_pos, scale, out)
+    kernels(isa).attn_scores_f16(q, k, kv_stride, n_pos, scale, out)
 }
 
 /// `out += Σ_{p < n_pos} w[p] * v[p * kv_stride..][..out.len()]` over an f16 cache: it
@@ -81,10 +61,7 @@ pub fn attn_weighted_sum_f16(
         kv_stride,
         n_pos,
     );
-    if let Some(simd) = token(isa) {
-        return simd.attn_weighted_sum_f16(w, v, kv_stride, n_pos, out);
-    }
-    scalar::attn_weighted_sum_f16(w, v, kv_stride, n_pos, out)
+    kernels(isa).attn_weighted_sum_f16(w, v, kv_stride, n_pos, out)
 }
 
 /// [`attn_scores_f16`] over an f32 cache.
@@ -103,10 +80,7 @@ pub fn attn_scores_f32(
         "attn_scores_f32: out must have n_pos scores"
     );
     check_attn("attn_scores_f32", q.len(), k.len(), kv_stride, n_pos);
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_f32(q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores_f32(q, k, kv_stride, n_pos, scale, out)
+    kernels(isa).attn_scores_f32(q, k, kv_stride, n_pos, scale, out)
 }
 
 /// [`attn_weighted_sum_f16`] over an f32 cache.
@@ -130,10 +104,7 @@ pub fn attn_weighted_sum_f32(
         kv_stride,
         n_pos,
     );
-    if let Some(simd) = token(isa) {
-        return simd.attn_weighted_sum_f32(w, v, kv_stride, n_pos, out);
-    }
-    scalar::attn_weighted_sum_f32(w, v, kv_stride, n_pos, out)
+    kernels(isa).attn_weighted_sum_f32(w, v, kv_stride, n_pos, out)
 }
 
 /// Grouped-query attention scores over an f16 cache: the `n_q` query heads in `q`
@@ -156,10 +127,7 @@ pub fn attn_scores_f16_group(
     out: &mut [f32],
 ) {
     let d = check_group_scores(q.len(), n_q, k.len(), kv_stride, n_pos, out.len());
-    let Some(simd) = token(isa) else {
-        return scalar_group::scores_group(q, n_q, k, kv_stride, n_pos, scale, out);
-    };
-    if simd.attn_scores_f16_group(q, n_q, k, kv_stride, n_pos, scale, out) {
+    if kernels(isa).attn_scores_f16_group(q, n_q, k, kv_stride, n_pos, scale, out) {
         return;
     }
     // No group kernel of this size in the set: head after head, with its one-head kernel.
@@ -188,10 +156,7 @@ pub fn attn_weighted_sum_f16_group(
     out: &mut [f32],
 ) {
     let d = check_group_wsum(w.len(), n_q, v.len(), kv_stride, n_pos, out.len());
-    let Some(simd) = token(isa) else {
-        return scalar_group::wsum_group(w, n_q, v, kv_stride, n_pos, out);
-    };
-    if simd.attn_weighted_sum_f16_group(w, n_q, v, kv_stride, n_pos, out) {
+    if kernels(isa).attn_weighted_sum_f16_group(w, n_q, v, kv_stride, n_pos, out) {
         return;
     }
     // No group kernel of this size in the set: head after head, with its one-head kernel.
@@ -199,56 +164,6 @@ pub fn attn_weighted_sum_f16_group(
         let wh = &w[h * n_pos..(h + 1) * n_pos];
         attn_weighted_sum_f16(isa, wh, v, kv_stride, n_pos, &mut out[h * d..(h + 1) * d]);
     }
-}
-
-/// The shapes of [`attn_scores_f16_group`] (checked there, and again by the SIMD token
-/// methods, whose group kernels index raw pointers): `n_q` heads of `d` values in `q`,
-/// `n_q * n_pos` scores, the cache as [`attn_scores_f16`] reads it. Returns `d`.
-pub(crate) fn check_group_scores(
-    q_len: usize,
-    n_q: usize,
-    k_len: usize,
-    kv_stride: usize,
-    n_pos: usize,
-    out_len: usize,
-) -> usize {
-    assert!(
-        n_q > 0 && q_len.is_multiple_of(n_q),
-        "attn_scores_f16_group: q is not n_q heads"
-    );
-    let d = q_len / n_q;
-    assert_eq!(
-        Some(out_len),
-        n_q.checked_mul(n_pos),
-        "attn_scores_f16_group: out must be n_q x n_pos"
-    );
-    check_attn("attn_scores_f16_group", d, k_len, kv_stride, n_pos);
-    d
-}
-
-/// The shapes of [`attn_weighted_sum_f16_group`] (checked there, and again by the SIMD token
-/// methods): `n_q` heads of `d` values in `out`, `n_q * n_pos` weights, the cache as
-/// [`attn_weighted_sum_f16`] reads it. Returns `d`.
-pub(crate) fn check_group_wsum(
-    w_len: usize,
-    n_q: usize,
-    v_len: usize,
-    kv_stride: usize,
-    n_pos: usize,
-    out_len: usize,
-) -> usize {
-    assert!(
-        n_q > 0 && out_len.is_multiple_of(n_q),
-        "attn_weighted_sum_f16_group: out is not n_q heads"
-    );
-    let d = out_len / n_q;
-    assert_eq!(
-        Some(w_len),
-        n_q.checked_mul(n_pos),
-        "attn_weighted_sum_f16_group: w must be n_q x n_pos"
-    );
-    check_attn("attn_weighted_sum_f16_group", d, v_len, kv_stride, n_pos);
-    d
 }
 
 fn check_attn_q8(what: &str, d: usize, cache_len: usize, kv_stride: usize, n_pos: usize) {
@@ -295,10 +210,7 @@ pub fn attn_scores_q8_0(
         "attn_scores_q8_0: out must have n_pos scores"
     );
     check_attn_q8("attn_scores_q8_0", q.len(), k.len(), kv_stride, n_pos);
-    if let Some(simd) = token(isa) {
-        return simd.attn_scores_q8_0(q, k, kv_stride, n_pos, scale, out);
-    }
-    scalar::attn_scores_q8_0(q, k, kv_stride, n_pos, scale, out)
+    kernels(isa).attn_scores_q8_0(q, k, kv_stride, n_pos, scale, out)
 }
 
 /// [`attn_weighted_sum_f16`] over an 8-bit cache laid out as in [`attn_scores_q8_0`]
@@ -323,8 +235,5 @@ pub fn attn_weighted_sum_q8_0(
         kv_stride,
         n_pos,
     );
-    if let Some(simd) = token(isa) {
-        return simd.attn_weighted_sum_q8_0(w, v, kv_stride, n_pos, out);
-    }
-    scalar::attn_weighted_sum_q8_0(w, v, kv_stride, n_pos, out)
+    kernels(isa).attn_weighted_sum_q8_0(w, v, kv_stride, n_pos, out)
 }

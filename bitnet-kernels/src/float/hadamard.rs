@@ -6,14 +6,12 @@
 //! gives back the plain sum. Spreading each row's energy over all its coordinates evens out
 //! the outliers that a per-block scale otherwise has to cover.
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
-use crate::scalar::hadamard as scalar;
+use crate::ops::Kernels;
+use crate::shared::hadamard::check_rows;
 
-/// Whether rows of `d` values can be rotated (`d` a power of two).
-pub fn hadamard_supported(d: usize) -> bool {
-    d.is_power_of_two()
-}
+pub use crate::shared::hadamard::hadamard_supported;
 
 /// Applies `H / sqrt(d)` to each row of `d` values of `x` in place. Every kernel set gives
 /// the scalar reference's bits.
@@ -22,32 +20,5 @@ pub fn hadamard_supported(d: usize) -> bool {
 /// If `d` is not a power of two or `x.len()` not a multiple of `d`.
 pub fn hadamard_rows(isa: Isa, d: usize, x: &mut [f32]) {
     check_rows(d, x);
-    if d >= SIMD_MIN_ROW
-        && let Some(simd) = token(isa)
-    {
-        return simd.hadamard_rows(d, x);
-    }
-    x.chunks_exact_mut(d).for_each(scalar::fwht);
-}
-
-/// The shortest rows the SIMD kernels rotate (one vector of 8 lanes); shorter ones take the
-/// reference, which gives the same bits.
-pub(crate) const SIMD_MIN_ROW: usize = 8;
-
-/// `1 / sqrt(n)` as every Hadamard kernel scales by it (computed in f64, rounded once).
-pub(crate) fn inv_sqrt(n: usize) -> f32 {
-    (1.0 / (n as f64).sqrt()) as f32
-}
-
-/// The shapes of [`hadamard_rows`] (checked there, and again by the SIMD token methods).
-pub(crate) fn check_rows(d: usize, x: &[f32]) {
-    assert!(
-        hadamard_supported(d),
-        "hadamard_rows: the row length {d} is not a power of two"
-    );
-    assert!(
-        x.len().is_multiple_of(d),
-        "hadamard_rows: {} values are not rows of {d}",
-        x.len()
-    );
+    kernels(isa).hadamard_rows(d, x)
 }

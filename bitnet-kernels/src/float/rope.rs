@@ -2,9 +2,9 @@
 //! position and applies NeoX (rotate-half) or GPT-J (adjacent pairs) rotations through the
 //! kernel set asked for (`crate::scalar::rope` is the specification, matched bit for bit).
 
-use crate::dispatch::token;
+use crate::dispatch::kernels;
 use crate::isa::Isa;
-use crate::scalar::rope as scalar;
+use crate::ops::Kernels;
 
 /// Rotary position embedding tables: `cos`/`sin` of `pos * theta^(-2i/rope_dim)` for every
 /// position below `max_pos` and `i < rope_dim/2`, angles computed in f64, stored in f32.
@@ -87,10 +87,7 @@ impl RopeTable {
     pub fn apply_neox(&self, isa: Isa, x: &mut [f32], head_dim: usize, n_heads: usize, pos: usize) {
         self.check(x, head_dim, n_heads, pos);
         let (c, s) = self.row(pos);
-        if let Some(simd) = token(isa) {
-            return simd.rope_neox(x, head_dim, n_heads, self.rope_dim, c, s);
-        }
-        scalar::rope_neox(x, head_dim, n_heads, self.rope_dim, c, s)
+        kernels(isa).rope_neox(x, head_dim, n_heads, self.rope_dim, c, s)
     }
 
     /// `(cos, sin)` of a rotation by `delta` positions (negative: back), angles in f64:
@@ -121,10 +118,7 @@ impl RopeTable {
             c.len() == self.rope_dim / 2 && s.len() == c.len(),
             "rope: row size"
         );
-        if let Some(simd) = token(isa) {
-            return simd.rope_neox(x, head_dim, n_heads, self.rope_dim, c, s);
-        }
-        scalar::rope_neox(x, head_dim, n_heads, self.rope_dim, c, s)
+        kernels(isa).rope_neox(x, head_dim, n_heads, self.rope_dim, c, s)
     }
 
     /// [`RopeTable::apply_normal`] with a given `(cos, sin)` row.
@@ -141,10 +135,7 @@ impl RopeTable {
             c.len() == self.rope_dim / 2 && s.len() == c.len(),
             "rope: row size"
         );
-        if let Some(simd) = token(isa) {
-            return simd.rope_normal(x, head_dim, n_heads, self.rope_dim, c, s);
-        }
-        scalar::rope_normal(x, head_dim, n_heads, self.rope_dim, c, s)
+        kernels(isa).rope_normal(x, head_dim, n_heads, self.rope_dim, c, s)
     }
 
     /// GPT-J / "normal" RoPE: adjacent pairs `(2i, 2i + 1)`.
@@ -158,26 +149,6 @@ impl RopeTable {
     ) {
         self.check(x, head_dim, n_heads, pos);
         let (c, s) = self.row(pos);
-        if let Some(simd) = token(isa) {
-            return simd.rope_normal(x, head_dim, n_heads, self.rope_dim, c, s);
-        }
-        scalar::rope_normal(x, head_dim, n_heads, self.rope_dim, c, s)
+        kernels(isa).rope_normal(x, head_dim, n_heads, self.rope_dim, c, s)
     }
-}
-
-/// What the SIMD rotation kernels read before indexing raw pointers (they call this; the
-/// table's own checks above are stricter): `n_heads` heads of `head_dim` in `x`,
-/// `rope_dim <= head_dim`, and `rope_dim / 2` cos and sin values.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by the SIMD tokens
-pub(crate) fn check_kernel_args(
-    x_len: usize,
-    head_dim: usize,
-    n_heads: usize,
-    rope_dim: usize,
-    cos_len: usize,
-    sin_len: usize,
-) {
-    let half = rope_dim / 2;
-    assert!(head_dim.checked_mul(n_heads).is_some_and(|n| x_len >= n) && rope_dim <= head_dim);
-    assert!(cos_len >= half && sin_len >= half);
 }

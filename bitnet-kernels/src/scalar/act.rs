@@ -1,7 +1,8 @@
-//! Reference activation quantization (see [`crate::act`] for the definitions; the rounding
-//! of one value, `quantize_one`, is there too, as every kernel set rounds its tails with it).
+//! Reference activation quantization (see `crate::act` for the definitions; the rounding of
+//! one value, `quantize_one`, is in `crate::shared::act`, as every kernel set rounds its
+//! tails with it), and the plain byte sum the bandwidth probe reads with.
 
-use crate::act::quantize_one;
+use crate::shared::act::quantize_one;
 
 /// `max |x|` (0 for an empty row). NaNs are ignored, as `vmaxps` with the NaN second does.
 pub fn absmax(x: &[f32]) -> f32 {
@@ -35,4 +36,9 @@ pub fn mean_abs(x: &[f32]) -> f32 {
         return 0.0;
     }
     (x.iter().map(|&v| v.abs() as f64).sum::<f64>() / x.len() as f64) as f32
+}
+
+/// Sum of all bytes of `data`: the bandwidth probe's read (`crate::probe`).
+pub fn sum_bytes(data: &[u8]) -> u64 {
+    data.iter().map(|&b| b as u64).sum()
 }

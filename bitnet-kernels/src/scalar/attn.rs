@@ -4,7 +4,7 @@
 
 use super::float::{dot_by, dot_f32, f16_table};
 use super::qrows::q8_0_block;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 
 /// `out[p] = scale * dot(q, k[p * kv_stride..][..q.len()])` for an f16 cache.
 pub fn attn_scores_f16(

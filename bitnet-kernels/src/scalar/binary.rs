@@ -1,8 +1,8 @@
-//! Reference 1-bit kernels over the bit-row layout of [`crate::binary`].
+//! Reference 1-bit kernels over the bit-row layout of [`crate::layout::binary`].
 
 use std::ops::Range;
 
-use crate::binary::BinaryMatrix;
+use crate::layout::binary::BinaryMatrix;
 
 /// `out[t * rows.len() + i] = sum of q_t[c]` over the columns `c` in `words` whose weight bit
 /// is 1, for row `rows.start + i`.

@@ -1,7 +1,7 @@
 //! Reference dense float kernels: the specification the AVX2 and AVX-512 versions in
 //! `x86_64/*/float.rs` are tested against, and the portable fallback. The other float
-//! families have their own files, as in the SIMD trees: `qrows.rs` (quantized rows, which
-//! [`matmul_f32`] hands them), `q8q8.rs`, `rope.rs`, `attn.rs`, `attn_group.rs`.
+//! families have their own files, as in the SIMD trees: `qrows.rs` (the Q8_0 block reader;
+//! [`matmul_f32`] walks quantized rows itself), `q8q8.rs`, `rope.rs`, `attn.rs`, `attn_group.rs`.
 //!
 //! The slice conversions here use the exact f16 conversions of `crate::float` (which match
 //! the hardware, F16C, bit for bit), through a table of every f16 value. Reductions
@@ -13,8 +13,9 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::float::formats::RowFormat;
-use crate::float::half::{bf16_to_f32, f16_to_f32, f32_to_f16};
+use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_f16};
+use crate::layout::rows::RowFormat;
+use crate::shared::rows::matmul_by_chunks;
 
 // ---------------------------------------------------------------------------------------
 // Conversions
@@ -107,7 +108,9 @@ pub fn matmul_f32(
                 }
             }
         }
-        _ => super::qrows::matmul_quantized(fmt, data, row_len, x, n_tok, rows, out),
+        // Block-quantized rows: the reference decoders a chunk at a time, dotted with
+        // [`dot_f32`] (the walk the SIMD sets also take for Q4_0).
+        _ => matmul_by_chunks(fmt, data, row_len, x, n_tok, rows, out, &dot_f32),
     }
 }
 

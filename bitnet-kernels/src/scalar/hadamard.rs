@@ -1,6 +1,6 @@
 //! Reference fast Walsh-Hadamard transform (the specification of the AVX2 kernel).
 
-use crate::float::hadamard::inv_sqrt;
+use crate::shared::hadamard::inv_sqrt;
 
 /// The orthonormal Walsh-Hadamard transform of `x` in place: `x <- H x / sqrt(n)` with
 /// `n = x.len()` a power of two. Butterfly stages of span 1, 2, 4, ... in that order, then
@@ -24,4 +24,10 @@ pub fn fwht(x: &mut [f32]) {
     for v in x {
         *v *= s;
     }
+}
+
+/// [`fwht`] on each row of `d` values of `x` (`d` a power of two, `x` whole rows: checked by
+/// the safe API).
+pub fn rows(d: usize, x: &mut [f32]) {
+    x.chunks_exact_mut(d).for_each(fwht);
 }

@@ -1,4 +1,4 @@
-//! Reference kernels of the low-bit KV formats (`crate::float::kv` has the layouts): the
+//! Reference kernels of the low-bit KV formats (`crate::layout::kv` has the layouts): the
 //! encoders, the decoders, and attention scores and weighted sums written plainly. This is
 //! the specification the AVX2 kernels are tested against.
 //!
@@ -13,18 +13,19 @@
 //! keys against an int8 query), `kv_q4_wsum.rs` (Q4_0's integer-weighted sum) and
 //! `kv_b1_xnor.rs` (B1 keys against a sign query); their items are re-exported here.
 
-use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
-use crate::float::half::{f16_at, f16_to_f32, f32_to_f16};
-use crate::float::kv::{
+use crate::layout::half::{f16_at, f16_to_f32, f32_to_f16};
+use crate::layout::kv::{
     B1_BLOCK_BYTES, E4M3_MAX, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV,
 };
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 pub use super::kv_b1_xnor::{attn_scores_b1_xnor, b1_sign_query};
+use super::kv_int8::absmax;
 pub use super::kv_int8::{attn_scores_int8_query, block_ints, int8_query, int8_query_row};
 pub use super::kv_q4_wsum::{attn_weighted_sum_q4_0, q4_0_wsum_weights};
 // The tile and weight bound of Q4_0's integer-weighted sum are format definitions, kept in
-// `crate::float::kv` (the SIMD kernels use them too); re-exported here, beside the reference.
-pub use crate::float::kv::{Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX};
+// `crate::layout::kv` (the SIMD kernels use them too); re-exported here, beside the reference.
+pub use crate::layout::kv::{Q4_0_WSUM_TILE, Q4_0_WSUM_WEIGHT_MAX};
 
 /// f16's largest finite value: the block scales saturate here.
 const F16_MAX: f32 = 65504.0;
@@ -63,11 +64,6 @@ pub fn e4m3_to_f32(c: u8) -> f32 {
 /// An f16 scale for `v >= 0`, saturating at f16's largest value.
 fn f16_scale(v: f32) -> u16 {
     f32_to_f16(v.min(F16_MAX))
-}
-
-/// Largest magnitude, NaNs ignored.
-pub(super) fn absmax(x: &[f32]) -> f32 {
-    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
 /// Largest magnitude a Q8R row scale covers: past it the codes saturate, so that `127 * s`
@@ -236,7 +232,8 @@ pub fn attn_scores(
 }
 
 /// `out[h][j] += w[h][p] * (decoded row p)[j]`, position after position; Q4_0 values
-/// through [`attn_weighted_sum_q4_0`].
+/// through [`attn_weighted_sum_q4_0`]. Always `true`: the reference takes every input (the
+/// SIMD kernels of this op may decline one, see `crate::ops::Kernels`).
 pub fn attn_weighted_sum(
     fmt: KvQuant,
     w: &[f32],
@@ -245,9 +242,10 @@ pub fn attn_weighted_sum(
     kv_stride: usize,
     n_pos: usize,
     out: &mut [f32],
-) {
+) -> bool {
     if fmt == KvQuant::Q4_0 {
-        return attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out);
+        attn_weighted_sum_q4_0(w, n_q, v, kv_stride, n_pos, out);
+        return true;
     }
     let d = out.len() / n_q;
     let rb = fmt.row_bytes(d).expect("checked by the safe API");
@@ -263,4 +261,5 @@ pub fn attn_weighted_sum(
             }
         }
     }
+    true
 }

@@ -1,9 +1,9 @@
-//! Reference XNOR/popcount scoring of B1 keys (`crate::float::kv` has the B1 layout) against
+//! Reference XNOR/popcount scoring of B1 keys (`crate::layout::kv` has the B1 layout) against
 //! a sign-quantized query: the specification of the SIMD `kv_b1_xnor` kernels, bit for bit.
-//! One row's score is defined beside the layout (`crate::float::kv`), since the SIMD kernels
+//! One row's score is defined beside the layout (`crate::layout::kv`), since the SIMD kernels
 //! score their last positions with it too.
 
-use crate::float::kv::{B1_BLOCK_BYTES, QK_KV, b1_xnor_row};
+use crate::layout::kv::{B1_BLOCK_BYTES, QK_KV, b1_xnor_row};
 
 /// The 1-bit query of the XNOR/popcount scoring of B1 keys: per 32 values, sign bits (bit j
 /// set when `q[j] >= 0`, the keys' convention; NaN reads as negative) and the mean
@@ -21,6 +21,8 @@ pub fn b1_sign_query(q: &[f32], bits: &mut [u32], scales: &mut [f32]) {
 
 /// `out[h * n_pos + p] = scale * b1_xnor_row(q_h, k_p)` for the `n_q` heads of `qbits` /
 /// `qscales` (`[n_q][d / 32]` each).
+/// Always `true`: the reference takes every input (the SIMD kernels of this op may decline
+/// one, see `crate::ops::Kernels`).
 #[allow(clippy::too_many_arguments)]
 pub fn attn_scores_b1_xnor(
     qbits: &[u32],
@@ -31,7 +33,7 @@ pub fn attn_scores_b1_xnor(
     n_pos: usize,
     scale: f32,
     out: &mut [f32],
-) {
+) -> bool {
     let nb = qbits.len() / n_q;
     let rb = nb * B1_BLOCK_BYTES;
     for h in 0..n_q {
@@ -41,4 +43,5 @@ pub fn attn_scores_b1_xnor(
             out[h * n_pos + p] = scale * b1_xnor_row(qb, qs, row);
         }
     }
+    true
 }

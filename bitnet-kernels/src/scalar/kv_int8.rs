@@ -1,11 +1,16 @@
-//! Reference scoring of integer-coded keys (Q8_0, Q8R, Q4_0; `crate::float::kv` has the
+//! Reference scoring of integer-coded keys (Q8_0, Q8R, Q4_0; `crate::layout::kv` has the
 //! layouts) against an int8 query: exact integer dots per block, then the two block scales.
 //! The specification of the SIMD `kv_int8` kernels.
 
-use super::kv::absmax;
-use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
-use crate::float::half::f16_at;
-use crate::float::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::half::f16_at;
+use crate::layout::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+
+/// Largest magnitude, NaNs ignored (the query's block scale here, the row scales of the
+/// encoders in `kv.rs`).
+pub(super) fn absmax(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
 
 /// The int8 query of the integer scoring of Q8_0, Q8R and Q4_0 keys: per 32 values of `q`
 /// a scale `d = absmax / 127` (in `scales`, as f32) and the codes `round(q / d)` (ggml's

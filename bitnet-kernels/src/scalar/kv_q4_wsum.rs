@@ -1,10 +1,10 @@
-//! Reference Q4_0 weighted sum with integer weights (`crate::float::kv` has the Q4_0
+//! Reference Q4_0 weighted sum with integer weights (`crate::layout::kv` has the Q4_0
 //! layout, and the tile, weight bound and rounding step every kernel set shares): each
 //! tile's weights rounded to integers, the nibbles multiplied as integers. The specification
 //! of the SIMD `kv_q4_wsum` kernels, bit for bit.
 
 use super::kv_int8::block_ints;
-use crate::float::kv::{KvQuant, Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::kv::{KvQuant, Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
 
 /// Q4_0 values weighted with integer weights: per head `h`, block `b` and tile `t` of
 /// [`Q4_0_WSUM_TILE`] positions, the products `c_p = w[h][p] * s_p,b` are rounded (ties to

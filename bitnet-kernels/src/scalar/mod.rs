@@ -3,11 +3,11 @@
 //! SIMD trees use (`x86_64/avx2/`, `x86_64/avx512/`, and any set added later), so the
 //! reference of `x86_64/avx2/qrows.rs` is `qrows.rs` here.
 //!
-//! Only the safe API modules call into this tree (when the kernel set is scalar, or a SIMD
-//! token declines an input); no SIMD tree does. Definitions both a reference and a SIMD kernel
-//! need (the f16 conversions, the rounding of one activation, the Q4_0 weight step, one B1
-//! row's XNOR score, the chunked path of quantized rows, ...) live in the API modules
-//! (`crate::act`, `crate::float` and its submodules), and this tree imports them from there.
+//! `crate::ops` binds every op to its reference here (the `Scalar` level, the bottom one
+//! every SIMD level lowers to for the ops it has no kernel for). No SIMD tree imports this
+//! one. Definitions both a reference and a SIMD kernel need (the f16 conversions, the
+//! rounding of one activation, the Q4_0 weight step, one B1 row's XNOR score, the chunked
+//! path of quantized rows, ...) live below both, in `crate::layout` and `crate::shared`.
 
 pub mod act;
 pub mod attn;

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::qrows::q8_0_block;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0, RowFormat};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0, RowFormat};
 
 /// Q8_0 weights times Q8_0 activations: per block an exact i32 dot, scaled by
 /// `d_w * d_x` and summed in f32. `xq` is `n_tok` Q8_0 rows of `row_len`.

@@ -1,13 +1,13 @@
 //! The portable F16 -> Q8_0 row re-encoder (`--head q8` at load time): byte for byte what
-//! decoding the row with `crate::float::dequantize_row` and encoding it with
-//! `crate::float::quantize_row_q8_0` gives (that pair is the specification, and the path of
+//! decoding the row with `crate::layout::rows::dequantize_row` and encoding it with
+//! `crate::layout::rows::quantize_row_q8_0` gives (that pair is the specification, and the path of
 //! every other source format), fused so the f32 row is never written out. Portable code the
 //! compiler vectorizes; the SIMD `requant` kernels perform the same operations on the same
 //! values.
 
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
-use crate::float::half::{f16_to_f32, f32_to_f16};
-use crate::float::requant::f16_q8_0_via_f32;
+use crate::layout::half::{f16_to_f32, f32_to_f16};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::shared::requant::f16_q8_0_via_f32;
 
 /// F16 bits of a finite value (`h & 0x7fff < 0x7c00`) as f32. Exact, like [`f16_to_f32`],
 /// but branch-free so a block of them vectorizes: normal values move their exponent and
@@ -41,7 +41,7 @@ fn round_q8(x: f32) -> i8 {
 /// The fused F16 -> Q8_0 row: per block, the largest magnitude from the F16 bits (their
 /// order is the values' order), the reference's `d` and `1 / d`, then each value decoded,
 /// scaled and rounded as `quantize_row_q8_0` does. A block holding an infinity or NaN
-/// takes the reference path, `crate::float::requant::f16_q8_0_via_f32` (no real head has
+/// takes the reference path, `crate::shared::requant::f16_q8_0_via_f32` (no real head has
 /// one, but the bytes must still match).
 #[inline(always)]
 pub fn f16_q8_0(src: &[u8], out: &mut [u8]) {

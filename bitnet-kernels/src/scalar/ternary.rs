@@ -1,9 +1,9 @@
-//! Reference ternary kernels over the repacked layout of [`crate::ternary`]: the raw dot
+//! Reference ternary kernels over the repacked layout of [`crate::layout::ternary`]: the raw dot
 //! `sum_c code(r, c) * q[c]` with `code = w + 1` (callers subtract the activation sum).
 
 use std::ops::Range;
 
-use crate::ternary::{BLOCK, BLOCK_BYTES, TernaryMatrix};
+use crate::layout::ternary::{BLOCK, BLOCK_BYTES, TernaryMatrix};
 
 /// Raw dot of row `r` over `blocks` with one activation row `q` (full padded row).
 #[inline]

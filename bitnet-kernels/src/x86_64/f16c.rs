@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::formats::Q8_0_BLOCK_BYTES;
+use crate::layout::rows::Q8_0_BLOCK_BYTES;
 
 /// The f16 at `p` as f32, through F16C.
 ///

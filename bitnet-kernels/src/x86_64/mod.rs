@@ -2,23 +2,24 @@
 //! (`avx2/`, `avx512/`, and `avxvnni/` with only the ops `vpdpbusd` speeds up), mirroring
 //! `scalar/`.
 //!
-//! Each tree's `mod.rs` holds its proof token ([`avx2::Avx2`], [`avx512::Avx512`]): a value
-//! that can only be built after the CPU features were detected, whose methods are therefore
-//! safe; they are the one place the tree's `#[target_feature]` kernels are called from.
-//! `crate::dispatch` turns an `Isa` into one of them.
+//! Each tree's `mod.rs` holds its proof token ([`avx2::Avx2`], [`avxvnni::AvxVnni`],
+//! [`avx512::Avx512`]): a value that can only be built after the CPU features were detected,
+//! whose `Kernels` methods are therefore safe; they are the one place the tree's
+//! `#[target_feature]` kernels are called from. `crate::dispatch` turns an `Isa` into one of
+//! them.
 //!
-//! What the trees share lives here, not in any one tree (the token methods every SIMD set has
-//! are one list for all sets, `crate::token_entries`): `rows.rs` (the row and token walks of
+//! What the trees share lives here, not in any one tree (the bodies of the ops both full
+//! trees have are written once, `crate::token_entries`): `rows.rs` (the row and token walks of
 //! the float kernels, which do not depend on the lane width, and each tree's glue), `exp.rs`
 //! (the constants of the vectorized `exp`), `f16c.rs` (F16C reads of block scales), `q6k.rs`
 //! (the Q6_K code unpacking), `tile_plan.rs` (how the AVX2 and AVX-VNNI register tiles cut a
 //! ternary product), `q8_tiles.rs` (the batched Q8_0 head's walk) and `hsum.rs` (the lane sums
-//! of 256-bit vectors). No tree imports another's files, and none of this calls the scalar
-//! kernels: portable definitions that every set needs (the int8 rounding of one value, the
-//! f16 conversions, the chunked path of Q4_0 rows, ...) are in the API modules. The one link
-//! between the trees is at the token level: `avx512/mod.rs`' `reuse_avx2!` list (and its
-//! 1-bit XNOR without VPOPCNTDQ) forwards the ops with no 512-bit kernel to the
-//! [`avx2::Avx2`] token, and `avxvnni/mod.rs` forwards all but its two products the same way.
+//! of 256-bit vectors). No tree imports another's files: portable definitions that every set
+//! needs (the int8 rounding of one value, the f16 conversions, the chunked path of Q4_0 rows,
+//! ...) are below all of them, in `crate::layout` and `crate::shared`. The one link between
+//! the trees is at the level of tokens: `Avx512` and `AvxVnni` name [`avx2::Avx2`] as their
+//! level below, so every op without a kernel of their own (and AVX-512's 1-bit XNOR without
+//! VPOPCNTDQ) runs AVX2's.
 
 pub mod avx2;
 pub mod avx512;
@@ -30,17 +31,3 @@ mod q6k;
 mod q8_tiles;
 mod rows;
 mod tile_plan;
-
-/// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched: a
-/// hint for loops whose source the hardware prefetchers lose (at 4 KiB page boundaries).
-#[inline(always)]
-pub(crate) fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
-    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-    for k in 0..n {
-        if let Some(p) = bytes.get(at + 64 * k) {
-            // SAFETY: prefetching reads nothing into the program and cannot fault; SSE is
-            // part of the x86-64 baseline; the address is inside `bytes`.
-            unsafe { _mm_prefetch::<{ _MM_HINT_T0 }>(std::ptr::from_ref(p).cast()) };
-        }
-    }
-}

@@ -1,7 +1,7 @@
 //! The Q6_K code unpacking both x86 sets use: the 6-bit codes of a half-block rebuilt from
 //! their low nibbles and 2-bit fields with 256-bit byte logic. The AVX-512 quantized-row
 //! kernel widens the same 256-bit codes to 512-bit floats, so the unpacking is shared here
-//! rather than written twice (the Q6_K layout is `crate::float::formats::Q6K_BLOCK_BYTES`).
+//! rather than written twice (the Q6_K layout is `crate::layout::rows::Q6K_BLOCK_BYTES`).
 
 use std::arch::x86_64::*;
 

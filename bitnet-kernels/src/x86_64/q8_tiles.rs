@@ -9,8 +9,8 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use crate::float::formats::Q8_0_BLOCK_BYTES;
-use crate::float::half::f16_to_f32;
+use crate::layout::half::f16_to_f32;
+use crate::layout::rows::Q8_0_BLOCK_BYTES;
 
 /// Activation rows per tile of the batched kernels (their accumulators stay in registers).
 pub(crate) const TOKENS: usize = 8;
@@ -134,7 +134,7 @@ macro_rules! q8_tiles {
             &mut [f32],
         ) = ($w, $nb, $xq, $dx, $n_tok, $rows, $out);
         const TOKENS: usize = $crate::x86_64::q8_tiles::TOKENS;
-        let rb = nb * $crate::float::formats::Q8_0_BLOCK_BYTES;
+        let rb = nb * $crate::layout::rows::Q8_0_BLOCK_BYTES;
         let nr = rows.len();
         let (base, x, dxp) = (w.as_ptr(), xq.as_ptr(), dx.as_ptr());
         for (i, r) in rows.enumerate() {
@@ -182,7 +182,7 @@ pub(crate) use q8_tiles;
 macro_rules! q8_token_blocks {
     ($dot:ident, $acc:expr, $w:expr, $x:expr, $rb:expr, $dx:expr, $nb:expr) => {{
         use std::arch::x86_64::*;
-        use $crate::float::formats::Q8_0_BLOCK_BYTES as BB;
+        use $crate::layout::rows::Q8_0_BLOCK_BYTES as BB;
         use $crate::x86_64::q8_tiles::{PREFETCH_BYTES, TOKENS, block_scales, lane, splat};
         let (acc, w, x, rb, dx, nb) = ($acc, $w, $x, $rb, $dx, $nb);
         let t_max = acc.len();
@@ -243,7 +243,7 @@ macro_rules! q8_one_token {
         let (w, nb, xq, rows, out): (&[u8], usize, &[u8], std::ops::Range<usize>, &mut [f32]) =
             ($w, $nb, $xq, $rows, $out);
         const ROWS: usize = $crate::x86_64::rows::ROWS;
-        let rb = nb * $crate::float::formats::Q8_0_BLOCK_BYTES;
+        let rb = nb * $crate::layout::rows::Q8_0_BLOCK_BYTES;
         let (base, xt) = (w.as_ptr(), xq.as_ptr());
         let mut r = rows.start;
         while r < rows.end {

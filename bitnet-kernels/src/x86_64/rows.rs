@@ -12,7 +12,7 @@
 use std::ops::Range;
 
 use crate::extent::{holds, holds_strided};
-use crate::float::RowFormat;
+use crate::layout::rows::RowFormat;
 
 /// Element kinds of the plain-float rows, as const parameters of the kernels.
 pub(crate) const F32: u8 = 0;
@@ -280,7 +280,7 @@ macro_rules! plain_row_kernels {
         /// If `fmt` is not a plain float format, or the shapes do not hold.
         #[target_feature(enable = $features)]
         pub unsafe fn matmul_plain(
-            fmt: crate::float::RowFormat,
+            fmt: crate::layout::rows::RowFormat,
             data: &[u8],
             row_len: usize,
             x: &[f32],
@@ -366,7 +366,7 @@ macro_rules! tile_kernels {
         struct $rows;
 
         impl crate::x86_64::rows::TileDots for $rows {
-            const FORMAT: crate::float::RowFormat = $fmt;
+            const FORMAT: crate::layout::rows::RowFormat = $fmt;
             const TILE: usize = $tile;
 
             #[inline]
@@ -383,7 +383,7 @@ macro_rules! tile_kernels {
             }
         }
 
-        /// `matmul_quantized` of `scalar/qrows.rs` for these rows, through the shared tile walk.
+        /// the reference `matmul_f32` of `scalar/float.rs` for these rows, through the shared tile walk.
         ///
         /// # Safety
         #[doc = concat!("The CPU must support ", $cpu, ". Shapes are checked here.")]

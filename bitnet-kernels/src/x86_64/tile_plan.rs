@@ -15,7 +15,7 @@
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use crate::ternary::BLOCK;
+use crate::layout::ternary::BLOCK;
 
 /// Column blocks per pass at most.
 const PASS_BLOCKS_MAX: usize = 16;
@@ -116,7 +116,7 @@ impl PackedActs {
     }
 }
 
-/// The body of a register-tile `raw_dots_multi` (`crate::ternary::check_raw_dots` shapes): runs
+/// The body of a register-tile `raw_dots_multi` (`crate::layout::ternary::check_raw_dots` shapes): runs
 /// `$tile::<T>(w, acts, nblk, out, ostride)`, the set's kernel adding one row's raw dots with
 /// `T` token rows (1..=8, packed as [`PackedActs`] lays them out) to `out[t * ostride]`, over
 /// every pass, tile and row of the plan.
@@ -125,7 +125,7 @@ impl PackedActs {
 macro_rules! tile_matmul {
     ($tile:ident, $tile_tokens:expr, $w:expr, $q:expr, $n_tok:expr, $rows:expr, $blocks:expr, $out:expr) => {{
         let (w, q, n_tok, rows, blocks, out): (
-            &$crate::ternary::TernaryMatrix,
+            &$crate::layout::ternary::TernaryMatrix,
             &[i8],
             usize,
             std::ops::Range<usize>,

@@ -1,4 +1,4 @@
-//! Dot-product (`SDOT`) ternary kernels over the repacked layout of [`crate::ternary`].
+//! Dot-product (`SDOT`) ternary kernels over the repacked layout of [`crate::layout::ternary`].
 //!
 //! A row group's four 64-byte rows of a block are read as 16-byte chunks `k`, each lined up
 //! (level `l`) with the activation run `64 l + 16 k ..`; one `SDOT` adds 16 code x int8
@@ -18,7 +18,7 @@ use std::arch::aarch64::*;
 use std::ops::Range;
 
 use crate::aarch64::asm::sdot;
-use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// Token rows per register tile of the multi-token kernel.
@@ -68,7 +68,7 @@ unsafe fn group1(w: *const u8, q: *const i8, nblk: usize) -> [i32; ROW_GROUP] {
 /// See the reference `raw_dots` (`scalar/ternary.rs`).
 ///
 /// # Safety
-/// NEON + dotprod; shapes as checked by `crate::ternary::check_raw_dots`.
+/// NEON + dotprod; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -191,7 +191,7 @@ unsafe fn group_tokens<const T: usize>(
 /// [`TILE_TOKENS`] token rows, then one tile of the 1..=3 left.
 ///
 /// # Safety
-/// NEON + dotprod; shapes as checked by `crate::ternary::check_raw_dots`.
+/// NEON + dotprod; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

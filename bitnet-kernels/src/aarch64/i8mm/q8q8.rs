@@ -19,7 +19,7 @@ use std::ops::Range;
 use crate::aarch64::asm::{sdot, smmla};
 use crate::aarch64::rows::{Tile, f16_lanes, lane, walk};
 use crate::extent::holds;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 
 /// The 32 quants of the blocks at `a` and `b` interleaved 8 bytes at a time: the four
 /// `SMMLA` operands `[a0..8 b0..8]`, `[a8..16 b8..16]`, ...

@@ -1,5 +1,5 @@
 //! Int8 matrix-multiply (`SMMLA`) multi-token ternary kernel over the repacked layout of
-//! [`crate::ternary`].
+//! [`crate::layout::ternary`].
 //!
 //! `SMMLA` takes a 2x8 tile A (two rows' 8 codes) and a 2x8 tile B (two tokens' 8
 //! activations) and adds the 2x2 products `[r0.t0, r0.t1, r1.t0, r1.t1]` into four i32
@@ -24,7 +24,7 @@ use std::arch::aarch64::*;
 use std::ops::Range;
 
 use crate::aarch64::asm::smmla;
-use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// Blocks summed in the scaled accumulators before they are folded (64 * 2^18 < 2^31).
@@ -210,7 +210,7 @@ unsafe fn interleave_pairs(
 /// once, then tiles of one row group x 2 token pairs, and one tile of the last pair.
 ///
 /// # Safety
-/// NEON + dotprod + i8mm; shapes as checked by `crate::ternary::check_raw_dots`.
+/// NEON + dotprod + i8mm; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "neon,dotprod,i8mm")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

@@ -2,13 +2,13 @@
 //! when one operand is NaN, so NaNs are ignored as in the reference). `quantize_i8` does the
 //! reference's f32 multiply, then `FCVTNS` (round half to even, saturating) and the saturating
 //! narrows `SQXTN` down to int8, which is the clamp to -128..=127; a NaN product is replaced
-//! by -128 before narrowing, as `crate::act::quantize_one` defines it, so the bytes are
+//! by -128 before narrowing, as `crate::shared::act::quantize_one` defines it, so the bytes are
 //! identical to the scalar ones. `sign_bits` turns `FCMGT` masks into bits with a per-lane
 //! bit weight and `ADDV`; `sum_bytes` widens with `UADALP`.
 
 use std::arch::aarch64::*;
 
-use crate::act::quantize_one;
+use crate::shared::act::quantize_one;
 
 /// `max |x|`, NaNs ignored.
 ///

@@ -145,7 +145,7 @@ unsafe fn scores_tile<const G: usize, const P: usize>(
 }
 
 /// # Safety
-/// NEON; shapes as `crate::float::attn` checks them; `G * P == 8`.
+/// NEON; shapes as `crate::shared::attn` checks them; `G * P == 8`.
 #[target_feature(enable = "neon")]
 unsafe fn scores_g<const G: usize, const P: usize>(
     q: &[f32],
@@ -306,7 +306,7 @@ unsafe fn wsum_g<const G: usize, const NV: usize>(
 /// nothing) for group sizes without a kernel here.
 ///
 /// # Safety
-/// The CPU must support NEON; shapes as `crate::float::attn` checks them.
+/// The CPU must support NEON; shapes as `crate::shared::attn` checks them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn scores_group(
     q: &[f32],

@@ -16,7 +16,7 @@ use std::ops::Range;
 use crate::aarch64::asm::{f16x4_to_f32x4, f32x4_to_f16x4};
 use crate::aarch64::exp::exp4;
 use crate::extent::holds;
-use crate::float::RowFormat;
+use crate::layout::rows::RowFormat;
 
 /// Element kinds of the plain-float rows, as const parameters of the kernels.
 pub(super) const F32: u8 = 0;
@@ -201,7 +201,7 @@ pub unsafe fn f16_to_f32_slice(src: &[u16], dst: &mut [f32]) {
 
 /// Same contract as the scalar kernel of this name (`FCVTN` rounds to nearest even under
 /// the default FPCR, keeps subnormals, and quiets NaNs keeping their top payload bits, as
-/// `crate::float::f32_to_f16` does).
+/// `crate::layout::half::f32_to_f16` does).
 ///
 /// # Safety
 /// The CPU must support NEON.

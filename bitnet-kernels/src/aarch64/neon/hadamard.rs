@@ -7,7 +7,7 @@
 
 use std::arch::aarch64::*;
 
-use crate::float::hadamard::inv_sqrt;
+use crate::shared::hadamard::inv_sqrt;
 
 /// Spans 1 and 2 of the butterfly on the eight values of `v0`, `v1`.
 #[inline]

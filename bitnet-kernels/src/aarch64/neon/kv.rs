@@ -1,4 +1,4 @@
-//! NEON attention kernels of the low-bit KV formats (`crate::float::kv`). A format is a const
+//! NEON attention kernels of the low-bit KV formats (`crate::layout::kv`). A format is a const
 //! parameter of one kernel shape: each 16-value half of a block is decoded in registers into
 //! the same exact values the scalar reference uses (`s_b * vals[j]`, one `FMUL`), then scored
 //! against (or summed into) the `G` query heads of a GQA group, so each row is decoded once
@@ -20,8 +20,8 @@ use std::arch::aarch64::*;
 
 use crate::aarch64::half::f16_splat;
 use crate::aarch64::prefetch_lines;
-use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
-use crate::float::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 const Q8R: u8 = 0;
 const FP8: u8 = 1;

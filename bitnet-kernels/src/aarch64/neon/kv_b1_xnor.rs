@@ -6,7 +6,7 @@
 //! multiplied-added with the head's block scale (`FMLA`), in the reference's block order and
 //! with its roundings, so the lanes are its results bit for bit. The last `n_pos % 4`
 //! positions are scored one at a time by the definition of one row's score,
-//! `crate::float::kv::b1_xnor_row`. No gathers, so rows any distance apart are taken.
+//! `crate::layout::kv::b1_xnor_row`. No gathers, so rows any distance apart are taken.
 
 // acc[h] pairs with head h0 + h; an index loop says that more plainly than a zip.
 #![allow(clippy::needless_range_loop)]
@@ -15,7 +15,7 @@ use std::arch::aarch64::*;
 
 use crate::aarch64::half::f16_lanes;
 use crate::aarch64::prefetch_lines;
-use crate::float::kv::{B1_BLOCK_BYTES, b1_xnor_row};
+use crate::layout::kv::{B1_BLOCK_BYTES, b1_xnor_row};
 
 /// Heads scored per pass over the keys (accumulators held in registers).
 const HEADS: usize = 8;
@@ -25,7 +25,7 @@ const PREFETCH_POS: usize = 16;
 /// See the module docs; the safe wrapper checked the shapes.
 ///
 /// # Safety
-/// The CPU must support NEON; shapes as `crate::float::kv` checks them.
+/// The CPU must support NEON; shapes as `crate::layout::kv` checks them.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn attn_scores_b1_xnor(

@@ -1,6 +1,6 @@
 //! NEON weighted sum of Q4_0 values with integer weights (the specification:
 //! `attn_weighted_sum_q4_0` in `scalar/kv_q4_wsum.rs`, bit for bit; the tile and the weight
-//! rounding step are `crate::float::kv`'s).
+//! rounding step are `crate::layout::kv`'s).
 //!
 //! Per 16-position tile, block and head, the products `c_p = w[h][p] * s_p,b` (the rows'
 //! f16 block scales read by lane and widened with `FCVTL`) are rounded to integers of at most
@@ -20,8 +20,8 @@ use std::arch::aarch64::*;
 
 use crate::aarch64::half::f16x8_to_f32;
 use crate::aarch64::prefetch_lines;
-use crate::float::formats::Q4_0_BLOCK_BYTES;
-use crate::float::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::rows::Q4_0_BLOCK_BYTES;
 
 const TILE: usize = Q4_0_WSUM_TILE;
 /// Heads whose accumulators (4 x 8 i16 lanes each) a pass keeps in registers.

@@ -1,7 +1,8 @@
 //! The NEON kernel set (ARMv8-A Advanced SIMD, every AArch64 core). [`Neon`] is the proof that
-//! the CPU has it: it can only be built after detection, so its methods are safe. They are
-//! the one place this tree's `#[target_feature]` kernels are called from: the methods every
-//! full tree has come from `src/token_entries.rs`, the rest are written out below.
+//! the CPU has it: it can only be built after detection, so its `Kernels` methods are safe.
+//! They are the one place this tree's `#[target_feature]` kernels are called from: the ops
+//! every full tree has come from `src/token_entries.rs`, the rest are written out below. Its
+//! level below is the scalar reference, which no op reaches today but short Hadamard rows.
 //!
 //! One file per op family, the names of `scalar/`: `act`, `ternary`, `binary`, `float`,
 //! `qrows`, `q8q8`, `rope`, `attn`, `attn_group`, `kv`, `kv_int8`, `kv_q4_wsum`,
@@ -12,9 +13,10 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::binary::BinaryMatrix;
-use crate::float::kv::KvQuant;
 use crate::isa::Isa;
+use crate::layout::binary::BinaryMatrix;
+use crate::layout::kv::KvQuant;
+use crate::ops::{Kernels, Scalar};
 
 mod act;
 mod attn;
@@ -52,11 +54,20 @@ impl Neon {
     pub(crate) unsafe fn new_unchecked() -> Self {
         Neon { _proof: () }
     }
+}
 
-    // The methods every SIMD token has (`src/token_entries.rs`).
+impl Kernels for Neon {
+    type Lower = Scalar;
+
+    #[inline]
+    fn lower(self) -> Scalar {
+        Scalar
+    }
+
+    // The ops every full SIMD tree has (`src/token_entries.rs`).
     crate::token_entries::token_entries!();
 
-    pub fn binary_xor_popcounts(
+    fn binary_xor_popcounts(
         self,
         w: &BinaryMatrix,
         x: &[u64],
@@ -64,13 +75,13 @@ impl Neon {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
+        crate::layout::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_scores_kv(
+    fn attn_scores_kv(
         self,
         fmt: KvQuant,
         q: &[f32],
@@ -82,14 +93,14 @@ impl Neon {
         out: &mut [f32],
     ) {
         let (ql, kl, ol) = (q.len(), k.len(), out.len());
-        crate::float::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
+        crate::layout::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { kv::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) }
     }
 
     /// Always `true`: NEON has no gathers, so no row distance is out of reach.
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_weighted_sum_kv(
+    fn attn_weighted_sum_kv(
         self,
         fmt: KvQuant,
         w: &[f32],
@@ -100,7 +111,7 @@ impl Neon {
         out: &mut [f32],
     ) -> bool {
         let (ol, vl, wl) = (out.len(), v.len(), w.len());
-        crate::float::kv::check(
+        crate::layout::kv::check(
             "attn_weighted_sum_kv",
             fmt,
             ol,
@@ -116,7 +127,7 @@ impl Neon {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_scores_kv_int8_query(
+    fn attn_scores_kv_int8_query(
         self,
         fmt: KvQuant,
         codes: &[i8],
@@ -128,7 +139,7 @@ impl Neon {
         scale: f32,
         out: &mut [f32],
     ) {
-        crate::float::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+        crate::layout::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe {
             kv_int8::attn_scores_int8_query(
@@ -139,7 +150,7 @@ impl Neon {
 
     /// Always `true` (no gathers here, see [`Self::attn_weighted_sum_kv`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_scores_b1_xnor(
+    fn attn_scores_b1_xnor(
         self,
         qbits: &[u32],
         qscales: &[f32],
@@ -150,7 +161,7 @@ impl Neon {
         scale: f32,
         out: &mut [f32],
     ) -> bool {
-        crate::float::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
+        crate::layout::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe {
             kv_b1_xnor::attn_scores_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, scale, out)
@@ -158,18 +169,20 @@ impl Neon {
         true
     }
 
-    /// Rows of `d` values, `d` a power of two of at least 8.
-    pub fn hadamard_rows(self, d: usize, x: &mut [f32]) {
-        crate::float::hadamard::check_rows(d, x);
-        assert!(d >= crate::float::hadamard::SIMD_MIN_ROW);
+    fn hadamard_rows(self, d: usize, x: &mut [f32]) {
+        crate::shared::hadamard::check_rows(d, x);
+        if d < crate::shared::hadamard::SIMD_MIN_ROW {
+            // Shorter than one vector: the reference, whose bits the kernel gives anyway.
+            return self.lower().hadamard_rows(d, x);
+        }
         for row in x.chunks_exact_mut(d) {
             // SAFETY: `self` proves the target features; the row is a power of two >= 8.
             unsafe { hadamard::fwht(row) };
         }
     }
 
-    pub fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
-        crate::float::requant::check_f16_q8_0(src, out);
+    fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
+        crate::shared::requant::check_f16_q8_0(src, out);
         // SAFETY: `self` proves the target features; lengths checked above.
         unsafe { requant::f16_q8_0(src, out) }
     }

@@ -16,8 +16,8 @@ use std::ops::Range;
 
 use crate::aarch64::rows::{Tile, f16_lanes, lane, walk};
 use crate::extent::holds;
-use crate::float::RowFormat;
-use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
+use crate::layout::rows::RowFormat;
+use crate::layout::rows::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
 
 /// The i8 lanes of `q` as four f32 vectors, in order.
 #[inline]
@@ -162,7 +162,7 @@ impl<const Q6K: bool> Tile for Rows<Q6K> {
     }
 }
 
-/// `matmul_quantized` of `scalar/qrows.rs` for `fmt` rows.
+/// the reference `matmul_f32` of `scalar/float.rs` for `fmt` rows.
 ///
 /// # Safety
 /// NEON. Shapes are checked here.
@@ -188,7 +188,7 @@ unsafe fn matmul<const Q6K: bool>(
     unsafe { walk(Rows::<Q6K> { nb }, w, rb, xp, 4 * row_len, n_tok, rows, out) }
 }
 
-/// `matmul_quantized` of `scalar/qrows.rs` for Q8_0 rows.
+/// the reference `matmul_f32` of `scalar/float.rs` for Q8_0 rows.
 ///
 /// # Safety
 /// The CPU must support NEON. Shapes are checked here.
@@ -205,7 +205,7 @@ pub unsafe fn matmul_q8_0(
     unsafe { matmul::<false>(data, row_len, x, n_tok, rows, out) }
 }
 
-/// `matmul_quantized` of `scalar/qrows.rs` for Q6_K rows.
+/// the reference `matmul_f32` of `scalar/float.rs` for Q6_K rows.
 ///
 /// # Safety
 /// The CPU must support NEON. Shapes are checked here.

@@ -8,9 +8,9 @@
 use std::arch::aarch64::*;
 
 use crate::aarch64::asm::f16x4_to_f32x4;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
-use crate::float::requant::f16_q8_0_via_f32;
-use crate::float::{f16_to_f32, f32_to_f16};
+use crate::layout::half::{f16_to_f32, f32_to_f16};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::shared::requant::f16_q8_0_via_f32;
 
 /// The portable `f16_q8_0` (`scalar/requant.rs`) with NEON arithmetic: the same IEEE
 /// operations on the same values, so the same bytes.

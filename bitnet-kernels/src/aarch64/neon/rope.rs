@@ -5,7 +5,7 @@
 
 use std::arch::aarch64::*;
 
-use crate::float::rope::check_kernel_args;
+use crate::shared::rope::check_kernel_args;
 
 /// `(x0 c - x1 s, x0 s + x1 c)` on four pairs, unfused as in the reference.
 #[inline]

@@ -1,4 +1,4 @@
-//! NEON ternary kernels over the repacked layout of [`crate::ternary`].
+//! NEON ternary kernels over the repacked layout of [`crate::layout::ternary`].
 //!
 //! A row group's four 64-byte rows of a block are read as 16-byte chunks `k`; chunk `k` gives
 //! four code vectors (`(x >> 2l) & 3`, `USHR` + `AND`) lined up with the activation runs
@@ -19,7 +19,7 @@
 use std::arch::aarch64::*;
 use std::ops::Range;
 
-use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// Token rows per register tile of the multi-token kernel.
@@ -129,7 +129,7 @@ unsafe fn group1(w: *const u8, q: *const i8, nblk: usize) -> [i32; ROW_GROUP] {
 /// See the reference `raw_dots` (`scalar/ternary.rs`).
 ///
 /// # Safety
-/// NEON; shapes as checked by `crate::ternary::check_raw_dots`.
+/// NEON; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "neon")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -200,7 +200,7 @@ unsafe fn group_tokens<const T: usize>(
 /// [`TILE_TOKENS`] token rows, codes unpacked once per tile.
 ///
 /// # Safety
-/// NEON; shapes as checked by `crate::ternary::check_raw_dots`.
+/// NEON; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "neon")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

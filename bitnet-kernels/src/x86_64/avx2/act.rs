@@ -1,10 +1,10 @@
 //! AVX2 activation quantization: 8 lanes at a time, the same f32 multiply and round-half-even
 //! conversion as the reference (`scalar/act.rs`), so the int8 results are identical; tails
-//! round with the definition of one value, `crate::act::quantize_one`.
+//! round with the definition of one value, `crate::shared::act::quantize_one`.
 
 use std::arch::x86_64::*;
 
-use crate::act::quantize_one;
+use crate::shared::act::quantize_one;
 
 /// `max |x|`, NaNs ignored.
 ///

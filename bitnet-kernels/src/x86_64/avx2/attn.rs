@@ -8,7 +8,7 @@ use std::arch::x86_64::*;
 
 use super::float::{Dots, hsum, load_w, pad_tail};
 use super::qrows::q8_block_f32;
-use crate::float::formats::Q8_0_BLOCK_BYTES;
+use crate::layout::rows::Q8_0_BLOCK_BYTES;
 use crate::x86_64::rows::{self, esize};
 
 /// `out += Σ_p w[p] v_p` over a cache of kind `K`: 32 output lanes at a time in registers

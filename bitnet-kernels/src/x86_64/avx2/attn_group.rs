@@ -81,7 +81,7 @@ unsafe fn scores_tile8<const G: usize, const P: usize>(
             for i in c..d {
                 // SAFETY: element i < d of position p0 + j and head h (caller's contract).
                 let (kh, qi) = unsafe { (*k.add((p0 + j) * kv_stride + i), *q.add(h * d + i)) };
-                out[j * G + h] += qi * crate::float::f16_to_f32(kh);
+                out[j * G + h] += qi * crate::layout::half::f16_to_f32(kh);
             }
         }
     }
@@ -219,7 +219,7 @@ unsafe fn wsum_g<const G: usize>(
         for i in full..d {
             let mut acc = out[h * d + i];
             for p in 0..n_pos {
-                acc += w[h * n_pos + p] * crate::float::f16_to_f32(v[p * kv_stride + i]);
+                acc += w[h * n_pos + p] * crate::layout::half::f16_to_f32(v[p * kv_stride + i]);
             }
             out[h * d + i] = acc;
         }
@@ -230,7 +230,7 @@ unsafe fn wsum_g<const G: usize>(
 /// nothing) for group sizes without a kernel here.
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C; shapes as `crate::float::attn` checks them.
+/// The CPU must support AVX2, FMA and F16C; shapes as `crate::shared::attn` checks them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn scores_group(
     q: &[f32],

@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use crate::binary::BinaryMatrix;
+use crate::layout::binary::BinaryMatrix;
 use crate::x86_64::hsum::hsum_epi32 as hsum;
 
 const TILE_TOKENS: usize = 4;
@@ -65,7 +65,7 @@ unsafe fn tile<const T: usize>(
 /// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///
 /// # Safety
-/// AVX2; shapes as checked by `crate::binary::check_raw_dots`.
+/// AVX2; shapes as checked by `crate::layout::binary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots_multi(
     w: &BinaryMatrix,
@@ -108,7 +108,7 @@ pub unsafe fn raw_dots_multi(
 /// See the reference `xor_popcounts` (`scalar/binary.rs`).
 ///
 /// # Safety
-/// AVX2; shapes as checked by `crate::binary::check_raw_dots`.
+/// AVX2; shapes as checked by `crate::layout::binary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn xor_popcounts(
     w: &BinaryMatrix,

@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::hadamard::inv_sqrt;
+use crate::shared::hadamard::inv_sqrt;
 
 /// Spans 1, 2 and 4 of the butterfly within one vector of 8 lanes.
 #[inline]

@@ -1,4 +1,4 @@
-//! AVX2 attention kernels of the low-bit KV formats (`crate::float::kv`). A format is a const
+//! AVX2 attention kernels of the low-bit KV formats (`crate::layout::kv`). A format is a const
 //! parameter of one kernel shape: each 16-value half of a block is decoded in registers into
 //! the same exact values the scalar reference uses, then scored against (or summed into) the
 //! `G` query heads of a GQA group, so each row is decoded once per group. Group sizes 1, 2,
@@ -17,8 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
-use crate::float::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 pub(crate) const Q8R: u8 = 0;
 const FP8: u8 = 1;
@@ -274,7 +274,7 @@ unsafe fn wsum_g<const F: u8, const G: usize>(
 }
 
 type ScoresKernel = unsafe fn(&[f32], &[u8], usize, usize, f32, &mut [f32]);
-pub(crate) type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
+type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
 
 /// The kernels of format `F` for a group of `g` heads, if there are any.
 fn kernels<const F: u8>(g: usize) -> Option<(ScoresKernel, WsumKernel)> {

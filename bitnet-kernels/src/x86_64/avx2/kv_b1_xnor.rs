@@ -5,14 +5,14 @@
 //! `(32 - 2 count) * s_k` multiplied-added with the head's block scale, in the reference's
 //! block order and with its roundings, so the lanes are its results bit for bit. The last
 //! `n_pos % 8` positions are scored one at a time by the definition of one row's score,
-//! `crate::float::kv::b1_xnor_row`.
+//! `crate::layout::kv::b1_xnor_row`.
 
 // acc[h] pairs with head h0 + h; an index loop says that more plainly than a zip.
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
-use crate::float::kv::{B1_BLOCK_BYTES, b1_xnor_row};
+use crate::layout::kv::{B1_BLOCK_BYTES, b1_xnor_row};
 
 /// Heads scored per pass over the keys (accumulators held in registers).
 const HEADS: usize = 8;
@@ -59,7 +59,7 @@ unsafe fn gather_block(base: *const u8, offs: __m256i, b: usize) -> (__m256i, __
 /// `i32`.
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C; shapes as `crate::float::kv` checks them.
+/// The CPU must support AVX2, FMA and F16C; shapes as `crate::layout::kv` checks them.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn attn_scores_b1_xnor(

@@ -1,5 +1,5 @@
 //! AVX2 scoring of integer-coded keys (Q8_0, Q8R, Q4_0) against an int8 query
-//! (`crate::float::kv::attn_scores_kv_int8_query`; the specification is `scalar/kv_int8.rs`).
+//! (`crate::layout::kv::ATTN_INT8_PLACEHOLDER`; the specification is `scalar/kv_int8.rs`).
 //! Each key block is loaded once for the GQA group as 32 bytes (Q8_0 and Q8R signed codes,
 //! Q4_0 unsigned nibbles), and each (head, row) block dot is `vpmaddubsw` + `vpmaddwd` over
 //! all 32 values, exact in i32 lanes (Q8_0 and
@@ -13,8 +13,8 @@
 use std::arch::x86_64::*;
 
 use super::kv::{PREFETCH_ROWS, Q8R, Q40, Q80, f16_splat, prefetch_row, row_bytes};
-use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
-use crate::float::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
 
 /// Block `b` of the row at `row`: its scale in every lane and its 32 integer values in
 /// order: for Q8_0 and Q8R the signed codes the reference's `block_ints` gives, for Q4_0 the

@@ -1,6 +1,6 @@
 //! AVX2 weighted sum of Q4_0 values with integer weights (the specification:
 //! `attn_weighted_sum_q4_0` in `scalar/kv_q4_wsum.rs`, bit for bit; the tile and the weight
-//! rounding step are `crate::float::kv`'s).
+//! rounding step are `crate::layout::kv`'s).
 //!
 //! The float weighted sum turned every nibble into a float before its multiply-add, and at 2
 //! threads that decoding, not the bytes Q4_0 halves, bounded it. Here each head's weights of
@@ -17,8 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::formats::Q4_0_BLOCK_BYTES;
-use crate::float::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
+use crate::layout::rows::Q4_0_BLOCK_BYTES;
 use crate::x86_64::hsum::hsum_epi32;
 
 const TILE: usize = Q4_0_WSUM_TILE;
@@ -250,8 +250,12 @@ pub(crate) fn gather_reaches(kv_stride: usize) -> bool {
     (TILE - 1).saturating_mul(kv_stride) <= i32::MAX as usize
 }
 
+/// A weighted-sum kernel as `kv.rs`' table holds them (its `WsumKernel`, written here too so
+/// that this file needs nothing of that one).
+type WsumKernel = unsafe fn(&[f32], &[u8], usize, usize, &mut [f32]);
+
 /// The kernel for a group of `g` heads (1, 2, 4 or 8), as an entry of `kv.rs`' table.
-pub(crate) fn wsum_kernel(g: usize) -> Option<super::kv::WsumKernel> {
+pub(crate) fn wsum_kernel(g: usize) -> Option<WsumKernel> {
     Some(match g {
         1 => wsum_q4_0_g::<1>,
         2 => wsum_q4_0_g::<2>,

@@ -1,23 +1,25 @@
 //! The AVX2 + FMA + F16C kernel set (Haswell and later, Zen). [`Avx2`] is the proof that the
-//! CPU has those features: it can only be built after detection, so its methods are safe.
-//! They are the one place this tree's `#[target_feature]` kernels are called from: the
-//! methods both x86 sets have come from `src/token_entries.rs` (they call the kernel of the same
-//! name in this tree's files), the AVX2-only ones are written out below.
+//! CPU has those features: it can only be built after detection, so its `Kernels` methods are
+//! safe. They are the one place this tree's `#[target_feature]` kernels are called from: the
+//! ops both full x86 trees have come from `src/token_entries.rs` (they call the kernel of the
+//! same name in this tree's files), the AVX2-only ones are written out below. Its level below
+//! is the scalar reference, which no op reaches today but short Hadamard rows.
 //!
 //! One file per op family, the same names as `scalar/` and `x86_64/avx512/`: `act`,
 //! `ternary`, `binary` (integer), `float` (dense float), `qrows` (quantized rows), `q8q8`,
 //! `rope`, `attn`, `attn_group`, and the AVX2-only `kv`, `kv_int8`, `kv_q4_wsum`,
-//! `kv_b1_xnor`, `hadamard`, `requant` (which the AVX-512 token forwards to this one). The
+//! `kv_b1_xnor`, `hadamard`, `requant` (which the AVX-512 level runs from this one). The
 //! files are private to this tree: what both x86 sets use is in `x86_64/`. Where a kernel
 //! cannot take an input (rows too far apart for its i32 gather offsets), its method returns
-//! `false` and the safe API runs the scalar reference; no method here calls it.
+//! `false` and the safe API runs the scalar reference.
 
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use crate::binary::BinaryMatrix;
-use crate::float::kv::KvQuant;
 use crate::isa::Isa;
+use crate::layout::binary::BinaryMatrix;
+use crate::layout::kv::KvQuant;
+use crate::ops::{Kernels, Scalar};
 
 mod act;
 mod attn;
@@ -55,11 +57,20 @@ impl Avx2 {
     pub(crate) unsafe fn new_unchecked() -> Self {
         Avx2 { _proof: () }
     }
+}
 
-    // The methods every SIMD token has (`src/token_entries.rs`).
+impl Kernels for Avx2 {
+    type Lower = Scalar;
+
+    #[inline]
+    fn lower(self) -> Scalar {
+        Scalar
+    }
+
+    // The ops every full SIMD tree has (`src/token_entries.rs`).
     crate::token_entries::token_entries!();
 
-    pub fn binary_xor_popcounts(
+    fn binary_xor_popcounts(
         self,
         w: &BinaryMatrix,
         x: &[u64],
@@ -67,13 +78,13 @@ impl Avx2 {
         words: Range<usize>,
         out: &mut [i32],
     ) {
-        crate::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
+        crate::layout::binary::check_raw_dots(w, x.len() * 64, 1, &rows, &words, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { binary::xor_popcounts(w, x, rows, words, out) }
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_scores_kv(
+    fn attn_scores_kv(
         self,
         fmt: KvQuant,
         q: &[f32],
@@ -85,7 +96,7 @@ impl Avx2 {
         out: &mut [f32],
     ) {
         let (ql, kl, ol) = (q.len(), k.len(), out.len());
-        crate::float::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
+        crate::layout::kv::check("attn_scores_kv", fmt, ql, n_q, kl, kv_stride, n_pos, ol);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { kv::attn_scores(fmt, q, n_q, k, kv_stride, n_pos, scale, out) }
     }
@@ -94,7 +105,7 @@ impl Avx2 {
     /// integer-weighted sum gathers a tile's scales with i32 offsets): the safe API then runs
     /// the reference, whose bits that kernel gives.
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_weighted_sum_kv(
+    fn attn_weighted_sum_kv(
         self,
         fmt: KvQuant,
         w: &[f32],
@@ -105,7 +116,7 @@ impl Avx2 {
         out: &mut [f32],
     ) -> bool {
         let (ol, vl, wl) = (out.len(), v.len(), w.len());
-        crate::float::kv::check(
+        crate::layout::kv::check(
             "attn_weighted_sum_kv",
             fmt,
             ol,
@@ -125,7 +136,7 @@ impl Avx2 {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_scores_kv_int8_query(
+    fn attn_scores_kv_int8_query(
         self,
         fmt: KvQuant,
         codes: &[i8],
@@ -137,7 +148,7 @@ impl Avx2 {
         scale: f32,
         out: &mut [f32],
     ) {
-        crate::float::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
+        crate::layout::kv::check_int8_query(fmt, codes, scales, n_q, k, kv_stride, n_pos, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe {
             kv_int8::attn_scores_int8_query(
@@ -150,7 +161,7 @@ impl Avx2 {
     /// gathers eight rows with i32 offsets): the safe API then runs the reference, whose bits
     /// the kernel gives.
     #[allow(clippy::too_many_arguments)]
-    pub fn attn_scores_b1_xnor(
+    fn attn_scores_b1_xnor(
         self,
         qbits: &[u32],
         qscales: &[f32],
@@ -161,7 +172,7 @@ impl Avx2 {
         scale: f32,
         out: &mut [f32],
     ) -> bool {
-        crate::float::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
+        crate::layout::kv::check_b1_xnor(qbits, qscales, n_q, k, kv_stride, n_pos, out);
         if kv_stride > i32::MAX as usize / 8 {
             return false;
         }
@@ -173,18 +184,20 @@ impl Avx2 {
         true
     }
 
-    /// Rows of `d` values, `d` a power of two of at least 8.
-    pub fn hadamard_rows(self, d: usize, x: &mut [f32]) {
-        crate::float::hadamard::check_rows(d, x);
-        assert!(d >= crate::float::hadamard::SIMD_MIN_ROW);
+    fn hadamard_rows(self, d: usize, x: &mut [f32]) {
+        crate::shared::hadamard::check_rows(d, x);
+        if d < crate::shared::hadamard::SIMD_MIN_ROW {
+            // Shorter than one vector: the reference, whose bits the kernel gives anyway.
+            return self.lower().hadamard_rows(d, x);
+        }
         for row in x.chunks_exact_mut(d) {
             // SAFETY: `self` proves the target features; the row is a power of two >= 8.
             unsafe { hadamard::fwht(row) };
         }
     }
 
-    pub fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
-        crate::float::requant::check_f16_q8_0(src, out);
+    fn requantize_f16_q8_0(self, src: &[u8], out: &mut [u8]) {
+        crate::shared::requant::check_f16_q8_0(src, out);
         // SAFETY: `self` proves the target features; lengths checked above.
         unsafe { requant::f16_q8_0(src, out) }
     }

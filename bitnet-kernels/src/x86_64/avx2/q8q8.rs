@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use super::float::hsum;
 use crate::extent::holds;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::{f16_at, q8_scales4};
 use crate::x86_64::q8_tiles::{
     ScaleLayout, TOKENS, q8_one_token, q8_tiles, q8_token_blocks, with_tile_scales,

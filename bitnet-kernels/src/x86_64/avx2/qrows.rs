@@ -2,15 +2,15 @@
 //! embeddings kept in those formats. Each row is decoded in registers, never written out,
 //! once for a tile of token rows (the shared tile walk `crate::x86_64::rows::matmul_tiles`).
 //! Q4_0 (rare in heads) keeps the portable dequantize-a-chunk path
-//! (`crate::float::matmul_by_chunks` with this set's dot). The Q8_0 block decoder also
+//! (`crate::shared::rows::matmul_by_chunks` with this set's dot). The Q8_0 block decoder also
 //! serves the Q8_0 KV cache (`attn.rs`). The F16C scale read and the Q6_K code unpacking are
 //! the shared x86 ones (`x86_64/f16c.rs`, `x86_64/q6k.rs`).
 
 use std::arch::x86_64::*;
 
 use super::float::hsum;
-use crate::float::RowFormat;
-use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
+use crate::layout::rows::RowFormat;
+use crate::layout::rows::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
 use crate::x86_64::f16c::f16_at;
 use crate::x86_64::q6k::q6k_quarters;
 use crate::x86_64::rows;

@@ -3,8 +3,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
-use crate::float::requant::f16_q8_0_via_f32;
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::shared::requant::f16_q8_0_via_f32;
 
 /// The portable `f16_q8_0` (`scalar/requant.rs`) with F16C conversions and AVX2
 /// arithmetic: the same operations on the same values (IEEE multiply, compare and convert

@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::rope::check_kernel_args;
+use crate::shared::rope::check_kernel_args;
 
 /// Same contract as the scalar kernel of this name (bit-exact with it).
 ///

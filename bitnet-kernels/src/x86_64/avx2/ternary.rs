@@ -1,4 +1,4 @@
-//! AVX2 ternary kernels over the repacked layout of [`crate::ternary`].
+//! AVX2 ternary kernels over the repacked layout of [`crate::layout::ternary`].
 //!
 //! Each 64-byte row block is read as two 32-byte halves; half `h` gives four code vectors
 //! (`(x >> 2l) & 3`) lined up with the activation runs `64 l + 32 h ..`. `maddubs` (unsigned
@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 use crate::x86_64::hsum::{add_lane_sums, hsum_epi32 as hsum};
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
@@ -95,7 +95,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
 /// See the reference `raw_dots` (`scalar/ternary.rs`).
 ///
 /// # Safety
-/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
+/// AVX2; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -257,7 +257,7 @@ unsafe fn tile<const T: usize>(
 /// activations stay in L1 for all the rows (`x86_64/tile_plan.rs`).
 ///
 /// # Safety
-/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
+/// AVX2; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 unsafe fn raw_dots_multi_tile(
     w: &TernaryMatrix,
@@ -329,7 +329,7 @@ const ACT_BLOCK_BYTES: usize = 512 << 10;
 /// groups against 2 token rows at a time; otherwise the register tile.
 ///
 /// # Safety
-/// AVX2; shapes as checked by `crate::ternary::check_raw_dots`.
+/// AVX2; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

@@ -141,7 +141,7 @@ unsafe fn wsum_g<const G: usize>(
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C; shapes as
-/// `crate::float::attn` checks them.
+/// `crate::shared::attn` checks them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn scores_group(
     q: &[f32],

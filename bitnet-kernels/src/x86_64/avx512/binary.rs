@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use crate::binary::BinaryMatrix;
+use crate::layout::binary::BinaryMatrix;
 
 /// Token rows per tile.
 const TILE_TOKENS: usize = 8;
@@ -53,7 +53,7 @@ unsafe fn tile<const T: usize>(
 /// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `crate::binary::check_raw_dots`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::layout::binary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots_multi(
     w: &BinaryMatrix,
@@ -100,7 +100,7 @@ pub unsafe fn raw_dots_multi(
 /// See the reference `xor_popcounts` (`scalar/binary.rs`).
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI and VPOPCNTDQ; shapes as checked by `crate::binary::check_raw_dots`.
+/// AVX-512 F/BW/VNNI and VPOPCNTDQ; shapes as checked by `crate::layout::binary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vpopcntdq")]
 pub unsafe fn xor_popcounts(
     w: &BinaryMatrix,

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::extent::holds;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::f16c::q8_scales4;
 use crate::x86_64::hsum::hsum_epi32;
 use crate::x86_64::q8_tiles::{

@@ -6,8 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::float::RowFormat;
-use crate::float::formats::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
+use crate::layout::rows::RowFormat;
+use crate::layout::rows::{Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK8_0};
 use crate::x86_64::f16c::f16_at;
 use crate::x86_64::q6k::q6k_quarters;
 use crate::x86_64::rows;

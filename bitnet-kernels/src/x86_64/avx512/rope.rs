@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::float::mask16;
-use crate::float::rope::check_kernel_args;
+use crate::shared::rope::check_kernel_args;
 
 /// Same contract as the scalar kernel of this name.
 ///

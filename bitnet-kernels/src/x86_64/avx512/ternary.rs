@@ -1,4 +1,4 @@
-//! AVX-512 VNNI ternary kernels over the repacked layout of [`crate::ternary`].
+//! AVX-512 VNNI ternary kernels over the repacked layout of [`crate::layout::ternary`].
 //!
 //! One 64-byte load of a row's block holds four code vectors, each lined up with a contiguous
 //! run of 64 activations and multiplied by `vpdpbusd` (unsigned codes x signed int8). Both
@@ -18,7 +18,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 
 /// Bytes from one block of a row to the next block of the same row.
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
@@ -90,7 +90,7 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
 /// See the reference `raw_dots` (`scalar/ternary.rs`).
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots(
     w: &TernaryMatrix,
@@ -188,7 +188,7 @@ unsafe fn group4_batch<const T: usize>(
 /// rows at a time, token blocks of at most [`ACT_BLOCK_BYTES`] of activations.
 ///
 /// # Safety
-/// AVX-512 F/BW/VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
+/// AVX-512 F/BW/VNNI; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

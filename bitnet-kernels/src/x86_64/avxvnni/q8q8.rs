@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::extent::holds;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 use crate::x86_64::hsum::hsum_ps as hsum;
 use crate::x86_64::q8_tiles::{ScaleLayout, TOKENS, q8_tiles, q8_token_blocks, with_tile_scales};
 

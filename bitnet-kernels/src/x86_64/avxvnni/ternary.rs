@@ -1,4 +1,4 @@
-//! AVX-VNNI ternary kernels over the repacked layout of [`crate::ternary`], for products of
+//! AVX-VNNI ternary kernels over the repacked layout of [`crate::layout::ternary`], for products of
 //! several token rows (prefill, batched decode, speculative verification).
 //!
 //! The layout and the code unpacking are the AVX2 tree's (`(x >> 2l) & 3` gives the code
@@ -11,7 +11,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use crate::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 use crate::x86_64::hsum::add_lane_sums;
 
 /// Bytes from one block of a row to its next (the row group's blocks are interleaved).
@@ -119,7 +119,7 @@ unsafe fn tile<const T: usize>(
 /// (fewer take the AVX2 kernels: see `avxvnni/mod.rs`).
 ///
 /// # Safety
-/// AVX2 and AVX-VNNI; shapes as checked by `crate::ternary::check_raw_dots`.
+/// AVX2 and AVX-VNNI; shapes as checked by `crate::layout::ternary::check_raw_dots`.
 #[target_feature(enable = "avx2,avxvnni")]
 pub unsafe fn raw_dots_multi(
     w: &TernaryMatrix,

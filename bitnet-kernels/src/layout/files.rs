@@ -1,6 +1,6 @@
 //! The on-disk ternary and 1-bit weight layouts, decoded to and encoded from plain trits /
 //! signs. This is the only place that knows the file layouts; the kernels only ever see the
-//! repacked in-memory layouts of [`crate::ternary`] and [`crate::binary`]. Everything here is
+//! repacked in-memory layouts of [`crate::layout::ternary`] and [`crate::layout::binary`]. Everything here is
 //! scalar and runs once at load (or model-generation) time.
 //!
 //! Layouts (value `j` of a block, trit code `c = w + 1` in {0, 1, 2}):
@@ -19,9 +19,8 @@
 //!   weights -> 18 bytes: an f16 scale then 16 bytes of bits, bit `i` of byte `k` = weight
 //!   `8k + i`, 1 = +1, 0 = -1.
 
-use crate::float::{f16_to_f32, f32_to_f16};
-
 use crate::error::KernelError;
+use crate::layout::half::{f16_to_f32, f32_to_f16};
 
 /// Values per I2_S block.
 pub const I2S_BLOCK: usize = 128;

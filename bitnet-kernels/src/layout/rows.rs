@@ -5,7 +5,7 @@
 //! of GGUF files. Every layout is little-endian and matches ggml's `block_*` structs byte for
 //! byte, so rows read straight out of a mapped file can be handed over unchanged.
 
-use crate::float::half::{bf16_to_f32, f16_to_f32, f32_to_f16};
+use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_f16};
 
 /// Elements per Q8_0 block.
 pub const QK8_0: usize = 32;
