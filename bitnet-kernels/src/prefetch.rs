@@ -16,7 +16,19 @@ pub(crate) fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
         }
     }
     #[cfg(target_arch = "aarch64")]
-    crate::aarch64::prefetch_lines(bytes, at, n);
+    for k in 0..n {
+        if let Some(p) = bytes.get(at + 64 * k) {
+            // SAFETY: `PRFM` is a hint: it reads nothing into the program and cannot fault;
+            // it is in the AArch64 base ISA; the address is inside `bytes`.
+            unsafe {
+                std::arch::asm!(
+                    "prfm pldl1keep, [{0}]",
+                    in(reg) std::ptr::from_ref(p),
+                    options(nostack, readonly, preserves_flags)
+                )
+            };
+        }
+    }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (bytes, at, n);
 }

@@ -22,7 +22,7 @@ use crate::aarch64::asm::sdot;
 /// the step's exact result. A [`DotStep::dot`] adds four products of at most 2^14 to each
 /// lane (in either grouping), so the walks' 32-byte blocks (Q8_0 and the KV blocks, two steps
 /// from a zero accumulator) stay far inside i32. A [`DotStep::select_word`] adds at most
-/// 16 x 128 to a lane, and a 1-bit row has at most `crate::ternary::MAX_COLS` (2^22) columns,
+/// 16 x 128 to a lane, and a 1-bit row has at most `crate::layout::ternary::MAX_COLS` (2^22) columns,
 /// so a row's sum stays within 2^29.
 pub(crate) trait DotStep: Copy {
     /// `acc` plus the dot of the 16 signed bytes of `a` with those of `b`, any values.

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use crate::aarch64::int_dot::SdotStep;
 use crate::aarch64::int_walk::binary;
-use crate::binary::BinaryMatrix;
+use crate::layout::binary::BinaryMatrix;
 
 /// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///

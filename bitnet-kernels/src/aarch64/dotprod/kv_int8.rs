@@ -5,7 +5,7 @@
 
 use crate::aarch64::int_dot::SdotStep;
 use crate::aarch64::int_walk::kv_int8::{self, ScoresEntry};
-use crate::float::kv::KvQuant;
+use crate::layout::kv::KvQuant;
 
 /// The shared scores compiled with NEON and DotProd.
 struct SdotScores;

@@ -9,7 +9,7 @@ use std::arch::aarch64::*;
 use std::ops::Range;
 
 use crate::aarch64::int_dot::DotStep;
-use crate::binary::BinaryMatrix;
+use crate::layout::binary::BinaryMatrix;
 
 /// Token rows per tile.
 const TILE_TOKENS: usize = 4;
@@ -81,7 +81,7 @@ unsafe fn row_tokens<S: DotStep, const T: usize>(
 ///
 /// # Safety
 /// The CPU has `S`'s features, and the caller's `#[target_feature]` enables them; shapes as
-/// checked by `crate::binary::check_raw_dots`.
+/// checked by `crate::layout::binary::check_raw_dots`.
 #[inline(always)]
 pub(crate) unsafe fn raw_dots_multi<S: DotStep>(
     w: &BinaryMatrix,

@@ -21,9 +21,9 @@ use std::arch::aarch64::*;
 
 use crate::aarch64::half::{f16_lanes, f16_splat};
 use crate::aarch64::int_dot::DotStep;
-use crate::aarch64::prefetch_lines;
-use crate::float::formats::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
-use crate::float::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::kv::{KvQuant, Q8R_SCALE_BYTES, QK_KV};
+use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+use crate::prefetch::prefetch_lines;
 
 const Q80: u8 = 0;
 const Q8R: u8 = 1;

@@ -16,7 +16,7 @@ use std::ops::Range;
 use crate::aarch64::int_dot::DotStep;
 use crate::aarch64::rows::{Tile, f16_lanes, lane, walk};
 use crate::extent::holds;
-use crate::float::formats::{Q8_0_BLOCK_BYTES, QK8_0};
+use crate::layout::rows::{Q8_0_BLOCK_BYTES, QK8_0};
 
 /// Q8_0 x Q8_0 dots of `R` weight rows with `T` activation rows of `nb` blocks.
 ///

@@ -16,9 +16,9 @@
 use std::arch::aarch64::*;
 
 use crate::aarch64::half::{f16_splat, f16x8_to_f32};
-use crate::aarch64::prefetch_lines;
 use crate::extent::holds_strided;
 use crate::layout::rows::Q8_0_BLOCK_BYTES;
+use crate::prefetch::prefetch_lines;
 
 /// A cache element the f16/f32 kernels read as f32.
 trait Elem: Copy {

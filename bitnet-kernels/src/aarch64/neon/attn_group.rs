@@ -18,7 +18,7 @@ use std::arch::aarch64::*;
 
 use crate::aarch64::asm::f16x4_to_f32x4;
 use crate::aarch64::half::f16x8_to_f32;
-use crate::aarch64::prefetch_lines;
+use crate::prefetch::prefetch_lines;
 
 /// How many positions ahead the grouped kernels prefetch rows.
 const PREFETCH_POS: usize = 8;

@@ -11,12 +11,12 @@ use std::ops::Range;
 
 use crate::aarch64::int_dot::NeonStep;
 use crate::aarch64::int_walk::binary;
-use crate::binary::BinaryMatrix;
+use crate::layout::binary::BinaryMatrix;
 
 /// See the reference `raw_dots_multi` (`scalar/binary.rs`).
 ///
 /// # Safety
-/// NEON; shapes as checked by `crate::binary::check_raw_dots`.
+/// NEON; shapes as checked by `crate::layout::binary::check_raw_dots`.
 #[target_feature(enable = "neon")]
 pub unsafe fn raw_dots_multi(
     w: &BinaryMatrix,
@@ -34,7 +34,7 @@ pub unsafe fn raw_dots_multi(
 /// See the reference `xor_popcounts` (`scalar/binary.rs`).
 ///
 /// # Safety
-/// NEON; shapes as checked by `crate::binary::check_raw_dots` (with `x.len() * 64` columns).
+/// NEON; shapes as checked by `crate::layout::binary::check_raw_dots` (with `x.len() * 64` columns).
 #[target_feature(enable = "neon")]
 pub unsafe fn xor_popcounts(
     w: &BinaryMatrix,

@@ -19,9 +19,9 @@
 use std::arch::aarch64::*;
 
 use crate::aarch64::half::f16_splat;
-use crate::aarch64::prefetch_lines;
 use crate::layout::kv::{B1_BLOCK_BYTES, FP8_BLOCK_BYTES, KvQuant, Q8R_SCALE_BYTES, QK_KV};
 use crate::layout::rows::{Q4_0_BLOCK_BYTES, Q8_0_BLOCK_BYTES};
+use crate::prefetch::prefetch_lines;
 
 const Q8R: u8 = 0;
 const FP8: u8 = 1;

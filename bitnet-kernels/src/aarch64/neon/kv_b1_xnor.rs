@@ -14,8 +14,8 @@
 use std::arch::aarch64::*;
 
 use crate::aarch64::half::f16_lanes;
-use crate::aarch64::prefetch_lines;
 use crate::layout::kv::{B1_BLOCK_BYTES, b1_xnor_row};
+use crate::prefetch::prefetch_lines;
 
 /// Heads scored per pass over the keys (accumulators held in registers).
 const HEADS: usize = 8;

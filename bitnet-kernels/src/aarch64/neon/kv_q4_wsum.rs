@@ -19,9 +19,9 @@
 use std::arch::aarch64::*;
 
 use crate::aarch64::half::f16x8_to_f32;
-use crate::aarch64::prefetch_lines;
 use crate::layout::kv::{Q4_0_WSUM_TILE, QK_KV, q4_0_wsum_step};
 use crate::layout::rows::Q4_0_BLOCK_BYTES;
+use crate::prefetch::prefetch_lines;
 
 const TILE: usize = Q4_0_WSUM_TILE;
 /// Heads whose accumulators (4 x 8 i16 lanes each) a pass keeps in registers.
