@@ -218,6 +218,18 @@ fn a_missing_query_scale_is_refused() {
     score_one(KvQuant::Q8_0, 64, 64, 1);
 }
 
+#[test]
+#[should_panic(expected = "a query code of -128")]
+fn a_query_code_of_minus_128_is_refused() {
+    let fmt = KvQuant::Q8_0;
+    let (mut codes, qs) = (vec![0i8; 32], vec![1.0f32; 1]);
+    codes[7] = i8::MIN;
+    let k = vec![0u8; fmt.row_bytes(32).unwrap()];
+    let mut out = vec![0.0f32; 1];
+    let isa = bitnet_kernels::Isa::best();
+    attn_scores_kv_int8_query(isa, fmt, &codes, &qs, 1, &k, k.len(), 1, 1.0, &mut out);
+}
+
 /// The engine splits a GQA group over threads (two units of half its heads) and walks a
 /// sequence's cache a run of rows at a time, and asserts bit-identical logits whatever the
 /// split: so a head's score against a row must not depend on the heads it is scored with,

@@ -213,7 +213,8 @@ pub fn int8_query(q: &[f32], codes: &mut [i8], scales: &mut [f32]) {
 ///
 /// # Panics
 /// As [`attn_scores_kv`] for rows of `codes.len() / n_q` values, if `fmt` has no integer
-/// codes, or if `scales` is not one per 32 codes.
+/// codes, if `scales` is not one per 32 codes, or if a code is -128 (outside
+/// [`int8_query`]'s range).
 #[allow(clippy::too_many_arguments)]
 pub fn attn_scores_kv_int8_query(
     isa: Isa,

@@ -241,6 +241,12 @@ pub(crate) fn check_int8_query(
         scales.len() * QK_KV,
         "attn_scores_kv_int8_query: one scale per 32 codes"
     );
+    // The kernels' exactness rests on it: NEON sums two code x key products in one i16
+    // lane, which -128 x -128 twice overflows. `int8_query` clamps to -127.
+    assert!(
+        !codes.contains(&i8::MIN),
+        "attn_scores_kv_int8_query: a query code of -128 (int8_query's codes are in -127..=127)"
+    );
     let (ql, kl, ol) = (codes.len(), k.len(), out.len());
     check(
         "attn_scores_kv_int8_query",
