@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B: two bitnet binaries alternated round by round (which goes first alternates), per kernel
 # set (avx2, avxvnni, avx512): pp512, and tg32 at 1 and 8 sequences, 2 threads, --head q8.
-# usage: ab.sh BASE NEW MODEL ROUNDS OUTCSV
+# usage: scripts/ab-binaries.sh BASE NEW MODEL ROUNDS OUTCSV
 set -euo pipefail
 base=$1 new=$2 model=$3 rounds=$4 out=$5
 echo "round,bin,kernel,threads,batch,test,tps" > "$out"
