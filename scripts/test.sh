@@ -5,7 +5,8 @@
 # honest; and the
 # embedding examples of bitnet-core run on the shipped model (they exit non-zero when they
 # fail), the server's fault drill (python3) and the chat page's test in headless Chromium
-# (scripts/browser-test.sh installs Debian's chromium and chromium-driver where missing);
+# (scripts/browser-test.sh installs Debian's chromium and chromium-driver where missing),
+# every command README.md and docs/ show (scripts/doc-commands.py);
 # then, on an x86-64 Linux machine, the AArch64 pass under emulation
 # (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
 # shipped model's text; it installs the cross tools it needs). Needs ../shared beside the
@@ -39,6 +40,11 @@ JOBS="$jobs" ./scripts/serve-faults.sh
 # streaming, stop, reload, switching conversations, XSS payloads, the API key, screenshots.
 step "browser test"
 ./scripts/browser-test.sh
+# Every command README.md and docs/ show, run as a reader would type it (the cheap ones; the
+# script says which it lists instead, and why), with the binaries the tests built.
+step "commands of the README and docs/"
+cargo build -q -j "$jobs" --workspace --bins
+python3 scripts/doc-commands.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
 # The examples `cargo test --workspace` built (a `cargo run -p bitnet-core --example` would
 # resolve features anew and rebuild for minutes); this build only links their names.
 cargo build -q -j "$jobs" --workspace --examples
