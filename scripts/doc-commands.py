@@ -238,6 +238,33 @@ def run_one(words, env, cwd):
     return done.returncode == 0, done.stdout + done.stderr
 
 
+def self_test():
+    """The extraction and binding rules on a made-up page, so a checker that finds nothing
+    cannot pass the docs."""
+    page = "\n".join([
+        "Run `bitnet generate -m models/shakespeare.gguf -n 4` or `bitnet chat` (a name).",
+        "Flags in prose: `bitnet perplexity -c 256 -t 1`.",
+        "```sh",
+        "$ bitnet bench -m MODEL.gguf [-p 512] \\",
+        "    -n 8   # a comment",
+        "cargo build",
+        "```",
+        "    bitnet tokenize -m MODEL.gguf WORDS",
+    ])
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "page.md"
+        path.write_text(page)
+        found = extract(path)
+        sandbox = Path(scratch)
+    assert [n for n, _ in found] == [1, 4, 8], found
+    bench, error = bind(drop_optional(shlex.split(found[1][1], comments=True)), sandbox)
+    assert error is None and bench == ["bitnet", "bench", "-m", "standin.gguf", "-n", "8"], bench
+    _, error = bind(shlex.split(found[2][1]), sandbox)
+    assert error and "WORDS" in error, error
+    converted, _ = bind(shlex.split("bitnet-convert bitnet-b1.58-2B-4T -o bitnet-2b.gguf"), sandbox)
+    assert converted == ["bitnet-convert", "models/shakespeare-hf", "-o", "discarded-bitnet-2b.gguf"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bin-dir", default="target/debug",
@@ -245,6 +272,7 @@ def main():
     parser.add_argument("--list", action="store_true", help="list the commands; run none")
     parser.add_argument("files", nargs="*", help="Markdown files (default: README.md, docs/, ...)")
     args = parser.parse_args()
+    self_test()
     repo = Path(__file__).resolve().parent.parent
     files = [Path(f).resolve() for f in args.files] or sorted(
         {p for pattern in SOURCES for p in repo.glob(pattern)})
