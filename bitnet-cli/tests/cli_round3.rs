@@ -83,6 +83,130 @@ fn the_suggested_context_holds_the_prompt_and_n_and_a_cut_is_said() {
 }
 
 #[test]
+fn negative_numbers_are_invalid_values_saying_what_is_valid() {
+    for (flag, value, valid) in [
+        ("-c", "-5", "a number of tokens, 0 or more"),
+        ("-t", "-1", "0..=4096"),
+    ] {
+        let out = model_cmd("generate")
+            .args(["-p", "hi", flag, value])
+            .output()
+            .unwrap();
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(&format!("invalid value '{value}'")), "{err}");
+        assert!(err.contains(valid), "{err}");
+    }
+    let out = model_cmd("serve").args(["--port", "-1"]).output().unwrap();
+    assert!(
+        stderr_of(&out).contains("invalid value '-1'"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn zero_threads_and_context_mean_the_default_and_say_so() {
+    let help = stdout_of(&run_ok(bitnet().args(["generate", "--help"])));
+    assert!(
+        help.contains("0 means the default too, as in llama.cpp"),
+        "{help}"
+    );
+    assert!(
+        help.contains("0 means the default too, as llama.cpp's -c 0"),
+        "{help}"
+    );
+    let out = run_ok(model_cmd("generate").args(["-p", "hi", "-n", "2", "-t", "0", "-c", "0"]));
+    let err = stderr_of(&out);
+    assert!(err.contains("-t 0 means the default"), "{err}");
+    assert!(err.contains("-c 0 means the default"), "{err}");
+    // The model's own context: 256 tokens for the shipped model, so a -n 300 run stops there.
+    let out = run_ok(model_cmd("generate").args([
+        "-p",
+        "hi",
+        "-n",
+        "300",
+        "-c",
+        "0",
+        "--ignore-eos",
+        "-t",
+        "1",
+    ]));
+    assert!(
+        stderr_of(&out).contains("the context (256) is full"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn a_missing_model_is_named_once() {
+    let err = run_err(bitnet().args(["generate", "-m", "missing.gguf", "-p", "hi"]));
+    assert_eq!(err.matches("missing.gguf").count(), 1, "{err}");
+}
+
+#[test]
+fn a_text_file_given_as_a_model_shows_its_first_bytes_readably() {
+    let path = scratch("round3-magic").join("notes.gguf");
+    std::fs::write(&path, "# notes\n").unwrap();
+    let err = run_err(bitnet().args(["generate", "-p", "hi", "-m"]).arg(&path));
+    assert!(err.contains("not a GGUF file"), "{err}");
+    assert!(err.contains("\"# no\" (0x23 0x20 0x6e 0x6f)"), "{err}");
+}
+
+#[test]
+fn perplexity_reads_a_text_not_a_prompt() {
+    let err = run_err(model_cmd("perplexity").args(["-f", "missing.txt"]));
+    assert!(err.contains("reading the text file missing.txt"), "{err}");
+    assert!(!err.contains("prompt"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_given_as_a_model_gets_the_converter_s_command() {
+    let hf = shipped_model().with_file_name("shakespeare-hf");
+    for path in [hf.clone(), hf.join("model.safetensors")] {
+        let err = run_err(bitnet().args(["generate", "-p", "hi", "-m"]).arg(&path));
+        assert!(
+            err.contains(&format!("bitnet-convert {} -o OUT.gguf", hf.display())),
+            "{err}"
+        );
+    }
+    // A directory that is no checkpoint is not sent to the converter.
+    let dir = scratch("round3-dir");
+    let err = run_err(bitnet().args(["generate", "-p", "hi", "-m"]).arg(&dir));
+    assert!(err.contains("is a directory, not a GGUF model"), "{err}");
+    assert!(!err.contains("bitnet-convert"), "{err}");
+}
+
+#[test]
+fn tokenize_and_logits_describe_their_own_p() {
+    for (sub, says) in [
+        ("tokenize", "The text to tokenize"),
+        ("logits", "Evaluate this text"),
+    ] {
+        let help = stdout_of(&run_ok(bitnet().args([sub, "-h"])));
+        let p_line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with("-p, --prompt"))
+            .unwrap_or_else(|| panic!("{sub}: no -p in {help}"));
+        assert!(p_line.contains(says), "{sub}: {p_line}");
+        assert!(!help.contains("--parallel"), "{sub}: {help}");
+    }
+}
+
+#[test]
+fn serve_help_lists_the_built_in_chat_templates() {
+    let help = stdout_of(&run_ok(bitnet().args(["serve", "--help"])));
+    for t in bitnet_core::chat::BUILTIN_TEMPLATES {
+        assert!(
+            help.contains(t.name),
+            "{} missing from serve --help",
+            t.name
+        );
+    }
+}
+
+#[test]
 fn serve_with_a_missing_model_never_says_it_listens() {
     use std::process::Stdio;
     let mut child = bitnet()
