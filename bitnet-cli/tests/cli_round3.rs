@@ -83,6 +83,16 @@ fn the_suggested_context_holds_the_prompt_and_n_and_a_cut_is_said() {
 }
 
 #[test]
+fn the_speculative_bench_counts_its_rounds_apart_from_the_warm_up() {
+    let out =
+        run_ok(model_cmd("bench").args(["-t", "1", "--verify", "2", "-r", "2", "--warmup", "1"]));
+    let err = stderr_of(&out);
+    assert!(err.contains("verify 2 positions, warmup 1/1"), "{err}");
+    assert!(err.contains("verify 2 positions, rep 2/2"), "{err}");
+    assert!(!err.contains("rep 3") && !err.contains("round 3"), "{err}");
+}
+
+#[test]
 fn negative_numbers_are_invalid_values_saying_what_is_valid() {
     for (flag, value, valid) in [
         ("-c", "-5", "a number of tokens, 0 or more"),

@@ -18,7 +18,7 @@ use bitnet_core::model::Model;
 use bitnet_core::sampling::{Sampler, SamplerConfig};
 
 use super::args::Args;
-use super::progress::{clear_progress, progress};
+use super::progress::{clear_progress, progress, rep_label};
 use super::report::{BenchRow, TestKind, mean_stddev};
 use super::{membw, paired};
 use crate::report::{self, peak_rss};
@@ -591,15 +591,6 @@ fn release(engine: &mut Engine, seqs: &[SeqId]) -> Result<()> {
     Ok(())
 }
 
-/// "warmup 1/1" for the untimed runs, then "rep 1/5" counting only the timed ones.
-fn rep_label(run: usize, warmup: usize, reps: usize) -> String {
-    if run < warmup {
-        format!("warmup {}/{warmup}", run + 1)
-    } else {
-        format!("rep {}/{reps}", run - warmup + 1)
-    }
-}
-
 /// Deterministic token ids spread over the vocabulary (like llama-bench's random tokens).
 fn pseudo_tokens(n: usize, n_vocab: u32, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -615,13 +606,6 @@ fn pseudo_tokens(n: usize, n_vocab: u32, seed: u64) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rep_labels_count_warmups_and_timed_runs_apart() {
-        let labels: Vec<String> = (0..3).map(|r| rep_label(r, 1, 2)).collect();
-        assert_eq!(labels, ["warmup 1/1", "rep 1/2", "rep 2/2"]);
-        assert_eq!(rep_label(0, 0, 1), "rep 1/1");
-    }
 
     #[test]
     fn pseudo_tokens_are_deterministic_and_in_range() {
