@@ -82,6 +82,86 @@ fn the_suggested_context_holds_the_prompt_and_n_and_a_cut_is_said() {
     );
 }
 
+/// A quick bench on the shipped model: one repetition, no warm-up, no bandwidth probe.
+fn bench(extra: &[&str]) -> std::process::Command {
+    let mut cmd = model_cmd("bench");
+    cmd.args(["-t", "1", "-r", "1", "--warmup", "0", "--no-membw"])
+        .args(extra);
+    cmd
+}
+
+#[test]
+fn bench_takes_the_shared_model_and_context_flags() {
+    let out = run_ok(&mut bench(&[
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-c",
+        "64",
+        "--no-pin",
+        "--batch-size",
+        "32",
+        "--npl",
+        "1,2",
+        "-o",
+        "csv",
+    ]));
+    let csv = stdout_of(&out);
+    assert_eq!(csv.lines().filter(|l| l.contains("tg")).count(), 2, "{csv}");
+    // -b is --npl's short alias (the bench records use it), and -npl llama-batched-bench's
+    // spelling.
+    for flag in ["-b", "-npl"] {
+        let out = run_ok(&mut bench(&["-p", "0", "-n", "4", flag, "2", "-o", "csv"]));
+        assert!(
+            stdout_of(&out).contains("tg4"),
+            "{flag}: {}",
+            stdout_of(&out)
+        );
+    }
+    // --mlock is taken (a host whose memlock limit is too low refuses the lock itself).
+    let out = bench(&["-p", "16", "-n", "0", "--mlock"]).output().unwrap();
+    let err = stderr_of(&out);
+    assert!(out.status.success() || err.contains("mlock"), "{err}");
+    assert!(!err.contains("unexpected argument"), "{err}");
+}
+
+#[test]
+fn bench_refuses_a_context_its_tests_do_not_fit() {
+    let err = run_err(&mut bench(&["-p", "64", "-n", "16", "-c", "32"]));
+    assert!(err.contains("-c 32 does not hold these tests"), "{err}");
+    let suggested = err
+        .split("(-c ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no suggested -c in {err}"))
+        .to_owned();
+    run_ok(&mut bench(&["-p", "64", "-n", "16", "-c", &suggested]));
+    let err = run_err(&mut bench(&[
+        "-p",
+        "0",
+        "-n",
+        "4",
+        "-b",
+        "4",
+        "--batch-size",
+        "2",
+    ]));
+    assert!(
+        err.contains("--batch-size 2 is less than the 4 sequences"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_help_says_its_b_counts_sequences() {
+    let help = stdout_of(&run_ok(bitnet().args(["bench", "--help"])));
+    assert!(help.contains("-b, --npl <N>"), "{help}");
+    assert!(help.contains("not the tokens of a batch"), "{help}");
+    assert!(help.contains("--batch-size <N>"), "{help}");
+    assert!(help.contains("-c, --ctx-size <N>"), "{help}");
+}
+
 #[test]
 fn the_speculative_bench_counts_its_rounds_apart_from_the_warm_up() {
     let out =
