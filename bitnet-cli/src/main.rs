@@ -65,7 +65,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let command = args::llama_spellings::with_spellings_in_help(Cli::command());
+    let command = args::negative_numbers::as_values(args::llama_spellings::with_spellings_in_help(
+        Cli::command(),
+    ));
     let argv = match args::llama_spellings::rewrite(&command, std::env::args_os()) {
         Ok(argv) => argv,
         Err(why) => {

@@ -101,12 +101,31 @@ pub fn error_chain(err: &anyhow::Error) -> String {
     let mut msg = err.to_string();
     for cause in err.chain().skip(1) {
         let text = cause.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
+        if msg.contains(&text) {
+            continue;
         }
+        let text = without_repeated_head(&msg, &text).to_owned();
+        msg.push_str(": ");
+        msg.push_str(&text);
     }
     msg
+}
+
+/// `text` without a leading `HEAD: ` that `msg` already ends with: a library error names
+/// its file (`x.gguf: No such file`) and the context the binary adds names it too (`loading
+/// x.gguf`); the path is said once.
+fn without_repeated_head<'a>(msg: &str, text: &'a str) -> &'a str {
+    match text.split_once(": ") {
+        Some((head, rest))
+            if !head.is_empty()
+                && msg
+                    .strip_suffix(head)
+                    .is_some_and(|before| before.is_empty() || before.ends_with(' ')) =>
+        {
+            rest
+        }
+        _ => text,
+    }
 }
 
 /// `n` and the noun, singular for one: `count(1, "message")` is "1 message", `count(2,
@@ -175,7 +194,10 @@ mod tests {
         let err = anyhow::Error::from(io)
             .context("m.gguf: no such file")
             .context("loading m.gguf");
-        assert_eq!(error_chain(&err), "loading m.gguf: m.gguf: no such file");
+        assert_eq!(error_chain(&err), "loading m.gguf: no such file");
+        // A head that only ends a word of the message is not the same thing said twice.
+        let err = anyhow::anyhow!("x.gguf: no such file").context("loading bx.gguf");
+        assert_eq!(error_chain(&err), "loading bx.gguf: x.gguf: no such file");
         let err = anyhow::anyhow!("bad value").context("parsing --top-p");
         assert_eq!(error_chain(&err), "parsing --top-p: bad value");
     }

@@ -24,7 +24,7 @@ pub enum GgufError {
 
     // ---- header ----
     /// The first four bytes are not `GGUF`.
-    #[error("not a GGUF file: magic bytes are {found:02x?}, expected \"GGUF\"")]
+    #[error("not a GGUF file: it begins with {}, where a GGUF file begins with \"GGUF\"", show_bytes(.found))]
     BadMagic {
         /// The first bytes found (fewer than four if the file is that short).
         found: Vec<u8>,
@@ -306,4 +306,38 @@ pub enum GgufError {
         /// Why.
         reason: String,
     },
+}
+
+/// Bytes as a reader recognises them: the text they spell, with the hex values beside it
+/// (`"# be" (0x23 0x20 0x62 0x65)`: a text file given as a model).
+fn show_bytes(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "nothing (the file is empty)".to_owned();
+    }
+    let text: String = bytes.escape_ascii().to_string();
+    let hex: Vec<String> = bytes.iter().map(|b| format!("0x{b:02x}")).collect();
+    format!("\"{text}\" ({})", hex.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_magic_shows_the_text_and_the_bytes() {
+        let e = GgufError::BadMagic {
+            found: b"# be".to_vec(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "not a GGUF file: it begins with \"# be\" (0x23 0x20 0x62 0x65), where a GGUF file \
+             begins with \"GGUF\""
+        );
+        let e = GgufError::BadMagic {
+            found: vec![0x00, 0xff],
+        };
+        assert!(e.to_string().contains(r#""\x00\xff" (0x00 0xff)"#), "{e}");
+        let e = GgufError::BadMagic { found: vec![] };
+        assert!(e.to_string().contains("the file is empty"), "{e}");
+    }
 }

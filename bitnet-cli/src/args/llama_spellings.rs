@@ -22,6 +22,7 @@ const RENAMES: &[(&[&str], &str)] = &[
     (&["-r", "--reverse-prompt"], "stop"),
     (&["--no-display-prompt"], "no-echo"),
     (&["-md"], "model-draft"),
+    (&["-npl"], "npl"),
 ];
 
 /// llama.cpp flags with no meaning here, and why; `{}` stands for the flag as typed.

@@ -25,8 +25,8 @@ pub enum HeadArg {
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ModelArgs {
-    /// Threads (default: the physical cores).
-    #[arg(short = 't', long)]
+    /// Threads (default: the physical cores; 0 means the default too, as in llama.cpp).
+    #[arg(short = 't', long, value_parser = thread_count())]
     pub threads: Option<usize>,
     /// Kernel set: scalar, avx2, avxvnni, avx512 (x86-64), neon, dotprod, i8mm (ARM)
     /// (default: the best this CPU has, or $BITNET_KERNEL).
@@ -42,8 +42,15 @@ pub struct ModelArgs {
     #[arg(long, value_enum, default_value_t = HeadArg::Auto)]
     pub head: HeadArg,
     /// KV cache size in tokens, shared by all sequences when several run at once
-    /// (default: the model's training context, at most 4096).
-    #[arg(short = 'c', long, visible_alias = "ctx-size")]
+    /// (default: the model's training context, at most 4096; 0 means the default too, as
+    /// llama.cpp's -c 0).
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        visible_alias = "ctx",
+        value_name = "N",
+        value_parser = context_size
+    )]
     pub ctx: Option<usize>,
     /// Prompt tokens evaluated per batch (default: 256).
     #[arg(short = 'b', long = "batch-size", value_parser = clap::value_parser!(u32).range(1..))]
@@ -67,6 +74,23 @@ pub struct ModelArgs {
     /// Score b1 keys by XNOR/popcount against a sign-quantized query (needs -ctk b1).
     #[arg(long = "kv-xnor")]
     pub kv_xnor: bool,
+}
+
+/// The most threads `-t` takes.
+pub const MAX_THREADS: i64 = 4096;
+
+/// `-t`'s values: 0 (the default) to [`MAX_THREADS`].
+pub fn thread_count() -> clap::builder::RangedI64ValueParser<usize> {
+    clap::builder::RangedI64ValueParser::new().range(0..=MAX_THREADS)
+}
+
+/// A `-c` value: a number of tokens, 0 (the default) or more. Its upper end is not fixed
+/// here: what the machine's memory holds is checked before anything is allocated
+/// ([`crate::setup::limits::check_context`]), saying what the context would take.
+pub fn context_size(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| "a context size is a number of tokens, 0 or more (0: the default)".to_owned())
 }
 
 /// A KV cache type by its llama.cpp name (`f16`, `q8_0`, ...).
@@ -112,10 +136,12 @@ impl ModelArgs {
         })
     }
 
-    /// The engine settings; warns (once per call) about more threads than CPUs.
+    /// The engine settings; warns (once per process) about more threads than CPUs, and says
+    /// what a `-t 0` or `-c 0` given on the command line stands for.
     pub fn engine_options(&self) -> EngineOptions {
         let threads = self.threads.unwrap_or(0);
         warn_threads(threads);
+        note_zero_defaults(self.threads, self.ctx);
         EngineOptions {
             threads,
             pin: !self.no_pin,
@@ -129,6 +155,25 @@ impl ModelArgs {
             kv_xnor: self.kv_xnor,
             ..EngineOptions::default()
         }
+    }
+}
+
+/// Says (once per process) that a 0 given to `-t` or `-c` means the default, and which: a
+/// user who typed 0 may have meant "none" or "unlimited".
+pub fn note_zero_defaults(threads: Option<usize>, ctx: Option<usize>) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let zero_given = threads == Some(0) || ctx == Some(0);
+    if !zero_given || SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    if threads == Some(0) {
+        note!(
+            "-t 0 means the default: {} (the physical cores)",
+            crate::output::count(bitnet_core::engine::default_threads(), "thread")
+        );
+    }
+    if ctx == Some(0) {
+        note!("-c 0 means the default: the model's training context, at most 4096 tokens");
     }
 }
 

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct PromptArgs {
-    /// The prompt text (may start with '-'); `generate --parallel` takes it several times.
+    /// The prompt text (may start with '-'); with --parallel, give it several times.
     #[arg(short = 'p', long, allow_hyphen_values = true, conflicts_with = "file")]
     pub prompt: Vec<String>,
     /// Read the prompt from FILE ('-' = standard input).
@@ -62,21 +62,24 @@ impl PromptArgs {
 /// closes) is refused instead of growing without bound. A regular file ends; it is read whole.
 pub const MAX_STREAMED_PROMPT_BYTES: u64 = 1 << 30;
 
-/// The whole of `path` (`-`: standard input) as UTF-8 text.
+/// The whole of `path` (`-`: standard input) as UTF-8 text: the prompt.
 pub fn read_text(path: &Path) -> Result<String> {
+    read_text_as(path, "the prompt")
+}
+
+/// The whole of `path` (`-`: standard input) as UTF-8 text; errors call it `what` ("the
+/// prompt", or "the text" that perplexity scores: it is not a prompt).
+pub fn read_text_as(path: &Path, what: &str) -> Result<String> {
     let (bytes, name) = if path == Path::new("-") {
         let bytes = read_capped(std::io::stdin().lock())
-            .context("reading the prompt from standard input")?;
+            .with_context(|| format!("reading {what} from standard input"))?;
         (bytes, "standard input".to_owned())
     } else {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("reading the prompt from {}", path.display()))?;
+        let reading = || format!("reading {what} file {}", path.display());
+        let file = std::fs::File::open(path).with_context(reading)?;
         let meta = file.metadata().ok();
         if meta.as_ref().is_some_and(|m| m.is_dir()) {
-            bail!(
-                "reading the prompt from {}: it is a directory",
-                path.display()
-            );
+            bail!("{}: it is a directory", reading());
         }
         let bytes = if meta.is_some_and(|m| m.is_file()) {
             let mut buf = Vec::new();
@@ -84,12 +87,12 @@ pub fn read_text(path: &Path) -> Result<String> {
         } else {
             read_capped(&file)
         }
-        .with_context(|| format!("reading the prompt from {}", path.display()))?;
+        .with_context(reading)?;
         (bytes, path.display().to_string())
     };
     String::from_utf8(bytes).map_err(|e| {
         anyhow::anyhow!(
-            "the prompt in {name} is not UTF-8 text (invalid byte at offset {})",
+            "{what} in {name} is not UTF-8 text (invalid byte at offset {})",
             e.utf8_error().valid_up_to()
         )
     })

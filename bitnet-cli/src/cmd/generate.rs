@@ -29,7 +29,7 @@ use crate::interrupt;
 use crate::output::{human_bytes, note};
 use crate::report::{self, peak_rss};
 use crate::setup::Setup;
-use crate::setup::limits::prompt_too_long;
+use crate::setup::limits::{cut_short_note, prompt_too_long};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -90,6 +90,16 @@ pub enum NPredict {
     AtMost(usize),
     /// `-n -1`: until the context is full (or an end-of-generation token, a stop string).
     UntilFull,
+}
+
+impl NPredict {
+    /// The tokens asked for, `None` without a bound.
+    pub fn bound(self) -> Option<usize> {
+        match self {
+            NPredict::AtMost(n) => Some(n),
+            NPredict::UntilFull => None,
+        }
+    }
 }
 
 fn parse_n_predict(s: &str) -> Result<NPredict, String> {
@@ -188,6 +198,9 @@ pub fn run(args: Args) -> Result<()> {
         model.isa().name(),
         model.head_mode().name(),
     );
+    if let Some(line) = context_cut(&args, &stats, sched.engine().max_seq_len()) {
+        note!("{line}");
+    }
     if stats.constraint_masks > 0 {
         note!("{}", mask_line(&stats));
     }
@@ -259,7 +272,7 @@ fn prepare(
             bail!("prompt {} is empty after tokenization", i + 1);
         }
         if t.len() >= n_ctx && !args.context.shifts() {
-            let e = prompt_too_long(t.len(), n_ctx);
+            let e = prompt_too_long(t.len(), n_ctx, args.n_predict.bound());
             return Err(if numbered {
                 e.context(format!("prompt {}", i + 1))
             } else {
@@ -269,6 +282,16 @@ fn prepare(
     }
     let draft = args.speculate.load(&args.model_args, &setup.engine_opts)?;
     Ok((setup, encoded, draft))
+}
+
+/// What to say when the full context (`n_ctx` positions a sequence) stopped a generation
+/// before the `-n` tokens asked for.
+fn context_cut(args: &Args, stats: &GenStats, n_ctx: usize) -> Option<String> {
+    let asked = args.n_predict.bound()?;
+    if stats.stop_reason != StopReason::ContextFull {
+        return None;
+    }
+    cut_short_note(stats.gen_tokens, asked, stats.prompt_tokens, n_ctx)
 }
 
 /// What structured output cost: the token masks and their mean time.
@@ -422,6 +445,12 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
     );
     if let Some(h) = entropy_figures(sched.engine()) {
         note!("{h} (all prompts together)");
+    }
+    let n_ctx = sched.engine().max_seq_len();
+    for (i, st) in stats.iter().enumerate() {
+        if let Some(line) = st.as_ref().and_then(|st| context_cut(args, st, n_ctx)) {
+            note!("prompt {}: {line}", i + 1);
+        }
     }
     if args.verbose {
         let end_blocks = sched.engine().pool_stats();

@@ -19,7 +19,7 @@ use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
 use serde::Serialize;
 
 use crate::output::{count, human_bytes, human_count};
-use crate::setup::watch_mapped_file;
+use crate::setup::{open_gguf, watch_mapped_file};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -29,8 +29,14 @@ pub struct Args {
     /// The GGUF file, spelled as the other commands take it (`-m FILE`).
     #[arg(short = 'm', long = "model", id = "model_flag", value_name = "MODEL")]
     pub model_flag: Option<PathBuf>,
-    /// Context length used for the KV-cache memory estimate (default: the model's training context).
-    #[arg(short = 'c', long, visible_alias = "ctx-size")]
+    /// Context length used for the KV-cache memory estimate (default, or 0: the model's
+    /// training context).
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        visible_alias = "ctx",
+        value_name = "N"
+    )]
     pub ctx: Option<u64>,
     /// Per weight tensor: bit width, zero point, and the -1/0/+1 histogram of ternary tensors.
     #[arg(long)]
@@ -174,8 +180,7 @@ pub fn run(mut args: Args) -> Result<()> {
     if mode == LoadMode::Mmap {
         watch_mapped_file(&model);
     }
-    let file =
-        GgufFile::open(&model, mode).with_context(|| format!("opening {}", model.display()))?;
+    let file = open_gguf(&model, mode)?;
     let report = build_report(&args, &file)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
@@ -222,7 +227,7 @@ fn build_report(args: &Args, file: &GgufFile) -> Result<Report> {
         .as_deref()
         .and_then(|arch| kv_shape(md, arch))
         .map(|kv| {
-            let ctx = args.ctx.unwrap_or(kv.ctx_train).max(1);
+            let ctx = args.ctx.filter(|&c| c > 0).unwrap_or(kv.ctx_train).max(1);
             let elems = 2 * kv.n_layer * ctx * kv.kv_width;
             let kv_f16_bytes = elems * 2;
             // Q8_0: 34 bytes per 32 values.

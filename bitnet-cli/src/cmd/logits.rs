@@ -18,6 +18,14 @@ use crate::setup::limits::check_context;
 use crate::setup::load_model;
 
 #[derive(Debug, clap::Args)]
+#[command(
+    mut_arg("prompt", |a| a.help(
+        "Evaluate this text, tokenized with BOS, instead of --tokens (may start with '-')"
+    )),
+    mut_arg("file", |a| a.help(
+        "Evaluate the text of FILE ('-' = standard input) instead of --tokens"
+    ))
+)]
 pub struct Args {
     /// The GGUF model file (models/shakespeare.gguf ships with the repository).
     #[arg(short = 'm', long)]
@@ -25,7 +33,6 @@ pub struct Args {
     /// Token ids, comma-separated.
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "file"])]
     pub tokens: Vec<u32>,
-    /// Tokenize this text (with BOS) instead of giving ids (-p TEXT, or -f FILE).
     #[command(flatten)]
     pub prompt: PromptArgs,
     /// Output file: raw little-endian float32, [n_tokens][n_vocab].

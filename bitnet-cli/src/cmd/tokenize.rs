@@ -9,12 +9,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::tokenizer::Tokenizer;
-use bitnet_gguf::{GgufFile, LoadMode};
+use bitnet_gguf::LoadMode;
 
 use crate::args::prompt::{PromptArgs, read_text};
-use crate::setup::watch_mapped_file;
+use crate::setup::{open_gguf, watch_mapped_file};
 
 #[derive(Debug, clap::Args)]
+#[command(
+    mut_arg("prompt", |a| a.help("The text to tokenize (may start with '-'), as the argument")),
+    mut_arg("file", |a| a.help("Read the text to tokenize from FILE ('-' = standard input)"))
+)]
 pub struct Args {
     /// Model or vocab-only GGUF.
     #[arg(short = 'm', long)]
@@ -54,8 +58,7 @@ pub fn run(args: Args) -> Result<()> {
         },
     };
     watch_mapped_file(&args.model);
-    let file = GgufFile::open(&args.model, LoadMode::Mmap)
-        .with_context(|| format!("opening {}", args.model.display()))?;
+    let file = open_gguf(&args.model, LoadMode::Mmap)?;
     let tok = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("building the tokenizer of {}", args.model.display()))?;
     let ids = tok.encode(&text, !args.no_bos, args.parse_special);

@@ -91,13 +91,68 @@ pub fn mem_total() -> Option<u64> {
 }
 
 /// The error for a prompt of `n_prompt` tokens that leaves no room to generate in a context
-/// of `n_ctx`.
-pub fn prompt_too_long(n_prompt: usize, n_ctx: usize) -> anyhow::Error {
-    anyhow::anyhow!(
-        "the prompt has {} but the context holds {n_ctx}: generating needs a \
-         context of at least {} tokens (-c {}), or a shorter prompt",
-        crate::output::count(n_prompt, "token"),
-        n_prompt + 1,
-        n_prompt + 1
-    )
+/// of `n_ctx`. The context suggested holds the prompt and the `n_predict` tokens `-n` asks
+/// for (`None`: `-n -1`, no bound): a context of the prompt and one token would stop after
+/// that one token, which is not what a user asking for `-n 10` wants.
+pub fn prompt_too_long(n_prompt: usize, n_ctx: usize, n_predict: Option<usize>) -> anyhow::Error {
+    let prompt = crate::output::count(n_prompt, "token");
+    match n_predict {
+        Some(n) if n > 0 => {
+            let need = n_prompt + n;
+            anyhow::anyhow!(
+                "the prompt has {prompt} but the context holds {n_ctx}: the prompt and -n {n} \
+                 need a context of at least {need} tokens (-c {need}), or a shorter prompt"
+            )
+        }
+        _ => anyhow::anyhow!(
+            "the prompt has {prompt} but the context holds {n_ctx}: generating needs a \
+             context of at least {} tokens (-c {}), or a shorter prompt",
+            n_prompt + 1,
+            n_prompt + 1
+        ),
+    }
+}
+
+/// The note for a generation that the full context stopped after `generated` of the
+/// `asked` tokens of `-n` (the figures line says only `stop: context full`, easily read as
+/// success); `None` when it was not cut short.
+pub fn cut_short_note(
+    generated: usize,
+    asked: usize,
+    n_prompt: usize,
+    n_ctx: usize,
+) -> Option<String> {
+    (generated < asked).then(|| {
+        format!(
+            "stopped after {generated} of {asked} tokens: the context ({n_ctx}) is full; \
+             -c {} would hold the prompt and -n",
+            n_prompt + asked
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_suggested_context_holds_the_prompt_and_n() {
+        let e = prompt_too_long(1248, 256, Some(10)).to_string();
+        assert!(e.contains("(-c 1258)"), "{e}");
+        let e = prompt_too_long(1248, 256, None).to_string();
+        assert!(e.contains("at least 1249 tokens (-c 1249)"), "{e}");
+        let e = prompt_too_long(1248, 256, Some(0)).to_string();
+        assert!(e.contains("(-c 1249)"), "{e}");
+    }
+
+    #[test]
+    fn a_cut_is_said_only_when_n_was_not_reached() {
+        let note = cut_short_note(1, 10, 1248, 1249).unwrap();
+        assert_eq!(
+            note,
+            "stopped after 1 of 10 tokens: the context (1249) is full; -c 1258 would hold the \
+             prompt and -n"
+        );
+        assert_eq!(cut_short_note(10, 10, 1248, 1258), None);
+    }
 }

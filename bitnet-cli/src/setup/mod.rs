@@ -66,7 +66,9 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
         watch_mapped_file(path);
     }
     Model::load(path, opts).map(Arc::new).map_err(|e| {
-        if vocab_only(path) {
+        if let Some(hint) = checkpoint_hint(path) {
+            anyhow::anyhow!("{hint}")
+        } else if vocab_only(path) {
             // The loader's own complaint (a missing tensor, zero layers) would only mislead.
             anyhow::anyhow!(
                 "{} holds only a tokenizer (a vocab-only GGUF, no weights): it can be used with \
@@ -77,6 +79,45 @@ pub fn load_model(path: &Path, opts: &LoadOptions) -> Result<Arc<Model>> {
             anyhow::Error::from(e).context(format!("loading {}", path.display()))
         }
     })
+}
+
+/// Opens `path` as a GGUF file (for the commands that read it without loading a model),
+/// naming a checkpoint the converter takes as such.
+pub fn open_gguf(path: &Path, mode: bitnet_gguf::LoadMode) -> Result<GgufFile> {
+    GgufFile::open(path, mode).map_err(|e| match checkpoint_hint(path) {
+        Some(hint) => anyhow::anyhow!("{hint}"),
+        None => anyhow::Error::from(e).context(format!("opening {}", path.display())),
+    })
+}
+
+/// What to say when `path`, which did not open as a GGUF, is a directory or a Hugging Face
+/// checkpoint (a folder with config.json, or one of its `.safetensors` files): for a
+/// checkpoint, the converter's command for it.
+pub fn checkpoint_hint(path: &Path) -> Option<String> {
+    let (what, folder) = if path.is_dir() {
+        ("a directory", path)
+    } else if path.extension().is_some_and(|e| e == "safetensors") {
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        ("a safetensors file", folder)
+    } else {
+        return None;
+    };
+    if !folder.join("config.json").is_file() {
+        return Some(format!(
+            "{} is {what}, not a GGUF model: -m takes a .gguf file (models/shakespeare.gguf \
+             ships with the repository)",
+            path.display()
+        ));
+    }
+    Some(format!(
+        "{} is {what} of a Hugging Face checkpoint, not a GGUF model: convert the checkpoint \
+         first, `bitnet-convert {} -o OUT.gguf`, then give -m OUT.gguf",
+        path.display(),
+        folder.display()
+    ))
 }
 
 /// Installs the SIGBUS message for a file about to be mapped (see `bitnet_core::model::install_sigbus_message`).

@@ -27,6 +27,18 @@ pub enum ConvertError {
         /// What it is instead ("a directory", "a FIFO (named pipe)"...).
         kind: &'static str,
     },
+    /// The input is not a checkpoint folder (a file, or a directory without config.json):
+    /// the converter takes the folder, not a file in it.
+    #[error(
+        "{path}: {reason}: bitnet-convert takes a Hugging Face checkpoint folder (a directory \
+         with config.json and *.safetensors)"
+    )]
+    NotACheckpoint {
+        /// The path given.
+        path: PathBuf,
+        /// What it is instead ("not a directory", "no config.json in it").
+        reason: &'static str,
+    },
     /// An input file is larger than any sane file of its kind.
     #[error("{path}: larger than the {limit} bytes such a file may have")]
     TooLarge {

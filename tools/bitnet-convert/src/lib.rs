@@ -134,6 +134,20 @@ pub fn plan(dir: &Path, opts: &Options) -> Result<Plan, ConvertError> {
             });
         }
     }
+    let not_checkpoint = |reason| ConvertError::NotACheckpoint {
+        path: dir.to_owned(),
+        reason,
+    };
+    if !dir.is_dir() {
+        return Err(not_checkpoint(if dir.exists() {
+            "not a directory"
+        } else {
+            "no such directory"
+        }));
+    }
+    if !dir.join("config.json").exists() {
+        return Err(not_checkpoint("no config.json in it"));
+    }
     let cfg = HfConfig::read(dir)?;
     let sources = Sources::open(dir)?;
     let jobs = mapping::plan(dir, &cfg, &opts.types, &sources)?;

@@ -158,17 +158,37 @@ fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// The error and its causes, skipping a cause the message already carries.
+/// The error and its causes joined with `: `, as `bitnet` prints them (its
+/// `output::error_chain`): a cause the message already carries is skipped, and a cause's
+/// leading `PATH: ` is dropped where the message already ends with that path.
 fn error_chain(err: &anyhow::Error) -> String {
     let mut msg = err.to_string();
     for cause in err.chain().skip(1) {
         let text = cause.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
+        if msg.contains(&text) {
+            continue;
         }
+        let text = without_repeated_head(&msg, &text).to_owned();
+        msg.push_str(": ");
+        msg.push_str(&text);
     }
     msg
+}
+
+/// `text` without a leading `HEAD: ` that `msg` already ends with (`reading x` and `x: not
+/// a directory` say x once).
+fn without_repeated_head<'a>(msg: &str, text: &'a str) -> &'a str {
+    match text.split_once(": ") {
+        Some((head, rest))
+            if !head.is_empty()
+                && msg
+                    .strip_suffix(head)
+                    .is_some_and(|before| before.is_empty() || before.ends_with(' ')) =>
+        {
+            rest
+        }
+        _ => text,
+    }
 }
 
 fn main() -> ExitCode {
@@ -176,7 +196,7 @@ fn main() -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("bitnet-convert: {}", error_chain(&e));
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }

@@ -417,6 +417,39 @@ fn cli_dry_run_and_errors() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+#[test]
+fn a_file_or_a_folder_without_config_json_is_not_a_checkpoint() {
+    let exe = env!("CARGO_BIN_EXE_bitnet-convert");
+    let dir = tmp_dir("not-a-checkpoint");
+    let file = dir.join("README.md");
+    std::fs::write(&file, "# notes\n").unwrap();
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for (input, reason) in [(&file, "not a directory"), (&empty, "no config.json in it")] {
+        let out = std::process::Command::new(exe)
+            .arg(input)
+            .arg("-o")
+            .arg(dir.join("x.gguf"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8(out.stderr).unwrap();
+        // The same shape as `bitnet`'s errors, the path said once.
+        assert!(err.starts_with("error: "), "{err}");
+        assert_eq!(
+            err.matches(&*input.display().to_string()).count(),
+            1,
+            "{err}"
+        );
+        assert!(err.contains(reason), "{err}");
+        assert!(
+            err.contains("a directory with config.json and *.safetensors"),
+            "{err}"
+        );
+        assert!(!err.contains("Not a directory"), "{err}");
+    }
+}
+
 /// Replaces the mini checkpoint's `tokenizer.json` with one built from parts.
 fn write_tokenizer(dir: &Path, vocab: serde_json::Value, added: serde_json::Value) {
     let merges = if vocab.as_object().is_some_and(|v| v.is_empty()) {

@@ -9,6 +9,10 @@ use clap::Parser;
 use super::report;
 
 const AFTER_HELP: &str = "\
+Build and run (from the repository; tools/bitnet-loadtest/README.md):
+  cargo build --release -p bitnet-loadtest
+  target/release/bitnet-loadtest --url http://127.0.0.1:8080 --concurrency 1,8 --duration 30s --stream
+
 When the server says no:
   401, 403   the run stops at once (every client), exit status 1, with the server's message.
   429, 503   the client waits as Retry-After says (seconds or an HTTP date; at least 0.1 s),
@@ -39,6 +43,7 @@ pub struct Args {
     /// Prompts, one a line (default: a few built-in ones); used in turn.
     #[arg(long)]
     pub prompts: Option<PathBuf>,
+    /// `max_tokens` of every request: the longest answer asked for.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
     /// Stream the answers (needed for time to first token and inter-token latency).
@@ -51,6 +56,7 @@ pub struct Args {
     /// llama.cpp): every answer is max_tokens long, runs compare.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// `temperature` of every request (0: greedy).
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f32,
     /// Sent as `Authorization: Bearer KEY` [default: $BITNET_API_KEY]. A 401 or 403 answer

@@ -137,3 +137,34 @@ fn refuses_bad_arguments() {
     );
     assert!(!run(&["--rps", "2", "--concurrency", "1"]).status.success());
 }
+
+#[test]
+fn help_describes_the_tool_every_flag_and_how_to_build_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bitnet-loadtest"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let first = help.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("OpenAI-compatible"),
+        "no description: {first:?}"
+    );
+    assert!(
+        help.contains("cargo build --release -p bitnet-loadtest"),
+        "{help}"
+    );
+    // In --help's long form each flag's line is followed by its description.
+    let lines: Vec<&str> = help.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        if line.starts_with("  ") && trimmed.starts_with('-') {
+            let next = lines.get(i + 1).map_or("", |l| l.trim());
+            assert!(
+                !next.is_empty() && !next.starts_with('-'),
+                "{trimmed} has no description"
+            );
+        }
+    }
+}

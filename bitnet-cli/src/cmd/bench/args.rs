@@ -39,16 +39,22 @@ pub struct Args {
         default_value = "0"
     )]
     pub depth: Vec<usize>,
-    /// Sequences decoded together in tg (and mixed) tests, comma-separated.
+    /// Sequences decoded together in tg (and mixed) tests, comma-separated
+    /// (llama-batched-bench's -npl). Here -b is this count of sequences, not the tokens of a
+    /// batch that generate's and llama-bench's -b set: that is --batch-size.
     #[arg(
         short = 'b',
-        long = "batch",
+        long = "npl",
+        alias = "batch",
+        value_name = "N",
         value_delimiter = ',',
         default_value = "1"
     )]
     pub batch: Vec<usize>,
-    /// Thread counts, comma-separated (default: the physical cores).
-    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    /// Thread counts, comma-separated (default: the physical cores; 0 means the default
+    /// too).
+    #[arg(short = 't', long = "threads", value_delimiter = ',',
+          value_parser = crate::args::model::thread_count())]
     pub threads: Vec<usize>,
     /// Kernel sets, comma-separated (default: the best available).
     #[arg(long = "kernel", value_delimiter = ',')]
@@ -62,6 +68,22 @@ pub struct Args {
     /// Read models into memory instead of mapping them.
     #[arg(long)]
     pub no_mmap: bool,
+    /// Lock the models in memory so they are never paged out.
+    #[arg(long)]
+    pub mlock: bool,
+    /// Do not pin threads to cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// KV cache size in tokens (default, or 0: what the largest test needs); a test that
+    /// does not fit is refused before anything is measured.
+    #[arg(short = 'c', long = "ctx-size", visible_alias = "ctx", value_name = "N",
+          value_parser = crate::args::model::context_size)]
+    pub ctx: Option<usize>,
+    /// Prompt tokens one forward pass evaluates at most, as generate's -b (default: 256,
+    /// and at least the largest --npl).
+    #[arg(long = "batch-size", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: Option<u32>,
     /// Output head format (auto, native or q8; auto as in the other commands).
     #[arg(long, value_enum, default_value_t = HeadArg::Auto)]
     pub head: HeadArg,
@@ -160,17 +182,17 @@ pub enum SpecTask {
 }
 
 /// How a bench loads its model: the load flags of `args`, with `threads` and `kernel`; the
-/// engine options of each test are set apart.
+/// engine options of the pp/tg suite's tests are set apart (`suite::Config`).
 pub(super) fn model_args(args: &Args, threads: Option<usize>, kernel: Option<String>) -> ModelArgs {
     ModelArgs {
         threads,
         kernel,
         no_mmap: args.no_mmap,
-        mlock: false,
+        mlock: args.mlock,
         head: args.head,
-        ctx: None,
-        batch_size: None,
-        no_pin: false,
+        ctx: args.ctx,
+        batch_size: args.batch_size,
+        no_pin: args.no_pin,
         cache_type_k: KvType::F16,
         cache_type_v: KvType::F16,
         kv_rotate: KvRotate::Off,

@@ -27,17 +27,16 @@ use std::io::{self, Write};
 use anyhow::{Context, Result, bail};
 
 use bitnet_core::config::ModelConfig;
-use bitnet_gguf::GgufFile;
 
 pub use self::args::Args;
 use self::args::model_args;
 use self::progress::{clear_progress, progress};
 use self::report::{BenchReport, Format, MachineInfo};
 use crate::args::model::parse_isa;
-use crate::args::model::warn_threads;
+use crate::args::model::{note_zero_defaults, warn_threads};
 use crate::output::note;
 use crate::output_file::OutputFile;
-use crate::setup::load_model;
+use crate::setup::{load_model, open_gguf};
 
 pub fn run(args: Args) -> Result<()> {
     if let Some(files) = &args.compare {
@@ -54,7 +53,7 @@ pub fn run(args: Args) -> Result<()> {
         bail!("nothing to do: give -m MODEL (one or more) or --membw");
     }
     if let Some(b) = args.batch.iter().find(|&&b| b == 0 || b > 1024) {
-        bail!("-b {b}: the number of sequences decoded together must be in 1..=1024");
+        bail!("--npl {b} (-b {b}): the number of sequences decoded together must be in 1..=1024");
     }
     if args.reps == 0 {
         bail!("-r must be at least 1");
@@ -76,6 +75,10 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(&t) = threads_list.iter().max() {
         warn_threads(t);
     }
+    // bench's -c 0 is what the tests need, said in its help; -t 0 is the default as anywhere.
+    note_zero_defaults(args.threads.contains(&0).then_some(0), None);
+    suite::context_size(&args)?;
+    suite::batch_size(&args)?;
     let kernels: Vec<Option<String>> = if args.kernels.is_empty() {
         vec![None]
     } else {
@@ -221,8 +224,7 @@ pub fn run(args: Args) -> Result<()> {
 /// -n 32` on a 4,096-token model, the depth llama-bench users quote) is measured with a
 /// warning: the speed of those last positions is what it would be inside.
 fn check_model_file(path: &std::path::Path, longest: usize, depth: usize) -> Result<()> {
-    let file = GgufFile::open(path, bitnet_gguf::LoadMode::Mmap)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let file = open_gguf(path, bitnet_gguf::LoadMode::Mmap)?;
     if file.tensors().is_empty() && file.metadata().get("tokenizer.ggml.model").is_some() {
         bail!(
             "{} holds only a tokenizer (a vocab-only GGUF, no weights): nothing to benchmark",

@@ -19,12 +19,11 @@ use bitnet_core::sampling::SamplerConfig;
 use bitnet_core::scheduler::{GenParams, GenStats, Scheduler, SchedulerOptions, generate};
 
 use super::args::{Args, SpecTask, model_args};
-use super::progress::{clear_progress, progress};
+use super::progress::{clear_progress, progress, rep_label};
 use crate::args::model::parse_isa;
 use crate::output::note;
 use crate::setup::load_model;
 
-/// Whether `args` asks for a speculative decoding test.
 /// Whether `args` asks for a speculative decoding test (or gives one of its flags, which
 /// [`run`] then checks rather than the pp/tg suite ignoring it).
 pub fn wanted(args: &Args) -> bool {
@@ -120,7 +119,11 @@ fn verify_costs(args: &Args, mut engine: Engine, out: &mut impl Write) -> Result
             (0..ks.len()).rev().collect()
         };
         for i in order {
-            progress(&format!("verify {} positions, round {}", ks[i], rep + 1));
+            progress(&format!(
+                "verify {} positions, {}",
+                ks[i],
+                rep_label(rep, args.warmup, args.reps)
+            ));
             let t = Instant::now();
             engine.forward(
                 &[BatchItem {
@@ -256,10 +259,10 @@ fn generation(args: &Args, sched: &mut Scheduler, out: &mut impl Write) -> Resul
                 let order = if (rep + p_i) % 2 == 0 { [0, 1] } else { [1, 0] };
                 for with in order {
                     progress(&format!(
-                        "temp {temp} prompt {} {} round {}",
+                        "temp {temp} prompt {} {} {}",
                         p_i + 1,
                         if with == 1 { "with" } else { "without" },
-                        rep + 1
+                        rep_label(rep, args.warmup, args.reps)
                     ));
                     let params = GenParams {
                         max_tokens: n_gen,

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use bitnet_core::constrain::{Constraint, ConstraintError, ConstraintSpec, ConstraintState};
 use bitnet_core::engine::{BatchItem, Engine, EngineOptions, Logits};
@@ -18,7 +18,7 @@ use bitnet_core::model::Model;
 use bitnet_core::sampling::{Sampler, SamplerConfig};
 
 use super::args::Args;
-use super::progress::{clear_progress, progress};
+use super::progress::{clear_progress, progress, rep_label};
 use super::report::{BenchRow, TestKind, mean_stddev};
 use super::{membw, paired};
 use crate::report::{self, peak_rss};
@@ -57,11 +57,11 @@ impl Config {
         (type_k, type_v): (KvType, KvType),
         bandwidths: &[membw::Bandwidth],
     ) -> Result<Self> {
-        let max_b = args.batch.iter().copied().max().unwrap_or(1);
         let engine_opts = EngineOptions {
             threads,
-            n_ctx: kv_tokens_needed(args),
-            batch: EngineOptions::default().batch.max(max_b),
+            pin: !args.no_pin,
+            n_ctx: context_size(args)?,
+            batch: batch_size(args)?,
             block_tokens: args.kv_block,
             k_type: type_k,
             v_type: type_v,
@@ -177,6 +177,50 @@ impl Config {
 
     fn n_vocab(&self) -> u32 {
         self.engine.model().n_vocab() as u32
+    }
+}
+
+/// The KV cache the tests of `args` run in: `-c` when given, else what they need
+/// ([`kv_tokens_needed`]). A `-c` too small for a test is refused, naming what would fit.
+pub fn context_size(args: &Args) -> Result<usize> {
+    let need = kv_tokens_needed(args);
+    let Some(ctx) = args.ctx.filter(|&c| c > 0) else {
+        return Ok(need);
+    };
+    // The pool is whole blocks of -c rounded up; a sequence holds at most -c positions.
+    let bt = args.kv_block.max(1);
+    if need > ctx.div_ceil(bt) * bt || longest_sequence(args) > ctx {
+        bail!(
+            "-c {ctx} does not hold these tests: they need a KV cache of {need} tokens \
+             (-c {need}), or lower -p / -n / -d / --npl"
+        );
+    }
+    Ok(ctx)
+}
+
+/// Tokens one forward pass takes: `--batch-size`, else the default; at least the most
+/// sequences a tg step decodes together.
+pub fn batch_size(args: &Args) -> Result<usize> {
+    let max_b = args.batch.iter().copied().max().unwrap_or(1);
+    match args.batch_size {
+        None => Ok(EngineOptions::default().batch.max(max_b)),
+        Some(b) if (b as usize) < max_b => bail!(
+            "--batch-size {b} is less than the {max_b} sequences --npl decodes together (a \
+             step takes one token of each)"
+        ),
+        Some(b) => Ok(b as usize),
+    }
+}
+
+/// The most positions one sequence of the tests of `args` holds.
+fn longest_sequence(args: &Args) -> usize {
+    let max = |v: &[usize]| v.iter().copied().max().unwrap_or(0);
+    let depth = max(&args.depth);
+    let single = max(&args.n_prompt).max(max(&args.n_gen)) + depth;
+    if args.mixed {
+        single.max(max(&args.n_prompt) + max(&args.n_gen))
+    } else {
+        single
     }
 }
 
@@ -591,15 +635,6 @@ fn release(engine: &mut Engine, seqs: &[SeqId]) -> Result<()> {
     Ok(())
 }
 
-/// "warmup 1/1" for the untimed runs, then "rep 1/5" counting only the timed ones.
-fn rep_label(run: usize, warmup: usize, reps: usize) -> String {
-    if run < warmup {
-        format!("warmup {}/{warmup}", run + 1)
-    } else {
-        format!("rep {}/{reps}", run - warmup + 1)
-    }
-}
-
 /// Deterministic token ids spread over the vocabulary (like llama-bench's random tokens).
 fn pseudo_tokens(n: usize, n_vocab: u32, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -615,13 +650,6 @@ fn pseudo_tokens(n: usize, n_vocab: u32, seed: u64) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rep_labels_count_warmups_and_timed_runs_apart() {
-        let labels: Vec<String> = (0..3).map(|r| rep_label(r, 1, 2)).collect();
-        assert_eq!(labels, ["warmup 1/1", "rep 1/2", "rep 2/2"]);
-        assert_eq!(rep_label(0, 0, 1), "rep 1/1");
-    }
 
     #[test]
     fn pseudo_tokens_are_deterministic_and_in_range() {

@@ -50,9 +50,7 @@ pub struct Args {
     /// System prompt at the start of the conversation.
     #[arg(long)]
     pub system: Option<String>,
-    /// Chat template: a built-in name (bitnet, llama3, llama2, chatml, falcon3, zephyr,
-    /// plain) or a Jinja file. Default: the file's own, else plain.
-    #[arg(long = "chat-template", value_name = "NAME|FILE")]
+    #[arg(long = "chat-template", value_name = "NAME|FILE", help = crate::args::chat_template::help())]
     pub chat_template: Option<String>,
     /// Send the whole of FILE as one message ('-' = standard input), print the reply, quit.
     #[arg(short = 'f', long = "file", value_name = "FILE")]

@@ -26,7 +26,7 @@ use crate::setup::limits::check_context;
 use crate::setup::load_model;
 use bitnet_core::scheduler::ContextPolicy;
 
-use crate::args::prompt::read_text;
+use crate::args::prompt::read_text_as;
 use crate::output::{Progress, note};
 use crate::output_file::OutputFile;
 use window::describe;
@@ -146,7 +146,7 @@ enum KlMode {
 pub fn run(args: Args) -> Result<()> {
     let mut engine_opts = args.model_args.engine_options();
     let opts = args.model_args.load_options()?;
-    let text = read_text(&args.file)?;
+    let text = read_text_as(&args.file, "the text")?;
     // The KL file is checked (or created) before any work.
     let kl_out = match (&args.kl_divergence_base, args.kl_divergence) {
         (Some(p), false) => Some(OutputFile::create(p)?),

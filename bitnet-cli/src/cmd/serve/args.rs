@@ -49,8 +49,7 @@ pub struct Args {
     /// Model name in /v1/models and answers (default: the file name).
     #[arg(long)]
     pub alias: Option<String>,
-    /// Chat template: a built-in name or a Jinja file (default: the file's own, else plain).
-    #[arg(long)]
+    #[arg(long, value_name = "NAME|FILE", help = crate::args::chat_template::help())]
     pub chat_template: Option<String>,
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM before they are
     /// cancelled (their answers then end with an error) and every connection is closed.

@@ -34,12 +34,15 @@ impl ReplySink for Replies {
     }
 }
 
-/// Starts the engine thread. A failure to load or start is sent to `failed` (the server
-/// then stops); requests that arrive meanwhile get 503 from `AppState::ready`.
+/// Starts the engine thread. `loaded` hears once the model is loaded and everything about
+/// it checked (the server then announces its address; only the short warm-up is left); a
+/// failure to load or start is sent to `failed` instead (the server then stops). Requests
+/// that arrive meanwhile get 503 from `AppState::ready`.
 pub fn spawn(
     args: Args,
     shared: Arc<Shared>,
     parallel: usize,
+    loaded: tokio::sync::oneshot::Sender<()>,
     failed: tokio::sync::oneshot::Sender<anyhow::Error>,
 ) -> Result<Runtime<()>> {
     let options = RuntimeOptions {
@@ -47,7 +50,7 @@ pub fn spawn(
         observer: Box::new(Metrics(shared.clone())),
     };
     Runtime::spawn(options, move || {
-        start_engine(&args, parallel, &shared).map_err(|e| {
+        start_engine(&args, parallel, &shared, loaded).map_err(|e| {
             let _ = failed.send(e);
         })
     })
@@ -55,7 +58,12 @@ pub fn spawn(
 }
 
 /// Loads the model, makes the engine and warms it up, publishing readiness on the way.
-fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Scheduler> {
+fn start_engine(
+    args: &Args,
+    parallel: usize,
+    shared: &Shared,
+    loaded: tokio::sync::oneshot::Sender<()>,
+) -> Result<Scheduler> {
     let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
     let model = setup.model.clone();
     if model.tokenizer().is_none() {
@@ -89,6 +97,7 @@ fn start_engine(args: &Args, parallel: usize, shared: &Shared) -> Result<Schedul
         max_seq_len,
         template,
     });
+    let _ = loaded.send(());
     warm_up(&mut sched, Duration::from_millis(args.step_delay_ms)).context("warming up")?;
     shared.ready.store(true, SeqCst);
     note!(

@@ -4,7 +4,9 @@
 //!
 //! The HTTP side runs on tokio; the model runs on one engine thread of its own (the core's
 //! `runtime`, started in `engine.rs`), so the async runtime never blocks on model work. The listener is bound
-//! first, so `/health` answers 503 while the model loads and warms up. Connections are
+//! first, so `/health` answers 503 while the model loads and warms up; the address is
+//! announced (`listening on ...`, the line scripts wait for) only once the model has loaded,
+//! so a model that cannot load never gets one. Connections are
 //! capped and timed (`conn/`). SIGINT or SIGTERM stops accepting, lets requests in flight
 //! finish until `--shutdown-timeout`, cancels the rest (their answers end in an error),
 //! closes every connection left, and exits 0.
@@ -74,9 +76,6 @@ async fn serve(args: Args, config: Config) -> Result<()> {
         .await
         .with_context(|| format!("binding {addr}"))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    // Scripts and tests read this line to find the port.
-    println!("listening on http://{local}");
-    let _ = std::io::stdout().flush();
 
     let limits = conn::Limits {
         max_connections: conn::connection_cap(args_max_connections(&args)),
@@ -84,13 +83,17 @@ async fn serve(args: Args, config: Config) -> Result<()> {
         idle_timeout: Duration::from_secs(args.idle_timeout),
     };
     let webui = !args.no_webui;
-    if webui {
-        note!("chat page at http://{local}/");
-    }
     let shared = Arc::new(Shared::default());
+    let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<()>();
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let parallel = config.parallel;
-    let runtime = engine::spawn(args, shared.clone(), parallel, fail_tx)?;
+    let runtime = engine::spawn(args, shared.clone(), parallel, loaded_tx, fail_tx)?;
+    tokio::spawn(async move {
+        // A failed load drops the sender: no address is announced for a server that stops.
+        if loaded_rx.await.is_ok() {
+            announce(local, webui);
+        }
+    });
 
     let state = Arc::new(AppState::new(shared.clone(), runtime.handle(), config));
     let app = routes::router(state.clone(), webui);
@@ -117,6 +120,16 @@ async fn serve(args: Args, config: Config) -> Result<()> {
     let _ = tokio::task::spawn_blocking(move || runtime.shutdown()).await;
     note!("stopped");
     Ok(())
+}
+
+/// The address line (scripts and tests read it to find the port, and take it to mean the
+/// model loaded) and the chat page's.
+fn announce(local: std::net::SocketAddr, webui: bool) {
+    println!("listening on http://{local}");
+    let _ = std::io::stdout().flush();
+    if webui {
+        note!("chat page at http://{local}/");
+    }
 }
 
 fn args_max_connections(args: &Args) -> usize {
