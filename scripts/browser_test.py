@@ -23,6 +23,8 @@ through the page:
                <script>, <svg onload>, javascript: and data: links) show as text, never run
   h  manage    export a conversation and import the file back (the same messages), rename
                and delete it, regenerate a reply, edit a question and resend it
+  l  budget    Max tokens left empty: three turns, each request carrying the whole history
+               and no max_tokens, all answered within the server's default reply budget
   k  api-key   a server with --api-key: the page asks for the key, keeps it in the tab's
                session storage only, and chats with it; Esc stops a reply
 
@@ -866,6 +868,48 @@ class Run:
         return (f"{desk} ({dsize // 1024} KiB), {path} ({psize // 1024} KiB); dark system: "
                 f"background {light:.0f} -> {dark:.0f}/255")
 
+    def step_l_budget(self, sess):
+        # The page with Max tokens left empty sends no max_tokens: the server's default reply
+        # budget (/props' n_predict, the field's placeholder) keeps a three-turn
+        # conversation whole in the 256-token context, every request carrying the history.
+        budget = self.server.get_json("/props")["default_generation_settings"]["params"][
+            "n_predict"]
+        set_input(sess, "#max-tokens", "")
+        shown = sess.js("return document.querySelector('#max-tokens').placeholder")
+        if shown != str(budget):
+            raise Failure(f"#max-tokens shows the placeholder {shown!r}, /props has n_predict "
+                          f"{budget}")
+        sess.click(sess.find("button#new-conv"))
+        sess.wait(EMPTY_CONV_JS, "an empty new conversation", WAIT_S)
+        sess.js("""window.__bodies = [];
+            window.__fetch = window.fetch;
+            window.fetch = (path, o) => {
+              if (String(path).includes('chat/completions')) window.__bodies.push(o.body);
+              return window.__fetch(path, o);
+            };""")
+        turns = ["Who art thou?", "Speak of love.", "Farewell, good friend."]
+        for text in turns:
+            wait_reply(sess, send(sess, text))
+        bodies = [json.loads(b) for b in sess.js("return window.__bodies")]
+        sess.js("window.fetch = window.__fetch")
+        if len(bodies) != 3 or any("max_tokens" in b for b in bodies):
+            raise Failure(f"the page sent {bodies}: three requests without max_tokens expected")
+        if [len(b["messages"]) for b in bodies] != [1, 3, 5]:
+            raise Failure(f"the requests carried {[len(b['messages']) for b in bodies]} "
+                          f"messages, not the whole history (1, 3, 5)")
+        roles = [m[0] for m in messages(sess)]
+        if roles != ["user", "assistant"] * 3:
+            raise Failure(f"after three turns the page shows {messages(sess)}")
+        errors = sess.js("return [...document.querySelectorAll('#messages .msg-error')]"
+                         ".map(e => e.textContent)")
+        if errors:
+            raise Failure(f"a reply failed: {errors}")
+        stats = sess.js(LAST_STATS_JS)
+        reply = re.search(r"\+ (\d+) reply", stats)
+        if not reply or int(reply.group(1)) > budget:
+            raise Failure(f"the last reply's figures {stats!r} are not within the budget {budget}")
+        return f"3 turns, 6 messages, no max_tokens sent (budget {budget}); {stats.strip()!r}"
+
     def step_k_api_key(self, _sess):
         self.key_server = Server(self.args.bin, self.args.model, ("--api-key", API_KEY))
         model = self.key_server.get_json("/v1/models")["data"][0]["id"]
@@ -943,7 +987,7 @@ STEPS = [("a", "load", Run.step_a_load), ("b", "stream", Run.step_b_stream),
          ("e", "switch", Run.step_e_switch),
          # Before the XSS step, so that the shots' list of conversations reads well.
          ("g", "screenshots", Run.step_g_shots), ("f", "xss", Run.step_f_xss),
-         ("h", "manage", Run.step_h_manage),
+         ("h", "manage", Run.step_h_manage), ("l", "budget", Run.step_l_budget),
          ("k", "api-key", Run.step_k_api_key)]
 
 
@@ -970,7 +1014,7 @@ def main():
                     help="also copy the screenshots here (docs/img refreshes the README's)")
     ap.add_argument("--chromium", default=os.environ.get("CHROMIUM"))
     ap.add_argument("--chromedriver", default=os.environ.get("CHROMEDRIVER"))
-    ap.add_argument("--steps", default="abcdefghk", help="the steps to run, by letter")
+    ap.add_argument("--steps", default="abcdefghlk", help="the steps to run, by letter")
     args = ap.parse_args()
     args.chromium = find_tool(args.chromium, ["chromium", "chromium-browser", "google-chrome"])
     args.chromedriver = find_tool(args.chromedriver, ["chromedriver"])

@@ -28,8 +28,8 @@ echo
 echo "== chat: the conversation stays in the KV cache, so each turn reads only its own tokens"
 if [ -t 0 ] && [ -t 1 ]; then
   echo "== (a base model: it answers in Shakespeare's voice, not sense; Ctrl-D or /bye quits)"
-  exec "$dir/bitnet" chat -m "$model" -v -n 64
+  exec "$dir/bitnet" chat -m "$model" -v
 else
   printf 'Good morrow, what news?\nWho art thou?\n' |
-    "$dir/bitnet" chat -m "$model" -v -n 48 --seed 1
+    "$dir/bitnet" chat -m "$model" -v --seed 1
 fi

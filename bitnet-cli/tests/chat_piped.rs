@@ -383,3 +383,38 @@ fn bitnet_template_turns_hold_the_whole_conversations_tokens() {
         );
     }
 }
+
+/// The README's chat command, with no `-n`: the shipped model never ends its turn, so each
+/// reply runs to the default reply budget, which leaves room for the conversation: three
+/// turns keep every message (issue 57: every reply used to fill the context, and each next
+/// turn dropped the older messages). Only the seed varies (and one thread, as in every chat
+/// test).
+#[test]
+fn the_readmes_chat_keeps_a_three_turn_conversation_whole() {
+    let input = "Who art thou?\nSpeak of love.\nFarewell, good friend.\n/show\n";
+    for seed in ["1", "2", "3"] {
+        let mut cmd = bitnet();
+        cmd.args(["chat", "-m"])
+            .arg(shipped_model())
+            .args(["-s", seed, "-t", "1"]);
+        let out = common::chat::piped(cmd, input);
+        let err = stderr_of(&out);
+        assert!(out.status.success(), "seed {seed}: {err}");
+        assert!(!err.contains("dropped"), "seed {seed}: {err}");
+        assert!(!err.contains("context is full"), "seed {seed}: {err}");
+        let stdout = stdout_of(&out);
+        assert!(
+            stdout.contains("conversation: 6 messages | context "),
+            "seed {seed}: {stdout}"
+        );
+        assert!(
+            stdout.contains("max tokens 32 (the default for this context)"),
+            "seed {seed}: {stdout}"
+        );
+        // A reply cut by the budget says so, and how to change it.
+        assert!(
+            err.contains("(the reply stopped at its budget of 32 tokens: /set max-tokens N"),
+            "seed {seed}: {err}"
+        );
+    }
+}

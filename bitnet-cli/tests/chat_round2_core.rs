@@ -277,14 +277,14 @@ fn ctrl_c_in_generate_reports_what_was_read() {
 /// The default reply budget was 512 tokens, twice the shipped model's context; every reply
 /// that filled the context ended with "older messages go at the next turn", said after the
 /// reply (or at the end of a chat, with no next turn), not before the reply whose prompt
-/// lost them.
+/// lost them. (The default is now an eighth of the context: issue 57.)
 #[test]
 fn the_default_budget_fits_and_a_drop_is_said_before_its_reply() {
     let out = chat_piped(&["-v"], "/show\nhi\n", false);
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(
-        stdout_of(&out).contains("max tokens until the turn ends"),
-        "the default is -1: {}",
+        stdout_of(&out).contains("max tokens 32 (the default for this context)"),
+        "the default is an eighth of the 256-token context: {}",
         stdout_of(&out)
     );
     assert!(

@@ -53,7 +53,8 @@ fn chat(content: &str, extra: Value) -> Value {
 #[test]
 fn request_fields_are_honoured_or_refused_by_name() {
     let s = Server::start(&[]);
-    // llama.cpp's n_predict caps the answer on both routes (the default is 256 tokens).
+    // llama.cpp's n_predict caps the answer on both routes (the default is the reply budget,
+    // 32 tokens here).
     let (st, r) = s.post("/v1/completions", &json!({"prompt": "A", "n_predict": 3}));
     assert_eq!(st, 200, "{r}");
     assert!(completion_tokens(&r) <= 3, "{r}");

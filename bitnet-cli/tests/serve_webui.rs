@@ -228,6 +228,44 @@ fn props_gives_the_model_its_context_and_the_defaults() {
     assert_eq!(ask(serde_json::json!({})), ask(spelled));
 }
 
+/// The page sends no `max_tokens` unless its field is filled (scripts/browser_test.py's step
+/// l checks what it sends), so the server's default decides how long a reply may be: the
+/// reply budget, which leaves the shipped model's 256-token context room for a conversation
+/// sent back whole at every turn (issue 57: a reply took the 236 tokens its first prompt
+/// left, and the second turn got "the context holds 256").
+#[test]
+fn three_turns_without_max_tokens_fit_the_context() {
+    let s = Server::start(&[]);
+    let (_, props) = s.get("/props");
+    let props: Value = serde_json::from_str(&props).unwrap();
+    let budget = &props["default_generation_settings"]["params"]["n_predict"];
+    assert_eq!(budget, 32, "{props}");
+    let mut messages: Vec<Value> = Vec::new();
+    for (turn, text) in ["Who art thou?", "Speak of love.", "Farewell, good friend."]
+        .into_iter()
+        .enumerate()
+    {
+        messages.push(serde_json::json!({"role": "user", "content": text}));
+        let body = serde_json::json!({"messages": messages, "seed": turn});
+        let (status, r) = s.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "turn {}: {r}", turn + 1);
+        let usage = &r["usage"];
+        assert!(
+            usage["completion_tokens"].as_u64().unwrap() <= 32,
+            "turn {}: {r}",
+            turn + 1
+        );
+        // The shipped model never ends its turn: the budget ends it, as OpenAI says it.
+        assert_eq!(r["choices"][0]["finish_reason"], "length", "{r}");
+        let reply = r["choices"][0]["message"]["content"].clone();
+        messages.push(serde_json::json!({"role": "assistant", "content": reply}));
+        if turn == 2 {
+            let used = usage["total_tokens"].as_u64().unwrap();
+            assert!(used + 32 <= 256, "room for a fourth reply: {r}");
+        }
+    }
+}
+
 #[test]
 fn with_an_api_key_the_page_loads_but_its_data_needs_the_key() {
     let s = Server::start(&["--api-key", "sesame"]);

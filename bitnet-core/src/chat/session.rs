@@ -90,7 +90,9 @@ type Result<T> = std::result::Result<T, SessionError>;
 #[derive(Clone, Debug)]
 pub struct ReplySettings {
     pub sampler: SamplerConfig,
-    /// Tokens per reply at most (`usize::MAX`: until the context is full).
+    /// Tokens per reply at most (`usize::MAX`: until the context is full). Where the user
+    /// names no limit, [`crate::scheduler::default_reply_budget`] keeps room for the
+    /// conversation.
     pub max_tokens: usize,
     pub stop: Vec<String>,
     /// A shifting mode (context shift, window, eviction) removes positions as the sequence

@@ -34,7 +34,8 @@
 //! Files: `sched.rs` the scheduler and its step (plan, run, apply); `request.rs` a request
 //! (building, sampling, taking tokens); `validate.rs` the refusals; `admission.rs` who runs;
 //! `plan.rs` the batch of a step and the drafts in it; `apply.rs` a pass's results;
-//! `output.rs` what requests report; `policy.rs` context policies; `speculate.rs` and
+//! `output.rs` what requests report; `policy.rs` context policies; `reply_budget.rs` the
+//! default reply length when a caller names none; `speculate.rs` and
 //! `draft.rs` speculative decoding; `generate.rs` driving one request to its end. This file
 //! only re-exports: the others import one another in one direction (`sched.rs` uses the
 //! parts, the parts never the scheduler), so none of them depends on a file that depends
@@ -50,6 +51,7 @@ mod generate;
 mod output;
 mod plan;
 mod policy;
+mod reply_budget;
 mod request;
 mod sched;
 pub mod speculate;
@@ -58,6 +60,9 @@ mod validate;
 pub use generate::{generate, generate_until, warm_up};
 pub use output::{Event, GenStats, StopReason, TokenLogprobs};
 pub use policy::{ContextMode, ContextPolicy, MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
+pub use reply_budget::{
+    DEFAULT_REPLY_CONTEXT_DIVISOR, MIN_DEFAULT_REPLY_TOKENS, default_reply_budget,
+};
 pub use request::{GenParams, SubmitOptions};
 pub use sched::{Scheduler, SchedulerOptions};
 pub use speculate::{DraftSource, SpecParams};

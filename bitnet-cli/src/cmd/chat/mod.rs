@@ -24,7 +24,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::chat::{ChatSession, ChatTemplate, Conversation, Message, ReplySettings};
-use bitnet_core::scheduler::{Scheduler, SchedulerOptions};
+use bitnet_core::scheduler::{Scheduler, SchedulerOptions, default_reply_budget};
 
 use crate::args::attn_entropy::AttnEntropyArgs;
 use crate::args::context::ContextArgs;
@@ -55,15 +55,12 @@ pub struct Args {
     /// Send the whole of FILE as one message ('-' = standard input), print the reply, quit.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Tokens per reply at most; -1 (the default): until the model ends its turn or the
-    /// context is full (older messages then make room for the next turn).
-    #[arg(
-        short = 'n',
-        long = "n-predict",
-        default_value_t = -1,
-        allow_negative_numbers = true
-    )]
-    pub n_predict: i64,
+    /// Tokens per reply at most. Default: an eighth of the context, at least 32 (32 on the
+    /// shipped model's 256), so the conversation keeps room for its earlier turns; -1: until
+    /// the model ends its turn or the context is full (older messages then make room for
+    /// the next turn).
+    #[arg(short = 'n', long = "n-predict", allow_negative_numbers = true)]
+    pub n_predict: Option<i64>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Stop a reply when this text appears (repeatable), besides the template's own.
@@ -93,10 +90,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    // `None`: the default budget, once the context's size is known.
     let max_tokens = match args.n_predict {
-        -1 => usize::MAX,
-        n if n >= 1 => n as usize,
-        n => bail!("-n {n}: give a token count >= 1, or -1 for no limit"),
+        None => None,
+        Some(-1) => Some(usize::MAX),
+        Some(n) if n >= 1 => Some(n as usize),
+        Some(n) => bail!("-n {n}: give a token count >= 1, or -1 for no limit"),
     };
     args.sampling.check()?;
     let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
@@ -120,6 +119,7 @@ pub fn run(args: Args) -> Result<()> {
     let draft = args.speculate.load(&args.model_args, &setup.engine_opts)?;
     let context = args.context.mode()?;
     let engine = setup.engine()?;
+    let max_tokens = max_tokens.unwrap_or_else(|| default_reply_budget(engine.max_seq_len()));
     let mut sched = Scheduler::new(engine, SchedulerOptions { max_running: 1 });
     if let Some(d) = &draft {
         d.attach(&mut sched)?;

@@ -1,5 +1,6 @@
 //! One reply of the chat, as the person at the terminal sees it: streamed text, the status
-//! line while the prompt is read, Ctrl-C, and what is said after (stopped, shifted, cut).
+//! line while the prompt is read, Ctrl-C, and what is said after (stopped, shifted, cut,
+//! at its budget).
 
 use std::io::{self, IsTerminal, Write};
 
@@ -98,8 +99,14 @@ pub(super) fn reply(
             stats.shifted
         ));
     }
-    if stats.reply.stop_reason == StopReason::ContextFull {
-        screen.warn("(the context is full: the reply was cut)");
+    match stats.reply.stop_reason {
+        StopReason::ContextFull => screen.warn("(the context is full: the reply was cut)"),
+        // The model did not end its turn: say where the limit came from and how to move it.
+        StopReason::MaxTokens => screen.info(&format!(
+            "(the reply stopped at its budget of {}: /set max-tokens N changes it, -1 lifts it)",
+            crate::output::count(chat.settings.max_tokens, "token")
+        )),
+        _ => {}
     }
     if screen.show_stats {
         let fields = figures::fields(&stats, entropy_figures(chat.engine()));

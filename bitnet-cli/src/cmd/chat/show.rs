@@ -6,6 +6,7 @@ use std::io::{self, Write};
 
 use bitnet_core::chat::ChatSession;
 use bitnet_core::config::ModelConfig;
+use bitnet_core::scheduler::default_reply_budget;
 
 use super::commands::{SHOW_WORDS, Show};
 use crate::output::{count, human_count};
@@ -50,7 +51,7 @@ fn overview(out: &mut impl Write, chat: &ChatSession) -> io::Result<()> {
         s.sampler.min_p,
         s.sampler.repeat_penalty,
         s.sampler.seed,
-        reply_budget(s.max_tokens)
+        reply_budget(chat)
     )?;
     writeln!(
         out,
@@ -119,7 +120,7 @@ fn parameters(out: &mut impl Write, chat: &ChatSession) -> io::Result<()> {
     row(out, "min-p", p.min_p.to_string())?;
     row(out, "repeat-penalty", p.repeat_penalty.to_string())?;
     row(out, "seed", p.seed.to_string())?;
-    row(out, "max-tokens", reply_budget(s.max_tokens))?;
+    row(out, "max-tokens", reply_budget(chat))?;
     let stops: Vec<String> = s.stop.iter().map(|t| format!("{t:?}")).collect();
     row(
         out,
@@ -132,9 +133,12 @@ fn parameters(out: &mut impl Write, chat: &ChatSession) -> io::Result<()> {
     )
 }
 
-fn reply_budget(max_tokens: usize) -> String {
+fn reply_budget(chat: &ChatSession) -> String {
+    let max_tokens = chat.settings.max_tokens;
     if max_tokens == usize::MAX {
         "until the turn ends or the context is full".to_owned()
+    } else if max_tokens == default_reply_budget(chat.context_size()) {
+        format!("{max_tokens} (the default for this context)")
     } else {
         max_tokens.to_string()
     }

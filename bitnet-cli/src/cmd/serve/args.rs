@@ -43,9 +43,12 @@ pub struct Args {
     /// Request bodies larger than this many bytes get 413.
     #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
-    /// Tokens to generate when a request gives no max_tokens (cut to the context).
-    #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
-    pub n_predict: usize,
+    /// Tokens to generate when a request gives no max_tokens, cut to the room its prompt
+    /// leaves. Default: an eighth of the context, at least 32 (32 on the shipped model's
+    /// 256), so a conversation sent back whole keeps room for its next turn; -1: until the
+    /// context is full (llama-server's default).
+    #[arg(short = 'n', long = "n-predict", allow_negative_numbers = true, value_parser = parse_n_predict)]
+    pub n_predict: Option<usize>,
     /// Model name in /v1/models and answers (default: the file name).
     #[arg(long)]
     pub alias: Option<String>,
@@ -89,3 +92,25 @@ pub struct Args {
 /// The longest `--timeout`: a request's deadline is `now + timeout`, which must stay a
 /// representable instant (a larger value used to panic the request's task).
 const MAX_TIMEOUT_S: u64 = 365 * 24 * 3600;
+
+/// `-n`: a token count, or -1 for "until the context is full" (`usize::MAX`).
+fn parse_n_predict(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "-1" => Ok(usize::MAX),
+        t => t
+            .parse()
+            .map_err(|_| format!("{s:?} is not a token count: give a number >= 0, or -1")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_n_predict;
+
+    #[test]
+    fn n_predict_is_a_count_or_minus_one_for_the_whole_context() {
+        assert_eq!(parse_n_predict("17"), Ok(17));
+        assert_eq!(parse_n_predict("-1"), Ok(usize::MAX));
+        assert!(parse_n_predict("-2").unwrap_err().contains("-1"));
+    }
+}

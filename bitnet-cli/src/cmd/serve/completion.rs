@@ -38,7 +38,9 @@ pub async fn complete(
         .context
         .policy(bos, prompt.len())
         .map_err(|e| ApiError::invalid(e.to_string(), None))?;
-    // Left out, `max_tokens` is what the context leaves (all of it under a shifting policy).
+    // Left out, `max_tokens` is the server's default (`-n`, else the reply budget that keeps
+    // room for a conversation's next turn), cut to what the context leaves (nothing is cut
+    // under a shifting policy).
     if req.max_tokens.is_none() {
         req.params.max_tokens = req
             .params

@@ -104,7 +104,7 @@ async fn completions(
         &obj,
         Api::Completion,
         tok.n_vocab(),
-        state.config.n_predict,
+        state.config.reply_budget(loaded.max_seq_len),
         fresh_seed(),
         state.config.speculate.as_ref(),
     )?;
@@ -133,7 +133,7 @@ async fn chat_completions(
         &obj,
         Api::Chat,
         tok.n_vocab(),
-        state.config.n_predict,
+        state.config.reply_budget(loaded.max_seq_len),
         fresh_seed(),
         state.config.speculate.as_ref(),
     )?;
@@ -266,8 +266,12 @@ async fn props(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
         "default_generation_settings": {
             "n_ctx": n_ctx,
             "params": {
-                // The server's -n, cut to the room the prompt leaves.
-                "n_predict": state.config.n_predict,
+                // The server's -n or the default reply budget, cut to the room the prompt
+                // leaves (-1: until the context is full, as llama-server says it).
+                "n_predict": match state.config.reply_budget(n_ctx) {
+                    usize::MAX => -1,
+                    n => n as i64,
+                },
                 "temperature": f(d.temperature),
                 "top_k": d.top_k,
                 "top_p": f(d.top_p),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bitnet_core::chat::ChatTemplate;
 use bitnet_core::model::Model;
 use bitnet_core::runtime::Handle;
+use bitnet_core::scheduler::default_reply_budget;
 use bitnet_core::tokenizer::Tokenizer;
 
 use super::cors::CorsPolicy;
@@ -47,14 +48,25 @@ pub struct Config {
     /// Requests that may wait beyond those.
     pub queue: usize,
     pub max_body: usize,
-    /// Tokens generated when a request names no `max_tokens`.
-    pub n_predict: usize,
+    /// Tokens generated when a request names no `max_tokens` (`usize::MAX`: until the
+    /// context is full); `None`: the default reply budget (see [`Config::reply_budget`]).
+    pub n_predict: Option<usize>,
     /// What a request does when its sequence fills the context.
     pub context: ContextArgs,
     /// Speculative decoding of every request (`--model-draft`, `--lookup-ngram`).
     pub speculate: Option<bitnet_core::scheduler::SpecParams>,
     /// How long in-flight requests may finish after a shutdown signal.
     pub shutdown_timeout: Duration,
+}
+
+impl Config {
+    /// Tokens a request that names no `max_tokens` may generate in a context of `n_ctx`
+    /// positions (before the cut to the room its prompt leaves): `-n`, else the default
+    /// reply budget, which leaves room for a conversation's next turn.
+    pub fn reply_budget(&self, n_ctx: usize) -> usize {
+        self.n_predict
+            .unwrap_or_else(|| default_reply_budget(n_ctx))
+    }
 }
 
 #[derive(Debug)]
