@@ -3,7 +3,7 @@
 # b1.58 model this repository ships (trained here on Shakespeare, tools/train/; converted
 # from its Hugging Face checkpoint by bitnet-convert): show it, let it write, measure its
 # perplexity on the held-out text, and open a chat with it (on a terminal; piped, a short
-# scripted conversation). No downloads, no ../shared.
+# scripted conversation). No downloads, no test data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every core by default; JOBS=N to share the machine.

@@ -6,7 +6,7 @@
 #      `max` (NEON + dotprod + i8mm: all three sets are tested in that one run),
 #      `cortex-a76` (the Raspberry Pi 5's core: NEON + dotprod) and `cortex-a57` (NEON only),
 #      each checked to offer exactly the sets named (a lost set fails, it is not skipped);
-#   2. the golden logits (bitnet.cpp's and llama.cpp's, ../shared/data/golden), prefill and
+#   2. the golden logits (bitnet.cpp's and llama.cpp's, testdata/golden), prefill and
 #      decode, with NEON (what every ARM64 CPU has) and i8mm (the most intricate set);
 #      dotprod is checked against the scalar reference in 1. and end to end in 3.
 #      (BITNET_ARM_GOLDEN_SETS=neon,dotprod,i8mm for all three: 100 s a set.) The scalar
@@ -76,6 +76,10 @@ if [ -z "$host_bitnet" ]; then
   cargo build -q -j "$jobs" -p bitnet-cli
   host_bitnet="${CARGO_TARGET_DIR:-target}/debug/bitnet"
 fi
+# The test data, unpacked natively before the emulated golden jobs read it (each would
+# otherwise decompress it under the emulator, for minutes); a no-op after scripts/test.sh.
+BITNET_TESTDATA="$(cargo run -q -j "$jobs" -p bitnet-testdata)"
+export BITNET_TESTDATA
 
 # 1. The kernel tests (every set against the scalar reference) on an emulated CPU, in the
 # package's directory as `cargo test` runs them; the CPU must offer exactly these sets.

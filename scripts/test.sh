@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test suite, as CI runs it: first the import-circle check (scripts/module-cycles.py
+# The test suite, as CI runs it: first the test data unpacked (testdata/*.tar.xz into the
+# target folder, `cargo run -p bitnet-testdata`; tests would do it on first use, this does it
+# once, up front, for the scripts too), the import-circle check (scripts/module-cycles.py
 # and its self-test; a second), then everything with the best kernels this CPU has, then the
 # suite again (doc examples aside) with the scalar kernels forced, so the fallbacks stay
 # honest; and the
@@ -9,20 +11,19 @@
 # every command README.md and docs/ show (scripts/doc-commands.py);
 # then, on an x86-64 Linux machine, the AArch64 pass under emulation
 # (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
-# shipped model's text; it installs the cross tools it needs). Needs ../shared beside the
-# checkout (test data); see README.md and ../shared/data/README.md.
+# shipped model's text; it installs the cross tools it needs). The test data and what each
+# file is: testdata/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every core by default; JOBS=N to share the machine.
 jobs="${JOBS:-$(nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)}"
 # A one-shot build gains nothing from incremental caches: they cost 2 GB and time to write.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-if [ ! -d ../shared/data ]; then
-  echo "error: ../shared/data (the test data) must sit beside this checkout" >&2
-  exit 1
-fi
 # Each step's time, so a slow CI shows where it went.
 step() { echo "== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
+step "test data"
+BITNET_TESTDATA="$(cargo run -q -j "$jobs" -p bitnet-testdata)"
+export BITNET_TESTDATA
 # No file-level import circle bigger than a file and its own error type. The checker's
 # self-test runs first, so a checker that finds nothing cannot pass the workspace.
 step "import circles"

@@ -1,7 +1,7 @@
 //! End-to-end tests of the `bitnet` binary: every subcommand run as a user runs it, on the
-//! shared files written by llama.cpp / bitnet.cpp and on models the generator makes. The
-//! expected facts about the shared files come from their independent Python decoder
-//! (`shared/data/golden/tools/gguf_tool.py`), not from our reader.
+//! test data's files written by llama.cpp / bitnet.cpp and on models the generator makes. The
+//! expected facts about those files come from their independent Python decoder
+//! (`testdata/golden/tools/gguf_tool.py`), not from our reader.
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{bitnet, run_ok, shared, tiny_model, tmp_dir};
+use common::{bitnet, run_ok, testdata, tiny_model, tmp_dir};
 use serde_json::Value;
 
 fn inspect_json(path: &Path, extra: &[&str]) -> Value {
@@ -56,7 +56,7 @@ fn inspect_reads_every_shared_model_file() {
         ),
     ];
     for (file, arch, n_tensors, ternary, tok, n_vocab) in cases {
-        let r = inspect_json(&shared(file), &["--weights"]);
+        let r = inspect_json(&testdata(file), &["--weights"]);
         assert_eq!(r["architecture"], arch, "{file}");
         assert_eq!(r["tensors"].as_array().unwrap().len(), n_tensors, "{file}");
         assert_eq!(type_count(&r, ternary), 28, "{file}");
@@ -104,7 +104,7 @@ fn inspect_reads_vocab_only_files_and_prints_tables() {
         ),
     ];
     for (file, arch, tok, n_vocab) in cases {
-        let r = inspect_json(&shared(file), &[]);
+        let r = inspect_json(&testdata(file), &[]);
         assert_eq!(r["architecture"], arch, "{file}");
         assert_eq!(r["tensors"].as_array().unwrap().len(), 0, "{file}");
         assert_eq!(r["tokenizer"]["model"], tok, "{file}");
@@ -113,7 +113,7 @@ fn inspect_reads_vocab_only_files_and_prints_tables() {
     let out = run_ok(
         bitnet()
             .arg("inspect")
-            .arg(shared("golden/gguf/bitnet-tiny-i2_s.gguf")),
+            .arg(testdata("golden/gguf/bitnet-tiny-i2_s.gguf")),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     for needle in [
@@ -131,7 +131,7 @@ fn inspect_reads_vocab_only_files_and_prints_tables() {
 
 #[test]
 fn inspect_reports_broken_files_without_panicking() {
-    let good = std::fs::read(shared("golden/gguf/upstream-tiny-tq2_0.gguf")).unwrap();
+    let good = std::fs::read(testdata("golden/gguf/upstream-tiny-tq2_0.gguf")).unwrap();
     let dir = tmp_dir();
     for (name, bytes) in [
         ("truncated.gguf", &good[..good.len() / 2]),
@@ -185,10 +185,10 @@ fn gen_model_writes_the_requested_types() {
 #[test]
 fn tokenize_matches_llama_cpp_expectations_on_vocab_only_files() {
     for name in ["llama-spm", "llama-bpe"] {
-        let inp =
-            std::fs::read_to_string(shared(&format!("vocab/ggml-vocab-{name}.gguf.inp"))).unwrap();
-        let outp =
-            std::fs::read_to_string(shared(&format!("vocab/ggml-vocab-{name}.gguf.out"))).unwrap();
+        let inp = std::fs::read_to_string(testdata(&format!("vocab/ggml-vocab-{name}.gguf.inp")))
+            .unwrap();
+        let outp = std::fs::read_to_string(testdata(&format!("vocab/ggml-vocab-{name}.gguf.out")))
+            .unwrap();
         // Take a plain case: a test string with no leading/trailing whitespace subtleties.
         let cases: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
         let (i, text) = cases
@@ -201,7 +201,7 @@ fn tokenize_matches_llama_cpp_expectations_on_vocab_only_files() {
             bitnet()
                 .arg("tokenize")
                 .arg("-m")
-                .arg(shared(&format!("vocab/ggml-vocab-{name}.gguf")))
+                .arg(testdata(&format!("vocab/ggml-vocab-{name}.gguf")))
                 .arg("--no-bos")
                 .arg(text),
         );
@@ -216,7 +216,7 @@ fn logits_writes_n_tokens_by_n_vocab_floats() {
     run_ok(
         bitnet()
             .args(["logits", "-m"])
-            .arg(shared("golden/gguf/bitnet-tiny-i2_s.gguf"))
+            .arg(testdata("golden/gguf/bitnet-tiny-i2_s.gguf"))
             .args(["--tokens", "1,512,29871,29896", "-t", "1", "-o"])
             .arg(&out_path),
     );

@@ -16,8 +16,7 @@ const KL_BOUND: f64 = 0.001;
 /// `tiny` layers under GPT-2's 50,257-token vocabulary: a tied F16 head of 24.5 MiB, above
 /// the 16 MiB from which `auto` re-quantizes it.
 fn wide_vocab_model(embd_type: &str) -> PathBuf {
-    let vocab =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vocab/ggml-vocab-gpt-2.gguf");
+    let vocab = common::testdata("vocab/ggml-vocab-gpt-2.gguf");
     let path = tmp_dir().join(format!("wide-vocab-{embd_type}.gguf"));
     run_ok(
         bitnet()

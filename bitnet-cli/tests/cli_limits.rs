@@ -8,7 +8,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bitnet, run_err, run_ok, scratch, shared, stderr_of, tiny_model};
+use common::{bitnet, run_err, run_ok, scratch, stderr_of, testdata, tiny_model};
 
 /// The tiny model's trained context (`context_length`).
 const TINY_TRAINED_CTX: usize = 512;
@@ -125,7 +125,7 @@ fn bench_validates_everything_before_measuring() {
     let err = run_err(
         bitnet()
             .args(["bench", "-m"])
-            .arg(shared("vocab/ggml-vocab-gpt-2.gguf"))
+            .arg(testdata("vocab/ggml-vocab-gpt-2.gguf"))
             .args(["-p", "8", "-n", "0"]),
     );
     assert!(err.contains("only a tokenizer"), "{err}");
@@ -185,7 +185,7 @@ fn files_that_are_not_models_are_named_for_what_they_are() {
         let err = run_err(
             bitnet()
                 .args(["generate", "-m"])
-                .arg(shared(vocab))
+                .arg(testdata(vocab))
                 .args(["-p", "Hi"]),
         );
         assert!(err.contains("holds only a tokenizer"), "{vocab}: {err}");
@@ -222,7 +222,7 @@ fn ends_quietly_on_closed_pipe(cmd: &mut Command) {
 
 #[test]
 fn every_command_ends_quietly_on_a_closed_pipe() {
-    let golden = shared("golden/gguf/bitnet-tiny-i2_s.gguf");
+    let golden = testdata("golden/gguf/bitnet-tiny-i2_s.gguf");
     let d = scratch("pipes");
     let mut inspect_json = bitnet();
     inspect_json
@@ -293,7 +293,7 @@ fn inspect_json_numbers_are_numbers() {
     let out = run_ok(
         bitnet()
             .arg("inspect")
-            .arg(shared("golden/gguf/upstream-tiny-tq2_0.gguf"))
+            .arg(testdata("golden/gguf/upstream-tiny-tq2_0.gguf"))
             .arg("--json"),
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

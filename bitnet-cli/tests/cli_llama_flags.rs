@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use common::{bitnet, run_err, run_ok, scratch, shared, stderr_of, stdout_of, tiny_model};
+use common::{bitnet, run_err, run_ok, scratch, stderr_of, stdout_of, testdata, tiny_model};
 
 const SPM: &str = "vocab/ggml-vocab-llama-spm.gguf";
 
@@ -87,7 +87,7 @@ fn prompts_come_from_files_and_stdin() {
     let out = run_ok(
         bitnet()
             .args(["tokenize", "-m"])
-            .arg(shared(SPM))
+            .arg(testdata(SPM))
             .args(["--show-count", "-f"])
             .arg(&big),
     );
@@ -115,7 +115,7 @@ fn prompts_come_from_files_and_stdin() {
 
 #[test]
 fn text_may_start_with_a_hyphen() {
-    let spm = shared(SPM);
+    let spm = testdata(SPM);
     let out = run_ok(
         bitnet()
             .args(["tokenize", "-m"])
@@ -224,7 +224,7 @@ fn ignore_eos_never_stops_at_an_end_token() {
 
 #[test]
 fn tokenize_takes_llama_tokenize_flags() {
-    let spm = shared(SPM);
+    let spm = testdata(SPM);
     let tok = |extra: &[&str]| run_ok(bitnet().args(["tokenize", "-m"]).arg(&spm).args(extra));
     let ids = tok(&["Hello world"]);
     let text = stdout_of(&ids);
@@ -255,7 +255,7 @@ fn tokenize_takes_llama_tokenize_flags() {
 
 #[test]
 fn inspect_takes_c_and_ctx_size_like_the_other_commands() {
-    let golden = shared("golden/gguf/bitnet-tiny-i2_s.gguf");
+    let golden = testdata("golden/gguf/bitnet-tiny-i2_s.gguf");
     let kv = |flag: &str| {
         let out = run_ok(
             bitnet()

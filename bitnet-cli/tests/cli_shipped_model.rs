@@ -70,7 +70,7 @@ fn the_shipped_model_gives_the_trainers_logits_and_text() {
     let same = (0..rows)
         .filter(|&i| argmax(&ours[i * v..][..v]) == argmax(&theirs[i * v..][..v]))
         .count();
-    // The golden tolerances (shared/data/golden/README.md).
+    // The golden tolerances (testdata/README.md).
     assert!(rel <= 0.07, "rel-L2 {rel}");
     assert!(cos >= 0.998, "cosine {cos}");
     assert!(same * 42 >= rows * 35, "top-1 {same}/{rows}");

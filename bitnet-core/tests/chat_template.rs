@@ -5,8 +5,6 @@
 //! whole conversation rendered at once, on every built-in template, at every turn (BitNet's
 //! template, whose generation prompt ends with a space, through token healing).
 
-use std::path::PathBuf;
-
 use bitnet_core::chat::{
     BUILTIN_TEMPLATES, ChatError, ChatTemplate, Conversation, Message, builtin,
 };
@@ -229,19 +227,13 @@ fn unknown_template_choice_lists_the_builtins() {
     assert_eq!(named.name(), "chatml");
 }
 
-fn shared_vocab_file(name: &str) -> Option<GgufFile> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../shared/data/vocab/ggml-vocab-{name}.gguf"));
-    if !path.is_file() {
-        eprintln!("skipping: {} not found", path.display());
-        return None;
-    }
-    Some(GgufFile::open(&path, LoadMode::Read).expect("open vocab"))
+fn vocab_file(name: &str) -> GgufFile {
+    let path = bitnet_testdata::path(&format!("vocab/ggml-vocab-{name}.gguf"));
+    GgufFile::open(&path, LoadMode::Read).expect("open vocab")
 }
 
-fn shared_vocab(name: &str) -> Option<Tokenizer> {
-    let file = shared_vocab_file(name)?;
-    Some(Tokenizer::from_metadata(file.metadata()).expect("tokenizer"))
+fn vocab(name: &str) -> Tokenizer {
+    Tokenizer::from_metadata(vocab_file(name).metadata()).expect("tokenizer")
 }
 
 /// The reply text a model produces for `content` after the template's generation prompt.
@@ -384,21 +376,17 @@ fn turn_by_turn_equals_whole_on_every_builtin() {
     // Token level, with the vocabularies these formats are used with: Llama 3's for
     // llama3, BitNet 2B-4T (which uses it) and plain; Llama 2's SentencePiece for llama2;
     // for ChatML, Falcon3 and Zephyr, Llama 3's with their markers as special tokens.
-    if let Some(bpe) = shared_vocab("llama-bpe") {
-        check_turn_by_turn("llama3", Some(&bpe), true, "");
-        check_turn_by_turn("plain", Some(&bpe), true, "");
-        // BitNet's generation prompt ends with a space ("Assistant: "), a token of its own
-        // there, which the whole conversation joins to the reply's first word (" Hi"): the
-        // prompt is healed of it and the reply's first token carries it.
-        check_turn_by_turn("bitnet", Some(&bpe), true, " ");
-    }
-    if let Some(spm) = shared_vocab("llama-spm") {
-        check_turn_by_turn("llama2", Some(&spm), true, "");
-    }
-    if let Some(marked) = llama3_with_markers() {
-        for name in ["chatml", "falcon3", "zephyr"] {
-            check_turn_by_turn(name, Some(&marked), true, "");
-        }
+    let bpe = vocab("llama-bpe");
+    check_turn_by_turn("llama3", Some(&bpe), true, "");
+    check_turn_by_turn("plain", Some(&bpe), true, "");
+    // BitNet's generation prompt ends with a space ("Assistant: "), a token of its own
+    // there, which the whole conversation joins to the reply's first word (" Hi"): the
+    // prompt is healed of it and the reply's first token carries it.
+    check_turn_by_turn("bitnet", Some(&bpe), true, " ");
+    check_turn_by_turn("llama2", Some(&vocab("llama-spm")), true, "");
+    let marked = llama3_with_markers();
+    for name in ["chatml", "falcon3", "zephyr"] {
+        check_turn_by_turn(name, Some(&marked), true, "");
     }
 }
 
@@ -406,8 +394,8 @@ fn turn_by_turn_equals_whole_on_every_builtin() {
 /// ChatML, Falcon3 and Zephyr (as fine-tunes adopting those formats do): each marker is one
 /// special token, as in those families' own vocabularies, never merged with the text beside
 /// it. Without that the markers are text, and a reply's last "." joins a marker's "<|".
-fn llama3_with_markers() -> Option<Tokenizer> {
-    let file = shared_vocab_file("llama-bpe")?;
+fn llama3_with_markers() -> Tokenizer {
+    let file = vocab_file("llama-bpe");
     let mut spec = VocabSpec::from_metadata(file.metadata()).expect("vocab spec");
     let markers = [
         "<|im_start|>",
@@ -438,14 +426,12 @@ fn llama3_with_markers() -> Option<Tokenizer> {
             "{m} is one special token"
         );
     }
-    Some(tok)
+    tok
 }
 
 #[test]
 fn continuation_cuts_back_to_the_common_prefix_when_history_changed() {
-    let Some(tok) = shared_vocab("llama-bpe") else {
-        return;
-    };
+    let tok = vocab("llama-bpe");
     let mut conv =
         Conversation::new(ChatTemplate::resolve(None, Some(&tok), Some("llama3")).unwrap());
     conv.push(Message::user("Hello there"));
@@ -468,9 +454,7 @@ fn continuation_cuts_back_to_the_common_prefix_when_history_changed() {
 
 #[test]
 fn a_reply_the_template_trims_is_kept_up_to_where_the_text_changed() {
-    let Some(tok) = shared_vocab("llama-bpe") else {
-        return;
-    };
+    let tok = vocab("llama-bpe");
     let mut conv =
         Conversation::new(ChatTemplate::resolve(None, Some(&tok), Some("bitnet")).unwrap());
     conv.push(Message::user("Hello"));
@@ -497,9 +481,7 @@ fn a_reply_the_template_trims_is_kept_up_to_where_the_text_changed() {
 
 #[test]
 fn bos_is_not_doubled_when_the_template_writes_it() {
-    let Some(tok) = shared_vocab("llama-bpe") else {
-        return;
-    };
+    let tok = vocab("llama-bpe");
     let bos = tok.bos_id().expect("llama-bpe has BOS");
     for name in ["llama3", "chatml"] {
         let mut conv =

@@ -336,13 +336,7 @@ fn generate_streams_greedy_tokens_and_honours_stops() {
     use bitnet_core::scheduler::{StopReason, generate};
     use bitnet_core::tokenizer::StreamDecoder;
 
-    let vocab = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data/vocab/ggml-vocab-llama-spm.gguf");
-    let vocab = if vocab.exists() {
-        vocab
-    } else {
-        PathBuf::from("/work/shared/data/vocab/ggml-vocab-llama-spm.gguf")
-    };
+    let vocab = bitnet_testdata::path("vocab/ggml-vocab-llama-spm.gguf");
     let spec = SynthSpec {
         vocab: Some(vocab),
         ..preset("tiny")

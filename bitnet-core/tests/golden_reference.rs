@@ -1,7 +1,7 @@
 //! The f32 reference forward pass (and with it the config rules and the test decoders)
 //! against two independent engines' logits on the golden tiny model: bitnet.cpp on its I2_S
 //! file (arch `bitnet-25`, squared-ReLU gate) and llama.cpp on its TQ2_0 / TQ1_0 files (arch
-//! `bitnet`, SiLU gate). Tolerances are the golden README's, measured between correct
+//! `bitnet`, SiLU gate). Tolerances are testdata/README.md's, measured between correct
 //! implementations; a wrong layout, rope, norm or gate lands near cosine 0.75.
 
 mod common;
@@ -23,11 +23,11 @@ struct Golden {
     theirs: Vec<f32>,
 }
 
-fn load(gguf: &str, json: &str, logits: &str) -> Option<Golden> {
+fn load(gguf: &str, json: &str, logits: &str) -> Golden {
     let (g, j, l) = (
-        common::golden(gguf)?,
-        common::golden(json)?,
-        common::golden(logits)?,
+        common::golden(gguf),
+        common::golden(json),
+        common::golden(logits),
     );
     let file = GgufFile::open(&g, LoadMode::Mmap).unwrap();
     let cfg = ModelConfig::from_gguf(&file).unwrap();
@@ -35,12 +35,12 @@ fn load(gguf: &str, json: &str, logits: &str) -> Option<Golden> {
     let theirs = common::read_f32s(&l);
     assert_eq!(tokens.len(), 42);
     assert_eq!(theirs.len(), 42 * cfg.n_vocab);
-    Some(Golden {
+    Golden {
         file,
         cfg,
         tokens,
         theirs,
-    })
+    }
 }
 
 fn check(what: &str, a: Agreement) {
@@ -61,13 +61,11 @@ fn check_loose(what: &str, a: Agreement, min_top1: usize) {
 
 #[test]
 fn golden_configs_follow_the_arch_rules() {
-    let Some(b) = load(
+    let b = load(
         "gguf/bitnet-tiny-i2_s.gguf",
         "bitnet-tiny-i2_s.json",
         "logits/bitnet-i2_s.t1.f32",
-    ) else {
-        return;
-    };
+    );
     let c = &b.cfg;
     assert_eq!(
         (c.arch, c.ffn_act, c.rope),
@@ -90,7 +88,7 @@ fn golden_configs_follow_the_arch_rules() {
         "gguf/upstream-tiny-tq2_0.gguf",
         "gguf/upstream-tiny-tq1_0.gguf",
     ] {
-        let Some(p) = common::golden(f) else { return };
+        let p = common::golden(f);
         let file = GgufFile::open(&p, LoadMode::Read).unwrap();
         let c = ModelConfig::from_gguf(&file).unwrap();
         assert_eq!(
@@ -110,7 +108,7 @@ fn golden_files_decode_to_identical_weights() {
     ];
     let mut files = Vec::new();
     for p in paths {
-        let Some(p) = common::golden(p) else { return };
+        let p = common::golden(p);
         files.push(GgufFile::open(&p, LoadMode::Read).unwrap());
     }
     let mut checked = 0;
@@ -138,13 +136,11 @@ fn golden_files_decode_to_identical_weights() {
 
 #[test]
 fn reference_matches_bitnet_cpp_i2_s() {
-    let Some(g) = load(
+    let g = load(
         "gguf/bitnet-tiny-i2_s.gguf",
         "bitnet-tiny-i2_s.json",
         "logits/bitnet-i2_s.t1.f32",
-    ) else {
-        return;
-    };
+    );
     let mut m = RefModel::new(&g.file, &g.cfg);
     let exact = m.logits(&g.tokens);
     check(
@@ -168,13 +164,11 @@ fn reference_matches_bitnet_cpp_i2_s() {
 
 #[test]
 fn reference_matches_llama_cpp_tq2_0_and_tq1_0() {
-    let Some(g) = load(
+    let g = load(
         "gguf/upstream-tiny-tq2_0.gguf",
         "upstream-tiny-tq2_0.json",
         "logits/upstream-tq2_0.t1.f32",
-    ) else {
-        return;
-    };
+    );
     let mut m = RefModel::new(&g.file, &g.cfg);
     m.emu = Emulation::llama_cpp();
     let emu = m.logits(&g.tokens);
@@ -184,7 +178,7 @@ fn reference_matches_llama_cpp_tq2_0_and_tq1_0() {
     );
     m.emu = Emulation::default();
     let exact = m.logits(&g.tokens);
-    // The golden README measured 34/42 top-1 for the exact (per-token int8) math against
+    // testdata/README.md measured 34/42 top-1 for the exact (per-token int8) math against
     // llama.cpp's per-256-block int8: below the engine bar, so only one less is allowed here.
     check_loose(
         "exact reference vs llama.cpp TQ2_0",
@@ -199,9 +193,7 @@ fn reference_matches_llama_cpp_tq2_0_and_tq1_0() {
     assert!(wrong.cosine < 0.99, "{wrong}");
 
     // TQ1_0 holds the same weights: the reference gives bit-identical logits.
-    let Some(p) = common::golden("gguf/upstream-tiny-tq1_0.gguf") else {
-        return;
-    };
+    let p = common::golden("gguf/upstream-tiny-tq1_0.gguf");
     let f1 = GgufFile::open(&p, LoadMode::Read).unwrap();
     let c1 = ModelConfig::from_gguf(&f1).unwrap();
     let mut m1 = RefModel::new(&f1, &c1);

@@ -1,9 +1,8 @@
 //! Tokenizer behaviour beyond llama.cpp's test strings: special tokens written in text, BOS
 //! and EOS rules, end-of-generation ids, decoding and the streaming decoder, speed, and the
-//! errors for broken metadata. Real vocabularies come from `shared/data/vocab` (tests that
-//! need one are skipped when it is absent); the rest use small synthetic vocabularies.
+//! errors for broken metadata. Real vocabularies come from the test data (`testdata/vocab`);
+//! the rest use small synthetic vocabularies.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use bitnet_core::tokenizer::{
@@ -11,20 +10,10 @@ use bitnet_core::tokenizer::{
 };
 use bitnet_gguf::{GgufFile, LoadMode, Metadata, Value};
 
-fn data_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
-    if dir.join("vocab").is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} not found", dir.display());
-        None
-    }
-}
-
-fn load(name: &str) -> Option<Tokenizer> {
-    let path = data_dir()?.join(format!("vocab/ggml-vocab-{name}.gguf"));
+fn load(name: &str) -> Tokenizer {
+    let path = bitnet_testdata::path(&format!("vocab/ggml-vocab-{name}.gguf"));
     let file = GgufFile::open(&path, LoadMode::Mmap).expect("open vocab gguf");
-    Some(Tokenizer::from_metadata(file.metadata()).expect("build tokenizer"))
+    Tokenizer::from_metadata(file.metadata()).expect("build tokenizer")
 }
 
 fn stream_all(tok: &Tokenizer, ids: &[u32]) -> (Vec<String>, String) {
@@ -43,7 +32,7 @@ fn tokenizer_is_shareable() {
 
 #[test]
 fn spm_special_tokens_and_bos_rules() {
-    let Some(tok) = load("llama-spm") else { return };
+    let tok = load("llama-spm");
     assert_eq!(tok.kind(), TokenizerKind::Spm);
     assert_eq!(
         (tok.bos_id(), tok.eos_id(), tok.unk_id()),
@@ -87,7 +76,7 @@ fn spm_special_tokens_and_bos_rules() {
 
 #[test]
 fn spm_decode_strips_only_the_added_space() {
-    let Some(tok) = load("llama-spm") else { return };
+    let tok = load("llama-spm");
     for text in [
         "Hello world",
         " Hello world",
@@ -107,7 +96,7 @@ fn spm_decode_strips_only_the_added_space() {
 
 #[test]
 fn stream_holds_back_split_characters() {
-    let Some(tok) = load("llama-spm") else { return };
+    let tok = load("llama-spm");
     // The llama emoji has no token: it falls back to four byte tokens.
     let ids = tok.encode("a 🦙!", false, false);
     let bytes: Vec<u32> = "🦙".bytes().map(|b| 3 + u32::from(b)).collect();
@@ -145,10 +134,9 @@ fn stream_holds_back_split_characters() {
 #[test]
 fn stream_matches_decode_on_all_vocabs() {
     for name in ["llama-spm", "llama-bpe", "gpt-2", "starcoder"] {
-        let Some(tok) = load(name) else { return };
-        let dir = data_dir().unwrap();
-        let inp =
-            std::fs::read_to_string(dir.join(format!("vocab/ggml-vocab-{name}.gguf.inp"))).unwrap();
+        let tok = load(name);
+        let inp = bitnet_testdata::path(&format!("vocab/ggml-vocab-{name}.gguf.inp"));
+        let inp = std::fs::read_to_string(inp).unwrap();
         let mut checked = 0;
         for text in inp.split("\n__ggml_vocab_test__\n") {
             let ids = tok.encode(text, true, false);
@@ -169,7 +157,7 @@ fn stream_matches_decode_on_all_vocabs() {
 
 #[test]
 fn llama3_special_tokens_and_eog() {
-    let Some(tok) = load("llama-bpe") else { return };
+    let tok = load("llama-bpe");
     assert_eq!(tok.kind(), TokenizerKind::Bpe);
     assert_eq!(tok.pre_tokenizer_name(), "llama-bpe");
     assert_eq!((tok.bos_id(), tok.eos_id()), (Some(128000), Some(128009)));
@@ -200,7 +188,7 @@ fn llama3_special_tokens_and_eog() {
 
 #[test]
 fn gpt2_and_starcoder_flags() {
-    let Some(gpt2) = load("gpt-2") else { return };
+    let gpt2 = load("gpt-2");
     assert_eq!(gpt2.pre_tokenizer_name(), "gpt-2");
     assert!(!gpt2.add_bos());
     assert_eq!(
@@ -211,7 +199,7 @@ fn gpt2_and_starcoder_flags() {
     assert_eq!(gpt2.encode("<|endoftext|>", false, true), vec![50256]);
     assert_ne!(gpt2.encode("<|endoftext|>", false, false), vec![50256]);
 
-    let Some(sc) = load("starcoder") else { return };
+    let sc = load("starcoder");
     // StarCoder splits every digit.
     let ids = sc.encode("12345", false, false);
     assert_eq!(ids.len(), 5);
@@ -223,8 +211,7 @@ fn gpt2_and_starcoder_flags() {
 /// Tokenizing 100 KB must take well under a second in release builds.
 #[test]
 fn speed_100kb() {
-    let Some(dir) = data_dir() else { return };
-    let all = std::fs::read_to_string(dir.join("text/tinyshakespeare.txt")).unwrap();
+    let all = std::fs::read_to_string(bitnet_testdata::path("text/tinyshakespeare.txt")).unwrap();
     let mut end = 100_000.min(all.len());
     while !all.is_char_boundary(end) {
         end -= 1;
@@ -232,7 +219,7 @@ fn speed_100kb() {
     let text = &all[..end];
     for name in ["llama-bpe", "llama-spm", "gpt-2"] {
         let t = Instant::now();
-        let Some(tok) = load(name) else { return };
+        let tok = load(name);
         eprintln!(
             "{name}: loaded in {:.1} ms",
             t.elapsed().as_secs_f64() * 1e3
@@ -477,20 +464,19 @@ fn broken_metadata_names_the_key() {
     );
 }
 
-/// The golden prompt of `shared/data/golden`: bitnet.cpp and llama.cpp both tokenized it
+/// The golden prompt of `testdata/golden`: bitnet.cpp and llama.cpp both tokenized it
 /// (BOS first) from the vocabulary inside their model files; we must give the same ids and
 /// pieces from the same metadata.
 #[test]
 fn golden_prompt_matches_both_engines() {
-    let Some(dir) = data_dir() else { return };
+    let dir = bitnet_testdata::path("golden");
     for (json, gguf) in [
         ("bitnet-tiny-i2_s.json", "bitnet-tiny-i2_s.gguf"),
         ("upstream-tiny-tq1_0.json", "upstream-tiny-tq1_0.gguf"),
     ] {
         let golden: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("golden").join(json)).unwrap())
-                .unwrap();
-        let file = GgufFile::open(dir.join("golden/gguf").join(gguf), LoadMode::Mmap).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(dir.join(json)).unwrap()).unwrap();
+        let file = GgufFile::open(dir.join("gguf").join(gguf), LoadMode::Mmap).unwrap();
         let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
         let prompt = golden["prompt"].as_str().unwrap();
         let want: Vec<u32> = golden["tokens"]
@@ -520,8 +506,8 @@ fn golden_prompt_matches_both_engines() {
 /// rank, the lowest one first.
 #[test]
 fn bad_merge_in_large_table_reports_lowest_rank() {
-    let Some(dir) = data_dir() else { return };
-    let file = GgufFile::open(dir.join("vocab/ggml-vocab-gpt-2.gguf"), LoadMode::Mmap).unwrap();
+    let path = bitnet_testdata::path("vocab/ggml-vocab-gpt-2.gguf");
+    let file = GgufFile::open(path, LoadMode::Mmap).unwrap();
     let mut md = file.metadata().clone();
     let mut merges = md.get_str_array("tokenizer.ggml.merges").unwrap().to_vec();
     assert!(merges.len() > 40_000);

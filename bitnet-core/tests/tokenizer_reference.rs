@@ -1,7 +1,7 @@
 //! Independent reference tokenizations: 150 random strings over a hostile alphabet (mixed
 //! scripts, combining marks, odd whitespace, contractions, digits, emoji) and 25 slices of
 //! tinyshakespeare, tokenized by the reference implementations themselves (Python
-//! `sentencepiece` 0.2.3 with the Llama-2 `tokenizer.model` of `shared/data/golden/hf`, and
+//! `sentencepiece` 0.2.3 with the Llama-2 `tokenizer.model` of `testdata/golden/hf`, and
 //! Hugging Face `tokenizers` 0.23 with a byte-level BPE built from each GGUF's tokens and
 //! merges behind the original pre-tokenizer regexes, `ignore_merges` for Llama-3). No
 //! llama.cpp code was involved, so this checks the same behaviour from a second side.
@@ -11,8 +11,6 @@
 //! `Tokenizer(models.BPE(vocab, merges, ignore_merges)).encode(text,
 //! add_special_tokens=False).ids` with pre-tokenizer `Sequence([Split(Regex(r),
 //! "isolated") for r in regexes] + [ByteLevel(add_prefix_space=False, use_regex=False)])`.
-
-use std::path::PathBuf;
 
 use bitnet_core::tokenizer::Tokenizer;
 use bitnet_gguf::{GgufFile, LoadMode};
@@ -200,14 +198,9 @@ const CASES: &[(&str, [&[u32]; 4])] = &[
 
 #[test]
 fn matches_sentencepiece_and_hf_tokenizers() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vocab");
-    if !dir.is_dir() {
-        eprintln!("skipping: {} not found", dir.display());
-        return;
-    }
     assert_eq!(CASES.len(), 175);
     for (v, name) in VOCABS.iter().enumerate() {
-        let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+        let path = bitnet_testdata::path(&format!("vocab/ggml-vocab-{name}.gguf"));
         let file = GgufFile::open(&path, LoadMode::Mmap).unwrap();
         let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
         let mut failed = Vec::new();

@@ -1,33 +1,24 @@
 //! llama.cpp's own tokenizer expectations (`tests/test-tokenizer-0` format), reproduced
-//! exactly on the four shared vocabularies: for `ggml-vocab-NAME.gguf`, `.inp` holds the
+//! exactly on the four vocabularies of the test data (`testdata/vocab`): for `ggml-vocab-NAME.gguf`, `.inp` holds the
 //! test strings separated by `\n__ggml_vocab_test__\n` and `.out` one line of ids per
 //! string, tokenized with `add_special = false, parse_special = false`.
-
-use std::path::PathBuf;
 
 use bitnet_core::tokenizer::{Tokenizer, TokenizerKind};
 use bitnet_gguf::{GgufFile, LoadMode};
 
-fn vocab_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/vocab");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: {} not found", dir.display());
-        None
-    }
-}
-
-fn load(dir: &std::path::Path, name: &str) -> Tokenizer {
-    let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+fn load(name: &str) -> Tokenizer {
+    let path = bitnet_testdata::path(&format!("vocab/ggml-vocab-{name}.gguf"));
     let file = GgufFile::open(&path, LoadMode::Read).expect("open vocab gguf");
     Tokenizer::from_metadata(file.metadata()).expect("build tokenizer")
 }
 
 /// The test cases, split exactly as test-tokenizer-0's `read_tests` does.
-fn cases(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
-    let inp = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))).unwrap();
-    let out = std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))).unwrap();
+fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
+    let read = |ext: &str| {
+        let path = bitnet_testdata::path(&format!("vocab/ggml-vocab-{name}.gguf.{ext}"));
+        std::fs::read_to_string(path).unwrap()
+    };
+    let (inp, out) = (read("inp"), read("out"));
     let sep = "\n__ggml_vocab_test__\n";
     let mut texts = Vec::new();
     let mut rest = inp.as_str();
@@ -56,10 +47,9 @@ fn cases(dir: &std::path::Path, name: &str) -> Vec<(String, Vec<u32>)> {
 }
 
 fn check(name: &str, kind: TokenizerKind, min_cases: usize) {
-    let Some(dir) = vocab_dir() else { return };
-    let tok = load(&dir, name);
+    let tok = load(name);
     assert_eq!(tok.kind(), kind);
-    let cases = cases(&dir, name);
+    let cases = cases(name);
     assert!(
         cases.len() >= min_cases,
         "{name}: only {} cases",

@@ -1,5 +1,5 @@
 //! Cross-checks against an independent implementation, the `gguf-rs-lib` crate: the metadata
-//! and tensor infos of every shared file it can open, and the block sizes of every tensor type
+//! and tensor infos of every test data file it can open, and the block sizes of every tensor type
 //! it knows. It cannot open bitnet.cpp files (it refuses type id 36), which is why the reader
 //! in this crate is our own; that refusal is asserted too, so this test notices if it changes.
 
@@ -7,8 +7,6 @@ use bitnet_gguf::{Array, GgufFile, LoadMode, TensorType, Value};
 use gguf_rs_lib::format::metadata::MetadataValue;
 use gguf_rs_lib::format::types::GGUFTensorType;
 use gguf_rs_lib::reader::file_reader::open_gguf_file;
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
 
 /// Their value converted to ours, element types preserved.
 fn convert(v: &MetadataValue) -> Value {
@@ -81,8 +79,7 @@ fn metadata_and_tensor_infos_agree_with_gguf_rs_lib() {
     ];
     let mut compared = 0;
     for (rel, theirs_can_read) in files {
-        let p = format!("{DATA}/{rel}");
-        assert!(std::path::Path::new(&p).exists(), "test data missing: {p}");
+        let p = bitnet_testdata::path(rel);
         let ours = GgufFile::open(&p, LoadMode::Mmap).unwrap();
         let theirs = match open_gguf_file(&p) {
             Ok(r) => r,

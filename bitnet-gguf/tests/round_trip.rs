@@ -1,4 +1,4 @@
-//! Writer tests: every shared GGUF read and written back is byte-identical, through the
+//! Writer tests: every GGUF of the test data read and written back is byte-identical, through the
 //! streaming writer in one go and in small chunks, and files built from scratch read back
 //! with the same metadata, tensors and alignment.
 
@@ -6,8 +6,6 @@ use bitnet_gguf::{
     Array, GgufError, GgufFile, GgufWriter, LoadMode, Metadata, TensorInfo, TensorType, Value,
     WriteOptions, write_to_vec,
 };
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
 
 const SHARED: &[&str] = &[
     "vocab/ggml-vocab-llama-spm.gguf",
@@ -38,8 +36,7 @@ fn rewrite(f: &GgufFile, chunk: usize) -> Vec<u8> {
 fn every_shared_file_round_trips_byte_identical() {
     let mut seen = 0;
     for rel in SHARED {
-        let p = format!("{DATA}/{rel}");
-        assert!(std::path::Path::new(&p).exists(), "test data missing: {p}");
+        let p = bitnet_testdata::path(rel);
         let f = GgufFile::open(&p, LoadMode::Mmap).unwrap();
         let original = std::fs::read(&p).unwrap();
         let out = rewrite(&f, usize::MAX);
@@ -52,7 +49,7 @@ fn every_shared_file_round_trips_byte_identical() {
         seen += 1;
     }
     // Also every .gguf in the directory tree, so a file added later is covered too.
-    let mut stack = vec![std::path::PathBuf::from(DATA)];
+    let mut stack = vec![bitnet_testdata::dir().to_path_buf()];
     let mut all = 0;
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).unwrap() {
@@ -71,12 +68,13 @@ fn every_shared_file_round_trips_byte_identical() {
         }
     }
     assert_eq!(seen, SHARED.len());
-    assert!(all >= SHARED.len(), "found only {all} files under {DATA}");
+    let dir = bitnet_testdata::dir().display();
+    assert!(all >= SHARED.len(), "found only {all} files under {dir}");
 }
 
 #[test]
 fn chunked_writes_give_the_same_bytes() {
-    let p = format!("{DATA}/golden/gguf/bitnet-tiny-i2_s.gguf");
+    let p = bitnet_testdata::path("golden/gguf/bitnet-tiny-i2_s.gguf");
     let f = GgufFile::open(&p, LoadMode::Mmap).unwrap();
     assert!(rewrite(&f, 1000) == std::fs::read(&p).unwrap());
 }
@@ -86,7 +84,7 @@ fn repacked_offsets_match_llama_cpp_layout() {
     // Without keep_offsets the writer packs tensors in order with alignment padding, which is
     // exactly how llama.cpp laid out these files.
     for rel in &SHARED[4..] {
-        let p = format!("{DATA}/{rel}");
+        let p = bitnet_testdata::path(rel);
         let f = GgufFile::open(&p, LoadMode::Mmap).unwrap();
         let w = GgufWriter::new(Vec::new(), 3, f.metadata(), f.tensors(), false).unwrap();
         let offs: Vec<u64> = w.offsets().map(|(_, o)| o).collect();

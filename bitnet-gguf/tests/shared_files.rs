@@ -1,23 +1,14 @@
-//! Opens every GGUF under ../shared/data with both load modes and checks what llama.cpp,
-//! bitnet.cpp and the golden README say about them.
+//! Opens every GGUF of the test data (testdata/) with both load modes and checks what llama.cpp,
+//! bitnet.cpp and testdata/README.md say about them.
 
 use bitnet_gguf::{Flavour, GgufFile, LoadMode, TensorType, i2s_scale};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
-
-fn path(rel: &str) -> String {
-    let p = format!("{DATA}/{rel}");
-    assert!(
-        std::path::Path::new(&p).exists(),
-        "test data missing: {p} (the shared data directory must sit beside the checkout)"
-    );
-    p
-}
+use bitnet_testdata::path;
 
 fn open_both(rel: &str) -> (GgufFile, GgufFile) {
     let p = path(rel);
-    let m = GgufFile::open(&p, LoadMode::Mmap).unwrap_or_else(|e| panic!("{p}: {e}"));
-    let r = GgufFile::open(&p, LoadMode::Read).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let m = GgufFile::open(&p, LoadMode::Mmap).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let r = GgufFile::open(&p, LoadMode::Read).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     assert!(m.is_mmap() && !r.is_mmap());
     assert_eq!(m.metadata(), r.metadata());
     assert_eq!(m.tensors(), r.tensors());

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks the trainer's exported logits against an independent implementation: the float32
-numpy reference forward pass of the golden test data (shared/data/golden/tools/reference.py),
+numpy reference forward pass of the golden test data (testdata/golden/tools/reference.py),
 run on the saved checkpoint (bf16 latent weights, widened to f32 exactly).
 
     python3 tools/train/check_reference.py models/shakespeare-hf models/shakespeare-ref
@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.normpath(os.path.join(HERE, "../../../shared/data/golden/tools")))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "../../testdata/golden/tools")))
 import reference  # noqa: E402
 
 

@@ -18,7 +18,7 @@ import tempfile
 from tokenizers import Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.normpath(os.path.join(HERE, "../../../shared/data"))
+TESTDATA = os.path.normpath(os.path.join(HERE, "../../testdata"))
 
 T_U32, T_I32, T_BOOL, T_STR, T_ARR = 4, 5, 7, 8, 9
 
@@ -67,9 +67,9 @@ def main():
     a = p.parse_args()
     tpath = os.path.join(a.hf_dir, "tokenizer.json")
     tok = Tokenizer.from_file(tpath)
-    full = open(os.path.join(SHARED, "text/tinyshakespeare.txt"), encoding="utf-8").read()
+    full = open(os.path.join(TESTDATA, "text/tinyshakespeare.txt"), encoding="utf-8").read()
     cases = [full[i:i + 100000] for i in range(0, len(full), 100000)]
-    tests = open(os.path.join(SHARED, "vocab/ggml-vocab-gpt-2.gguf.inp"), encoding="utf-8").read()
+    tests = open(os.path.join(TESTDATA, "vocab/ggml-vocab-gpt-2.gguf.inp"), encoding="utf-8").read()
     cases += [c for c in tests.split("\n__ggml_vocab_test__\n") if c]
     cases += ["  leading spaces\n\n\n  and   tabs\t\tend  ", "café naïve — “quotes” 日本語 🎭"]
     with tempfile.TemporaryDirectory() as d:

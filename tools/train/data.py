@@ -4,7 +4,7 @@ import os
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_TEXT = os.path.normpath(os.path.join(HERE, "../../../shared/data/text/tinyshakespeare.txt"))
+DEFAULT_TEXT = os.path.normpath(os.path.join(HERE, "../../testdata/text/tinyshakespeare.txt"))
 
 BOS, EOS, EOT = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"
 SPECIALS = [BOS, EOS, EOT]  # ids 0, 1, 2

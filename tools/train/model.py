@@ -1,7 +1,7 @@
 """BitNet b1.58 (2B-4T architecture family) in PyTorch, for quantization-aware training on CPU.
 
 The forward pass is the math of bitnet-core's engine (bitnet-core/tests/common/reference.rs,
-shared/data/golden/tools/reference.py), so a GGUF converted from the saved checkpoint gives
+testdata/golden/tools/reference.py), so a GGUF converted from the saved checkpoint gives
 the same logits:
 
   per layer, h = residual stream [T, H]:

@@ -1,6 +1,6 @@
 //! `bitnet logits -m MODEL.gguf --tokens 1,512,29871 -o OUT.f32`: evaluates the ids in one
 //! batch and writes every position's logits as raw little-endian f32 `[n_tokens][n_vocab]`,
-//! the format of `shared/data/golden/logits/`, for comparing engines and debugging. The
+//! the format of `testdata/golden/logits/`, for comparing engines and debugging. The
 //! output path is checked before the model is loaded; the tokens must fit the context (`-c`,
 //! default the model's, as for `generate`).
 

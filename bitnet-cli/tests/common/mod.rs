@@ -1,5 +1,5 @@
-//! Helpers shared by the CLI test files: running the built `bitnet` binary, the shared test
-//! data, a scratch directory and a tiny generated model. Each test file uses a subset.
+//! Helpers shared by the CLI test files: running the built `bitnet` binary, the test data, a
+//! scratch directory and a tiny generated model. Each test file uses a subset.
 #![allow(dead_code)]
 
 pub mod chat;
@@ -13,16 +13,9 @@ pub fn bitnet() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bitnet"))
 }
 
-pub fn shared(rel: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data")
-        .join(rel);
-    assert!(
-        p.exists(),
-        "test data missing: {} (../shared must sit beside the checkout)",
-        p.display()
-    );
-    p
+/// A file of the test data (`testdata/`); a missing one fails the test.
+pub fn testdata(rel: &str) -> PathBuf {
+    bitnet_testdata::path(rel)
 }
 
 pub fn run_ok(cmd: &mut Command) -> Output {

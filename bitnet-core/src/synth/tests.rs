@@ -165,12 +165,7 @@ fn zero_share_is_respected() {
 
 #[test]
 fn vocab_file_is_copied() {
-    let vocab = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data/vocab/ggml-vocab-llama-spm.gguf");
-    if !vocab.exists() {
-        eprintln!("skipping: {} not found", vocab.display());
-        return;
-    }
+    let vocab = bitnet_testdata::path("vocab/ggml-vocab-llama-spm.gguf");
     let spec = SynthSpec {
         vocab: Some(vocab.clone()),
         n_layer: 1,

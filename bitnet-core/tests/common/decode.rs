@@ -1,5 +1,5 @@
 //! Independent decoders of every tensor type the models use, written from the format
-//! descriptions (ggml's `block_*` structs, bitnet.cpp's I2_S, the golden README) and not
+//! descriptions (ggml's `block_*` structs, bitnet.cpp's I2_S, testdata/README.md) and not
 //! sharing code with `bitnet-kernels`, so the reference forward pass also checks the
 //! kernels' encoders and the engine's decoders.
 

@@ -1,4 +1,4 @@
-//! Comparison metrics for logits, as the golden README defines them.
+//! Comparison metrics for logits, as testdata/README.md defines them.
 
 /// [`rel_l2`] as an `f32`, for budgets kept in `f32`.
 pub fn rel_l2_f32(ours: &[f32], theirs: &[f32]) -> f32 {

@@ -11,24 +11,9 @@ pub mod setup;
 
 use std::path::PathBuf;
 
-/// The shared test data directory: `$BITNET_TEST_DATA`, else `../shared/data` from the
-/// repository root.
-pub fn data_dir() -> PathBuf {
-    match std::env::var_os("BITNET_TEST_DATA") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
-    }
-}
-
-/// `golden/...` under the data directory, or `None` (test skipped) if it is absent.
-pub fn golden(rel: &str) -> Option<PathBuf> {
-    let p = data_dir().join("golden").join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipping: {} not found", p.display());
-        None
-    }
+/// `golden/REL` of the test data (`testdata/`); a missing file fails the test.
+pub fn golden(rel: &str) -> PathBuf {
+    bitnet_testdata::path(&format!("golden/{rel}"))
 }
 
 /// The `tokens` array of a golden JSON file (a tiny parser: the files are ours to read, and

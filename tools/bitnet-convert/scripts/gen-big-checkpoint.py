@@ -111,6 +111,6 @@ if fmt == "packed":
     cfg["quantization_config"] = {"quant_method": "bitnet", "linear_class": "bitlinear"}
 json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
 here = os.path.dirname(os.path.abspath(__file__))
-spm = os.path.join(here, "../../../../shared/data/golden/hf/bitnet-tiny-hf/tokenizer.model")
+spm = os.path.join(here, "../../../testdata/golden/hf/bitnet-tiny-hf/tokenizer.model")
 shutil.copy(spm, os.path.join(out, "tokenizer.model"))
 print(f"total {total / 2**30:.2f} GiB in {out}", file=sys.stderr)

@@ -12,7 +12,7 @@
 //!   weight `c - 1`, and code 3 is invalid. The scale is `1 / weight_scale` for
 //!   `BitLinear` (see [`ScaleMode`]).
 //! - Latent float weights (BitNet b1.58's absmean rule, as in bitnet.cpp's
-//!   `preprocess-huggingface-bitnet.py` and the golden README): `e = mean|W|` over the
+//!   `preprocess-huggingface-bitnet.py` and testdata/README.md): `e = mean|W|` over the
 //!   matrix (accumulated in f64, clamped below at 1e-5 like the reference), trits =
 //!   `clamp(round_half_even(W / e), -1, 1)` (torch's `round` is half-to-even), scale `e`.
 

@@ -28,19 +28,15 @@ fn write(dir: &std::path::Path, tensors: &Tensors) {
 }
 
 /// The golden latent tensors.
-fn golden_tensors() -> Option<Tensors> {
-    Some(read_tensors(&golden_hf()?.join("model.safetensors")))
+fn golden_tensors() -> Tensors {
+    read_tensors(&golden_hf().join("model.safetensors"))
 }
 
 #[test]
 fn latent_fp16_converts_to_bitnet_cpp_trits_and_golden_logits() {
-    let (Some(dir), Some(ref_gguf), Some(ref_logits)) = (
-        golden_hf(),
-        data("golden/gguf/bitnet-tiny-i2_s.gguf"),
-        data("golden/logits/bitnet-i2_s.t1.f32"),
-    ) else {
-        return;
-    };
+    let dir = golden_hf();
+    let ref_gguf = testdata("golden/gguf/bitnet-tiny-i2_s.gguf");
+    let ref_logits = testdata("golden/logits/bitnet-i2_s.t1.f32");
     let out = convert(dir, &opts(TensorType::I2_S));
     // bitnet.cpp's converter and ours must agree on every trit and scale.
     let ours = ternary_tensors(&out);
@@ -61,7 +57,7 @@ fn latent_fp16_converts_to_bitnet_cpp_trits_and_golden_logits() {
 
 #[test]
 fn tq2_0_and_tq1_0_outputs_hold_the_same_trits() {
-    let Some(dir) = golden_hf() else { return };
+    let dir = golden_hf();
     let i2s = ternary_tensors(&convert(dir, &opts(TensorType::I2_S)));
     for ty in [TensorType::TQ2_0, TensorType::TQ1_0] {
         let out = convert(dir, &opts(ty));
@@ -71,22 +67,21 @@ fn tq2_0_and_tq1_0_outputs_hold_the_same_trits() {
             // TQ blocks store the scale as f16; the golden scales are f16-exact.
             assert!(s.iter().all(|&d| d == i2s[name].1[0]), "{name}: scale");
         }
-        if let Some(ref_logits) = data("golden/logits/bitnet-i2_s.t1.f32") {
-            let (l, n_vocab) = logits(&out);
-            check_golden(
-                &format!("fp16 latent -> {}", ty.name()),
-                &l,
-                &read_f32s(&ref_logits),
-                n_vocab,
-            );
-        }
+        let ref_logits = testdata("golden/logits/bitnet-i2_s.t1.f32");
+        let (l, n_vocab) = logits(&out);
+        check_golden(
+            &format!("fp16 latent -> {}", ty.name()),
+            &l,
+            &read_f32s(&ref_logits),
+            n_vocab,
+        );
     }
 }
 
 /// The golden checkpoint packed as the 2B-4T release is: U8 `[out/4, in]` plus a
 /// `weight_scale` = 1 / effective scale, in `scale_dtype`.
-fn packed_checkpoint(scale_dtype: Dtype) -> Option<std::path::PathBuf> {
-    let mut t = golden_tensors()?;
+fn packed_checkpoint(scale_dtype: Dtype) -> std::path::PathBuf {
+    let mut t = golden_tensors();
     let dir = tmp_dir("packed");
     let names: Vec<String> = t.keys().filter(|n| is_proj(n)).cloned().collect();
     for name in names {
@@ -123,20 +118,18 @@ fn packed_checkpoint(scale_dtype: Dtype) -> Option<std::path::PathBuf> {
     copy_side_files(&dir, |c| {
         c["quantization_config"] = serde_json::json!({"quant_method": "bitnet", "linear_class": "bitlinear", "quantization_mode": "offline"});
     });
-    Some(dir)
+    dir
 }
 
 #[test]
 fn packed_release_format_matches_the_latent_route() {
-    let (Some(dir), Some(ref_logits)) = (golden_hf(), data("golden/logits/bitnet-i2_s.t1.f32"))
-    else {
-        return;
-    };
+    let dir = golden_hf();
+    let ref_logits = testdata("golden/logits/bitnet-i2_s.t1.f32");
     let latent_gguf = convert(dir, &opts(TensorType::I2_S));
     let latent = ternary_tensors(&latent_gguf);
     let (latent_logits, n_vocab) = logits(&latent_gguf);
     for dtype in [Dtype::F32, Dtype::BF16] {
-        let packed_dir = packed_checkpoint(dtype).unwrap();
+        let packed_dir = packed_checkpoint(dtype);
         let out = convert(&packed_dir, &opts(TensorType::I2_S));
         let packed = ternary_tensors(&out);
         for (name, (t, s)) in &packed {
@@ -172,11 +165,8 @@ fn packed_release_format_matches_the_latent_route() {
 
 #[test]
 fn bf16_master_weights_give_the_same_trits() {
-    let (Some(mut t), Some(ref_logits)) =
-        (golden_tensors(), data("golden/logits/bitnet-i2_s.t1.f32"))
-    else {
-        return;
-    };
+    let mut t = golden_tensors();
+    let ref_logits = testdata("golden/logits/bitnet-i2_s.t1.f32");
     let dir = tmp_dir("bf16");
     // The projections as bf16 (embedding and norms stay f16: rounding those to bf16 would
     // change the model itself, not the ternarization route under test).
@@ -191,7 +181,7 @@ fn bf16_master_weights_give_the_same_trits() {
     write(&dir, &t);
     copy_side_files(&dir, |c| c["torch_dtype"] = "bfloat16".into());
     let out = convert(&dir, &opts(TensorType::I2_S));
-    let latent_gguf = convert(golden_hf().unwrap(), &opts(TensorType::I2_S));
+    let latent_gguf = convert(golden_hf(), &opts(TensorType::I2_S));
     let latent = ternary_tensors(&latent_gguf);
     for (name, (trits, _)) in ternary_tensors(&out) {
         assert!(trits == latent[&name].0, "{name}: bf16 master trits differ");
@@ -208,9 +198,7 @@ fn bf16_master_weights_give_the_same_trits() {
 
 #[test]
 fn sharded_checkpoint_converts_byte_identically() {
-    let (Some(dir), Some(t)) = (golden_hf(), golden_tensors()) else {
-        return;
-    };
+    let (dir, t) = (golden_hf(), golden_tensors());
     let single = std::fs::read(convert(dir, &opts(TensorType::TQ2_0))).unwrap();
     let shards = tmp_dir("shards");
     let names: Vec<&String> = t.keys().collect();
@@ -238,12 +226,8 @@ fn sharded_checkpoint_converts_byte_identically() {
 
 #[test]
 fn onebitllm_layout_converts_to_the_silu_bitnet_arch() {
-    let (Some(mut t), Some(ref_logits)) = (
-        golden_tensors(),
-        data("golden/logits/upstream-tq2_0.t1.f32"),
-    ) else {
-        return;
-    };
+    let mut t = golden_tensors();
+    let ref_logits = testdata("golden/logits/upstream-tq2_0.t1.f32");
     let dir = tmp_dir("1bitllm");
     // 1bitLLM names its sub-norms after torchscale and ships an untied head.
     let renamed: Tensors = std::mem::take(&mut t)
@@ -284,7 +268,7 @@ fn onebitllm_layout_converts_to_the_silu_bitnet_arch() {
 
 #[test]
 fn packed_llama_permutes_q_and_k_for_normal_rope() {
-    let Some(t0) = golden_tensors() else { return };
+    let t0 = golden_tensors();
     let dir = tmp_dir("llama");
     let mut t = Tensors::new();
     let mut source_trits = std::collections::BTreeMap::new();

@@ -1,4 +1,4 @@
-//! The converted tokenizer tokenizes like the source: for each shared vocabulary with
+//! The converted tokenizer tokenizes like the source: for each test data vocabulary with
 //! llama.cpp's expectations (`vocab/ggml-vocab-NAME.gguf.inp` / `.out`), a source tokenizer
 //! file is built (the golden checkpoint's own `tokenizer.model` for Llama-2 SPM; a
 //! `tokenizer.json` written from the vocabulary's tokens and merges for the byte-level BPE
@@ -16,9 +16,12 @@ use common::*;
 use serde_json::{Value, json};
 
 /// The test cases, split as llama.cpp's test-tokenizer-0 does.
-fn cases(name: &str) -> Option<Vec<(String, Vec<u32>)>> {
-    let inp = std::fs::read_to_string(data(&format!("vocab/ggml-vocab-{name}.gguf.inp"))?).unwrap();
-    let out = std::fs::read_to_string(data(&format!("vocab/ggml-vocab-{name}.gguf.out"))?).unwrap();
+fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
+    let read = |ext: &str| {
+        let path = testdata(&format!("vocab/ggml-vocab-{name}.gguf.{ext}"));
+        std::fs::read_to_string(path).unwrap()
+    };
+    let (inp, out) = (read("inp"), read("out"));
     let sep = "\n__ggml_vocab_test__\n";
     let mut texts = Vec::new();
     let mut rest = inp.as_str();
@@ -39,11 +42,11 @@ fn cases(name: &str) -> Option<Vec<(String, Vec<u32>)>> {
         .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
         .collect();
     assert_eq!(texts.len(), ids.len(), "{name}: case count");
-    Some(texts.into_iter().zip(ids).collect())
+    texts.into_iter().zip(ids).collect()
 }
 
 fn check_cases(name: &str, v: &ConvertedVocab) {
-    let Some(cases) = cases(name) else { return };
+    let cases = cases(name);
     let tok = Tokenizer::from_spec(v.spec.clone()).unwrap();
     let mut failed = 0;
     for (text, want) in &cases {
@@ -69,10 +72,8 @@ fn config(dir: &Path, n: usize) -> HfConfig {
 
 #[test]
 fn sentencepiece_model_converts_to_the_llama_spm_vocab() {
-    let (Some(dir), Some(reference)) = (golden_hf(), data("vocab/ggml-vocab-llama-spm.gguf"))
-    else {
-        return;
-    };
+    let dir = golden_hf();
+    let reference = testdata("vocab/ggml-vocab-llama-spm.gguf");
     let cfg = HfConfig::read(dir).unwrap();
     let v = tokenizer::convert(dir, &cfg, None).unwrap();
     let f = GgufFile::open(&reference, LoadMode::Read).unwrap();
@@ -101,7 +102,7 @@ fn sentencepiece_model_converts_to_the_llama_spm_vocab() {
     check_cases("llama-spm", &v);
     // The golden prompt tokenizes to the golden ids, BOS included.
     let tok = Tokenizer::from_spec(v.spec.clone()).unwrap();
-    let prompt = std::fs::read_to_string(data("golden/tools/prompt.txt").unwrap()).unwrap();
+    let prompt = std::fs::read_to_string(testdata("golden/tools/prompt.txt")).unwrap();
     assert_eq!(
         tok.encode(prompt.trim_end_matches('\n'), true, false),
         golden_tokens()
@@ -162,9 +163,7 @@ fn split_regex(re: &str) -> Value {
 const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 fn bpe_round_trip(name: &str, pre: Value, want_pre: &str) {
-    let Some(vocab) = data(&format!("vocab/ggml-vocab-{name}.gguf")) else {
-        return;
-    };
+    let vocab = testdata(&format!("vocab/ggml-vocab-{name}.gguf"));
     let dir = tmp_dir(name);
     let n = bpe_source(&vocab, pre, &dir);
     let v = tokenizer::convert(&dir, &config(&dir, n), None).unwrap();
@@ -214,9 +213,7 @@ fn starcoder_tokenizer_json_converts_to_starcoder() {
 
 #[test]
 fn unrecognised_pre_tokenizer_is_an_error_unless_named() {
-    let Some(vocab) = data("vocab/ggml-vocab-gpt-2.gguf") else {
-        return;
-    };
+    let vocab = testdata("vocab/ggml-vocab-gpt-2.gguf");
     let dir = tmp_dir("unknown-pre");
     let n = bpe_source(&vocab, split_regex(r"\w+|[^\w\s]+|\s+"), &dir);
     let cfg = config(&dir, n);
@@ -236,9 +233,7 @@ fn unrecognised_pre_tokenizer_is_an_error_unless_named() {
 
 #[test]
 fn chat_template_and_padding_are_carried_over() {
-    let Some(vocab) = data("vocab/ggml-vocab-gpt-2.gguf") else {
-        return;
-    };
+    let vocab = testdata("vocab/ggml-vocab-gpt-2.gguf");
     let dir = tmp_dir("template");
     let n = bpe_source(
         &vocab,

@@ -8,24 +8,9 @@ use std::sync::OnceLock;
 
 use safetensors::{Dtype, SafeTensors};
 
-/// The shared test data directory (`$BITNET_TEST_DATA` or `../shared/data` beside the
-/// repository).
-pub fn data_dir() -> PathBuf {
-    match std::env::var_os("BITNET_TEST_DATA") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"),
-    }
-}
-
-/// A path under the data directory, or `None` (test skipped) if absent.
-pub fn data(rel: &str) -> Option<PathBuf> {
-    let p = data_dir().join(rel);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("skipping: {} not found", p.display());
-        None
-    }
+/// A file of the test data (`testdata/`); a missing one fails the test.
+pub fn testdata(rel: &str) -> PathBuf {
+    bitnet_testdata::path(rel)
 }
 
 /// A fresh temporary directory, removed when the test process exits.
@@ -87,12 +72,11 @@ pub fn read_tensors(path: &Path) -> Tensors {
         .collect()
 }
 
-/// The golden tiny checkpoint, decompressed once into a temporary directory (with its
-/// config and tokenizer files), or `None` if the shared data is absent.
-pub fn golden_hf() -> Option<&'static Path> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// The golden tiny checkpoint, copied once into a temporary directory: its weights, config
+/// and tokenizer files, without the test data's notes beside them (scales, checksum).
+pub fn golden_hf() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let src = data("golden/hf/bitnet-tiny-hf")?;
         let dir = tmp_dir("golden-hf");
         for f in [
             "config.json",
@@ -100,21 +84,18 @@ pub fn golden_hf() -> Option<&'static Path> {
             "tokenizer_config.json",
             "special_tokens_map.json",
             "tokenizer.model",
+            "model.safetensors",
         ] {
-            std::fs::copy(src.join(f), dir.join(f)).unwrap();
+            let src = testdata(&format!("golden/hf/bitnet-tiny-hf/{f}"));
+            std::fs::copy(src, dir.join(f)).unwrap();
         }
-        let xz = std::fs::read(src.join("model.safetensors.xz")).unwrap();
-        let mut out = Vec::new();
-        lzma_rs::xz_decompress(&mut std::io::Cursor::new(xz), &mut out).unwrap();
-        std::fs::write(dir.join("model.safetensors"), out).unwrap();
-        Some(dir)
+        dir
     })
-    .as_deref()
 }
 
 /// Copies the golden checkpoint's non-weight files to `dir`, with `config.json` edited.
 pub fn copy_side_files(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
-    let g = golden_hf().unwrap();
+    let g = golden_hf();
     for f in [
         "generation_config.json",
         "tokenizer_config.json",
@@ -162,7 +143,7 @@ pub fn values(t: &T) -> Vec<f32> {
 
 /// The golden prompt's token ids.
 pub fn golden_tokens() -> Vec<u32> {
-    let p = data_dir().join("golden/bitnet-tiny-i2_s.json");
+    let p = testdata("golden/bitnet-tiny-i2_s.json");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
     v["tokens"]
         .as_array()
@@ -272,7 +253,7 @@ pub fn ternary_tensors(gguf: &Path) -> BTreeMap<String, (Vec<i8>, Vec<f32>)> {
     out
 }
 
-/// The effective ternarization of a latent matrix (the golden README's rule).
+/// The effective ternarization of a latent matrix (testdata/README.md's rule).
 pub fn absmean(w: &[f32]) -> (Vec<i8>, f32) {
     let e = (w.iter().map(|v| f64::from(v.abs())).sum::<f64>() / w.len() as f64) as f32;
     (
