@@ -588,9 +588,12 @@ impl ChatSession {
             self.removed += reply_stats.discarded_tokens;
         }
         // Stopped before anything came: no empty reply is kept (the caller restores the
-        // conversation; the cache's partly read turn is cut back at the next one).
+        // conversation), and the cache lets go of the partly read turn now, so what the
+        // context holds is the conversation's again (`/show` counts it).
         let unanswered = reply_stats.stop_reason == StopReason::Cancelled && reply.is_empty();
-        if !unanswered {
+        if unanswered {
+            self.truncate_to(turn.keep)?;
+        } else {
             self.conv.push(Message::assistant(reply));
         }
         Ok(TurnStats {
