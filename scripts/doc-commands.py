@@ -280,6 +280,8 @@ def main():
 
     bin_dir = Path(args.bin_dir).resolve()
     failures, ran, listed = [], 0, 0
+    # A command shown in several places runs once (its first place is named).
+    done_before = {}
     with tempfile.TemporaryDirectory(prefix="doc-commands-") as scratch:
         sandbox = Path(scratch)
         if not args.list:
@@ -305,6 +307,11 @@ def main():
             if args.list:
                 print(f"would run {where}: {shlex.join(words)}")
                 continue
+            key = shlex.join(words)
+            if key in done_before:
+                print(f"same     {where}: as {done_before[key]}")
+                continue
+            done_before[key] = where
             started = time.monotonic()
             ok, output = run_one(words, env, sandbox)
             ran += 1
