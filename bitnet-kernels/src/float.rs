@@ -32,6 +32,7 @@ use crate::scalar::float as scalar;
 pub use crate::layout::rows as formats;
 
 pub use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use crate::layout::q8r::{Q8Acts, Q8R, Q8R_ROWS};
 pub use crate::layout::rows::{
     Q4_0_BLOCK_BYTES, Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK4_0, QK8_0, RowFormat,
     dequantize_row, quantize_row_q4_0, quantize_row_q6_k, quantize_row_q8_0,
@@ -216,6 +217,31 @@ pub fn matmul_q8_0_q8_0(
         return;
     }
     kernels(isa).matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out)
+}
+
+/// The Q8_0 head in its grouped layout ([`Q8R`]) times `n_tok` Q8_0 activation rows
+/// ([`Q8Acts`]): `out[t * rows.len() + i]` is row `rows.start + i` dotted with token row `t`.
+/// Every kernel set gives the scalar reference's bits, which are the scalar
+/// [`matmul_q8_0_q8_0`]'s on the same rows; a token's result does not depend on its batch.
+/// `rows` is whole groups of [`Q8R_ROWS`] (it may end at the last row), so a thread's share
+/// is one contiguous stretch of the matrix.
+///
+/// # Panics
+/// If the widths differ, `n_tok` exceeds the activations' capacity, `rows` is not a range
+/// of whole groups inside the matrix, or `out.len() != n_tok * rows.len()`.
+pub fn matmul_q8r(
+    isa: Isa,
+    w: &Q8R,
+    x: &Q8Acts,
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    crate::layout::q8r::check_matmul(w, x, n_tok, &rows, out);
+    if rows.is_empty() || n_tok == 0 {
+        return;
+    }
+    kernels(isa).matmul_q8r(w, x, n_tok, rows, out)
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`.

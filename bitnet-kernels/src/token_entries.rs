@@ -149,6 +149,23 @@ macro_rules! token_entries {
             unsafe { q8q8::matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out) }
         }
 
+        fn matmul_q8r(
+            self,
+            w: &crate::layout::q8r::Q8R,
+            x: &crate::layout::q8r::Q8Acts,
+            n_tok: usize,
+            rows: std::ops::Range<usize>,
+            out: &mut [f32],
+        ) {
+            crate::layout::q8r::check_matmul(w, x, n_tok, &rows, out);
+            if rows.is_empty() || n_tok == 0 {
+                return;
+            }
+            // SAFETY: `self` proves the target features; shapes checked above, rows not
+            // empty.
+            unsafe { q8r::matmul_q8r(w, x, n_tok, rows, out) }
+        }
+
         fn rmsnorm(self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
             // SAFETY: `self` proves the target features; the kernel checks the shapes.
             unsafe { float::rmsnorm(x, weight, eps, out) }

@@ -32,6 +32,48 @@ pub(crate) unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4
     r
 }
 
+/// `acc + ` the dot products of the four signed byte quads of `a` (lane `i`: bytes
+/// `4i..4i + 4`) with quad `L` of `b` (bytes `4L..4L + 4`), the same quad for every lane
+/// (`SDOT` by element).
+///
+/// # Safety
+/// The CPU must have FEAT_DotProd (the caller's token proves it).
+#[inline(always)]
+pub(crate) unsafe fn sdot_lane<const L: i32>(
+    acc: int32x4_t,
+    a: int8x16_t,
+    b: int8x16_t,
+) -> int32x4_t {
+    const { assert!(L >= 0 && L < 4) };
+    let mut r = acc;
+    // SAFETY: pure register arithmetic; the caller guarantees the instruction exists.
+    unsafe {
+        asm!(
+            "sdot {0:v}.4s, {1:v}.16b, {2:v}.4b[{l}]",
+            inout(vreg) r,
+            in(vreg) a,
+            in(vreg) b,
+            l = const L,
+            options(pure, nomem, nostack, preserves_flags)
+        )
+    };
+    r
+}
+
+/// Asks for the cache line of `p` to be brought into L1 (`PRFM PLDL1KEEP`): a hint, which
+/// reads nothing into the program and never faults, whatever the address.
+#[inline(always)]
+pub(crate) fn prefetch_l1(p: *const u8) {
+    // SAFETY: `PRFM` is a hint in the AArch64 base ISA: it cannot fault or change memory.
+    unsafe {
+        asm!(
+            "prfm pldl1keep, [{0}]",
+            in(reg) p,
+            options(nostack, readonly, preserves_flags)
+        )
+    };
+}
+
 /// `acc + A * B^T` with `a` the 2x8 signed bytes of A (row-major) and `b` the 2x8 of B:
 /// lanes `[a0.b0, a0.b1, a1.b0, a1.b1]` (`SMMLA`).
 ///

@@ -8,6 +8,7 @@ pub mod binary;
 pub mod files;
 pub mod half;
 pub mod kv;
+pub mod q8r;
 pub mod repack;
 pub mod rows;
 pub mod ternary;

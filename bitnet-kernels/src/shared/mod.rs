@@ -7,6 +7,7 @@
 pub(crate) mod act;
 pub(crate) mod attn;
 pub(crate) mod hadamard;
+pub(crate) mod q8r;
 pub(crate) mod requant;
 pub(crate) mod rope;
 pub(crate) mod rows;

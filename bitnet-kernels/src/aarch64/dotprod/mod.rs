@@ -12,12 +12,14 @@ use crate::aarch64::neon::Neon;
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
+use crate::layout::q8r::{Q8Acts, Q8R};
 use crate::layout::ternary::TernaryMatrix;
 use crate::ops::Kernels;
 
 mod binary;
 mod kv_int8;
 mod q8q8;
+mod q8r;
 mod ternary;
 
 /// Proof that NEON and FEAT_DotProd were detected.
@@ -106,6 +108,15 @@ impl Kernels for Dotprod {
     ) {
         // SAFETY: `self` proves the target features; the kernel checks the shapes.
         unsafe { q8q8::matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out) }
+    }
+
+    fn matmul_q8r(self, w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
+        crate::layout::q8r::check_matmul(w, x, n_tok, &rows, out);
+        if rows.is_empty() || n_tok == 0 {
+            return;
+        }
+        // SAFETY: `self` proves NEON and DotProd; shapes checked above, rows not empty.
+        unsafe { q8r::matmul_q8r(w, x, n_tok, rows, out) }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -29,6 +29,7 @@ mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
 mod q8q8;
+mod q8r;
 mod qrows;
 mod requant;
 mod rope;

@@ -27,6 +27,7 @@ mod attn_group;
 mod binary;
 mod float;
 mod q8q8;
+mod q8r;
 mod qrows;
 mod rope;
 mod ternary;

@@ -16,11 +16,13 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::isa::Isa;
+use crate::layout::q8r::{Q8Acts, Q8R};
 use crate::layout::ternary::TernaryMatrix;
 use crate::ops::Kernels;
 use crate::x86_64::avx2::Avx2;
 
 mod q8q8;
+mod q8r;
 mod ternary;
 
 /// Token rows from which `ternary_raw_dots_multi` takes the VNNI tile (fewer: AVX2's group
@@ -90,5 +92,15 @@ impl Kernels for AvxVnni {
         }
         // SAFETY: `self` proves AVX2/FMA/F16C and AVX-VNNI; the kernel checks the shapes.
         unsafe { q8q8::matmul_q8_0_q8_0_tokens(w, row_len, xq, n_tok, rows, out) }
+    }
+
+    fn matmul_q8r(self, w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
+        crate::layout::q8r::check_matmul(w, x, n_tok, &rows, out);
+        if rows.is_empty() || n_tok == 0 {
+            return;
+        }
+        // SAFETY: `self` proves AVX2/FMA/F16C and AVX-VNNI; shapes checked above, rows not
+        // empty.
+        unsafe { q8r::matmul_q8r(w, x, n_tok, rows, out) }
     }
 }

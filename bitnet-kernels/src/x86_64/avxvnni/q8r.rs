@@ -1,0 +1,100 @@
+//! AVX-VNNI product of the grouped Q8_0 head (`crate::layout::q8r`): `avx2/q8r.rs`'s walk and
+//! lanes (rows 0-7 and 8-15 of a line in two registers), with AVX-512's integer core in VEX
+//! form: `vpdpbusd` over `w ^ 0x80` (= `w + 128` as a byte), each block's lanes starting from
+//! the activations' `-128 * sum(x)`, so one instruction per register and token replaces
+//! `sign`, `maddubs`, `madd` and `add`. The float steps are the scalar reference's (no FMA),
+//! so the result is the reference's, bit for bit.
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::layout::q8r::{Q8Acts, Q8R, Q8R_LINE, Q8R_ROWS, Q8R_SB_COLS, Q8R_SCALE_BYTES};
+use crate::layout::rows::QK8_0;
+use crate::shared::q8r::{ActPtrs, q8r_walk};
+
+/// How far ahead of the line in use the stream is prefetched, in bytes.
+const PF_DIST: usize = 4096;
+
+/// One super-block of a group (`p`) against tokens `t0..t0 + T`, added to `acc` (rows 0-7,
+/// 8-15 of each token); with `pf`, a prefetch for each of its lines `PF_DIST` ahead.
+///
+/// # Safety
+/// The super-block is readable and 64-byte aligned; the tokens are below the activations'
+/// capacity and `s` below their super-blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn sb<const T: usize>(
+    p: *const u8,
+    x: ActPtrs,
+    t0: usize,
+    s: usize,
+    acc: &mut [[__m256; 2]; T],
+    pf: bool,
+) {
+    let flip = _mm256_set1_epi8(0x80u8 as i8);
+    // SAFETY: every load lies inside the super-block or the tokens' activations, aligned as
+    // the layout says (the caller's guarantees); prefetches never fault.
+    unsafe {
+        if pf {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PF_DIST).cast());
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PF_DIST + 64).cast());
+        }
+        for b in 0..4 {
+            let sc = p.add(32 * b);
+            let dw = [
+                _mm256_cvtph_ps(_mm_load_si128(sc.cast())),
+                _mm256_cvtph_ps(_mm_load_si128(sc.add(16).cast())),
+            ];
+            let col = s * Q8R_SB_COLS + b * QK8_0;
+            let mut dot: [[__m256i; 2]; T] = std::array::from_fn(|t| {
+                let bias = _mm256_set1_epi32(x.bias(t0 + t, s * 4 + b));
+                [bias, bias]
+            });
+            for k in 0..8 {
+                let line = p.add(Q8R_SCALE_BYTES + Q8R_LINE * (8 * b + k));
+                if pf {
+                    _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(PF_DIST).cast());
+                }
+                let u0 = _mm256_xor_si256(_mm256_load_si256(line.cast()), flip);
+                let u1 = _mm256_xor_si256(_mm256_load_si256(line.add(32).cast()), flip);
+                for t in 0..T {
+                    let xb = _mm256_set1_epi32(x.quad(t0 + t, col + 4 * k));
+                    dot[t][0] = _mm256_dpbusd_avx_epi32(dot[t][0], u0, xb);
+                    dot[t][1] = _mm256_dpbusd_avx_epi32(dot[t][1], u1, xb);
+                }
+            }
+            for t in 0..T {
+                let dx = _mm256_set1_ps(x.scale(t0 + t, s * 4 + b));
+                for h in 0..2 {
+                    let d = _mm256_mul_ps(dw[h], dx);
+                    let p = _mm256_mul_ps(d, _mm256_cvtepi32_ps(dot[t][h]));
+                    acc[t][h] = _mm256_add_ps(acc[t][h], p);
+                }
+            }
+        }
+    }
+}
+
+/// A token's 16 row sums.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn lanes(a: [__m256; 2]) -> [f32; Q8R_ROWS] {
+    let mut v = [0.0f32; Q8R_ROWS];
+    // SAFETY: `v` holds 16 floats.
+    unsafe {
+        _mm256_storeu_ps(v.as_mut_ptr(), a[0]);
+        _mm256_storeu_ps(v.as_mut_ptr().add(8), a[1]);
+    }
+    v
+}
+
+/// Same contract as the scalar kernel of this name.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-VNNI; the shapes were checked
+/// (`crate::layout::q8r::check_matmul`) and `rows` is not empty.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn matmul_q8r(w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
+    let zero = [_mm256_setzero_ps(); 2];
+    q8r_walk!(sb, lanes, zero, [1, 2, 3, 4], w, x, n_tok, rows, out);
+}
