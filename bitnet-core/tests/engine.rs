@@ -197,6 +197,73 @@ fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
     std::fs::remove_file(&path).ok();
 }
 
+/// Q8_0 head (weights and hidden state quantized to Q8_0) vs the file's F16 head.
+const HEAD_Q8_REL_L2_TOL: f32 = 0.05;
+
+/// A Q8_0 head whose vocabulary is not whole row groups of the kernels' layout (4100 = 256
+/// groups of 16, and 4 rows): prefill equals decode, every thread count gives the same
+/// bits, and the logits stay near the float head's. Then a tied Q8_0 embedding, which a Q8_0
+/// head reads back from its own copy: the file's rows are neither kept nor mapped.
+#[test]
+fn a_q8_head_off_the_row_groups() {
+    let spec = SynthSpec {
+        n_vocab: 4100,
+        ..preset("tiny")
+    };
+    let q8 = |o: common::setup::Opts| common::setup::Opts {
+        head: Some(HeadMode::Q8),
+        ..o
+    };
+    check_prefill_matches_decode(&spec, "q8-head-4100", &q8(opts(2)));
+    let toks = spread_prompt(12, spec.n_vocab);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let path = model_path(&spec, "q8-head-4100-threads");
+    let run = |o: common::setup::Opts| {
+        let model = common::setup::load(&path, &o).unwrap();
+        (prefill_all(&model, &toks), decode_all(&model, &toks[..4]))
+    };
+    let (p1, d1) = run(q8(opts(1)));
+    for threads in [2, 3] {
+        let (p, d) = run(q8(opts(threads)));
+        assert_eq!(bits(&p1), bits(&p), "prefill: 1 vs {threads} threads");
+        assert_eq!(bits(&d1), bits(&d), "decode: 1 vs {threads} threads");
+    }
+    let (pn, _) = run(opts(2));
+    let e = rel_l2_f32(&p1, &pn);
+    assert!(
+        e > 0.0 && e <= HEAD_Q8_REL_L2_TOL,
+        "q8 vs f16 head: rel-L2 {e}"
+    );
+    std::fs::remove_file(&path).ok();
+
+    let tied = SynthSpec {
+        embd_type: TensorType::Q8_0,
+        ..spec
+    };
+    let path = model_path(&tied, "q8-head-4100-tied");
+    let mut logits = Vec::new();
+    for mode in [LoadMode::Mmap, LoadMode::Read] {
+        let model =
+            common::setup::load(&path, &q8(common::setup::Opts { mode, ..opts(2) })).unwrap();
+        let m = model.load_stats().memory;
+        assert_eq!((m.mapped, m.mapped_by_row), (0, 0), "{mode:?}: {m:?}");
+        let head = tied.n_vocab.div_ceil(16) * tied.n_embd.div_ceil(128) * 2176;
+        assert!(
+            m.copied >= head as u64 && m.copied < (head + head / 4) as u64,
+            "{mode:?}: {m:?}"
+        );
+        logits.push(prefill_all(&model, &toks));
+    }
+    assert_eq!(bits(&logits[0]), bits(&logits[1]), "mmap vs read");
+    let native = prefill_all(&common::setup::load(&path, &opts(2)).unwrap(), &toks);
+    let e = rel_l2_f32(&logits[0], &native);
+    assert!(
+        e > 0.0 && e <= HEAD_Q8_REL_L2_TOL,
+        "tied: q8 vs native Q8_0 head: rel-L2 {e}"
+    );
+    std::fs::remove_file(&path).ok();
+}
+
 #[test]
 fn scalar_and_best_kernels_agree() {
     let path = model_path(&preset("tiny"), "isa");
@@ -487,7 +554,8 @@ fn weight_memory_adds_up_and_says_where_the_bytes_live() {
     let file = bitnet_gguf::GgufFile::open(&path, bitnet_gguf::LoadMode::Mmap).unwrap();
     let embd = file.tensor("token_embd.weight").unwrap();
     let (embd_bytes, rows, cols) = (embd.n_bytes, embd.rows(), embd.row_len());
-    let q8_head = rows * (cols / 32 * 34);
+    // The Q8_0 head in the kernels' layout: 16-row groups, columns padded to 128.
+    let q8_head = rows.div_ceil(16) * cols.div_ceil(128) * 2176;
     drop(file);
     for (mode, head) in [
         (LoadMode::Mmap, HeadMode::Native),

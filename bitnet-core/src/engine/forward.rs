@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use bitnet_kernels::float::{self, RowFormat};
+use bitnet_kernels::float;
 use bitnet_kernels::{AlignedVec, Isa, quantize_act, quantize_act_binary};
 
 use super::attention::{self, AttnShape, KvView};
@@ -28,7 +28,7 @@ use crate::config::{ActBits, FfnAct, RopeStyle};
 use crate::error::CoreError;
 use crate::kv::KvStorage;
 use crate::model::linear::{LinInput, Linear, LinearKind, Needs, bit_words, padded};
-use crate::model::{HeadMode, Model, Store};
+use crate::model::{Model, Store};
 use crate::threadpool::ThreadPool;
 
 /// The profile row a projection's products are charged to.
@@ -148,6 +148,7 @@ impl Workspace {
             scores,
             hn,
             hq8,
+            hacts,
             logits,
             head_blk,
             profile,
@@ -184,13 +185,10 @@ impl Workspace {
             ff: nff,
         };
 
-        // Embedding rows, straight from the file's bytes.
+        // Embedding rows, straight from the file's bytes (or the tied Q8_0 head's).
         let t = profile.start();
-        let emb = store.bytes(&m.embed.blob);
-        let rb = m.embed.row_bytes;
         for (i, &tok) in tokens.iter().enumerate() {
-            let row = &emb[tok as usize * rb..(tok as usize + 1) * rb];
-            float::dequantize_row(m.embed.fmt, row, &mut bufs.x[i * e..(i + 1) * e]);
+            m.embed_row(tok as usize, &mut bufs.x[i * e..(i + 1) * e]);
         }
         profile.stop(OpKind::Embed, t);
 
@@ -414,8 +412,6 @@ impl Workspace {
             }
         }
         profile.stop(OpKind::Elementwise, t);
-        let q8 = m.head_mode == HeadMode::Q8;
-        let q8_rb = RowFormat::Q8_0.row_bytes(e).unwrap_or(0);
         let vocab = cfg.n_vocab;
         for group in rows.chunks(HEAD_BATCH) {
             let nb = group.len();
@@ -424,37 +420,29 @@ impl Workspace {
                 let tok = tok as usize;
                 let h = &mut hn[j * e..(j + 1) * e];
                 float::rmsnorm(isa, &bufs.x[tok * e..(tok + 1) * e], &m.output_norm, eps, h);
-                if q8 {
-                    float::quantize_row_q8_0(h, &mut hq8[j * q8_rb..(j + 1) * q8_rb]);
+                if let Some(acts) = hacts.as_mut() {
+                    float::quantize_row_q8_0(h, hq8);
+                    acts.set_row(j, hq8);
                 }
             }
             profile.stop(OpKind::Norm, t);
             let t = profile.start();
+            let acts = hacts.as_ref();
             if nb == 1 {
                 // One row: the blocked layout is the plain one.
-                matmul::head_rows(pool, isa, store, &m.head, m.head_mode, hn, hq8, 1, logits);
+                matmul::head_rows(pool, isa, store, &m.head, hn, acts, 1, logits);
                 stop_region(profile, pool, OpKind::Head, t);
                 on_logits(group[0].0 as usize, group[0].1 as usize, logits);
                 continue;
             }
-            matmul::head_rows(
-                pool,
-                isa,
-                store,
-                &m.head,
-                m.head_mode,
-                hn,
-                hq8,
-                nb,
-                head_blk,
-            );
+            matmul::head_rows(pool, isa, store, &m.head, hn, acts, nb, head_blk);
             stop_region(profile, pool, OpKind::Head, t);
             let b = Blocked {
                 data: &head_blk[..nb * vocab],
                 n_tok: nb,
                 rows: vocab,
                 align: HEAD_ALIGN,
-                parts: matmul::head_chunks(&m.head, m.head_mode, pool.n_threads()),
+                parts: matmul::head_chunks(&m.head, pool.n_threads()),
             };
             for (j, &(item, idx, _)) in group.iter().enumerate() {
                 b.copy_row(j, logits);

@@ -8,11 +8,11 @@
 
 use std::ops::Range;
 
-use bitnet_kernels::float::{self, RowFormat};
+use bitnet_kernels::float::{self, Q8Acts, Q8R_ROWS};
 use bitnet_kernels::{Isa, MATMUL_CALL_ROWS};
 
 use crate::model::linear::{LinInput, Linear};
-use crate::model::{FloatRows, HeadMode, Store};
+use crate::model::{Head, Store};
 use crate::threadpool::{ChunkQueue, ThreadPool, split_range};
 
 /// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
@@ -164,42 +164,45 @@ pub(super) fn blocked<'a>(
     }
 }
 
-/// Row granule of a chunk of the head (keeps chunks cache-line sized).
+/// Row granule of a chunk of the head (keeps chunks cache-line sized, and a Q8_0 head's
+/// chunks whole groups of its layout).
 pub(super) const HEAD_ALIGN: usize = 16;
 /// Head chunks per thread at most (about 4 MiB each for a 2B-4T Q8_0 head on 2 threads).
 const HEAD_CHUNKS_PER_THREAD: usize = 48;
 
-/// The head's rows for `n` tokens into the blocked `out` (`[n][share]` per thread share).
+const _: () = assert!(HEAD_ALIGN.is_multiple_of(Q8R_ROWS));
+
+/// The head's rows for `n` tokens into the blocked `out` (`[n][share]` per thread share):
+/// a float head against the normed hidden states `hn`, a Q8_0 one against their Q8_0 rows
+/// `acts` (which the workspace holds whenever the head is Q8_0).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn head_rows(
     pool: &ThreadPool,
     isa: Isa,
     store: &Store,
-    head: &FloatRows,
-    mode: HeadMode,
+    head: &Head,
     hn: &[f32],
-    hq8: &[u8],
+    acts: Option<&Q8Acts>,
     n: usize,
     out: &mut [f32],
 ) {
-    let data = store.bytes(&head.blob);
-    let cols = head.cols;
-    let job = |r: Range<usize>, dst: &mut [f32]| match mode {
-        HeadMode::Q8 => {
-            let rb = RowFormat::Q8_0.row_bytes(cols).unwrap_or(0);
-            float::matmul_q8_0_q8_0(isa, data, cols, &hq8[..n * rb], n, r, dst)
+    let job = |r: Range<usize>, dst: &mut [f32]| match head {
+        Head::Q8(q) => {
+            let acts = acts.expect("the workspace holds Q8_0 activations for a Q8_0 head");
+            float::matmul_q8r(isa, q, acts, n, r, dst)
         }
-        HeadMode::Native => {
-            float::matmul_f32(isa, head.fmt, data, cols, &hn[..n * cols], n, r, dst)
+        Head::Rows(f) => {
+            let data = store.bytes(&f.blob);
+            float::matmul_f32(isa, f.fmt, data, f.cols, &hn[..n * f.cols], n, r, dst)
         }
     };
-    let nt = pool.n_threads();
+    let (nt, rows) = (pool.n_threads(), head.rows());
     if nt == 1 {
-        job(0..head.rows, &mut out[..n * head.rows]);
+        job(0..rows, &mut out[..n * rows]);
         return;
     }
-    let chunks = head_chunks(head, mode, nt);
-    let q = ChunkQueue::new(&mut out[..], head.rows, n, chunks, HEAD_ALIGN)
+    let chunks = head_chunks(head, nt);
+    let q = ChunkQueue::new(&mut out[..], rows, n, chunks, HEAD_ALIGN)
         .expect("head output buffer holds n * vocab");
     pool.run(&|_, _| {
         while let Some((r, dst)) = q.claim() {
@@ -210,15 +213,14 @@ pub(super) fn head_rows(
 
 /// Chunks of [`HEAD_ALIGN`]-row groups the head is cut into on `nt` threads (the head is
 /// one long product: many small chunks, a few MiB each).
-pub(super) fn head_chunks(head: &FloatRows, mode: HeadMode, nt: usize) -> usize {
-    let fmt = match mode {
-        HeadMode::Q8 => RowFormat::Q8_0,
-        HeadMode::Native => head.fmt,
-    };
-    let bytes = fmt
-        .row_bytes(head.cols)
-        .map_or(0, |rb| rb.saturating_mul(head.rows));
-    n_chunks(head.rows, HEAD_ALIGN, bytes, nt, HEAD_CHUNKS_PER_THREAD)
+pub(super) fn head_chunks(head: &Head, nt: usize) -> usize {
+    n_chunks(
+        head.rows(),
+        HEAD_ALIGN,
+        head.stream_bytes(),
+        nt,
+        HEAD_CHUNKS_PER_THREAD,
+    )
 }
 
 #[cfg(test)]
@@ -244,6 +246,78 @@ mod tests {
                     assert_eq!(got % nt, 0, "{rows} rows, {nt} threads: {got}");
                     let thin = rows / got < MATMUL_CALL_ROWS;
                     assert!(!thin || got == 2 * nt, "{rows} rows, {nt} threads: {got}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_q8_head_gives_the_row_layout_reference_bits() {
+        use crate::threadpool::PinPolicy;
+        use bitnet_kernels::float::{Q8R, RowFormat, f32_to_f16, quantize_row_q8_0};
+        // A vocabulary off the 16-row groups, a width off the 128-column super-blocks.
+        let (vocab, cols) = (4100usize, 96usize);
+        let rb = RowFormat::Q8_0.row_bytes(cols).unwrap();
+        let mut state = 11u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        let mut w: Vec<u8> = (0..vocab * rb).map(|_| next() as u8).collect();
+        for blk in w.chunks_exact_mut(34) {
+            let d = 1e-3 + (next() % 1000) as f32 * 1e-5;
+            blk[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        }
+        let head = Head::Q8(Q8R::from_q8_0_rows(&w, vocab, cols).unwrap());
+        let store = Store {
+            file: None,
+            owned: Vec::new(),
+        };
+        for n in [1usize, 3, 32] {
+            let mut xq = vec![0u8; n * rb];
+            let mut acts = Q8Acts::new(cols, 32);
+            for (t, row) in xq.chunks_exact_mut(rb).enumerate() {
+                let x: Vec<f32> = (0..cols).map(|_| next() as f32 / 2e9 - 1.0).collect();
+                quantize_row_q8_0(&x, row);
+                acts.set_row(t, row);
+            }
+            let mut want = vec![0.0f32; n * vocab];
+            float::matmul_q8_0_q8_0(Isa::Scalar, &w, cols, &xq, n, 0..vocab, &mut want);
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
+                let mut out = vec![f32::NAN; n * vocab];
+                head_rows(
+                    &pool,
+                    Isa::best(),
+                    &store,
+                    &head,
+                    &[],
+                    Some(&acts),
+                    n,
+                    &mut out,
+                );
+                let b = Blocked {
+                    data: &out,
+                    n_tok: n,
+                    rows: vocab,
+                    align: HEAD_ALIGN,
+                    parts: if threads == 1 {
+                        1
+                    } else {
+                        head_chunks(&head, threads)
+                    },
+                };
+                let mut row = vec![0.0f32; vocab];
+                for t in 0..n {
+                    b.copy_row(t, &mut row);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&row),
+                        bits(&want[t * vocab..(t + 1) * vocab]),
+                        "{n} tokens, {threads} threads, token {t}"
+                    );
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! table, the per-token activation buffers, the blocked outputs of a projection group, the
 //! attention scratch, the head's buffers, the profile and the attention statistics.
 
-use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, QK8_0, RopeTable};
+use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, Q8Acts, QK8_0, RopeTable};
 use bitnet_kernels::{ActScale, AlignedVec, Isa};
 
 use super::attention;
@@ -14,8 +14,8 @@ use super::options::EngineOptions;
 use super::profile::{Profile, SubTimer};
 use crate::error::CoreError;
 use crate::kv::KvManager;
-use crate::model::Model;
 use crate::model::linear::{bit_words, padded};
+use crate::model::{Head, Model};
 use crate::threadpool::{PinPolicy, ThreadPool};
 
 /// Tokens per head call when many rows want logits.
@@ -38,8 +38,10 @@ pub(super) struct Workspace {
     pub(super) scores: AlignedVec<f32>,
     /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
     pub(super) hn: AlignedVec<f32>,
-    /// The same as Q8_0 rows (`--head q8`).
+    /// One of them as a Q8_0 row (`--head q8`), on its way into `hacts`.
     pub(super) hq8: Vec<u8>,
+    /// `hn` as the Q8_0 head's activations, `HEAD_BATCH` rows (`--head q8` only).
+    pub(super) hacts: Option<Q8Acts>,
     /// One row of logits (the last one handed out).
     pub(super) logits: Vec<f32>,
     /// Blocked head output for up to `HEAD_BATCH` rows.
@@ -117,7 +119,11 @@ impl Workspace {
             scores: AlignedVec::zeroed(pool.n_threads() * per_thread),
             pool,
             hn: AlignedVec::zeroed(HEAD_BATCH * e),
-            hq8: vec![0; HEAD_BATCH * q8_row],
+            hq8: vec![0; q8_row],
+            hacts: match model.head {
+                Head::Q8(_) => Some(Q8Acts::new(e, HEAD_BATCH)),
+                Head::Rows(_) => None,
+            },
             logits: vec![0.0; cfg.n_vocab],
             // Untouched pages of a zeroed allocation cost no memory until a batch of
             // several logits rows first uses them.

@@ -1,4 +1,5 @@
-//! The load's byte work that runs on every core: re-quantizing the head to Q8_0 and copying
+//! The load's byte work that runs on every core: re-quantizing the head to Q8_0 (in the
+//! kernels' grouped layout) and copying
 //! what stays in use out of the file map (`--no-mmap`). The output is cut in fixed chunks
 //! handed to the threads as they free up, so the bytes never depend on the thread count,
 //! and each chunk's source pages are released as soon as it is done, so a mapped source
@@ -7,13 +8,15 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use bitnet_kernels::float::{self, RowFormat};
-use bitnet_kernels::{AlignedVec, Isa};
+use bitnet_kernels::float::{self, Q8R, Q8R_ROWS, RowFormat};
+use bitnet_kernels::{AlignedVec, Isa, KernelError};
 
 use super::FloatRows;
 
-/// Rows of the head converted per chunk (one release of their source pages each).
+/// Rows of the head converted per chunk (one release of their source pages each; a whole
+/// number of [`Q8R_ROWS`] groups).
 const HEAD_CHUNK_ROWS: usize = 1024;
+const _: () = assert!(HEAD_CHUNK_ROWS.is_multiple_of(Q8R_ROWS));
 /// Bytes copied per chunk.
 const COPY_CHUNK: usize = 16 << 20;
 
@@ -42,31 +45,50 @@ fn par_chunks_mut(
     });
 }
 
-/// The head re-quantized to Q8_0 rows (see `float::requantize_row_q8_0`). `release(range)`
-/// is told each source byte range (relative to `src`) once it is converted.
-pub(crate) fn requantize_q8(
+/// The head as Q8_0 in the kernels' grouped layout ([`Q8R`]): a float head re-quantized row
+/// by row (see `float::requantize_row_q8_0`), a Q8_0 head's rows as they are, each group of
+/// [`Q8R_ROWS`] rows converted then written in place. `release(range)` is told each source
+/// byte range (relative to `src`) once it is converted.
+pub(crate) fn head_q8r(
     isa: Isa,
     src: &[u8],
     head: &FloatRows,
     threads: usize,
     release: &(dyn Fn(Range<usize>) + Sync),
-) -> AlignedVec<u8> {
+) -> Result<Q8R, KernelError> {
+    let mut out = Q8R::zeroed(head.rows, head.cols)?;
     let q8_rb = RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0);
-    let mut out = AlignedVec::<u8>::zeroed_huge(head.rows * q8_rb);
-    if q8_rb == 0 {
-        return out;
+    let gb = out.group_bytes();
+    if q8_rb == 0 || gb == 0 {
+        return Ok(out);
     }
-    par_chunks_mut(&mut out, HEAD_CHUNK_ROWS * q8_rb, threads, &|k, dst| {
+    const GROUPS: usize = HEAD_CHUNK_ROWS / Q8R_ROWS;
+    par_chunks_mut(out.data_mut(), GROUPS * gb, threads, &|k, dst| {
         let first = k * HEAD_CHUNK_ROWS;
-        let from = first * head.row_bytes..(first + dst.len() / q8_rb) * head.row_bytes;
+        let last = (first + dst.len() / gb * Q8R_ROWS).min(head.rows);
+        let from = first * head.row_bytes..last * head.row_bytes;
+        let mut rows = vec![0u8; Q8R_ROWS * q8_rb];
         let mut scratch = Vec::new();
-        let rows = src[from.clone()].chunks_exact(head.row_bytes);
-        for (q, b) in dst.chunks_exact_mut(q8_rb).zip(rows) {
-            float::requantize_row_q8_0(isa, head.fmt, b, q, &mut scratch);
+        for (g, group) in dst.chunks_exact_mut(gb).enumerate() {
+            let r0 = first + g * Q8R_ROWS;
+            let n = (head.rows - r0).min(Q8R_ROWS);
+            let src_rows = &src[r0 * head.row_bytes..(r0 + n) * head.row_bytes];
+            let rows = &mut rows[..n * q8_rb];
+            if head.fmt == RowFormat::Q8_0 {
+                rows.copy_from_slice(src_rows);
+            } else {
+                let pairs = src_rows
+                    .chunks_exact(head.row_bytes)
+                    .zip(rows.chunks_exact_mut(q8_rb));
+                for (b, q) in pairs {
+                    float::requantize_row_q8_0(isa, head.fmt, b, q, &mut scratch);
+                }
+            }
+            Q8R::write_group(head.cols, rows, group);
         }
         release(from);
     });
-    out
+    Ok(out)
 }
 
 /// An aligned copy of `src`; `release(range)` is told each byte range of `src` once copied.
@@ -112,27 +134,29 @@ mod tests {
 
     #[test]
     fn head_bytes_do_not_depend_on_the_thread_count() {
-        // 2.5 chunks of rows: a short last chunk, more chunks than some thread counts.
-        let (src, head) = f16_rows(HEAD_CHUNK_ROWS * 5 / 2, 64);
+        // 2.5 chunks of rows and a part group: a short last chunk, more chunks than some
+        // thread counts.
+        let rows = HEAD_CHUNK_ROWS * 5 / 2 + 7;
+        let (src, head) = f16_rows(rows, 64);
         let released = Mutex::new(Vec::new());
         let release = |r: Range<usize>| released.lock().unwrap().push(r);
-        let one = requantize_q8(Isa::Scalar, &src, &head, 1, &release);
+        let one = head_q8r(Isa::Scalar, &src, &head, 1, &release).unwrap();
         // The reference, row by row.
         let mut x = vec![0.0f32; 64];
-        let mut want = vec![0u8; RowFormat::Q8_0.row_bytes(64).unwrap()];
+        let rb = RowFormat::Q8_0.row_bytes(64).unwrap();
+        let (mut want, mut got) = (vec![0u8; rb], vec![0u8; rb]);
+        let mut q8_rows = Vec::new();
         for (r, row) in src.chunks_exact(128).enumerate() {
             float::dequantize_row(RowFormat::F16, row, &mut x);
             float::quantize_row_q8_0(&x, &mut want);
-            assert_eq!(
-                &one[r * want.len()..(r + 1) * want.len()],
-                &want[..],
-                "row {r}"
-            );
+            one.q8_0_row(r, &mut got);
+            assert_eq!(got, want, "row {r}");
+            q8_rows.extend_from_slice(&want);
         }
         for isa in Isa::available() {
             for threads in [1, 2, 3, 8] {
-                let got = requantize_q8(isa, &src, &head, threads, &release);
-                assert_eq!(&got[..], &one[..], "{isa}, {threads} threads");
+                let got = head_q8r(isa, &src, &head, threads, &release).unwrap();
+                assert_eq!(got.bytes(), one.bytes(), "{isa}, {threads} threads");
             }
         }
         // Every source byte was released, chunk by chunk.
@@ -142,6 +166,16 @@ mod tests {
         assert_eq!(r.len(), 3);
         assert!(r.windows(2).all(|w| w[0].end == w[1].start));
         assert_eq!(r.last().unwrap().end, src.len());
+        // A Q8_0 head's rows are taken as they are.
+        let q8_head = FloatRows {
+            fmt: RowFormat::Q8_0,
+            blob: Blob::File(0..q8_rows.len()),
+            rows,
+            cols: 64,
+            row_bytes: rb,
+        };
+        let from_q8 = head_q8r(Isa::Scalar, &q8_rows, &q8_head, 2, &|_| {}).unwrap();
+        assert_eq!(from_q8.bytes(), one.bytes());
     }
 
     #[test]

@@ -22,10 +22,10 @@ use bitnet_kernels::float::{QK8_0, RowFormat};
 use bitnet_kernels::{BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
 use super::linear::{Linear, LinearKind, padded};
-use super::load_steps::{copy_out, requantize_q8};
+use super::load_steps::{copy_out, head_q8r};
 use super::{
-    Blob, FloatRows, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats, Model, Store,
-    WeightMemory,
+    Blob, Embedding, FloatRows, Head, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats,
+    Model, Store, WeightMemory,
 };
 use crate::config::{self, ActBits, ModelConfig, Proj};
 use crate::error::CoreError;
@@ -240,8 +240,8 @@ fn weight_memory(
     layers: &[Layer],
     output_norm: &[f32],
     store: &Store,
-    embed: &FloatRows,
-    head: &FloatRows,
+    embed: &Embedding,
+    head: &Head,
 ) -> WeightMemory {
     let norm_floats: usize = layers
         .iter()
@@ -255,11 +255,20 @@ fn weight_memory(
         + output_norm.len();
     let linears = || layers.iter().flat_map(|l| l.linears());
     let repacked = linears().map(|lin| lin.memory_bytes() as u64).sum();
-    let copied = 4 * norm_floats as u64 + store.owned.iter().map(|o| o.len() as u64).sum::<u64>();
+    let head_copy = match head {
+        Head::Q8(q) => q.bytes().len() as u64,
+        Head::Rows(_) => 0,
+    };
+    let copied = 4 * norm_floats as u64
+        + store.owned.iter().map(|o| o.len() as u64).sum::<u64>()
+        + head_copy;
     // Mapped ranges read whole every token, and the embedding if it is read only by row.
     let streamed = blobs_read_whole(layers, head);
-    let by_row = match &embed.blob {
-        Blob::File(r) if !streamed.contains(r) => r.len() as u64,
+    let by_row = match embed {
+        Embedding::Rows(FloatRows {
+            blob: Blob::File(r),
+            ..
+        }) if !streamed.contains(r) => r.len() as u64,
         _ => 0,
     };
     WeightMemory {
@@ -272,7 +281,7 @@ fn weight_memory(
 
 /// The file ranges read whole every token: the head and float projections used in place
 /// (each range once, however many users it has).
-fn blobs_read_whole(layers: &[Layer], head: &FloatRows) -> Vec<Range<usize>> {
+fn blobs_read_whole(layers: &[Layer], head: &Head) -> Vec<Range<usize>> {
     let float_blobs = layers
         .iter()
         .flat_map(|l| l.linears())
@@ -281,7 +290,11 @@ fn blobs_read_whole(layers: &[Layer], head: &FloatRows) -> Vec<Range<usize>> {
             _ => None,
         });
     let mut out: Vec<Range<usize>> = Vec::new();
-    for b in std::iter::once(&head.blob).chain(float_blobs) {
+    let head_blob = match head {
+        Head::Rows(f) => Some(&f.blob),
+        Head::Q8(_) => None,
+    };
+    for b in head_blob.into_iter().chain(float_blobs) {
         if let Blob::File(r) = b
             && !out.contains(r)
         {
@@ -467,51 +480,56 @@ impl Model {
         if embed.rows != cfg.n_vocab || embed.cols != e {
             return Err(bad(config::TOKEN_EMBD, "shape does not match the config"));
         }
-        let mut head = if cfg.tied_head {
+        let head_rows = if cfg.tied_head {
             embed.clone()
         } else {
             float_rows(&file, tensor(&file, config::OUTPUT)?)?
         };
-        if head.rows != cfg.n_vocab || head.cols != e {
+        if head_rows.rows != cfg.n_vocab || head_rows.cols != e {
             return Err(bad(config::OUTPUT, "shape does not match the config"));
         }
         let head_mode = opts.head.unwrap_or_else(|| {
             HeadMode::auto_for(
-                head.fmt,
-                head.rows.saturating_mul(head.row_bytes),
+                head_rows.fmt,
+                head_rows.rows.saturating_mul(head_rows.row_bytes),
                 cfg.n_embd,
             )
         });
 
         phases.end("norms");
 
-        let mut embed_blob = embed.blob.clone();
+        // A tied Q8_0 embedding of a Q8_0 head is read from the head's copy (the same
+        // bytes), so the file's is not kept.
+        let embed_in_head =
+            head_mode == HeadMode::Q8 && cfg.tied_head && head_rows.fmt == RowFormat::Q8_0;
+        let mut embed_blob = (!embed_in_head).then(|| embed.blob.clone());
         let mut store = Store {
             file: None,
             owned: Vec::new(),
         };
-        if head_mode == HeadMode::Q8 && head.fmt != RowFormat::Q8_0 {
-            let Blob::File(r) = &head.blob else {
-                unreachable!("blobs point into the file until it is dropped")
-            };
-            // The source is read whole once; from then on at most the embedding's rows of
-            // the tokens seen are (a tied head), so its pages need not stay resident.
-            let base = r.start;
-            let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
-            let q8 = requantize_q8(isa, &file.as_bytes()[r.clone()], &head, threads, &release);
-            store.owned.push(q8);
-            head = FloatRows {
-                fmt: RowFormat::Q8_0,
-                blob: Blob::Owned(store.owned.len() - 1),
-                rows: head.rows,
-                cols: head.cols,
-                row_bytes: RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0),
-            };
-            phases.end("head_q8");
-        }
+        let mut head = match head_mode {
+            HeadMode::Q8 => {
+                let Blob::File(r) = &head_rows.blob else {
+                    unreachable!("blobs point into the file until it is dropped")
+                };
+                // The source is read whole once; from then on at most the embedding's rows
+                // of the tokens seen are (a tied float head), so its pages need not stay
+                // resident.
+                let base = r.start;
+                let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
+                let src = &file.as_bytes()[r.clone()];
+                let q8 = head_q8r(isa, src, &head_rows, threads, &release)?;
+                phases.end("head_q8");
+                Head::Q8(q8)
+            }
+            HeadMode::Native => Head::Rows(head_rows),
+        };
 
         // Without a map, copy out what is still read from the file and drop its buffer.
-        let mut blobs: Vec<&mut Blob> = vec![&mut embed_blob, &mut head.blob];
+        let mut blobs: Vec<&mut Blob> = embed_blob.iter_mut().collect();
+        if let Head::Rows(f) = &mut head {
+            blobs.push(&mut f.blob);
+        }
         for layer in &mut layers {
             for lin in layer.linears_mut() {
                 if let LinearKind::Float { blob, .. } = &mut lin.kind {
@@ -567,7 +585,7 @@ impl Model {
             file.release_pages(at..usize::MAX);
             // An embedding read only a row per token (the head is another tensor or a
             // re-quantized copy): each look-up should bring in just the pages of its row.
-            if let Blob::File(r) = &embed_blob
+            if let Some(Blob::File(r)) = &embed_blob
                 && !whole.contains(r)
             {
                 file.advise_rows(r.clone());
@@ -576,9 +594,9 @@ impl Model {
             // tensor names) is dropped.
             store.file = Some(file.into_data());
         }
-        let embed = FloatRows {
-            blob: embed_blob,
-            ..embed
+        let embed = match embed_blob {
+            Some(blob) => Embedding::Rows(FloatRows { blob, ..embed }),
+            None => Embedding::Head,
         };
 
         if opts.mlock {
@@ -588,6 +606,9 @@ impl Model {
                 }
                 for o in &store.owned {
                     mlock(o, path)?;
+                }
+                if let Head::Q8(q) = &head {
+                    mlock(q.bytes(), path)?;
                 }
             } else {
                 mlockall(path)?;

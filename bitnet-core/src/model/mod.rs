@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use bitnet_gguf::FileData;
-use bitnet_kernels::float::{QK8_0, RowFormat};
+use bitnet_kernels::float::{self, Q8R, QK8_0, RowFormat};
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::ModelConfig;
@@ -44,7 +44,9 @@ pub enum HeadMode {
     /// In the file's own format (F16, Q6_K, ...), straight from the file's bytes.
     #[default]
     Native,
-    /// Re-quantized to Q8_0 at load; the final hidden state is quantized to Q8_0 too.
+    /// Re-quantized to Q8_0 at load (a Q8_0 head's rows taken as they are), in the kernels'
+    /// grouped layout (`bitnet_kernels::float::Q8R`); the final hidden state is quantized to
+    /// Q8_0 too.
     Q8,
 }
 
@@ -195,6 +197,42 @@ pub(crate) struct FloatRows {
     pub(crate) row_bytes: usize,
 }
 
+/// The output head as the engine runs it.
+#[derive(Debug)]
+pub(crate) enum Head {
+    /// The rows in the file's own format ([`HeadMode::Native`]), read in place or copied out.
+    Rows(FloatRows),
+    /// Q8_0 in the kernels' grouped layout ([`HeadMode::Q8`]), a private copy.
+    Q8(Q8R),
+}
+
+impl Head {
+    pub(crate) fn rows(&self) -> usize {
+        match self {
+            Head::Rows(f) => f.rows,
+            Head::Q8(q) => q.rows(),
+        }
+    }
+
+    /// Bytes a product over the whole head reads.
+    pub(crate) fn stream_bytes(&self) -> usize {
+        match self {
+            Head::Rows(f) => f.rows * f.row_bytes,
+            Head::Q8(q) => q.bytes().len(),
+        }
+    }
+}
+
+/// Where the token embedding's rows are read from.
+#[derive(Debug)]
+pub(crate) enum Embedding {
+    /// Its own rows (a view of the file, or a copy).
+    Rows(FloatRows),
+    /// The head's rows: a tied Q8_0 embedding whose head is [`Head::Q8`], the same bytes, so
+    /// the file's copy is neither kept nor read.
+    Head,
+}
+
 /// One transformer block's weights.
 #[derive(Debug)]
 pub(crate) struct Layer {
@@ -240,8 +278,8 @@ pub struct Model {
     /// `tokenizer.chat_template`, kept apart from the file (which `--no-mmap` drops).
     pub(crate) chat_template: Option<String>,
     pub(crate) store: Store,
-    pub(crate) embed: FloatRows,
-    pub(crate) head: FloatRows,
+    pub(crate) embed: Embedding,
+    pub(crate) head: Head,
     pub(crate) head_mode: HeadMode,
     pub(crate) output_norm: Vec<f32>,
     pub(crate) layers: Vec<Layer>,
@@ -272,7 +310,18 @@ impl Model {
             .flat_map(|l| l.linears())
             .map(|lin| lin.memory_bytes() as u64)
             .sum();
-        projections + (self.head.rows * self.head.row_bytes) as u64
+        projections + self.head.stream_bytes() as u64
+    }
+
+    /// Token `tok`'s embedding row as f32 (`out`: `n_embd` long; `tok` below the vocabulary).
+    pub(crate) fn embed_row(&self, tok: usize, out: &mut [f32]) {
+        let rows = match (&self.embed, &self.head) {
+            (Embedding::Rows(f), _) | (Embedding::Head, Head::Rows(f)) => f,
+            (Embedding::Head, Head::Q8(q)) => return q.dequantize_row(tok, out),
+        };
+        let rb = rows.row_bytes;
+        let row = &self.store.bytes(&rows.blob)[tok * rb..(tok + 1) * rb];
+        float::dequantize_row(rows.fmt, row, out);
     }
 
     /// The file's own chat template (`tokenizer.chat_template`), if it has one.
