@@ -1,8 +1,9 @@
 //! Prints the ternary kernel figures as a table (the quick, non-criterion way to fill a
 //! bench record, as `bench/2026-11-26-kernels-figures.md`): hot decode GMAC/s, cold decode GB/s against a plain SIMD read of the same bytes,
 //! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves). Also the
-//! `--head q8` output head (Q8_0 x Q8_0, 2B-4T's 128256 x 2560) at 1, 4 and 8 token rows,
-//! the rate whole-model batched decode is compared with.
+//! `--head q8` output head (Q8_0 x Q8_0, 2B-4T's 128256 x 2560) at 1, 2, 4, 8 and 32 token
+//! rows, in the row layout and the grouped `Q8R` one, as GB/s of weights beside a plain read of
+//! a buffer of the same size (the three alternated round by round).
 //!
 //! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...
 //!  [--only hot|cold|prefill|repack|head] [--cold-gib N] [--cpu-time] [--shapes N] [--batch N]`

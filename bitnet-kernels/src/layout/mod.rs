@@ -1,8 +1,9 @@
 //! The data layouts every kernel set reads and writes, below all of them: the repacked
 //! ternary and 1-bit weight matrices and their construction from the file layouts, ggml's
-//! weight-row formats, the quantized KV cache rows and the half-width floats. Plus the
-//! shapes the kernels check before indexing those layouts through raw pointers. Nothing here
-//! dispatches or imports a kernel tree: the imports run layout -> kernels -> dispatch -> API.
+//! weight-row formats, the Q8_0 output head in 16-row groups, the quantized KV cache rows
+//! and the half-width floats. Plus the shapes the kernels check before indexing those
+//! layouts through raw pointers. Nothing here dispatches or imports a kernel tree: the
+//! imports run layout -> kernels -> dispatch -> API.
 
 pub mod binary;
 pub mod files;
