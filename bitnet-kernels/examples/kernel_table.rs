@@ -6,7 +6,8 @@
 //! a buffer of the same size (the three alternated round by round).
 //!
 //! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...
-//!  [--only hot|cold|prefill|repack|head] [--cold-gib N] [--cpu-time] [--shapes N] [--batch N]`
+//!  [--only hot|cold|prefill|repack|head] [--cold-gib N] [--cpu-time] [--shapes N] [--batch N]
+//!  [--head-tokens N,N,...]`
 //!
 //! `--batch N` runs the cold decode as batched decode: N token rows per matmul.
 //!
@@ -37,6 +38,7 @@ struct Opts {
     cold_gib: f64,
     shapes: usize,
     batch: usize,
+    head_tokens: Vec<usize>,
 }
 
 fn parse() -> Opts {
@@ -47,6 +49,7 @@ fn parse() -> Opts {
         cold_gib: 1.0,
         shapes: SHAPES.len(),
         batch: 1,
+        head_tokens: vec![1, 2, 4, 8, 32],
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -63,6 +66,12 @@ fn parse() -> Opts {
                     .expect("--cold-gib N")
             }
             "--batch" => o.batch = args.next().and_then(|v| v.parse().ok()).expect("--batch N"),
+            "--head-tokens" => {
+                o.head_tokens = args
+                    .next()
+                    .and_then(|v| v.split(',').map(|n| n.parse().ok()).collect())
+                    .expect("--head-tokens N,N,...")
+            }
             "--shapes" => {
                 o.shapes = args
                     .next()
@@ -416,7 +425,7 @@ fn head_table(o: &Opts, target: Duration) {
     );
     println!("| tokens | isa | threads | rows | Q8R | read | rows/read | Q8R/read | Q8R/rows |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    for n_tok in [1usize, 2, 4, 8, 32] {
+    for &n_tok in &o.head_tokens {
         let mut xq = vec![0u8; n_tok * rb];
         let mut acts = Q8Acts::new(cols, n_tok);
         for (t, qr) in xq.chunks_exact_mut(rb).enumerate() {
