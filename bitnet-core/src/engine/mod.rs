@@ -11,7 +11,8 @@
 //! one row at a time, into preallocated memory; then it commits the tokens to their
 //! sequences.
 //!
-//! Files: `batch.rs` the batch; `workspace.rs` the pool and buffers a pass computes in;
+//! Files: `weight_read.rs` the in-place read of a token's weights (decode's bound);
+//! `batch.rs` the batch; `workspace.rs` the pool and buffers a pass computes in;
 //! `forward.rs` the per-layer math;
 //! `matmul.rs` products across threads (and the head); `buffers.rs` the per-token buffers;
 //! `attention.rs` paged attention; `compact.rs` removing positions (shift, evict);
@@ -28,6 +29,7 @@ mod matmul;
 mod options;
 pub mod profile;
 mod session;
+mod weight_read;
 mod workspace;
 
 use std::sync::Arc;
@@ -44,6 +46,7 @@ pub use batch::{BatchItem, Logits};
 pub use options::{DEFAULT_BLOCK_TOKENS, EngineOptions};
 pub use profile::{OpKind, Profile, ProfileRow};
 pub use session::Session;
+pub use weight_read::WeightRead;
 use workspace::Workspace;
 
 impl EngineOptions {

@@ -126,6 +126,15 @@ impl Linear {
         }
     }
 
+    /// The weight bytes a product over all rows reads, where they lie.
+    pub(crate) fn streamed<'a>(&'a self, store: &'a Store) -> &'a [u8] {
+        match &self.kind {
+            LinearKind::Ternary(m) => m.weight_bytes(),
+            LinearKind::Binary(m) => m.weight_bytes(),
+            LinearKind::Float { blob, .. } => store.bytes(blob),
+        }
+    }
+
     /// Rows `rows` of the product for every token: `out[t * rows.len() + i]`.
     pub(crate) fn compute(
         &self,

@@ -214,6 +214,14 @@ impl Head {
         }
     }
 
+    /// The bytes a product over the whole head reads, where they lie.
+    pub(crate) fn streamed<'a>(&'a self, store: &'a Store) -> &'a [u8] {
+        match self {
+            Head::Rows(f) => &store.bytes(&f.blob)[..f.rows * f.row_bytes],
+            Head::Q8(q) => q.bytes(),
+        }
+    }
+
     /// Bytes a product over the whole head reads.
     pub(crate) fn stream_bytes(&self) -> usize {
         match self {
@@ -311,6 +319,18 @@ impl Model {
             .map(|lin| lin.memory_bytes() as u64)
             .sum();
         projections + self.head.stream_bytes() as u64
+    }
+
+    /// The weight bytes a decoded token streams, in the order a pass reads them: every
+    /// layer's projections, then the head (what [`Model::decode_bytes_per_token`] counts,
+    /// less the per-block scales).
+    pub(crate) fn streamed_weights(&self) -> Vec<&[u8]> {
+        self.layers
+            .iter()
+            .flat_map(|l| l.linears())
+            .map(|lin| lin.streamed(&self.store))
+            .chain(std::iter::once(self.head.streamed(&self.store)))
+            .collect()
     }
 
     /// Token `tok`'s embedding row as f32 (`out`: `n_embd` long; `tok` below the vocabulary).

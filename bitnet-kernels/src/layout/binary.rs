@@ -173,6 +173,14 @@ impl BinaryMatrix {
         self.bits.len() * 8 + self.group_scales.as_ref().map_or(0, |s| s.len() * 4)
     }
 
+    /// The sign bits a full product streams, as bytes (the scales apart).
+    pub fn weight_bytes(&self) -> &[u8] {
+        let words = self.bits.as_slice();
+        // SAFETY: u64 has no padding and any byte is a valid u8; the byte view covers exactly
+        // the words' memory and borrows them for its lifetime.
+        unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
+    }
+
     /// The per-tensor scale, or `None` with per-group scales.
     pub fn tensor_scale(&self) -> Option<f32> {
         self.group_scales.is_none().then_some(self.scale)

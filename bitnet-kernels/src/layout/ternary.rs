@@ -131,6 +131,11 @@ impl TernaryMatrix {
         self.data.len() + self.block_scales.as_ref().map_or(0, |s| s.len() * 4)
     }
 
+    /// The repacked weight bytes a full product streams (the scales, a few KiB, apart).
+    pub fn weight_bytes(&self) -> &[u8] {
+        self.data.as_slice()
+    }
+
     /// The per-tensor scale, or `None` when the matrix keeps per-256-block scales.
     pub fn tensor_scale(&self) -> Option<f32> {
         self.block_scales.is_none().then_some(self.scale)

@@ -1,13 +1,13 @@
-//! The memory-bandwidth probe (`bitnet bench --membw`): the read bandwidth of a plain sum over
-//! a buffer far larger than the last-level cache, on `threads` threads, measured in the same
-//! run as the model so the decode bound is this machine's, not an assumed figure. The sum is
-//! the kernels' own widest-load read (`bitnet_kernels::probe::sum_bytes`), the same yardstick
-//! the kernel benchmarks compare the decode kernels against.
+//! The machine's memory-bandwidth probe (`bitnet bench --membw`): the read bandwidth of a
+//! plain sum over a huge-page buffer far larger than the last-level cache, on `threads`
+//! threads, with the kernels' own widest-load read (`bitnet_kernels::probe::sum_bytes`). It
+//! describes the machine; a tg row's bound is the in-place read of that row's own weights
+//! (`Engine::read_streamed_weights`), which sees the same pages, cores and cache as decode.
 
 use std::time::Instant;
 
-use bitnet_kernels::Isa;
 use bitnet_kernels::probe::sum_bytes;
+use bitnet_kernels::{AlignedVec, Isa};
 
 /// Bytes each probe pass reads; 1 GiB is well past any LLC we target (260 MiB here).
 pub const DEFAULT_PROBE_BYTES: usize = 1 << 30;
@@ -24,8 +24,12 @@ pub fn measure(bytes: usize, threads: usize, passes: usize) -> Bandwidth {
     let threads = threads.max(1);
     let isa = Isa::from_env().unwrap_or(Isa::Scalar);
     let n_bytes = bytes.max(threads * 64);
-    // Non-zero contents so the pages are really backed, not the shared zero page.
-    let buf: Vec<u8> = (0..n_bytes).map(|i| (i as u8) | 1).collect();
+    // Huge pages as the weights have; non-zero contents so the pages are really backed, not
+    // the shared zero page.
+    let mut buf = AlignedVec::<u8>::zeroed_huge(n_bytes);
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u8) | 1;
+    }
     let chunk = n_bytes.div_ceil(threads);
     let mut best = f64::INFINITY;
     let mut sink = 0u64;

@@ -125,7 +125,7 @@ pub fn run(args: Args) -> Result<()> {
             .iter()
             .map(|&t| {
                 progress(&format!("measuring read bandwidth with {t} thread(s)"));
-                membw::measure(membw::DEFAULT_PROBE_BYTES, t, 3)
+                membw::measure(membw::DEFAULT_PROBE_BYTES, t, 5)
             })
             .collect()
     } else {
@@ -192,6 +192,7 @@ pub fn run(args: Args) -> Result<()> {
             logical_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             membw_gbs: bandwidth.map(|b| b.gbs),
             membw_threads: bandwidth.map(|b| b.threads),
+            membw_bytes: bandwidth.map(|b| b.bytes as u64),
             membw_by_threads: bandwidths
                 .iter()
                 .map(|b| report::ThreadBandwidth {

@@ -38,10 +38,15 @@ pub struct BenchRow {
     pub peak_rss_bytes: u64,
     /// Weight bytes streamed per decoded token (tg rows).
     pub bytes_per_token: Option<u64>,
-    /// Decode bound from the measured read bandwidth: `membw / bytes_per_token` (tg rows).
+    /// Decode bound: `read_gbs / bytes_per_token` (times the sequences of a batched row), or
+    /// the separate buffer's probe where the in-place read did not run (tg rows).
     pub bound_tps: Option<f64>,
     /// `mean_tps / bound_tps`.
     pub bound_share: Option<f64>,
+    /// Tg rows: the best plain read, in place on the row's own thread pool, of the weights a
+    /// decoded token streams, one read before each repetition (GB/s).
+    #[serde(default)]
+    pub read_gbs: Option<f64>,
     /// Batched tg rows: tokens/s of each sequence (`mean_tps / batch`).
     #[serde(default)]
     pub per_seq_tps: Option<f64>,
@@ -148,6 +153,9 @@ pub struct MachineInfo {
     /// Read bandwidth measured by the probe in this run at the most threads, if it ran.
     pub membw_gbs: Option<f64>,
     pub membw_threads: Option<usize>,
+    /// The size of the probe's buffer.
+    #[serde(default)]
+    pub membw_bytes: Option<u64>,
     /// The probe at every thread count of the run (each tg row's bound uses its own).
     #[serde(default)]
     pub membw_by_threads: Vec<ThreadBandwidth>,
@@ -248,6 +256,19 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
     for row in &rows {
         writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
     }
+    let reads: Vec<String> = report
+        .rows
+        .iter()
+        .filter_map(|r| r.read_gbs.map(|g| format!("{g:.1}")))
+        .collect();
+    if !reads.is_empty() {
+        writeln!(
+            out,
+            "\nbound = a token's weight bytes read by a plain loop, in place on the row's own pinned \
+             thread pool (the best of one read before each repetition: {} GB/s) / those bytes",
+            reads.join(", ")
+        )?;
+    }
     if !report.machine.membw_by_threads.is_empty() {
         let list: Vec<String> = report
             .machine
@@ -257,8 +278,15 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
             .collect();
         writeln!(
             out,
-            "\nmeasured read bandwidth: {}; bound = bandwidth at the row's thread count / weight bytes per token",
-            list.join(", ")
+            "{}measured read bandwidth: {} (a separate {} buffer){}",
+            if reads.is_empty() { "\n" } else { "" },
+            list.join(", "),
+            human_bytes(report.machine.membw_bytes.unwrap_or(0)),
+            if reads.is_empty() {
+                "; bound = bandwidth at the row's thread count / weight bytes per token"
+            } else {
+                ""
+            },
         )?;
     }
     Ok(())
@@ -302,13 +330,13 @@ fn csv_field(s: &str) -> String {
 fn write_csv(out: &mut impl Write, rows: &[BenchRow]) -> io::Result<()> {
     writeln!(
         out,
-        "model,model_bytes,n_params,kernel,threads,batch,mmap,test,n_tokens,mean_tps,stddev_tps,peak_rss_bytes,bytes_per_token,bound_tps,bound_share"
+        "model,model_bytes,n_params,kernel,threads,batch,mmap,test,n_tokens,mean_tps,stddev_tps,peak_rss_bytes,bytes_per_token,bound_tps,bound_share,read_gbs"
     )?;
     let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.4}"));
     for r in rows {
         writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{:.4},{:.4},{},{},{},{},{}",
             csv_field(&r.model),
             r.model_bytes,
             r.n_params,
@@ -324,6 +352,7 @@ fn write_csv(out: &mut impl Write, rows: &[BenchRow]) -> io::Result<()> {
             r.bytes_per_token.map_or(String::new(), |b| b.to_string()),
             opt(r.bound_tps),
             opt(r.bound_share),
+            opt(r.read_gbs),
         )?;
     }
     Ok(())
@@ -352,6 +381,7 @@ pub(crate) mod tests {
             bytes_per_token: (test == TestKind::Tg).then_some(1_000_000_000),
             bound_tps: (test == TestKind::Tg).then_some(40.0),
             bound_share: (test == TestKind::Tg).then_some(mean_tps / 40.0),
+            read_gbs: None,
             per_seq_tps: None,
             pp_share: None,
             n_prompt: None,
@@ -377,6 +407,7 @@ pub(crate) mod tests {
                 logical_cpus: 2,
                 membw_gbs: Some(40.0),
                 membw_threads: Some(2),
+                membw_bytes: Some(1 << 30),
                 membw_by_threads: vec![ThreadBandwidth {
                     threads: 2,
                     gbs: 40.0,
@@ -417,6 +448,23 @@ pub(crate) mod tests {
         let cells = |l: &str| l.matches('|').count();
         assert!(lines[..4].iter().all(|l| cells(l) == cells(lines[0])));
         assert!(text.contains("measured read bandwidth: 40.0 GB/s with 2 thread(s)"));
+        assert!(text.contains("bound = bandwidth at the row's thread count"));
+    }
+
+    #[test]
+    fn markdown_names_the_in_place_read_when_the_rows_have_one() {
+        let mut tg = row(TestKind::Tg, 128, 2, &[20.0, 22.0]);
+        tg.read_gbs = Some(38.25);
+        let mut buf = Vec::new();
+        write_report(&mut buf, &report(vec![tg]), Format::Md).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(
+            text.contains("read by a plain loop, in place on the row's own pinned thread pool")
+                && text.contains(": 38.2 GB/s) / those bytes"),
+            "{text}"
+        );
+        assert!(text.contains("40.0 GB/s with 2 thread(s) (a separate 1.00 GiB buffer)\n"));
+        assert!(!text.contains("bound = bandwidth at the row's thread count"));
     }
 
     #[test]
@@ -429,7 +477,8 @@ pub(crate) mod tests {
         let mut lines = text.lines();
         let header = lines.next().unwrap();
         let n_cols = header.split(',').count();
-        assert_eq!(n_cols, 15);
+        assert_eq!(n_cols, 16);
+        assert!(header.ends_with(",bound_share,read_gbs"));
         let line = lines.next().unwrap();
         assert!(line.starts_with("\"a,b.gguf\","));
         assert!(line.contains(",tg128,128,20.0000,0.0000,"));
