@@ -91,6 +91,44 @@ pub(crate) fn head_q8r(
     Ok(out)
 }
 
+/// The head re-quantized to `fmt` rows (Q6_K or Q4_0): each row of `head` (any row format)
+/// decoded to f32 and encoded again, [`HEAD_CHUNK_ROWS`] rows a chunk. `release(range)` is
+/// told each source byte range once its rows are written.
+pub(crate) fn head_requant(
+    src: &[u8],
+    head: &FloatRows,
+    fmt: RowFormat,
+    threads: usize,
+    release: &(dyn Fn(Range<usize>) + Sync),
+) -> AlignedVec<u8> {
+    let rb = fmt.row_bytes(head.cols).unwrap_or(0);
+    let mut out = AlignedVec::<u8>::zeroed_huge(head.rows * rb);
+    if rb == 0 {
+        return out;
+    }
+    let encode = match fmt {
+        RowFormat::Q4_0 => float::quantize_row_q4_0,
+        RowFormat::Q6K => float::quantize_row_q6_k,
+        _ => unreachable!("the head is re-quantized only to Q6_K or Q4_0"),
+    };
+    par_chunks_mut(&mut out, HEAD_CHUNK_ROWS * rb, threads, &|k, dst| {
+        let first = k * HEAD_CHUNK_ROWS;
+        let n = dst.len() / rb;
+        let mut x = vec![0f32; head.cols];
+        for (i, row) in dst.chunks_exact_mut(rb).enumerate() {
+            let r = first + i;
+            float::dequantize_row(
+                head.fmt,
+                &src[r * head.row_bytes..(r + 1) * head.row_bytes],
+                &mut x,
+            );
+            encode(&x, row);
+        }
+        release(first * head.row_bytes..(first + n) * head.row_bytes);
+    });
+    out
+}
+
 /// An aligned copy of `src`; `release(range)` is told each byte range of `src` once copied.
 pub(crate) fn copy_out(
     src: &[u8],

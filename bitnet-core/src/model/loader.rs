@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bitnet_gguf::{GgufFile, TensorInfo, TensorType};
-use bitnet_kernels::float::{QK8_0, RowFormat};
+use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
 use super::linear::{Linear, LinearKind, padded};
-use super::load_steps::{copy_out, head_q8r};
+use super::load_steps::{copy_out, head_q8r, head_requant};
 use super::{
     Blob, Embedding, FloatRows, Head, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats,
     Model, Store, WeightMemory,
@@ -405,10 +405,17 @@ impl Model {
             .get("tokenizer.chat_template")
             .and_then(|v| v.as_str())
             .map(str::to_owned);
-        if opts.head == Some(HeadMode::Q8) && !cfg.n_embd.is_multiple_of(QK8_0) {
+        if let Some(mode) = opts.head
+            && !cfg.n_embd.is_multiple_of(mode.col_multiple())
+        {
             return Err(CoreError::InvalidOption {
                 option: "head",
-                reason: format!("q8 needs n_embd a multiple of {QK8_0}, got {}", cfg.n_embd),
+                reason: format!(
+                    "{} needs n_embd a multiple of {}, got {}",
+                    mode.name(),
+                    mode.col_multiple(),
+                    cfg.n_embd
+                ),
             });
         }
 
@@ -488,13 +495,16 @@ impl Model {
         if head_rows.rows != cfg.n_vocab || head_rows.cols != e {
             return Err(bad(config::OUTPUT, "shape does not match the config"));
         }
-        let head_mode = opts.head.unwrap_or_else(|| {
-            HeadMode::auto_for(
+        let head_mode = match opts.head {
+            // A head already in the asked format is used as the file has it.
+            Some(mode) if mode.row_format() == Some(head_rows.fmt) => HeadMode::Native,
+            Some(mode) => mode,
+            None => HeadMode::auto_for(
                 head_rows.fmt,
                 head_rows.rows.saturating_mul(head_rows.row_bytes),
                 cfg.n_embd,
-            )
-        });
+            ),
+        };
 
         phases.end("norms");
 
@@ -521,6 +531,27 @@ impl Model {
                 let q8 = head_q8r(isa, src, &head_rows, threads, &release)?;
                 phases.end("head_q8");
                 Head::Q8(q8)
+            }
+            HeadMode::Q6K | HeadMode::Q4_0 => {
+                let Blob::File(r) = &head_rows.blob else {
+                    unreachable!("blobs point into the file until it is dropped")
+                };
+                let fmt = head_mode.row_format().unwrap_or(RowFormat::Q8_0);
+                let row_bytes = fmt.row_bytes(head_rows.cols).unwrap_or(0);
+                // Read whole once, as for Q8_0 above; a tied embedding keeps reading the
+                // file's rows of the tokens it looks up.
+                let base = r.start;
+                let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
+                let src = &file.as_bytes()[r.clone()];
+                let rows = head_requant(src, &head_rows, fmt, threads, &release);
+                phases.end("head_requant");
+                store.owned.push(rows);
+                Head::Rows(FloatRows {
+                    fmt,
+                    blob: Blob::Owned(store.owned.len() - 1),
+                    row_bytes,
+                    ..head_rows
+                })
             }
             HeadMode::Native => Head::Rows(head_rows),
         };

@@ -48,6 +48,10 @@ pub enum HeadMode {
     /// grouped layout (`bitnet_kernels::float::Q8R`); the final hidden state is quantized to
     /// Q8_0 too.
     Q8,
+    /// Re-quantized to Q6_K rows at load (6.56 bits a weight); `n_embd` a multiple of 256.
+    Q6K,
+    /// Re-quantized to Q4_0 rows at load (4.5 bits a weight); `n_embd` a multiple of 32.
+    Q4_0,
 }
 
 impl HeadMode {
@@ -75,6 +79,28 @@ impl HeadMode {
         match self {
             HeadMode::Native => "native",
             HeadMode::Q8 => "q8_0",
+            HeadMode::Q6K => "q6_k",
+            HeadMode::Q4_0 => "q4_0",
+        }
+    }
+
+    /// The row format a re-quantizing mode writes the head in (`None`: native, or Q8_0's
+    /// grouped layout).
+    pub fn row_format(self) -> Option<RowFormat> {
+        match self {
+            HeadMode::Native | HeadMode::Q8 => None,
+            HeadMode::Q6K => Some(RowFormat::Q6K),
+            HeadMode::Q4_0 => Some(RowFormat::Q4_0),
+        }
+    }
+
+    /// The columns a head's rows must be a multiple of in this mode.
+    pub fn col_multiple(self) -> usize {
+        match self {
+            HeadMode::Native => 1,
+            HeadMode::Q8 => QK8_0,
+            HeadMode::Q6K => RowFormat::Q6K.block_len(),
+            HeadMode::Q4_0 => RowFormat::Q4_0.block_len(),
         }
     }
 }

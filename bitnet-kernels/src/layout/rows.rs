@@ -268,10 +268,12 @@ pub fn quantize_row_q4_0(x: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Encodes `x` as Q6_K blocks (a reference encoder, simpler than ggml's search): per 16
-/// elements the value of largest magnitude maps to -32, giving a sub-block scale; the 16
-/// scales are stored as i8 relative to `d = max_scale / -128` (f16); then each element is
-/// re-quantized against its stored scale `d * sc` to `-32..=31`.
+/// Encodes `x` as Q6_K blocks. Per 16 elements a sub-block scale is searched: starting from
+/// the one that maps the value of largest magnitude to -32, 19 nearby scales are tried and
+/// the one with the least squared error, weighted by each value's square (large values
+/// decide the dot products a head computes), is kept as the least-squares scale of its
+/// codes. The 16 scales are stored as i8 relative to `d = max_scale / -128` (f16); then each
+/// element is re-quantized against its stored scale `d * sc` to `-32..=31`.
 ///
 /// # Panics
 /// If `x.len()` is not a multiple of 256 or `out.len()` is not its Q6_K row size.
@@ -283,10 +285,7 @@ pub fn quantize_row_q6_k(x: &[f32], out: &mut [u8]) {
     {
         let mut scales = [0.0f32; QK_K / 16];
         for (s, sub) in scales.iter_mut().zip(xb.chunks_exact(16)) {
-            let m = sub
-                .iter()
-                .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-            *s = m / -32.0;
+            *s = q6_sub_scale(sub);
         }
         let max_scale = scales
             .iter()
@@ -317,6 +316,42 @@ pub fn quantize_row_q6_k(x: &[f32], out: &mut [u8]) {
             }
         }
     }
+}
+
+/// The scale of one 16-element Q6_K sub-block (codes `-32..=31`): of the scales that map
+/// the value of largest magnitude `m` to `-(32 + k / 10)` for `k` in `-9..=9`, the
+/// least-squares scale of the codes whose weighted error (weights `x^2`) is least; `m / -32`
+/// when all are zero or none improves on it.
+fn q6_sub_scale(x: &[f32]) -> f32 {
+    let m = x
+        .iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    if m == 0.0 || !m.is_finite() {
+        return m / -32.0;
+    }
+    let fit = |iscale: f32| {
+        // (sum w l x, sum w l^2) of the codes this inverse scale gives.
+        let (mut lx, mut l2) = (0.0f64, 0.0f64);
+        for &v in x {
+            let l = round_i32(iscale * v).clamp(-32, 31) as f64;
+            let w = (v as f64) * (v as f64);
+            lx += w * l * v as f64;
+            l2 += w * l * l;
+        }
+        (lx, l2)
+    };
+    let mut best_scale = m / -32.0;
+    let (lx, l2) = fit(-32.0 / m);
+    // Weighted error = sum w x^2 - lx^2 / l2 at the least-squares scale: maximise lx^2 / l2.
+    let mut best = if l2 > 0.0 { lx * lx / l2 } else { 0.0 };
+    for k in -9..=9 {
+        let (lx, l2) = fit(-(32.0 + 0.1 * k as f32) / m);
+        if l2 > 0.0 && lx * lx / l2 > best {
+            best = lx * lx / l2;
+            best_scale = (lx / l2) as f32;
+        }
+    }
+    best_scale
 }
 
 /// Stores the 6-bit code `q` (0..64) of element `e` into a zero-initialised Q6_K block.
