@@ -27,6 +27,11 @@ const SYNTH_MIN_TOP1_SHARE: f64 = 0.5;
 /// Engine prefill vs the reference with the engine's one rounding step emulated (K and V
 /// rounded to f16): measured below 5e-5 rel-L2; only float summation order remains.
 const EMULATED_MAX_REL_L2: f64 = 2e-3;
+/// The same with a Q6_K head, which the engine runs against the normed hidden state quantized
+/// to Q8_K (256-value blocks of int8): that rounding, up to half a step of `absmax / 127` a
+/// value, adds below 1% to the logits (measured 0.0071 rel-L2) and may flip a near-tie
+/// argmax of these random models (measured 11/12), so the top-1 rule is the unemulated one.
+const Q6K_HEAD_EMULATED_MAX_REL_L2: f64 = 1.5e-2;
 /// Decode (one token per eval) vs prefill of the same prompt: same math, other kernels
 /// (matrix-vector instead of matrix-matrix); integer parts are exact, float sums may be
 /// reordered.
@@ -106,10 +111,18 @@ fn check_model(what: &str, spec: &SynthSpec) {
     );
     let a = compare(&pre, &want_kv16, cfg.n_vocab);
     eprintln!("{what} prefill vs f16-KV reference: {a}");
-    assert!(
-        a.rel_l2 <= EMULATED_MAX_REL_L2 && a.top1 == a.rows,
-        "{what}: {a}"
-    );
+    if spec.head_type.unwrap_or(spec.embd_type) == TensorType::Q6_K {
+        assert!(
+            a.rel_l2 <= Q6K_HEAD_EMULATED_MAX_REL_L2
+                && a.top1 as f64 >= SYNTH_MIN_TOP1_SHARE * a.rows as f64,
+            "{what}: {a}"
+        );
+    } else {
+        assert!(
+            a.rel_l2 <= EMULATED_MAX_REL_L2 && a.top1 == a.rows,
+            "{what}: {a}"
+        );
+    }
     let dec = decode(&model, &PROMPT);
     let a = compare(&dec, &pre, cfg.n_vocab);
     eprintln!(

@@ -3,7 +3,9 @@
 //! and prefill GMAC/s, per kernel set and for 1 and 2 threads (two row halves). Also the
 //! `--head q8` output head (Q8_0 x Q8_0, 2B-4T's 128256 x 2560) at 1, 2, 4, 8 and 32 token
 //! rows, in the row layout and the grouped `Q8R` one, as GB/s of weights beside a plain read of
-//! a buffer of the same size (the three alternated round by round).
+//! a buffer of the same size (the three alternated round by round); and a file's Q6_K head
+//! (bitnet.cpp's tied embedding) the same way, its integer product against Q8_K activations
+//! beside the f32 product it replaces.
 //!
 //! `cargo run --release -p bitnet-kernels --example kernel_table -- [--quick] [--isa NAME]...
 //!  [--only hot|cold|prefill|repack|head] [--cold-gib N] [--cpu-time] [--shapes N] [--batch N]
@@ -18,8 +20,8 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use bitnet_kernels::float::{
-    Q8Acts, Q8R, Q8R_ROWS, RowFormat, f32_to_f16, matmul_q8_0_q8_0, matmul_q8r, matvec_q8_0_q8_0,
-    quantize_row_q8_0,
+    Q6K_BLOCK_BYTES, Q8Acts, Q8KActs, Q8R, Q8R_ROWS, RowFormat, f32_to_f16, matmul_f32,
+    matmul_q6k_q8k, matmul_q8_0_q8_0, matmul_q8r, matvec_q8_0_q8_0, quantize_row_q8_0,
 };
 use bitnet_kernels::probe::sum_bytes;
 use bitnet_kernels::{
@@ -383,6 +385,7 @@ fn main() {
     }
     if want("head") {
         head_table(&o, target);
+        q6k_head_table(&o, target);
     }
     println!(
         "\nload average at end: {}",
@@ -392,6 +395,116 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
+}
+
+/// GB/s of each of `kinds` (a run over a part of the rows, and the bytes a whole run reads)
+/// on `threads` threads, parts `0..threads`: best of `rounds`, the kinds taken in turn in
+/// every round (the machine's speed drifts).
+fn alternated_gbs(
+    threads: usize,
+    rounds: usize,
+    target: Duration,
+    kinds: &[(&(dyn Fn(usize) + Sync), usize)],
+) -> Vec<f64> {
+    let iters: Vec<usize> = kinds
+        .iter()
+        .map(|(f, _)| {
+            let once = timed(threads, 1, *f).max(Duration::from_micros(1));
+            ((target.as_secs_f64() / once.as_secs_f64()) as usize).clamp(1, 100_000)
+        })
+        .collect();
+    let mut best = vec![f64::INFINITY; kinds.len()];
+    for _ in 0..rounds {
+        for (k, (f, _)) in kinds.iter().enumerate() {
+            let s = timed(threads, iters[k], *f).as_secs_f64() / iters[k] as f64;
+            best[k] = best[k].min(s);
+        }
+    }
+    kinds
+        .iter()
+        .zip(best)
+        .map(|((_, bytes), s)| *bytes as f64 / s / 1e9)
+        .collect()
+}
+
+/// A file's Q6_K output head (bitnet.cpp's tied embedding, 2B-4T's 128256 x 2560) as the
+/// engine runs it, Q6_K rows x Q8_K activations (`matmul_q6k_q8k`), beside the f32 product it
+/// replaced (`matmul_f32`) and a plain read (`sum_bytes`) of a buffer of the same size, all
+/// huge-page backed: weight bytes over time, best of the alternated rounds, at 1 and 2
+/// threads (each a half of the rows).
+fn q6k_head_table(o: &Opts, target: Duration) {
+    let (rows, cols) = (if o.quick { 32_000 } else { 128_256 }, 2560);
+    let rb = RowFormat::Q6K.row_bytes(cols).expect("whole blocks");
+    // Any code and scale bytes and one sane f16 scale: the kernels' speed does not depend on
+    // values.
+    let mut rng = Rng(93);
+    let mut w = AlignedVec::<u8>::zeroed_huge(rows * rb);
+    for blk in w.chunks_exact_mut(Q6K_BLOCK_BYTES) {
+        for b in &mut blk[..208] {
+            *b = rng.next_u64() as u8;
+        }
+        blk[208..].copy_from_slice(&f32_to_f16(0.001).to_le_bytes());
+    }
+    let mut plain = AlignedVec::<u8>::zeroed_huge(w.len());
+    for b in plain.iter_mut() {
+        *b = rng.next_u64() as u8;
+    }
+    let rounds = if o.quick { 2 } else { 4 };
+    println!(
+        "\n## Q6_K head, {rows} x {cols}: GB/s of weights ({:.0} MiB; read: sum_bytes over as many), best of {rounds} alternated rounds",
+        w.len() as f64 / (1u64 << 20) as f64,
+    );
+    println!("| tokens | isa | threads | f32 | Q8_K | read | Q8_K/read | Q8_K/f32 |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for &n_tok in &o.head_tokens {
+        let x: Vec<f32> = (0..n_tok * cols)
+            .map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let mut acts = Q8KActs::new(cols, n_tok);
+        for (t, xr) in x.chunks_exact(cols).enumerate() {
+            acts.quantize_row(t, xr);
+        }
+        for &isa in &o.isas {
+            if isa == Isa::Scalar || (o.quick && n_tok == 32) {
+                continue;
+            }
+            for threads in [1, 2] {
+                let mid = if threads == 1 { rows } else { rows / 2 };
+                let parts: Vec<Range<usize>> =
+                    [0..mid, mid..rows].into_iter().take(threads).collect();
+                let run_f32 = |p: usize| {
+                    let r = parts[p].clone();
+                    let mut out = vec![0f32; n_tok * r.len()];
+                    matmul_f32(isa, RowFormat::Q6K, &w, cols, &x, n_tok, r, &mut out);
+                    black_box(&out);
+                };
+                let run_q8k = |p: usize| {
+                    let r = parts[p].clone();
+                    let mut out = vec![0f32; n_tok * r.len()];
+                    matmul_q6k_q8k(isa, &w, cols, &acts, n_tok, r, &mut out);
+                    black_box(&out);
+                };
+                let run_read = |p: usize| {
+                    let r = &parts[p];
+                    black_box(sum_bytes(isa, &plain[r.start * rb..r.end * rb]));
+                };
+                let kinds: [(&(dyn Fn(usize) + Sync), usize); 3] = [
+                    (&run_f32, w.len()),
+                    (&run_q8k, w.len()),
+                    (&run_read, plain.len()),
+                ];
+                let gbs = alternated_gbs(threads, rounds, target, &kinds);
+                println!(
+                    "| {n_tok} | {isa} | {threads} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} |",
+                    gbs[0],
+                    gbs[1],
+                    gbs[2],
+                    gbs[1] / gbs[2],
+                    gbs[1] / gbs[0]
+                );
+            }
+        }
+    }
 }
 
 /// The `--head q8` output head (Q8_0 x Q8_0, 2B-4T's 128256 x 2560) in the row layout and in
@@ -474,25 +587,7 @@ fn head_table(o: &Opts, target: Duration) {
                     (&run_q8r, q8r.bytes().len()),
                     (&run_read, plain.len()),
                 ];
-                let iters: Vec<usize> = kinds
-                    .iter()
-                    .map(|(f, _)| {
-                        let once = timed(threads, 1, *f).max(Duration::from_micros(1));
-                        ((target.as_secs_f64() / once.as_secs_f64()) as usize).clamp(1, 100_000)
-                    })
-                    .collect();
-                let mut best = [f64::INFINITY; 3];
-                for _ in 0..rounds {
-                    for (k, (f, _)) in kinds.iter().enumerate() {
-                        let s = timed(threads, iters[k], *f).as_secs_f64() / iters[k] as f64;
-                        best[k] = best[k].min(s);
-                    }
-                }
-                let gbs: Vec<f64> = kinds
-                    .iter()
-                    .zip(best)
-                    .map(|((_, bytes), s)| *bytes as f64 / s / 1e9)
-                    .collect();
+                let gbs = alternated_gbs(threads, rounds, target, &kinds);
                 println!(
                     "| {n_tok} | {isa} | {threads} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
                     gbs[0],

@@ -32,6 +32,7 @@ use crate::scalar::float as scalar;
 pub use crate::layout::rows as formats;
 
 pub use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use crate::layout::q8k::Q8KActs;
 pub use crate::layout::q8r::{Q8Acts, Q8R, Q8R_ROWS};
 pub use crate::layout::rows::{
     Q4_0_BLOCK_BYTES, Q6K_BLOCK_BYTES, Q8_0_BLOCK_BYTES, QK_K, QK4_0, QK8_0, RowFormat,
@@ -242,6 +243,33 @@ pub fn matmul_q8r(
         return;
     }
     kernels(isa).matmul_q8r(w, x, n_tok, rows, out)
+}
+
+/// Q6_K weight rows (a file's Q6_K output head, rows of `row_len`) times `n_tok` Q8_K
+/// activation rows ([`Q8KActs`]): `out[t * rows.len() + i]` is row `rows.start + i` dotted
+/// with token row `t`. Each block's dot is an exact integer, combined in f32 in block order
+/// (`crate::scalar::q6k_q8k` defines the steps); every kernel set gives the scalar
+/// reference's bits, and a token's result does not depend on its batch. Against the f32
+/// product of the dequantized rows it differs by the Q8_K rounding of the activations.
+///
+/// # Panics
+/// If `row_len` is not whole Q6_K blocks or differs from the activations' width, `n_tok`
+/// exceeds their capacity, `w` does not hold the rows up to `rows.end`, or
+/// `out.len() != n_tok * rows.len()`.
+pub fn matmul_q6k_q8k(
+    isa: Isa,
+    w: &[u8],
+    row_len: usize,
+    x: &Q8KActs,
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
+    if rows.is_empty() || n_tok == 0 {
+        return;
+    }
+    kernels(isa).matmul_q6k_q8k(w, row_len, x, n_tok, rows, out)
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`.

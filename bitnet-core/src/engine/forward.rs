@@ -147,7 +147,6 @@ impl Workspace {
             blk,
             scores,
             hn,
-            hq8,
             hacts,
             logits,
             head_blk,
@@ -420,14 +419,11 @@ impl Workspace {
                 let tok = tok as usize;
                 let h = &mut hn[j * e..(j + 1) * e];
                 float::rmsnorm(isa, &bufs.x[tok * e..(tok + 1) * e], &m.output_norm, eps, h);
-                if let Some(acts) = hacts.as_mut() {
-                    float::quantize_row_q8_0(h, hq8);
-                    acts.set_row(j, hq8);
-                }
+                hacts.set_row(j, h);
             }
             profile.stop(OpKind::Norm, t);
             let t = profile.start();
-            let acts = hacts.as_ref();
+            let acts = &*hacts;
             if nb == 1 {
                 // One row: the blocked layout is the plain one.
                 matmul::head_rows(pool, isa, store, &m.head, hn, acts, 1, logits);

@@ -8,9 +8,10 @@
 
 use std::ops::Range;
 
-use bitnet_kernels::float::{self, Q8Acts, Q8R_ROWS};
+use bitnet_kernels::float::{self, Q8R_ROWS, RowFormat};
 use bitnet_kernels::{Isa, MATMUL_CALL_ROWS};
 
+use super::head_acts::HeadActs;
 use crate::model::linear::{LinInput, Linear};
 use crate::model::{Head, Store};
 use crate::threadpool::{ChunkQueue, ThreadPool, split_range};
@@ -174,7 +175,7 @@ const _: () = assert!(HEAD_ALIGN.is_multiple_of(Q8R_ROWS));
 
 /// The head's rows for `n` tokens into the blocked `out` (`[n][share]` per thread share):
 /// a float head against the normed hidden states `hn`, a Q8_0 one against their Q8_0 rows
-/// `acts` (which the workspace holds whenever the head is Q8_0).
+/// and a Q6_K one against their Q8_K rows (`acts`, which the workspace holds for such heads).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn head_rows(
     pool: &ThreadPool,
@@ -182,16 +183,18 @@ pub(super) fn head_rows(
     store: &Store,
     head: &Head,
     hn: &[f32],
-    acts: Option<&Q8Acts>,
+    acts: &HeadActs,
     n: usize,
     out: &mut [f32],
 ) {
-    let job = |r: Range<usize>, dst: &mut [f32]| match head {
-        Head::Q8(q) => {
-            let acts = acts.expect("the workspace holds Q8_0 activations for a Q8_0 head");
-            float::matmul_q8r(isa, q, acts, n, r, dst)
+    let job = |r: Range<usize>, dst: &mut [f32]| match (head, acts) {
+        (Head::Q8(q), HeadActs::Q8 { acts, .. }) => float::matmul_q8r(isa, q, acts, n, r, dst),
+        (Head::Q8(_), _) => unreachable!("the workspace holds Q8_0 activations for a Q8_0 head"),
+        (Head::Rows(f), HeadActs::Q8K(acts)) if f.fmt == RowFormat::Q6K => {
+            let data = store.bytes(&f.blob);
+            float::matmul_q6k_q8k(isa, data, f.cols, acts, n, r, dst)
         }
-        Head::Rows(f) => {
+        (Head::Rows(f), _) => {
             let data = store.bytes(&f.blob);
             float::matmul_f32(isa, f.fmt, data, f.cols, &hn[..n * f.cols], n, r, dst)
         }
@@ -277,27 +280,90 @@ mod tests {
         };
         for n in [1usize, 3, 32] {
             let mut xq = vec![0u8; n * rb];
-            let mut acts = Q8Acts::new(cols, 32);
+            let mut acts = HeadActs::for_head(&head, cols, 32);
             for (t, row) in xq.chunks_exact_mut(rb).enumerate() {
                 let x: Vec<f32> = (0..cols).map(|_| next() as f32 / 2e9 - 1.0).collect();
                 quantize_row_q8_0(&x, row);
-                acts.set_row(t, row);
+                acts.set_row(t, &x);
             }
             let mut want = vec![0.0f32; n * vocab];
             float::matmul_q8_0_q8_0(Isa::Scalar, &w, cols, &xq, n, 0..vocab, &mut want);
             for threads in [1, 2, 3] {
                 let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
                 let mut out = vec![f32::NAN; n * vocab];
-                head_rows(
-                    &pool,
-                    Isa::best(),
-                    &store,
-                    &head,
-                    &[],
-                    Some(&acts),
-                    n,
-                    &mut out,
-                );
+                head_rows(&pool, Isa::best(), &store, &head, &[], &acts, n, &mut out);
+                let b = Blocked {
+                    data: &out,
+                    n_tok: n,
+                    rows: vocab,
+                    align: HEAD_ALIGN,
+                    parts: if threads == 1 {
+                        1
+                    } else {
+                        head_chunks(&head, threads)
+                    },
+                };
+                let mut row = vec![0.0f32; vocab];
+                for t in 0..n {
+                    b.copy_row(t, &mut row);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&row),
+                        bits(&want[t * vocab..(t + 1) * vocab]),
+                        "{n} tokens, {threads} threads, token {t}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_q6k_head_runs_the_integer_product_on_q8k_activations() {
+        use crate::model::{Blob, FloatRows};
+        use crate::threadpool::PinPolicy;
+        use bitnet_kernels::AlignedVec;
+        use bitnet_kernels::float::{Q6K_BLOCK_BYTES, Q8KActs, f32_to_f16};
+        // A vocabulary off the 16-row chunk granule, two Q6_K blocks a row.
+        let (vocab, cols) = (1000usize, 512usize);
+        let rb = RowFormat::Q6K.row_bytes(cols).unwrap();
+        let mut state = 7u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        let mut w: Vec<u8> = (0..vocab * rb).map(|_| next() as u8).collect();
+        for blk in w.chunks_exact_mut(Q6K_BLOCK_BYTES) {
+            let d = 1e-4 + (next() % 1000) as f32 * 1e-6;
+            blk[208..].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        }
+        let head = Head::Rows(FloatRows {
+            fmt: RowFormat::Q6K,
+            blob: Blob::Owned(0),
+            rows: vocab,
+            cols,
+            row_bytes: rb,
+        });
+        let store = Store {
+            file: None,
+            owned: vec![AlignedVec::from_slice(&w)],
+        };
+        for n in [1usize, 3, 32] {
+            let hn: Vec<f32> = (0..n * cols).map(|_| next() as f32 / 2e9 - 1.0).collect();
+            let mut acts = HeadActs::for_head(&head, cols, 32);
+            let mut want_acts = Q8KActs::new(cols, 32);
+            for (t, h) in hn.chunks_exact(cols).enumerate() {
+                acts.set_row(t, h);
+                want_acts.quantize_row(t, h);
+            }
+            assert!(matches!(acts, HeadActs::Q8K(_)));
+            let mut want = vec![0.0f32; n * vocab];
+            float::matmul_q6k_q8k(Isa::Scalar, &w, cols, &want_acts, n, 0..vocab, &mut want);
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
+                let mut out = vec![f32::NAN; n * vocab];
+                head_rows(&pool, Isa::best(), &store, &head, &hn, &acts, n, &mut out);
                 let b = Blocked {
                     data: &out,
                     n_tok: n,

@@ -25,6 +25,7 @@ pub mod batch;
 mod buffers;
 mod compact;
 mod forward;
+mod head_acts;
 mod matmul;
 mod options;
 pub mod profile;

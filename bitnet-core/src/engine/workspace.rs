@@ -3,19 +3,20 @@
 //! table, the per-token activation buffers, the blocked outputs of a projection group, the
 //! attention scratch, the head's buffers, the profile and the attention statistics.
 
-use bitnet_kernels::float::{Q8_0_BLOCK_BYTES, Q8Acts, QK8_0, RopeTable};
+use bitnet_kernels::float::RopeTable;
 use bitnet_kernels::{ActScale, AlignedVec, Isa};
 
 use super::attention;
 use super::attn_stats::AttnStats;
 use super::batch::Batch;
 use super::buffers::Bufs;
+use super::head_acts::HeadActs;
 use super::options::EngineOptions;
 use super::profile::{Profile, SubTimer};
 use crate::error::CoreError;
 use crate::kv::KvManager;
+use crate::model::Model;
 use crate::model::linear::{bit_words, padded};
-use crate::model::{Head, Model};
 use crate::threadpool::{PinPolicy, ThreadPool};
 
 /// Tokens per head call when many rows want logits.
@@ -38,10 +39,9 @@ pub(super) struct Workspace {
     pub(super) scores: AlignedVec<f32>,
     /// Final normed hidden states for the head, `[HEAD_BATCH][n_embd]`.
     pub(super) hn: AlignedVec<f32>,
-    /// One of them as a Q8_0 row (`--head q8`), on its way into `hacts`.
-    pub(super) hq8: Vec<u8>,
-    /// `hn` as the Q8_0 head's activations, `HEAD_BATCH` rows (`--head q8` only).
-    pub(super) hacts: Option<Q8Acts>,
+    /// `hn` as the head's kernel reads it, `HEAD_BATCH` rows: Q8_0 rows for a Q8_0 head,
+    /// Q8_K rows for a Q6_K one, nothing for a float head.
+    pub(super) hacts: HeadActs,
     /// One row of logits (the last one handed out).
     pub(super) logits: Vec<f32>,
     /// Blocked head output for up to `HEAD_BATCH` rows.
@@ -94,7 +94,6 @@ impl Workspace {
             AlignedVec::zeroed(chunk * kvd.max(ff)),
             AlignedVec::zeroed(chunk * kvd),
         ];
-        let q8_row = e.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
         let group = cfg.gqa_group();
         // Sized for the cache's whole blocks, as the attention pass lays rows out.
         let per_thread = attention::attention_scratch(
@@ -119,11 +118,7 @@ impl Workspace {
             scores: AlignedVec::zeroed(pool.n_threads() * per_thread),
             pool,
             hn: AlignedVec::zeroed(HEAD_BATCH * e),
-            hq8: vec![0; q8_row],
-            hacts: match model.head {
-                Head::Q8(_) => Some(Q8Acts::new(e, HEAD_BATCH)),
-                Head::Rows(_) => None,
-            },
+            hacts: HeadActs::for_head(&model.head, e, HEAD_BATCH),
             logits: vec![0.0; cfg.n_vocab],
             // Untouched pages of a zeroed allocation cost no memory until a batch of
             // several logits rows first uses them.

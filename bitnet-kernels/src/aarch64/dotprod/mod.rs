@@ -12,12 +12,14 @@ use crate::aarch64::neon::Neon;
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
+use crate::layout::q8k::Q8KActs;
 use crate::layout::q8r::{Q8Acts, Q8R};
 use crate::layout::ternary::TernaryMatrix;
 use crate::ops::Kernels;
 
 mod binary;
 mod kv_int8;
+mod q6k_q8k;
 mod q8q8;
 mod q8r;
 mod ternary;
@@ -108,6 +110,20 @@ impl Kernels for Dotprod {
     ) {
         // SAFETY: `self` proves the target features; the kernel checks the shapes.
         unsafe { q8q8::matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out) }
+    }
+
+    fn matmul_q6k_q8k(
+        self,
+        w: &[u8],
+        row_len: usize,
+        x: &Q8KActs,
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
     }
 
     fn matmul_q8r(self, w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {

@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
+use crate::layout::q8k::Q8KActs;
 use crate::ops::{Kernels, Scalar};
 
 mod act;
@@ -28,6 +29,7 @@ mod kv;
 mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
+mod q6k_q8k;
 mod q8q8;
 mod q8r;
 mod qrows;
@@ -67,6 +69,20 @@ impl Kernels for Neon {
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).
     crate::token_entries::token_entries!();
+
+    fn matmul_q6k_q8k(
+        self,
+        w: &[u8],
+        row_len: usize,
+        x: &Q8KActs,
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
+        // SAFETY: `self` proves the target features; shapes checked above.
+        unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
+    }
 
     fn binary_xor_popcounts(
         self,
