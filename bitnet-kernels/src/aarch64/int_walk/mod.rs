@@ -5,4 +5,5 @@
 
 pub(crate) mod binary;
 pub(crate) mod kv_int8;
+pub(crate) mod q4q8;
 pub(crate) mod q8q8;
