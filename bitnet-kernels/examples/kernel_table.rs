@@ -33,6 +33,8 @@ use bitnet_kernels::{
 mod shapes;
 use shapes::{LAYER, SHAPES};
 
+mod head_q4_0;
+
 struct Opts {
     quick: bool,
     isas: Vec<Isa>,
@@ -386,6 +388,17 @@ fn main() {
     if want("head") {
         head_table(&o, target);
         q6k_head_table(&o, target);
+        let mut rng = Rng(93);
+        head_q4_0::q4_0_table(head_q4_0::HeadRun {
+            rows: if o.quick { 32_000 } else { 128_256 },
+            cols: 2560,
+            tokens: &o.head_tokens,
+            isas: &o.isas,
+            rounds: if o.quick { 2 } else { 4 },
+            target,
+            timed,
+            random: &mut || rng.next_u64(),
+        });
     }
     println!(
         "\nload average at end: {}",

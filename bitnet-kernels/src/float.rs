@@ -220,6 +220,50 @@ pub fn matmul_q8_0_q8_0(
     kernels(isa).matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out)
 }
 
+/// Q4_0 weight rows times `n_tok` Q8_0 activation rows (`xq` from [`quantize_row_q8_0`]):
+/// the `--head q4_0` head. `out[t * rows.len() + i]` is row `rows.start + i` dotted with
+/// token row `t`. Block dots are exact integers; every kernel set gives the bits of the
+/// scalar reference, whose float order (eight lane accumulators per dot) `scalar/q4q8.rs`
+/// defines, so a token's result does not depend on its batch or on the set.
+///
+/// # Panics
+/// As [`matmul_f32`] with `fmt = Q4_0`, and `xq.len()` the Q8_0 size of `n_tok` rows.
+pub fn matmul_q4_0_q8_0(
+    isa: Isa,
+    w: &[u8],
+    row_len: usize,
+    xq: &[u8],
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    let what = "matmul_q4_0_q8_0";
+    let xrb = RowFormat::Q8_0
+        .row_bytes(row_len)
+        .unwrap_or_else(|| panic!("{what}: rows of {row_len} are not whole Q8_0 blocks"));
+    assert_eq!(
+        Some(xq.len()),
+        n_tok.checked_mul(xrb),
+        "{what}: xq must be n_tok Q8_0 rows"
+    );
+    let (wl, ol) = (w.len(), out.len());
+    // n_tok * row_len cannot wrap: n_tok * xrb did not, and xrb >= row_len.
+    check_matmul(
+        what,
+        RowFormat::Q4_0,
+        wl,
+        row_len,
+        n_tok * row_len,
+        n_tok,
+        &rows,
+        ol,
+    );
+    if rows.is_empty() || n_tok == 0 {
+        return;
+    }
+    kernels(isa).matmul_q4_0_q8_0(w, row_len, xq, n_tok, rows, out)
+}
+
 /// The Q8_0 head in its grouped layout ([`Q8R`]) times `n_tok` Q8_0 activation rows
 /// ([`Q8Acts`]): `out[t * rows.len() + i]` is row `rows.start + i` dotted with token row `t`.
 /// Every kernel set gives the scalar reference's bits, which are the scalar

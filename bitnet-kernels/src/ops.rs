@@ -51,6 +51,7 @@ macro_rules! for_each_op {
             fn dot_f32(self, a: &[f32], b: &[f32]) -> f32 => float::dot_f32;
             fn matmul_f32(self, fmt: RowFormat, data: &[u8], row_len: usize, x: &[f32], n_tok: usize, rows: Range<usize>, out: &mut [f32]) => float::matmul_f32;
             fn matmul_q8_0_q8_0(self, w: &[u8], row_len: usize, xq: &[u8], n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q8q8::matmul_q8_0_q8_0;
+            fn matmul_q4_0_q8_0(self, w: &[u8], row_len: usize, xq: &[u8], n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q4q8::matmul_q4_0_q8_0;
             fn matmul_q8r(self, w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q8r::matmul_q8r;
             fn matmul_q6k_q8k(self, w: &[u8], row_len: usize, x: &Q8KActs, n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q6k_q8k::matmul_q6k_q8k;
             fn rmsnorm(self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) => float::rmsnorm;

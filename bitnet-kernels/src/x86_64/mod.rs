@@ -13,7 +13,8 @@
 //! the float kernels, which do not depend on the lane width, and each tree's glue), `exp.rs`
 //! (the constants of the vectorized `exp`), `f16c.rs` (F16C reads of block scales), `q6k.rs`
 //! (the Q6_K code unpacking), `tile_plan.rs` (how the AVX2 and AVX-VNNI register tiles cut a
-//! ternary product), `q8_tiles.rs` (the batched Q8_0 head's walk) and `hsum.rs` (the lane sums
+//! ternary product), `q8_tiles.rs` (the batched Q8_0 head's walk), `q4_tiles.rs` (the
+//! Q4_0 x Q8_0 head's kernels, written once over each set's integer core) and `hsum.rs` (the lane sums
 //! of 256-bit vectors). No tree imports another's files: portable definitions that every set
 //! needs (the int8 rounding of one value, the f16 conversions, the chunked path of Q4_0 rows,
 //! ...) are below all of them, in `crate::layout` and `crate::shared`. The one link between
@@ -27,6 +28,7 @@ pub mod avxvnni;
 mod exp;
 mod f16c;
 mod hsum;
+mod q4_tiles;
 mod q6k;
 mod q8_tiles;
 mod rows;

@@ -19,6 +19,7 @@ use crate::ops::Kernels;
 
 mod binary;
 mod kv_int8;
+mod q4q8;
 mod q6k_q8k;
 mod q8q8;
 mod q8r;
@@ -56,6 +57,19 @@ impl Kernels for Dotprod {
         // SAFETY: `Isa::Dotprod::missing_feature` checks NEON first, so a `Dotprod` value
         // proves it too.
         unsafe { Neon::new_unchecked() }
+    }
+
+    fn matmul_q4_0_q8_0(
+        self,
+        w: &[u8],
+        row_len: usize,
+        xq: &[u8],
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: `self` proves the set's features; the kernel checks the shapes.
+        unsafe { q4q8::matmul_q4_0_q8_0(w, row_len, xq, n_tok, rows, out) }
     }
 
     fn ternary_raw_dots(

@@ -5,5 +5,6 @@
 
 pub(crate) mod binary;
 pub(crate) mod kv_int8;
+pub(crate) mod q4q8;
 pub(crate) mod q6k_q8k;
 pub(crate) mod q8q8;

@@ -29,6 +29,7 @@ mod kv;
 mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
+mod q4q8;
 mod q6k_q8k;
 mod q8q8;
 mod q8r;
@@ -65,6 +66,19 @@ impl Kernels for Neon {
     #[inline]
     fn lower(self) -> Scalar {
         Scalar
+    }
+
+    fn matmul_q4_0_q8_0(
+        self,
+        w: &[u8],
+        row_len: usize,
+        xq: &[u8],
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: `self` proves the set's features; the kernel checks the shapes.
+        unsafe { q4q8::matmul_q4_0_q8_0(w, row_len, xq, n_tok, rows, out) }
     }
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).

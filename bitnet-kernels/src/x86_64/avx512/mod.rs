@@ -28,6 +28,7 @@ mod attn;
 mod attn_group;
 mod binary;
 mod float;
+mod q4q8;
 mod q6k_q8k;
 mod q8q8;
 mod q8r;
@@ -63,6 +64,19 @@ impl Kernels for Avx512 {
         // SAFETY: `Isa::Avx512::missing_feature` checks every AVX2 feature first, so an
         // `Avx512` value proves them too.
         unsafe { Avx2::new_unchecked() }
+    }
+
+    fn matmul_q4_0_q8_0(
+        self,
+        w: &[u8],
+        row_len: usize,
+        xq: &[u8],
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: `self` proves the set's features; the kernel checks the shapes.
+        unsafe { q4q8::matmul_q4_0_q8_0(w, row_len, xq, n_tok, rows, out) }
     }
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).

@@ -23,6 +23,7 @@ use crate::layout::ternary::TernaryMatrix;
 use crate::ops::Kernels;
 use crate::x86_64::avx2::Avx2;
 
+mod q4q8;
 mod q6k_q8k;
 mod q8q8;
 mod q8r;
@@ -58,6 +59,19 @@ impl Kernels for AvxVnni {
         // SAFETY: `Isa::AvxVnni::missing_feature` checks every AVX2 feature first, so an
         // `AvxVnni` value proves them too.
         unsafe { Avx2::new_unchecked() }
+    }
+
+    fn matmul_q4_0_q8_0(
+        self,
+        w: &[u8],
+        row_len: usize,
+        xq: &[u8],
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: `self` proves the set's features; the kernel checks the shapes.
+        unsafe { q4q8::matmul_q4_0_q8_0(w, row_len, xq, n_tok, rows, out) }
     }
 
     fn ternary_raw_dots_multi(
