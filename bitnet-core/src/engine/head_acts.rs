@@ -1,7 +1,7 @@
 //! The head's activations: the final normed hidden states as the head's kernel reads them,
 //! made once per row that wants logits. A float head reads the f32 states themselves; a Q8_0
 //! head ([`Head::Q8`]) their Q8_0 rows, a Q6_K one (a file's Q6_K head, or a tied Q6_K
-//! embedding) their Q8_K rows, for the integer products that read those heads at memory speed.
+//! embedding) their Q8_K rows, a Q4_0 one (`--head q4_0`) their Q8_0 rows, for the integer products that read those heads at memory speed.
 //! Allocated with the workspace, and only for the head that needs them.
 
 use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, Q8Acts, Q8KActs, QK8_0, RowFormat};
@@ -17,6 +17,8 @@ pub(super) enum HeadActs {
     Q8 { row: Vec<u8>, acts: Q8Acts },
     /// A Q6_K head.
     Q8K(Q8KActs),
+    /// A Q4_0 head: `rows` Q8_0 rows of `row_bytes`, one a token.
+    Q8Rows { rows: Vec<u8>, row_bytes: usize },
 }
 
 impl HeadActs {
@@ -29,6 +31,13 @@ impl HeadActs {
             },
             // A Q6_K row is whole blocks of 256, so its width suits Q8_K.
             Head::Rows(f) if f.fmt == RowFormat::Q6K => HeadActs::Q8K(Q8KActs::new(n_embd, rows)),
+            Head::Rows(f) if f.fmt == RowFormat::Q4_0 => {
+                let row_bytes = n_embd.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
+                HeadActs::Q8Rows {
+                    rows: vec![0; rows * row_bytes],
+                    row_bytes,
+                }
+            }
             Head::Rows(_) => HeadActs::Float,
         }
     }
@@ -42,6 +51,9 @@ impl HeadActs {
                 acts.set_row(j, row);
             }
             HeadActs::Q8K(acts) => acts.quantize_row(j, h),
+            HeadActs::Q8Rows { rows, row_bytes } => {
+                float::quantize_row_q8_0(h, &mut rows[j * *row_bytes..(j + 1) * *row_bytes]);
+            }
         }
     }
 }

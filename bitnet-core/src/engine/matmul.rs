@@ -194,6 +194,10 @@ pub(super) fn head_rows(
             let data = store.bytes(&f.blob);
             float::matmul_q6k_q8k(isa, data, f.cols, acts, n, r, dst)
         }
+        (Head::Rows(f), HeadActs::Q8Rows { rows, row_bytes }) if f.fmt == RowFormat::Q4_0 => {
+            let data = store.bytes(&f.blob);
+            float::matmul_q4_0_q8_0(isa, data, f.cols, &rows[..n * row_bytes], n, r, dst)
+        }
         (Head::Rows(f), _) => {
             let data = store.bytes(&f.blob);
             float::matmul_f32(isa, f.fmt, data, f.cols, &hn[..n * f.cols], n, r, dst)
@@ -360,6 +364,79 @@ mod tests {
             assert!(matches!(acts, HeadActs::Q8K(_)));
             let mut want = vec![0.0f32; n * vocab];
             float::matmul_q6k_q8k(Isa::Scalar, &w, cols, &want_acts, n, 0..vocab, &mut want);
+            for threads in [1, 2, 3] {
+                let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
+                let mut out = vec![f32::NAN; n * vocab];
+                head_rows(&pool, Isa::best(), &store, &head, &hn, &acts, n, &mut out);
+                let b = Blocked {
+                    data: &out,
+                    n_tok: n,
+                    rows: vocab,
+                    align: HEAD_ALIGN,
+                    parts: if threads == 1 {
+                        1
+                    } else {
+                        head_chunks(&head, threads)
+                    },
+                };
+                let mut row = vec![0.0f32; vocab];
+                for t in 0..n {
+                    b.copy_row(t, &mut row);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&row),
+                        bits(&want[t * vocab..(t + 1) * vocab]),
+                        "{n} tokens, {threads} threads, token {t}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_q4_0_head_runs_the_integer_product_on_q8_0_rows() {
+        use crate::model::{Blob, FloatRows};
+        use crate::threadpool::PinPolicy;
+        use bitnet_kernels::AlignedVec;
+        use bitnet_kernels::float::{Q4_0_BLOCK_BYTES, f32_to_f16, quantize_row_q8_0};
+        // A vocabulary off the chunk granule, 16 Q4_0 blocks a row.
+        let (vocab, cols) = (1000usize, 512usize);
+        let rb = RowFormat::Q4_0.row_bytes(cols).unwrap();
+        let q8_rb = RowFormat::Q8_0.row_bytes(cols).unwrap();
+        let mut state = 11u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        let mut w: Vec<u8> = (0..vocab * rb).map(|_| next() as u8).collect();
+        for blk in w.chunks_exact_mut(Q4_0_BLOCK_BYTES) {
+            let d = 1e-3 + (next() % 1000) as f32 * 1e-5;
+            blk[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        }
+        let head = Head::Rows(FloatRows {
+            fmt: RowFormat::Q4_0,
+            blob: Blob::Owned(0),
+            rows: vocab,
+            cols,
+            row_bytes: rb,
+        });
+        let store = Store {
+            file: None,
+            owned: vec![AlignedVec::from_slice(&w)],
+        };
+        for n in [1usize, 3, 32] {
+            let hn: Vec<f32> = (0..n * cols).map(|_| next() as f32 / 2e9 - 1.0).collect();
+            let mut acts = HeadActs::for_head(&head, cols, 32);
+            let mut xq = vec![0u8; n * q8_rb];
+            for (t, h) in hn.chunks_exact(cols).enumerate() {
+                acts.set_row(t, h);
+                quantize_row_q8_0(h, &mut xq[t * q8_rb..(t + 1) * q8_rb]);
+            }
+            assert!(matches!(acts, HeadActs::Q8Rows { .. }));
+            let mut want = vec![0.0f32; n * vocab];
+            float::matmul_q4_0_q8_0(Isa::Scalar, &w, cols, &xq, n, 0..vocab, &mut want);
             for threads in [1, 2, 3] {
                 let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
                 let mut out = vec![f32::NAN; n * vocab];
