@@ -12,6 +12,7 @@ use bitnet_core::model::{HeadMode, LoadMode};
 use bitnet_core::synth::SynthSpec;
 use bitnet_gguf::TensorType;
 use bitnet_kernels::Isa;
+use bitnet_kernels::float::RowFormat;
 use common::metrics::{max_rel_diff, rel_l2_f32};
 use common::models::preset;
 use common::setup::{decode_all, prefill_all, spread_prompt};
@@ -562,6 +563,9 @@ fn weight_memory_adds_up_and_says_where_the_bytes_live() {
         (LoadMode::Mmap, HeadMode::Q8),
         (LoadMode::Read, HeadMode::Native),
         (LoadMode::Read, HeadMode::Q8),
+        (LoadMode::Mmap, HeadMode::Q6K),
+        (LoadMode::Mmap, HeadMode::Q4_0),
+        (LoadMode::Read, HeadMode::Q4_0),
     ] {
         let model = common::setup::load(
             &path,
@@ -578,10 +582,16 @@ fn weight_memory_adds_up_and_says_where_the_bytes_live() {
         assert_eq!(m.in_use(), m.repacked + m.copied + m.mapped, "{case}");
         assert_eq!(st.weight_bytes, m.repacked + m.copied, "{case}");
         assert!(m.repacked > 0, "{case}");
-        let head_copy = if head == HeadMode::Q8 { q8_head } else { 0 };
+        // A re-quantized head is a private copy; the embedding is then read a row at a time.
+        let head_copy = match head {
+            HeadMode::Native => 0,
+            HeadMode::Q8 => q8_head,
+            HeadMode::Q6K => rows * RowFormat::Q6K.row_bytes(cols as usize).unwrap() as u64,
+            HeadMode::Q4_0 => rows * RowFormat::Q4_0.row_bytes(cols as usize).unwrap() as u64,
+        };
         let (mapped, by_row, copied_floats) = match (mode, head) {
             (LoadMode::Mmap, HeadMode::Native) => (embd_bytes, 0, 0),
-            (LoadMode::Mmap, HeadMode::Q8) => (0, embd_bytes, q8_head),
+            (LoadMode::Mmap, _) => (0, embd_bytes, head_copy),
             (LoadMode::Read, _) => (0, 0, embd_bytes + head_copy),
         };
         assert_eq!((m.mapped, m.mapped_by_row), (mapped, by_row), "{case}");
