@@ -2,7 +2,7 @@
 //! 2B-4T file stores it): the engine runs the head as the integer product of the Q6_K rows and
 //! the Q8_K-quantized normed hidden state. Its logits stay close to the f32 reference's
 //! (decoded Q6_K rows times the f32 state, f16 KV emulated), and greedy decoding picks the
-//! reference's tokens.
+//! reference's tokens but at near ties.
 
 mod common;
 
@@ -70,8 +70,20 @@ fn a_tied_q6k_head_matches_the_f32_reference() {
     for step in 0..GREEDY_STEPS {
         let tok = argmax(&logits) as u32;
         let r = reference.logits(&text);
-        let want_tok = argmax(&r[(text.len() - 1) * vocab..]) as u32;
-        assert_eq!(tok, want_tok, "greedy step {step}");
+        let row = &r[(text.len() - 1) * vocab..];
+        let want_tok = argmax(row) as u32;
+        if tok != want_tok {
+            // Only a near tie may go the other way: the reference's two logits closer than
+            // the head's error allows (a few times the per-logit error the rel-L2 bound
+            // gives, measured on the prefill above).
+            let rms = (row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / vocab as f64).sqrt();
+            let gap = (row[want_tok as usize] - row[tok as usize]) as f64;
+            assert!(
+                gap <= 4.0 * Q6K_HEAD_MAX_REL_L2 * rms,
+                "greedy step {step}: {tok} instead of {want_tok}, reference gap {gap} (rms {rms})"
+            );
+            eprintln!("greedy step {step}: near tie {tok} / {want_tok}, reference gap {gap:.2e}");
+        }
         text.push(tok);
         logits = s.eval(&[tok], false).unwrap().to_vec();
     }
