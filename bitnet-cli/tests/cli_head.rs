@@ -71,11 +71,37 @@ fn a_large_float_head_is_quantized_by_default() {
     assert_eq!(head_used(model, &["--head", "native"]), "native");
 }
 
+/// A Q8_0 head of 16 MiB or more (`tiny` layers under Llama 3's 128,256-token vocabulary:
+/// 34.9 MB) runs in the grouped Q8_0 layout, not the float product of its rows.
+#[test]
+fn a_large_q8_0_head_runs_the_grouped_integer_product_by_default() {
+    let vocab = common::testdata("vocab/ggml-vocab-llama-bpe.gguf");
+    let path = tmp_dir().join("llama3-vocab-q8_0.gguf");
+    run_ok(
+        bitnet()
+            .args([
+                "gen-model",
+                "--preset",
+                "tiny",
+                "--seed",
+                "3",
+                "--embd-type",
+                "q8_0",
+            ])
+            .arg("--vocab")
+            .arg(&vocab)
+            .arg("-o")
+            .arg(&path),
+    );
+    assert_eq!(head_used(&path, &[]), "q8_0");
+    assert_eq!(head_used(&path, &["--head", "native"]), "native");
+}
+
 #[test]
 fn a_small_or_quantized_head_stays_as_the_file_has_it() {
     // The shipped model's head is F16 but 0.5 MiB: its text must not change.
     assert_eq!(head_used(&shipped_model(), &[]), "native");
-    // A Q8_0 head is already what `auto` would make.
+    // A Q8_0 head under 16 MiB (13 MB here) stays in its rows, as a small float head does.
     assert_eq!(head_used(&wide_vocab_model("q8_0"), &[]), "native");
 }
 

@@ -62,13 +62,19 @@ impl HeadMode {
     /// accuracy cost is small (mean KL divergence 0.000026 and the same top token at 99.5%
     /// of positions on the shipped model; `perplexity --kl-divergence`). A smaller head
     /// belongs to a model small enough to sit in cache, where it does not bound decode, and
-    /// is left as the file has it.
+    /// is left as the file has it. A Q8_0 head this large is taken into the grouped layout
+    /// (the same bytes, the same weights): in the row layout it would run the float product
+    /// (its rows widened to f32), which decoded at 0.65x the grouped integer one on the
+    /// 2B-4T shape (bench/2026-12-06-issue50-heads.md).
     pub const AUTO_Q8_MIN_BYTES: usize = 16 << 20;
 
     /// The mode the loader picks for a head in `fmt` of `bytes` bytes, `n_embd` wide.
     pub fn auto_for(fmt: RowFormat, bytes: usize, n_embd: usize) -> HeadMode {
-        let float = matches!(fmt, RowFormat::F32 | RowFormat::F16 | RowFormat::BF16);
-        if float && bytes >= Self::AUTO_Q8_MIN_BYTES && n_embd.is_multiple_of(QK8_0) {
+        let to_q8 = matches!(
+            fmt,
+            RowFormat::F32 | RowFormat::F16 | RowFormat::BF16 | RowFormat::Q8_0
+        );
+        if to_q8 && bytes >= Self::AUTO_Q8_MIN_BYTES && n_embd.is_multiple_of(QK8_0) {
             HeadMode::Q8
         } else {
             HeadMode::Native
