@@ -258,9 +258,47 @@ mod tests {
         }
     }
 
+    /// `head_rows` on 1 to 3 threads (each chunking of the head) gives `want`'s bits for every
+    /// one of the `n` tokens.
+    fn assert_head_bits(
+        store: &Store,
+        head: &Head,
+        hn: &[f32],
+        acts: &HeadActs,
+        n: usize,
+        want: &[f32],
+    ) {
+        let vocab = head.rows();
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads, crate::threadpool::PinPolicy::None).unwrap();
+            let mut out = vec![f32::NAN; n * vocab];
+            head_rows(&pool, Isa::best(), store, head, hn, acts, n, &mut out);
+            let b = Blocked {
+                data: &out,
+                n_tok: n,
+                rows: vocab,
+                align: HEAD_ALIGN,
+                parts: if threads == 1 {
+                    1
+                } else {
+                    head_chunks(head, threads)
+                },
+            };
+            let mut row = vec![0.0f32; vocab];
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for t in 0..n {
+                b.copy_row(t, &mut row);
+                assert_eq!(
+                    bits(&row),
+                    bits(&want[t * vocab..(t + 1) * vocab]),
+                    "{n} tokens, {threads} threads, token {t}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_q8_head_gives_the_row_layout_reference_bits() {
-        use crate::threadpool::PinPolicy;
         use bitnet_kernels::float::{Q8R, RowFormat, f32_to_f16, quantize_row_q8_0};
         // A vocabulary off the 16-row groups, a width off the 128-column super-blocks.
         let (vocab, cols) = (4100usize, 96usize);
@@ -292,39 +330,13 @@ mod tests {
             }
             let mut want = vec![0.0f32; n * vocab];
             float::matmul_q8_0_q8_0(Isa::Scalar, &w, cols, &xq, n, 0..vocab, &mut want);
-            for threads in [1, 2, 3] {
-                let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
-                let mut out = vec![f32::NAN; n * vocab];
-                head_rows(&pool, Isa::best(), &store, &head, &[], &acts, n, &mut out);
-                let b = Blocked {
-                    data: &out,
-                    n_tok: n,
-                    rows: vocab,
-                    align: HEAD_ALIGN,
-                    parts: if threads == 1 {
-                        1
-                    } else {
-                        head_chunks(&head, threads)
-                    },
-                };
-                let mut row = vec![0.0f32; vocab];
-                for t in 0..n {
-                    b.copy_row(t, &mut row);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&row),
-                        bits(&want[t * vocab..(t + 1) * vocab]),
-                        "{n} tokens, {threads} threads, token {t}"
-                    );
-                }
-            }
+            assert_head_bits(&store, &head, &[], &acts, n, &want);
         }
     }
 
     #[test]
     fn a_q6k_head_runs_the_integer_product_on_q8k_activations() {
         use crate::model::{Blob, FloatRows};
-        use crate::threadpool::PinPolicy;
         use bitnet_kernels::AlignedVec;
         use bitnet_kernels::float::{Q6K_BLOCK_BYTES, Q8KActs, f32_to_f16};
         // A vocabulary off the 16-row chunk granule, two Q6_K blocks a row.
@@ -364,39 +376,13 @@ mod tests {
             assert!(matches!(acts, HeadActs::Q8K(_)));
             let mut want = vec![0.0f32; n * vocab];
             float::matmul_q6k_q8k(Isa::Scalar, &w, cols, &want_acts, n, 0..vocab, &mut want);
-            for threads in [1, 2, 3] {
-                let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
-                let mut out = vec![f32::NAN; n * vocab];
-                head_rows(&pool, Isa::best(), &store, &head, &hn, &acts, n, &mut out);
-                let b = Blocked {
-                    data: &out,
-                    n_tok: n,
-                    rows: vocab,
-                    align: HEAD_ALIGN,
-                    parts: if threads == 1 {
-                        1
-                    } else {
-                        head_chunks(&head, threads)
-                    },
-                };
-                let mut row = vec![0.0f32; vocab];
-                for t in 0..n {
-                    b.copy_row(t, &mut row);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&row),
-                        bits(&want[t * vocab..(t + 1) * vocab]),
-                        "{n} tokens, {threads} threads, token {t}"
-                    );
-                }
-            }
+            assert_head_bits(&store, &head, &hn, &acts, n, &want);
         }
     }
 
     #[test]
     fn a_q4_0_head_runs_the_integer_product_on_q8_0_rows() {
         use crate::model::{Blob, FloatRows};
-        use crate::threadpool::PinPolicy;
         use bitnet_kernels::AlignedVec;
         use bitnet_kernels::float::{Q4_0_BLOCK_BYTES, f32_to_f16, quantize_row_q8_0};
         // A vocabulary off the chunk granule, 16 Q4_0 blocks a row.
@@ -437,32 +423,7 @@ mod tests {
             assert!(matches!(acts, HeadActs::Q8Rows { .. }));
             let mut want = vec![0.0f32; n * vocab];
             float::matmul_q4_0_q8_0(Isa::Scalar, &w, cols, &xq, n, 0..vocab, &mut want);
-            for threads in [1, 2, 3] {
-                let pool = ThreadPool::new(threads, PinPolicy::None).unwrap();
-                let mut out = vec![f32::NAN; n * vocab];
-                head_rows(&pool, Isa::best(), &store, &head, &hn, &acts, n, &mut out);
-                let b = Blocked {
-                    data: &out,
-                    n_tok: n,
-                    rows: vocab,
-                    align: HEAD_ALIGN,
-                    parts: if threads == 1 {
-                        1
-                    } else {
-                        head_chunks(&head, threads)
-                    },
-                };
-                let mut row = vec![0.0f32; vocab];
-                for t in 0..n {
-                    b.copy_row(t, &mut row);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&row),
-                        bits(&want[t * vocab..(t + 1) * vocab]),
-                        "{n} tokens, {threads} threads, token {t}"
-                    );
-                }
-            }
+            assert_head_bits(&store, &head, &hn, &acts, n, &want);
         }
     }
 
