@@ -45,6 +45,19 @@
 #    for prompt processing; `-rtr 0` keeps the file's layout), its llama-cli with
 #    IK_LLAMA_CLI_ARGS (default `-rtr`, the same repack: there it is a flag without value).
 #
+# Each engine's recommended configuration (issue 50), beside the same-file runs above
+# (SETUPS, default `same recommended`):
+#  - bitnet.cpp: I2_S with a Q6_K token embedding, made by its own llama-quantize
+#    (`--token-embedding-type Q6_K SRC DST I2_S 1`). One thread on purpose: with the rows
+#    split over threads its I2_S quantizer writes each tensor's scale in the middle of the
+#    buffer, and the file decodes garbage.
+#  - ik_llama.cpp: IQ2_BN and IQ1_BN (1.625 bits a weight), Q6_K embedding and head, by its
+#    llama-quantize, run with IK_LLAMA_ARGS (`-rtr 1`).
+#  - ours: its defaults (`--head auto`) on OURS_REC_MODEL (default: bitnet.cpp's recommended
+#    file above: ours reads its Q6_K embedding; ours cannot read IQ2_BN or IQ1_BN).
+#  All three come from one float-weight file (`gen-model --weight-type f16`, seed 1, 4.5 GiB,
+#  deleted once they are made).
+#
 # Each round runs, for each peer: ours then the peer (the order alternates every round), on
 # the peer's file with THREADS threads: the bench (pp PP and tg TG, REPS repetitions after one
 # warm-up each) and a short generation (GEN_TOKENS tokens at a CTX-token context, greedy,
@@ -64,7 +77,14 @@
 #                     IK_LLAMA_QUANTIZE its llama-quantize (needed only to make IQ2BN_MODEL);
 #                     IK_LLAMA_ARGS its extra bench flags (default `-rtr 1`), IK_LLAMA_CLI_ARGS
 #                     its extra llama-cli flags (default `-rtr`)
-#   KERNEL            our kernel set (`--kernel`; default: the best this CPU has)
+#   KERNELS           our kernel sets, comma-separated (`--kernel`, e.g. avx2,avxvnni,avx512):
+#                     the bench runs each, repetitions interleaved, one row a set; the short
+#                     generation runs the first (default: the best this CPU has; KERNEL is
+#                     the old name)
+#   SETUPS            `same`, `recommended` or both (default `same recommended`)
+#   BITNET_CPP_QUANTIZE its llama-quantize (needed only to make REC_I2S_MODEL);
+#                     BITNET_CPP_ARGS its extra bench flags (default none)
+#   REC_I2S_MODEL, IQ2BN_Q6K_MODEL, IQ1BN_Q6K_MODEL, OURS_REC_MODEL: the recommended files
 #   ROUNDS (3), REPS (3), THREADS (2), PP (512), TG (128), CTX (4096), GEN_TOKENS (16)
 #   MODELS_DIR (models/peers), I2S_MODEL, TQ2_MODEL, IQ2BN_MODEL (the files; made there when
 #                     missing)
@@ -87,8 +107,18 @@ tq2_model="${TQ2_MODEL:-$models_dir/2b4t-tq2_0-q8-arch-bitnet.gguf}"
 iq2bn_model="${IQ2BN_MODEL:-$models_dir/2b4t-iq2_bn-q8.gguf}"
 ik_args="${IK_LLAMA_ARGS--rtr 1}"
 ik_cli_args="${IK_LLAMA_CLI_ARGS--rtr}"
-kernel_args=()
-[ -n "${KERNEL:-}" ] && kernel_args=(--kernel "$KERNEL")
+kernels="${KERNELS:-${KERNEL:-}}"
+kernel_args=() first_kernel_args=()
+if [ -n "$kernels" ]; then
+  kernel_args=(--kernel "$kernels")
+  first_kernel_args=(--kernel "${kernels%%,*}")
+fi
+setups="${SETUPS:-same recommended}"
+rec_i2s_model="${REC_I2S_MODEL:-$models_dir/2b4t-i2_s-q6k-bitnetcpp.gguf}"
+iq2bn_q6k_model="${IQ2BN_Q6K_MODEL:-$models_dir/2b4t-iq2_bn-q6k.gguf}"
+iq1bn_q6k_model="${IQ1BN_Q6K_MODEL:-$models_dir/2b4t-iq1_bn-q6k.gguf}"
+ours_rec_model="${OURS_REC_MODEL:-$rec_i2s_model}"
+bc_args="${BITNET_CPP_ARGS:-}"
 out="${OUT_DIR:-target/compare-peers/$(date -u +%Y%m%dT%H%M%SZ)}"
 prompt="The quick brown fox jumps over the lazy dog"
 
@@ -130,28 +160,52 @@ if [ -n "${IK_LLAMA_BENCH:-}" ]; then
 else
   say "IK_LLAMA_BENCH is not set: ik_llama.cpp skipped"
 fi
+# A target is an engine, or ENGINE@CONFIG for its recommended configuration.
+same=0 rec=0
+case " $setups " in *" same "*) same=1 ;; esac
+case " $setups " in *" recommended "*) rec=1 ;; esac
+[ $same = 1 ] || [ $rec = 1 ] || die "SETUPS=$setups names neither same nor recommended"
+targets=()
+for p in "${peers[@]}"; do
+  [ $same = 1 ] && targets+=("$p")
+  if [ $rec = 1 ]; then
+    case "$p" in
+      bitnet.cpp) targets+=("bitnet.cpp@rec") ;;
+      ik_llama.cpp) targets+=("ik_llama.cpp@iq2bn" "ik_llama.cpp@iq1bn") ;;
+    esac
+  fi
+done
 peer_bench() {
-  case "$1" in
+  case "${1%%@*}" in
     bitnet.cpp) echo "$BITNET_CPP_BENCH" ;; llama.cpp) echo "$LLAMA_CPP_BENCH" ;;
     ik_llama.cpp) echo "$IK_LLAMA_BENCH" ;;
   esac
 }
 peer_cli() {
-  case "$1" in
+  case "${1%%@*}" in
     bitnet.cpp) echo "${BITNET_CPP_CLI:-}" ;; llama.cpp) echo "${LLAMA_CPP_CLI:-}" ;;
     ik_llama.cpp) echo "${IK_LLAMA_CLI:-}" ;;
   esac
 }
 peer_model() {
-  case "$1" in llama.cpp) echo "$tq2_model" ;; ik_llama.cpp) echo "$iq2bn_model" ;; *) echo "$i2s_model" ;; esac
+  case "$1" in
+    llama.cpp) echo "$tq2_model" ;; ik_llama.cpp) echo "$iq2bn_model" ;;
+    bitnet.cpp@rec) echo "$rec_i2s_model" ;; ik_llama.cpp@iq2bn) echo "$iq2bn_q6k_model" ;;
+    ik_llama.cpp@iq1bn) echo "$iq1bn_q6k_model" ;; *) echo "$i2s_model" ;;
+  esac
 }
-# The file ours runs beside a peer: the peer's own, or (IQ2_BN, which ours cannot read) I2_S.
-ours_model() { case "$1" in ik_llama.cpp) echo "$i2s_model" ;; *) peer_model "$1" ;; esac; }
+# The file ours runs beside a peer: the peer's own, or (IQ2_BN, which ours cannot read) I2_S;
+# beside a recommended configuration, ours' own recommended file.
+ours_model() {
+  case "$1" in *@*) echo "$ours_rec_model" ;; ik_llama.cpp) echo "$i2s_model" ;; *) peer_model "$1" ;; esac
+}
+# Ours' head: the same 8-bit head as the peer beside the same file; its default otherwise.
+ours_head() { case "$1" in *@*) echo auto ;; *) echo q8 ;; esac; }
 # A peer's own flags for its bench and its llama-cli (word-split on purpose).
-peer_args() { case "$1" in ik_llama.cpp) echo "$ik_args" ;; esac; }
-peer_cli_args() { case "$1" in ik_llama.cpp) echo "$ik_cli_args" ;; esac; }
+peer_args() { case "${1%%@*}" in ik_llama.cpp) echo "$ik_args" ;; bitnet.cpp) echo "$bc_args" ;; esac; }
+peer_cli_args() { case "${1%%@*}" in ik_llama.cpp) echo "$ik_cli_args" ;; esac; }
 peer_commit() {
-  case "$1" in bitnet.cpp) echo "$bc_commit" ;; llama.cpp) echo "$lc_commit" ;; ik_llama.cpp) echo "$ik_commit" ;; esac
+  case "${1%%@*}" in bitnet.cpp) echo "$bc_commit" ;; llama.cpp) echo "$lc_commit" ;; ik_llama.cpp) echo "$ik_commit" ;; esac
 }
 
 # The files.
@@ -215,10 +269,10 @@ with open(src, 'rb') as f:
 EOF
 }
 want_i2s=0 want_tq2=0 want_iq2bn=0
-for p in "${peers[@]}"; do
+for p in "${targets[@]}"; do
   case "$p" in bitnet.cpp) want_i2s=1 ;; llama.cpp) want_tq2=1 ;; ik_llama.cpp) want_i2s=1 want_iq2bn=1 ;; esac
 done
-[ ${#peers[@]} -gt 0 ] || want_i2s=1
+[ ${#targets[@]} -gt 0 ] || want_i2s=1
 if [ $want_i2s = 1 ] && [ ! -f "$i2s_model" ]; then
   say "making $i2s_model"
   "$bin" gen-model --preset 2b-4t --seed 1 --embd-type q8_0 -o "$i2s_model" > /dev/null 2>&1
@@ -242,6 +296,42 @@ if [ $want_iq2bn = 1 ] && [ ! -f "$iq2bn_model" ]; then
     > "$out/ik-quantize.log" 2>&1 || die "ik_llama.cpp's llama-quantize failed (see $out/ik-quantize.log)"
   rm -f "$iq2bn_model.f16"
 fi
+# The recommended files, from one float-weight file.
+rec_f16="$models_dir/2b4t-f16.gguf.tmp"
+need_rec_file() { # TARGET FILE
+  for t in "${targets[@]}"; do [ "$t" = "$1" ] && [ ! -f "$2" ] && return 0; done
+  return 1
+}
+make_rec_f16() {
+  [ -f "$rec_f16" ] && return
+  say "making $rec_f16 (the float weights the recommended files are quantized from)"
+  "$bin" gen-model --preset 2b-4t --seed 1 --embd-type f16 --weight-type f16 -o "$rec_f16" \
+    > /dev/null 2>&1
+}
+if need_rec_file bitnet.cpp@rec "$rec_i2s_model"; then
+  [ -x "${BITNET_CPP_QUANTIZE:-}" ] || die "$rec_i2s_model is missing: set BITNET_CPP_QUANTIZE to make it"
+  make_rec_f16
+  say "making $rec_i2s_model (bitnet.cpp's llama-quantize, one thread)"
+  "$BITNET_CPP_QUANTIZE" --token-embedding-type Q6_K "$(realpath "$rec_f16")" \
+    "$(realpath -m "$rec_i2s_model")" I2_S 1 > "$out/bitnet-cpp-quantize.log" 2>&1 ||
+    die "bitnet.cpp's llama-quantize failed (see $out/bitnet-cpp-quantize.log)"
+fi
+for pair in "ik_llama.cpp@iq2bn IQ2_BN $iq2bn_q6k_model" "ik_llama.cpp@iq1bn IQ1_BN $iq1bn_q6k_model"; do
+  read -r t type file <<< "$pair"
+  need_rec_file "$t" "$file" || continue
+  [ -x "${IK_LLAMA_QUANTIZE:-}" ] || die "$file is missing: set IK_LLAMA_QUANTIZE to make it"
+  make_rec_f16
+  say "making $file (ik_llama.cpp's llama-quantize, $type, Q6_K embedding and head)"
+  "$IK_LLAMA_QUANTIZE" --token-embedding-type q6_k --output-tensor-type q6_k \
+    "$(realpath "$rec_f16")" "$(realpath -m "$file")" "$type" "$threads" \
+    > "$out/ik-quantize-$type.log" 2>&1 || die "ik_llama.cpp's llama-quantize failed (see $out/ik-quantize-$type.log)"
+done
+rm -f "$rec_f16"
+if [ $rec = 1 ] && [ ! -f "$ours_rec_model" ]; then
+  die "OURS_REC_MODEL=$ours_rec_model is missing (it defaults to bitnet.cpp's recommended file)"
+fi
+# The plain read loop the decode rows are measured against (a separate buffer, all threads).
+membw_line=$("$bin" bench --membw -t "$threads" 2>&1 | grep -m1 'measured read bandwidth' || true)
 
 # One engine's runs. Every command goes to commands.txt as it is run.
 log_cmd() { { printf '%q ' "$@"; echo; } >> "$out/commands.txt"; }
@@ -251,7 +341,7 @@ run_bench() { # ENGINE PEER ROUND: writes $out/bench-ROUND-PEER-ENGINE.json
   if [ "$engine" = ours ]; then
     model=$(ours_model "$peer")
     local cmd=("$bin" bench -m "$model" -p "$pp" -n "$tg" -t "$threads" -r "$reps" --warmup 1
-      --head q8 --no-membw "${kernel_args[@]}" -o json)
+      --head "$(ours_head "$peer")" --no-membw "${kernel_args[@]}" -o json)
   else
     model=$(peer_model "$peer")
     # shellcheck disable=SC2046
@@ -267,7 +357,7 @@ run_gen() { # ENGINE PEER ROUND: writes $out/gen-ROUND-PEER-ENGINE.log (engine o
   if [ "$engine" = ours ]; then
     model=$(ours_model "$peer")
     local cmd=("$bin" generate -m "$model" -p "$prompt" -n "$gen" -c "$ctx" -t "$threads"
-      --greedy --ignore-eos --head q8 "${kernel_args[@]}")
+      --greedy --ignore-eos --head "$(ours_head "$peer")" "${first_kernel_args[@]}")
   else
     model=$(peer_model "$peer")
     cli=$(peer_cli "$peer")
@@ -288,7 +378,6 @@ run_gen() { # ENGINE PEER ROUND: writes $out/gen-ROUND-PEER-ENGINE.log (engine o
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 say "writing to $out; peers: ${peers[*]:-none}; $rounds rounds"
 : > "$out/commands.txt"
-targets=("${peers[@]}")
 [ ${#targets[@]} -gt 0 ] || targets=(none)
 for r in $(seq 1 "$rounds"); do
   for p in "${targets[@]}"; do
@@ -315,28 +404,40 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   if awk -v l="${load_before%% *}" 'BEGIN { exit !(l > 0.5) }'; then
     echo "- **the machine was not idle when this began (1-min load $(echo "$load_before" | cut -d' ' -f1)): the figures are not a measurement**"
   fi
-  echo "- ours: $bin ($("$bin" --version 2>/dev/null)), kernels ${KERNEL:-the best available}, commit ${BITNET_COMMIT:-$(git -C "$(dirname "$bin")" rev-parse HEAD 2>/dev/null || echo "? (set BITNET_COMMIT)")}"
+  echo "- plain read loop (ours' probe): ${membw_line:-not measured}"
+  echo "- ours: $bin ($("$bin" --version 2>/dev/null)), kernels ${kernels:-the best available}, commit ${BITNET_COMMIT:-$(git -C "$(dirname "$bin")" rev-parse HEAD 2>/dev/null || echo "? (set BITNET_COMMIT)")}"
   for p in "${peers[@]}"; do
     c=$(peer_cli "$p")
     echo "- $p: $(peer_bench "$p") and ${c:-no llama-cli (memory and load skipped)}; commit $(peer_commit "$p")"
   done
   echo "- $rounds rounds; each: ours and the peer one after the other on the peer's file (I2_S for ours beside ik_llama.cpp; first one alternating), bench -r $reps after 1 warm-up"
+  [ $rec = 1 ] && echo "- recommended configurations (ENGINE@CONFIG rows): ours runs its defaults (\`--head auto\`) on \`$(basename "$ours_rec_model")\`"
+  [ -n "$bc_args" ] && echo "- bitnet.cpp flags: bench $bc_args"
   [ -n "${IK_LLAMA_BENCH:-}" ] && echo "- ik_llama.cpp flags: bench ${ik_args:-none}, llama-cli ${ik_cli_args:-none}"
   echo
 } > "$out/report.md"
 ROUNDS="$rounds" PP="$pp" TG="$tg" CTX="$ctx" GEN="$gen" I2S="$i2s_model" TQ2="$tq2_model" \
-IQ2BN="$iq2bn_model" \
+IQ2BN="$iq2bn_model" REC_I2S="$rec_i2s_model" IQ2BN_Q6K="$iq2bn_q6k_model" \
+IQ1BN_Q6K="$iq1bn_q6k_model" OURS_REC="$ours_rec_model" \
 python3 - "$out" "${targets[@]}" >> "$out/report.md" << 'EOF'
 import glob, json, os, re, statistics, sys
 out, targets = sys.argv[1], sys.argv[2:]
 rounds = int(os.environ['ROUNDS'])
 files = {'bitnet.cpp': os.environ['I2S'], 'llama.cpp': os.environ['TQ2'], 'none': os.environ['I2S'],
-         'ik_llama.cpp': os.environ['IQ2BN']}
-weights = {'bitnet.cpp': 'I2_S', 'llama.cpp': 'TQ2_0 (arch bitnet)', 'none': 'I2_S',
-           'ik_llama.cpp': 'IQ2_BN'}
-# What ours ran beside each peer (ours cannot read IQ2_BN: the I2_S file, same weights).
+         'ik_llama.cpp': os.environ['IQ2BN'], 'bitnet.cpp@rec': os.environ['REC_I2S'],
+         'ik_llama.cpp@iq2bn': os.environ['IQ2BN_Q6K'], 'ik_llama.cpp@iq1bn': os.environ['IQ1BN_Q6K']}
+weights = {'bitnet.cpp': 'I2_S, Q8_0 head', 'llama.cpp': 'TQ2_0 (arch bitnet), Q8_0 head',
+           'none': 'I2_S, Q8_0 head', 'ik_llama.cpp': 'IQ2_BN, Q8_0 head',
+           'bitnet.cpp@rec': 'I2_S, Q6_K embedding', 'ik_llama.cpp@iq2bn': 'IQ2_BN, Q6_K head',
+           'ik_llama.cpp@iq1bn': 'IQ1_BN, Q6_K head'}
+# What ours ran beside each target (ours cannot read IQ2_BN: the I2_S file, same weights;
+# beside a recommended configuration, ours' own recommended file with its default head).
 ours_files = dict(files, **{'ik_llama.cpp': os.environ['I2S']})
-ours_weights = dict(weights, **{'ik_llama.cpp': 'I2_S'})
+ours_weights = dict(weights, **{'ik_llama.cpp': 'I2_S, Q8_0 head'})
+for t in files:
+    if '@' in t:
+        ours_files[t] = os.environ['OURS_REC']
+        ours_weights[t] = 'defaults (--head auto)'
 tests = [('pp', int(os.environ['PP'])), ('tg', int(os.environ['TG']))]
 
 def bench_samples(path, engine):
@@ -348,11 +449,14 @@ def bench_samples(path, engine):
         return res
     if engine == 'ours':
         for row in d['rows']:
-            res.setdefault((row['test'], row['n_tokens']), []).extend(row['samples'])
+            key = (row['test'], row['n_tokens'], row['kernel'])
+            res.setdefault(key, []).extend(row['samples'])
+            if row.get('bound_share') is not None:
+                res.setdefault(key + ('bound_share',), []).append(row['bound_share'])
     else:
         for t in d:
             key = ('pp', t['n_prompt']) if t['n_prompt'] > 0 else ('tg', t['n_gen'])
-            res.setdefault(key, []).extend(t.get('samples_ts') or [t['avg_ts']])
+            res.setdefault(key + ('',), []).extend(t.get('samples_ts') or [t['avg_ts']])
     return res
 
 def gen_figures(path, engine):
@@ -391,9 +495,11 @@ def fmt(s, unit=''):
     return f'{med:.2f}{unit}', spread, str(n)
 
 print('Throughput: tokens per second over all repetitions of all rounds; ours/peer > 1: ours faster.')
+print('"of read": ours\' decode against an in-place plain read of the bytes a token streams, on')
+print('the same threads (`read_gbs` of its bench; median over the rounds).')
 print()
-print('| engine | weights | test | t/s median | spread (min - max) | samples | ours/peer |')
-print('| ------ | ------- | ---- | ---------: | ------------------ | ------: | --------: |')
+print('| engine | weights | test | t/s median | spread (min - max) | samples | of read | ours/peer |')
+print('| ------ | ------- | ---- | ---------: | ------------------ | ------: | ------: | --------: |')
 for p in targets:
     per = {}
     for e in ('ours', 'peer'):
@@ -402,15 +508,20 @@ for p in targets:
             for k, v in bench_samples(f'{out}/bench-{r}-{p}-{e}.json', e).items():
                 acc.setdefault(k, []).extend(v)
         per[e] = acc
+    kernels = sorted({k[2] for k in per['ours'] if len(k) == 3})
     for t, n in tests:
-        so = stat(per['ours'].get((t, n), []))
-        sp = stat(per['peer'].get((t, n), []))
+        sp = stat(per['peer'].get((t, n, ''), []))
         name = os.path.basename(files[p])
         ours_name = os.path.basename(ours_files[p])
-        print(f'| ours | {ours_weights[p]} `{ours_name}` | {t}{n} | ' + ' | '.join(fmt(so)) + ' | |')
+        for kern in kernels:
+            so = stat(per['ours'].get((t, n, kern), []))
+            share = stat(per['ours'].get((t, n, kern, 'bound_share'), []))
+            of_read = f'{share[0] * 100:.0f}%' if share and t == 'tg' else ''
+            ratio = f'{so[0] / sp[0]:.2f}' if so and sp and p != 'none' else ''
+            print(f'| ours ({kern}) | {ours_weights[p]} `{ours_name}` | {t}{n} | ' + ' | '.join(fmt(so))
+                  + f' | {of_read} | {ratio} |')
         if p != 'none':
-            ratio = f'{so[0] / sp[0]:.2f}' if so and sp else '-'
-            print(f'| {p} | {weights[p]} `{name}` | {t}{n} | ' + ' | '.join(fmt(sp)) + f' | {ratio} |')
+            print(f'| {p} | {weights[p]} `{name}` | {t}{n} | ' + ' | '.join(fmt(sp)) + ' | | |')
 print()
 print(f"Short generation ({os.environ['GEN']} tokens, greedy, -c {os.environ['CTX']}), medians over the rounds; "
       "ours/peer < 1: ours smaller or faster to load:")

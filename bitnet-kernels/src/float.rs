@@ -32,6 +32,7 @@ use crate::scalar::float as scalar;
 pub use crate::layout::rows as formats;
 
 pub use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use crate::layout::q6kr::{Q6KR, Q6KR_ROWS};
 pub use crate::layout::q8k::Q8KActs;
 pub use crate::layout::q8r::{Q8Acts, Q8R, Q8R_ROWS};
 pub use crate::layout::rows::{
@@ -314,6 +315,30 @@ pub fn matmul_q6k_q8k(
         return;
     }
     kernels(isa).matmul_q6k_q8k(w, row_len, x, n_tok, rows, out)
+}
+
+/// The Q6_K head in its grouped layout ([`Q6KR`]) times `n_tok` Q8_K activation rows
+/// ([`Q8KActs`]): `out[t * rows.len() + i]` is row `rows.start + i` dotted with token row `t`.
+/// Every kernel set gives the scalar reference's bits, which are [`matmul_q6k_q8k`]'s on the
+/// Q6_K rows the groups were made from; a token's result does not depend on its batch.
+/// `rows` is whole groups of [`Q6KR_ROWS`] (it may end at the last row).
+///
+/// # Panics
+/// If the widths differ, `n_tok` exceeds the activations' capacity, `rows` is not a range
+/// of whole groups inside the matrix, or `out.len() != n_tok * rows.len()`.
+pub fn matmul_q6kr(
+    isa: Isa,
+    w: &Q6KR,
+    x: &Q8KActs,
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    crate::layout::q6kr::check_matmul(w, x, n_tok, &rows, out);
+    if rows.is_empty() || n_tok == 0 {
+        return;
+    }
+    kernels(isa).matmul_q6kr(w, x, n_tok, rows, out)
 }
 
 /// `out = x / sqrt(mean(x²) + eps) * weight`.

@@ -166,6 +166,23 @@ macro_rules! token_entries {
             unsafe { q8r::matmul_q8r(w, x, n_tok, rows, out) }
         }
 
+        fn matmul_q6kr(
+            self,
+            w: &crate::layout::q6kr::Q6KR,
+            x: &crate::layout::q8k::Q8KActs,
+            n_tok: usize,
+            rows: std::ops::Range<usize>,
+            out: &mut [f32],
+        ) {
+            crate::layout::q6kr::check_matmul(w, x, n_tok, &rows, out);
+            if rows.is_empty() || n_tok == 0 {
+                return;
+            }
+            // SAFETY: `self` proves the target features; shapes checked above, rows not
+            // empty.
+            unsafe { q6kr::matmul_q6kr(w, x, n_tok, rows, out) }
+        }
+
         fn rmsnorm(self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
             // SAFETY: `self` proves the target features; the kernel checks the shapes.
             unsafe { float::rmsnorm(x, weight, eps, out) }

@@ -30,6 +30,7 @@ impl HeadActs {
                 acts: Q8Acts::new(n_embd, rows),
             },
             // A Q6_K row is whole blocks of 256, so its width suits Q8_K.
+            Head::Q6(_) => HeadActs::Q8K(Q8KActs::new(n_embd, rows)),
             Head::Rows(f) if f.fmt == RowFormat::Q6K => HeadActs::Q8K(Q8KActs::new(n_embd, rows)),
             Head::Rows(f) if f.fmt == RowFormat::Q4_0 => {
                 let row_bytes = n_embd.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;

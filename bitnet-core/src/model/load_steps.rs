@@ -8,7 +8,7 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use bitnet_kernels::float::{self, Q8R, Q8R_ROWS, RowFormat};
+use bitnet_kernels::float::{self, Q6KR, Q6KR_ROWS, Q8R, Q8R_ROWS, RowFormat};
 use bitnet_kernels::{AlignedVec, Isa, KernelError};
 
 use super::FloatRows;
@@ -17,6 +17,7 @@ use super::FloatRows;
 /// number of [`Q8R_ROWS`] groups).
 const HEAD_CHUNK_ROWS: usize = 1024;
 const _: () = assert!(HEAD_CHUNK_ROWS.is_multiple_of(Q8R_ROWS));
+const _: () = assert!(HEAD_CHUNK_ROWS.is_multiple_of(Q6KR_ROWS));
 /// Bytes copied per chunk.
 const COPY_CHUNK: usize = 16 << 20;
 
@@ -85,6 +86,52 @@ pub(crate) fn head_q8r(
                 }
             }
             Q8R::write_group(head.cols, rows, group);
+        }
+        release(from);
+    });
+    Ok(out)
+}
+
+/// The head as Q6_K in the kernels' grouped layout ([`Q6KR`]): a Q6_K head's rows as they
+/// are, any other re-quantized row by row (decoded to f32, encoded by
+/// `float::quantize_row_q6_k`), each group of [`Q6KR_ROWS`] rows written in place.
+/// `release(range)` is told each source byte range (relative to `src`) once it is converted.
+pub(crate) fn head_q6kr(
+    src: &[u8],
+    head: &FloatRows,
+    threads: usize,
+    release: &(dyn Fn(Range<usize>) + Sync),
+) -> Result<Q6KR, KernelError> {
+    let mut out = Q6KR::zeroed(head.rows, head.cols)?;
+    let q6_rb = RowFormat::Q6K.row_bytes(head.cols).unwrap_or(0);
+    let gb = out.group_bytes();
+    if q6_rb == 0 || gb == 0 {
+        return Ok(out);
+    }
+    const GROUPS: usize = HEAD_CHUNK_ROWS / Q6KR_ROWS;
+    par_chunks_mut(out.data_mut(), GROUPS * gb, threads, &|k, dst| {
+        let first = k * HEAD_CHUNK_ROWS;
+        let last = (first + dst.len() / gb * Q6KR_ROWS).min(head.rows);
+        let from = first * head.row_bytes..last * head.row_bytes;
+        let mut rows = vec![0u8; Q6KR_ROWS * q6_rb];
+        let mut f = vec![0.0f32; head.cols];
+        for (g, group) in dst.chunks_exact_mut(gb).enumerate() {
+            let r0 = first + g * Q6KR_ROWS;
+            let n = (head.rows - r0).min(Q6KR_ROWS);
+            let src_rows = &src[r0 * head.row_bytes..(r0 + n) * head.row_bytes];
+            let rows = &mut rows[..n * q6_rb];
+            if head.fmt == RowFormat::Q6K {
+                rows.copy_from_slice(src_rows);
+            } else {
+                let pairs = src_rows
+                    .chunks_exact(head.row_bytes)
+                    .zip(rows.chunks_exact_mut(q6_rb));
+                for (b, q) in pairs {
+                    float::dequantize_row(head.fmt, b, &mut f);
+                    float::quantize_row_q6_k(&f, q);
+                }
+            }
+            Q6KR::write_group(head.cols, rows, group);
         }
         release(from);
     });

@@ -22,7 +22,7 @@ use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
 use super::linear::{Linear, LinearKind, padded};
-use super::load_steps::{copy_out, head_q8r, head_requant};
+use super::load_steps::{copy_out, head_q6kr, head_q8r, head_requant};
 use super::{
     Blob, Embedding, FloatRows, Head, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats,
     Model, Store, WeightMemory,
@@ -257,6 +257,7 @@ fn weight_memory(
     let repacked = linears().map(|lin| lin.memory_bytes() as u64).sum();
     let head_copy = match head {
         Head::Q8(q) => q.bytes().len() as u64,
+        Head::Q6(q) => q.bytes().len() as u64,
         Head::Rows(_) => 0,
     };
     let copied = 4 * norm_floats as u64
@@ -292,7 +293,7 @@ fn blobs_read_whole(layers: &[Layer], head: &Head) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = Vec::new();
     let head_blob = match head {
         Head::Rows(f) => Some(&f.blob),
-        Head::Q8(_) => None,
+        Head::Q8(_) | Head::Q6(_) => None,
     };
     for b in head_blob.into_iter().chain(float_blobs) {
         if let Blob::File(r) = b
@@ -508,10 +509,16 @@ impl Model {
 
         phases.end("norms");
 
-        // A tied Q8_0 embedding of a Q8_0 head is read from the head's copy (the same
-        // bytes), so the file's is not kept.
-        let embed_in_head =
-            head_mode == HeadMode::Q8 && cfg.tied_head && head_rows.fmt == RowFormat::Q8_0;
+        // A tied Q8_0 embedding of a Q8_0 head, or a tied Q6_K one of a Q6_K head (both
+        // taken into their grouped layouts), is read from the head's copy (the same bytes),
+        // so the file's is not kept.
+        let q6k_native = head_mode == HeadMode::Native && head_rows.fmt == RowFormat::Q6K;
+        let embed_in_head = cfg.tied_head
+            && match head_rows.fmt {
+                RowFormat::Q8_0 => head_mode == HeadMode::Q8,
+                RowFormat::Q6K => q6k_native,
+                _ => false,
+            };
         let mut embed_blob = (!embed_in_head).then(|| embed.blob.clone());
         let mut store = Store {
             file: None,
@@ -531,6 +538,18 @@ impl Model {
                 let q8 = head_q8r(isa, src, &head_rows, threads, &release)?;
                 phases.end("head_q8");
                 Head::Q8(q8)
+            }
+            // A Q6_K head (the file's, or re-quantized) runs in the grouped layout.
+            HeadMode::Q6K | HeadMode::Native if head_mode == HeadMode::Q6K || q6k_native => {
+                let Blob::File(r) = &head_rows.blob else {
+                    unreachable!("blobs point into the file until it is dropped")
+                };
+                let base = r.start;
+                let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
+                let src = &file.as_bytes()[r.clone()];
+                let q6 = head_q6kr(src, &head_rows, threads, &release)?;
+                phases.end("head_q6k");
+                Head::Q6(q6)
             }
             HeadMode::Q6K | HeadMode::Q4_0 => {
                 let Blob::File(r) = &head_rows.blob else {
@@ -638,8 +657,10 @@ impl Model {
                 for o in &store.owned {
                     mlock(o, path)?;
                 }
-                if let Head::Q8(q) = &head {
-                    mlock(q.bytes(), path)?;
+                match &head {
+                    Head::Q8(q) => mlock(q.bytes(), path)?,
+                    Head::Q6(q) => mlock(q.bytes(), path)?,
+                    Head::Rows(_) => {}
                 }
             } else {
                 mlockall(path)?;

@@ -17,7 +17,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use bitnet_gguf::FileData;
-use bitnet_kernels::float::{self, Q8R, QK8_0, RowFormat};
+use bitnet_kernels::float::{self, Q6KR, Q8R, QK8_0, RowFormat};
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::ModelConfig;
@@ -48,7 +48,9 @@ pub enum HeadMode {
     /// grouped layout (`bitnet_kernels::float::Q8R`); the final hidden state is quantized to
     /// Q8_0 too.
     Q8,
-    /// Re-quantized to Q6_K rows at load (6.56 bits a weight); `n_embd` a multiple of 256.
+    /// Re-quantized to Q6_K at load (6.56 bits a weight; a Q6_K head's rows taken as they
+    /// are), in the kernels' grouped layout (`bitnet_kernels::float::Q6KR`), as a file's own
+    /// Q6_K head runs too; `n_embd` a multiple of 256.
     Q6K,
     /// Re-quantized to Q4_0 rows at load (4.5 bits a weight); `n_embd` a multiple of 32.
     Q4_0,
@@ -236,6 +238,9 @@ pub(crate) enum Head {
     Rows(FloatRows),
     /// Q8_0 in the kernels' grouped layout ([`HeadMode::Q8`]), a private copy.
     Q8(Q8R),
+    /// Q6_K in the kernels' grouped layout (a file's Q6_K head, or [`HeadMode::Q6K`]), a
+    /// private copy.
+    Q6(Q6KR),
 }
 
 impl Head {
@@ -243,6 +248,7 @@ impl Head {
         match self {
             Head::Rows(f) => f.rows,
             Head::Q8(q) => q.rows(),
+            Head::Q6(q) => q.rows(),
         }
     }
 
@@ -251,6 +257,7 @@ impl Head {
         match self {
             Head::Rows(f) => &store.bytes(&f.blob)[..f.rows * f.row_bytes],
             Head::Q8(q) => q.bytes(),
+            Head::Q6(q) => q.bytes(),
         }
     }
 
@@ -259,6 +266,7 @@ impl Head {
         match self {
             Head::Rows(f) => f.rows * f.row_bytes,
             Head::Q8(q) => q.bytes().len(),
+            Head::Q6(q) => q.bytes().len(),
         }
     }
 }
@@ -370,6 +378,7 @@ impl Model {
         let rows = match (&self.embed, &self.head) {
             (Embedding::Rows(f), _) | (Embedding::Head, Head::Rows(f)) => f,
             (Embedding::Head, Head::Q8(q)) => return q.dequantize_row(tok, out),
+            (Embedding::Head, Head::Q6(q)) => return q.dequantize_row(tok, out),
         };
         let rb = rows.row_bytes;
         let row = &self.store.bytes(&rows.blob)[tok * rb..(tok + 1) * rb];

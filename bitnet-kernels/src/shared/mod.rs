@@ -6,7 +6,9 @@
 
 pub(crate) mod act;
 pub(crate) mod attn;
+pub(crate) mod group_walk;
 pub(crate) mod hadamard;
+pub(crate) mod q8k;
 pub(crate) mod q8r;
 pub(crate) mod requant;
 pub(crate) mod rope;

@@ -30,6 +30,7 @@ mod f16c;
 mod hsum;
 mod q4_tiles;
 mod q6k;
+mod q6kr;
 mod q8_tiles;
 mod rows;
 mod tile_plan;

@@ -8,9 +8,6 @@
 
 use std::arch::x86_64::*;
 
-use crate::layout::q8k::{Q8K_SUMS, Q8KActs};
-use crate::layout::rows::QK_K;
-
 /// The 6-bit codes (0..63) of the four 32-element quarters of Q6_K half-block `n` of the
 /// block at `blk`, rebuilt with byte logic: low nibbles from `ql`, 2-bit fields from `qh`.
 /// Quarter `g` holds elements `128 n + 32 g ..+ 32` in order.
@@ -108,59 +105,7 @@ pub(super) unsafe fn q6k_scale_pairs(blk: *const u8) -> (__m256i, [[__m256i; 4];
 /// block is rebuilt from L1 for the next ones).
 pub(super) const Q6K_TOKEN_TILE: usize = 8;
 
-/// Q8_K activations ([`Q8KActs`]) as raw pointers, for the Q6_K x Q8_K inner loops.
-#[derive(Clone, Copy)]
-pub(super) struct Q8kPtrs {
-    q: *const i8,
-    d: *const f32,
-    bs: *const i16,
-    cols: usize,
-    /// Blocks of a row.
-    pub(super) nb: usize,
-}
-
-impl Q8kPtrs {
-    pub(super) fn new(x: &Q8KActs) -> Q8kPtrs {
-        let (q, d, bs) = x.raw();
-        Q8kPtrs {
-            q: q.as_ptr(),
-            d: d.as_ptr(),
-            bs: bs.as_ptr(),
-            cols: x.cols(),
-            nb: x.blocks(),
-        }
-    }
-
-    /// Token `t`'s 256 codes of block `b`.
-    ///
-    /// # Safety
-    /// `t` below the capacity, `b` below the blocks.
-    #[inline(always)]
-    pub(super) unsafe fn codes(self, t: usize, b: usize) -> *const i8 {
-        // SAFETY: inside the codes buffer (the caller's guarantee).
-        unsafe { self.q.add(t * self.cols + b * QK_K) }
-    }
-
-    /// Token `t`'s 16 sub-block sums of block `b`.
-    ///
-    /// # Safety
-    /// As [`Q8kPtrs::codes`].
-    #[inline(always)]
-    pub(super) unsafe fn sums(self, t: usize, b: usize) -> *const i16 {
-        // SAFETY: inside the sums buffer (the caller's guarantee).
-        unsafe { self.bs.add((t * self.nb + b) * Q8K_SUMS) }
-    }
-
-    /// Token `t`'s scale of block `b`.
-    ///
-    /// # Safety
-    /// As [`Q8kPtrs::codes`].
-    #[inline(always)]
-    pub(super) unsafe fn scale(self, t: usize, b: usize) -> f32 {
-        // SAFETY: inside the scales buffer (the caller's guarantee).
-        unsafe { *self.d.add(t * self.nb + b) }
-    }
-}
+pub(super) use crate::shared::q8k::Q8kPtrs;
 
 /// Writes `sums[t]` to `out[(t0 + t) * nr + i]`.
 ///

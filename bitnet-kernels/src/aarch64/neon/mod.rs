@@ -5,10 +5,10 @@
 //! level below is the scalar reference, which no op reaches today but short Hadamard rows.
 //!
 //! One file per op family, the names of `scalar/`: `act`, `ternary`, `binary`, `float`,
-//! `qrows`, `q8q8`, `rope`, `attn`, `attn_group`, `kv`, `kv_int8`, `kv_q4_wsum`,
-//! `kv_b1_xnor`, `hadamard`, `requant`. Integer products here use the baseline widening
-//! multiplies (`SMULL`/`SMLAL` + `SADALP`); the `dotprod` and `i8mm` trees replace the ones
-//! their instructions speed up.
+//! `qrows`, `q8q8`, `q4q8`, `q6k_q8k`, the grouped heads `q8r` and `q6kr`, `rope`, `attn`,
+//! `attn_group`, `kv`, `kv_int8`, `kv_q4_wsum`, `kv_b1_xnor`, `hadamard`, `requant`. Integer
+//! products here use the baseline widening multiplies (`SMULL`/`SMLAL` + `SADALP`); the
+//! `dotprod` and `i8mm` trees replace the ones their instructions speed up.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -31,6 +31,7 @@ mod kv_int8;
 mod kv_q4_wsum;
 mod q4q8;
 mod q6k_q8k;
+mod q6kr;
 mod q8q8;
 mod q8r;
 mod qrows;

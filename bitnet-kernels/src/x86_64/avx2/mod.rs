@@ -35,6 +35,7 @@ mod kv_int8;
 mod kv_q4_wsum;
 mod q4q8;
 mod q6k_q8k;
+mod q6kr;
 mod q8q8;
 mod q8r;
 mod qrows;

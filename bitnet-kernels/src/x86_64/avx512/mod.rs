@@ -30,6 +30,7 @@ mod binary;
 mod float;
 mod q4q8;
 mod q6k_q8k;
+mod q6kr;
 mod q8q8;
 mod q8r;
 mod qrows;

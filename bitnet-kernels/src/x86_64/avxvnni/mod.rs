@@ -17,6 +17,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::isa::Isa;
+use crate::layout::q6kr::Q6KR;
 use crate::layout::q8k::Q8KActs;
 use crate::layout::q8r::{Q8Acts, Q8R};
 use crate::layout::ternary::TernaryMatrix;
@@ -25,6 +26,7 @@ use crate::x86_64::avx2::Avx2;
 
 mod q4q8;
 mod q6k_q8k;
+mod q6kr;
 mod q8q8;
 mod q8r;
 mod ternary;
@@ -123,6 +125,16 @@ impl Kernels for AvxVnni {
         crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
         // SAFETY: `self` proves the target features; shapes checked above.
         unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
+    }
+
+    fn matmul_q6kr(self, w: &Q6KR, x: &Q8KActs, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
+        crate::layout::q6kr::check_matmul(w, x, n_tok, &rows, out);
+        if rows.is_empty() || n_tok == 0 {
+            return;
+        }
+        // SAFETY: `self` proves AVX2/FMA/F16C and AVX-VNNI; shapes checked above, rows not
+        // empty.
+        unsafe { q6kr::matmul_q6kr(w, x, n_tok, rows, out) }
     }
 
     fn matmul_q8r(self, w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
