@@ -1,8 +1,10 @@
 //! A model whose output head is Q6_K (a tied Q6_K embedding, as bitnet.cpp's recommended
-//! 2B-4T file stores it): the engine runs the head as the integer product of the Q6_K rows and
-//! the Q8_K-quantized normed hidden state. Its logits stay close to the f32 reference's
+//! 2B-4T file stores it): the engine takes the rows into the grouped layout (Q6KR; the tied
+//! embedding reads them from there) and runs the head as the integer product of those rows
+//! and the Q8_K-quantized normed hidden state. Its logits stay close to the f32 reference's
 //! (decoded Q6_K rows times the f32 state, f16 KV emulated), and greedy decoding picks the
-//! reference's tokens but at near ties.
+//! reference's tokens but at near ties. `--head q6_k` on a width off Q6_K's 256-blocks is
+//! refused by name.
 
 mod common;
 
@@ -87,5 +89,38 @@ fn a_tied_q6k_head_matches_the_f32_reference() {
         text.push(tok);
         logits = s.eval(&[tok], false).unwrap().to_vec();
     }
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn q6k_on_a_width_off_its_blocks_is_refused_by_name() {
+    // n_embd 384: whole Q8_0 blocks, not whole Q6_K ones (256); I2_S projections (TQ2_0
+    // rows are whole 256-blocks too).
+    let spec = SynthSpec {
+        n_embd: 384,
+        n_head: 6,
+        n_head_kv: 2,
+        weight_type: TensorType::I2_S,
+        embd_type: TensorType::F16,
+        ..SynthSpec::preset("tiny").unwrap()
+    };
+    let path = common::models::synth_file("q6k_head_width", &spec);
+    let mut o = opts();
+    o.head = Some(HeadMode::Q6K);
+    match common::setup::load(&path, &o) {
+        Err(bitnet_core::CoreError::InvalidOption { option, reason }) => {
+            assert_eq!(option, "head");
+            assert!(
+                reason.contains("q6_k") && reason.contains("256"),
+                "{reason}"
+            );
+            assert!(reason.contains("384"), "{reason}");
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a q6_k head of width 384 loaded"),
+    }
+    // The same file loads with a head mode its width suits.
+    o.head = Some(HeadMode::Q8);
+    common::setup::load(&path, &o).unwrap();
     std::fs::remove_file(&path).unwrap();
 }
