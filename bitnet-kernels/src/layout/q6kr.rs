@@ -61,11 +61,25 @@ const Q6K_QH: usize = QK_K / 2;
 const Q6K_SC: usize = Q6K_QH + QK_K / 4;
 const Q6K_D: usize = Q6K_SC + QK_K / 16;
 
-/// The 6-bit code (0..63) of element `e` of a Q6_K block.
-fn q6k_code(blk: &[u8], e: usize) -> u8 {
-    let (qli, high, qhi, shift) = q6k_position(e);
-    let lo = if high { blk[qli] >> 4 } else { blk[qli] & 0x0f };
-    lo | (((blk[Q6K_QH + qhi] >> shift) & 3) << 4)
+/// The 6-bit codes (0..63) of a Q6_K block's 256 elements, in element order (the inverse of
+/// [`q6k_position`], a half-block at a time: one pass over its bytes, as a loader wants).
+fn q6k_codes(blk: &[u8]) -> [u8; QK_K] {
+    let mut codes = [0u8; QK_K];
+    for n in 0..2 {
+        let (ql, qh) = (
+            &blk[64 * n..64 * n + 64],
+            &blk[Q6K_QH + 32 * n..Q6K_QH + 32 * n + 32],
+        );
+        let out = &mut codes[128 * n..128 * n + 128];
+        for l in 0..32 {
+            let h = qh[l];
+            out[l] = (ql[l] & 0x0f) | ((h & 3) << 4);
+            out[32 + l] = (ql[32 + l] & 0x0f) | (((h >> 2) & 3) << 4);
+            out[64 + l] = (ql[l] >> 4) | (((h >> 4) & 3) << 4);
+            out[96 + l] = (ql[32 + l] >> 4) | (((h >> 6) & 3) << 4);
+        }
+    }
+    codes
 }
 
 /// Where column `e < 256` of row `r` lies in a group's block: (offset of its low 4 bits'
@@ -182,11 +196,16 @@ impl Q6KR {
                 for j in 0..Q8K_SUMS {
                     out[Q6KR_SCALES + Q6KR_ROWS * j + r] = blk[Q6K_SC + j];
                 }
-                for e in 0..QK_K {
-                    let code = q6k_code(blk, e);
-                    let (lo, nib, hb, hi) = position(r, e);
-                    out[lo] |= (code & 0x0f) << nib;
-                    out[hb] |= (code >> 4) << hi;
+                let codes = q6k_codes(blk);
+                for (j, c16) in codes.chunks_exact(Q8K_SUB).enumerate() {
+                    let sub = &mut out[Q6KR_CODES + j * Q6KR_SUB_BYTES..][..Q6KR_SUB_BYTES];
+                    for c in 0..4 {
+                        let at = 4 * r + c;
+                        sub[at] = (c16[c] & 0x0f) | (c16[8 + c] << 4);
+                        sub[64 + at] = (c16[4 + c] & 0x0f) | (c16[12 + c] << 4);
+                        sub[128 + at] =
+                            (0..4).fold(0, |h, i| h | ((c16[4 * i + c] >> 4) << (2 * i)));
+                    }
                 }
             }
         }
@@ -318,6 +337,21 @@ pub(crate) fn check_matmul(w: &Q6KR, x: &Q8KActs, n_tok: usize, rows: &Range<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_codes_follow_the_element_order() {
+        let blk: Vec<u8> = (0..Q6K_BLOCK_BYTES).map(|i| (i * 89 % 256) as u8).collect();
+        let codes = q6k_codes(&blk);
+        for (e, &code) in codes.iter().enumerate() {
+            let (qli, high, qhi, shift) = q6k_position(e);
+            let lo = if high { blk[qli] >> 4 } else { blk[qli] & 0x0f };
+            assert_eq!(
+                code,
+                lo | (((blk[Q6K_QH + qhi] >> shift) & 3) << 4),
+                "element {e}"
+            );
+        }
+    }
 
     #[test]
     fn rows_round_trip_through_the_groups() {
