@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 PROGRAMS = ("bitnet", "bitnet-convert", "bitnet-loadtest")
-SUBCOMMANDS = ("inspect", "chat", "generate", "tokenize", "logits", "perplexity", "bench",
+SUBCOMMANDS = ("inspect", "chat", "generate", "tokenize", "logits", "embed", "perplexity", "bench",
                "gen-model", "serve")
 SOURCES = ["README.md", "docs/*.md", "tools/*/README.md", "bitnet-kernels/README.md", "fuzz/README.md"]
 

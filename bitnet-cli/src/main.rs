@@ -53,6 +53,8 @@ enum Command {
     Logits(cmd::logits::Args),
     /// Perplexity of a text, llama.cpp's method; KL divergence against a saved run.
     Perplexity(cmd::perplexity::Args),
+    /// Embeddings of texts: pooled, normalized final hidden states (llama-embedding's).
+    Embed(cmd::embed::Args),
     /// Measure prompt and generation throughput, llama-bench style.
     Bench(cmd::bench::Args),
     /// Write a random-weight model of a real architecture's shapes.
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Logits(args) => cmd::logits::run(args),
         Command::Perplexity(args) => cmd::perplexity::run(args),
+        Command::Embed(args) => cmd::embed::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::GenModel(args) => cmd::gen_model::run(args),
         Command::Serve(args) => cmd::serve::run(args),

@@ -57,6 +57,7 @@
 pub mod chat;
 pub mod config;
 pub mod constrain;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod health;

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod embed;
 pub mod gen_model;
 pub mod generate;
 pub mod inspect;

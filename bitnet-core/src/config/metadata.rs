@@ -237,6 +237,16 @@ impl ModelConfig {
             }
         };
 
+        let pooling_type = match k.opt_int(&k.key("pooling_type"))? {
+            None => None,
+            Some(v) => Some(u32::try_from(v).ok().filter(|&v| v <= 4).ok_or_else(|| {
+                ConfigError::BadValue {
+                    key: k.key("pooling_type"),
+                    value: v.to_string(),
+                    reason: "not a pooling type (none 0, mean 1, cls 2, last 3, rank 4)".into(),
+                }
+            })?),
+        };
         Ok(ModelConfig {
             arch,
             arch_name,
@@ -261,6 +271,7 @@ impl ModelConfig {
             embd_type: TensorType::F32,
             head_type: None,
             has_proj_scales: false,
+            pooling_type,
         })
     }
 }

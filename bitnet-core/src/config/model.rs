@@ -54,6 +54,9 @@ pub struct ModelConfig {
     pub head_type: Option<TensorType>,
     /// The file carries one-element `.scale` tensors after the projections.
     pub has_proj_scales: bool,
+    /// `{arch}.pooling_type`, how an embedding model pools its hidden states (llama.cpp's
+    /// values: none 0, mean 1, cls 2, last 3, rank 4); `None` when the file does not say.
+    pub pooling_type: Option<u32>,
 }
 
 impl ModelConfig {

@@ -131,7 +131,8 @@ fn charge(
 impl Workspace {
     /// Runs `batch` through `m`: writes every token's K/V rows into its KV slot of `kv`,
     /// attends over each token's own sequence, and hands the logits rows the batch asks
-    /// for to `on_logits(item, token in item, row)`.
+    /// for to `on_logits(item, token in item, row)` (final normed hidden states instead,
+    /// with `hidden_out`).
     pub(super) fn run(
         &mut self,
         m: &Model,
@@ -154,6 +155,7 @@ impl Workspace {
             timer,
             attn_stats,
             kv_xnor,
+            hidden_out,
             ..
         } = self;
         let (isa, pool) = (*isa, &*pool);
@@ -411,6 +413,18 @@ impl Workspace {
             }
         }
         profile.stop(OpKind::Elementwise, t);
+        if *hidden_out {
+            // Embeddings: each row's final normed hidden state, no head.
+            let t = profile.start();
+            let h = &mut hn[..e];
+            for &(item, idx, tok) in rows {
+                let tok = tok as usize;
+                float::rmsnorm(isa, &bufs.x[tok * e..(tok + 1) * e], &m.output_norm, eps, h);
+                on_logits(item as usize, idx as usize, h);
+            }
+            profile.stop(OpKind::Norm, t);
+            return Ok(());
+        }
         let vocab = cfg.n_vocab;
         for group in rows.chunks(HEAD_BATCH) {
             let nb = group.len();

@@ -141,6 +141,21 @@ impl Session {
         }
     }
 
+    /// The final normed hidden states of `tokens` evaluated after the current context (what
+    /// an embedding pools; the head is not run): `[tokens.len()][n_embd]` with `all`, else
+    /// the last token's `[n_embd]`. The tokens join the context as `eval`'s do.
+    pub fn hidden_states(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>, CoreError> {
+        let e = self.engine.model().config.n_embd;
+        let mut out = vec![0.0f32; if all { tokens.len() * e } else { e }];
+        self.engine.set_hidden_output(true);
+        let r = self::eval_rows(&mut self.engine, self.seq, tokens, all, |i, row| {
+            let at = if all { i * e } else { 0 };
+            out[at..at + e].copy_from_slice(row);
+        });
+        self.engine.set_hidden_output(false);
+        r.map(|()| out)
+    }
+
     /// Evaluates `tokens` after the current context and calls `on_row(i, logits)` for
     /// every token `i` in order: no `[n][vocab]` buffer is ever made (perplexity).
     pub fn eval_each(

@@ -459,6 +459,7 @@ pub fn plan(spec: &SynthSpec) -> Result<(Metadata, Vec<(TensorInfo, TensorRole)>
         embd_type: spec.embd_type,
         head_type: spec.head_type,
         has_proj_scales: spec.proj_scales,
+        pooling_type: None,
     };
     let mut tensors = Vec::new();
     for e in shape.expected_tensors() {

@@ -161,8 +161,9 @@ impl RefModel {
         }
     }
 
-    /// Logits `[tokens.len()][n_vocab]` for the whole prompt.
-    pub fn logits(&self, tokens: &[u32]) -> Vec<f32> {
+    /// The final normed hidden states `[tokens.len()][n_embd]` (the output of
+    /// `output_norm`, what an embedding pools and the head reads).
+    pub fn hidden(&self, tokens: &[u32]) -> Vec<f32> {
         let c = &self.cfg;
         let (t_n, e) = (tokens.len(), c.n_embd);
         let mut h: Vec<f32> = Vec::with_capacity(t_n * e);
@@ -214,7 +215,14 @@ impl RefModel {
             let y = self.bitlinear(&f, c.n_ff, &layer.proj[6]);
             add(&mut h, &y);
         }
-        let mut hn = rmsnorm_rows(&h, e, &self.out_norm, c.rms_eps);
+        rmsnorm_rows(&h, e, &self.out_norm, c.rms_eps)
+    }
+
+    /// Logits `[tokens.len()][n_vocab]` for the whole prompt.
+    pub fn logits(&self, tokens: &[u32]) -> Vec<f32> {
+        let c = &self.cfg;
+        let (t_n, e) = (tokens.len(), c.n_embd);
+        let mut hn = self.hidden(tokens);
         if self.emu.f16_head {
             r16_all(&mut hn);
         }

@@ -96,6 +96,7 @@ pub fn model_config(cfg: &HfConfig, types: &TypeOptions) -> ModelConfig {
         embd_type: types.embd,
         head_type: (!cfg.tied).then_some(types.head),
         has_proj_scales: false,
+        pooling_type: None,
     }
 }
 
