@@ -49,19 +49,6 @@ fn product(
     out
 }
 
-/// Equal bits, or both NaN.
-fn assert_same(got: &[f32], want: &[f32], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-            "{what}: element {i}: {g:e} ({:#x}) != {w:e} ({:#x})",
-            g.to_bits(),
-            w.to_bits()
-        );
-    }
-}
-
 /// Every set against the reference on `w` (`n_rows` rows) and `xq`, over ranges that start
 /// and end off the four-row groups.
 fn check_all_sets(w: &[u8], n_rows: usize, cols: usize, xq: &[u8], n_tok: usize, what: &str) {

@@ -34,23 +34,6 @@ fn random_acts(r: &mut StdRng, n_tok: usize, cols: usize, capacity: usize) -> (V
     (x, a)
 }
 
-/// Equal bits, or both NaN.
-fn same(a: f32, b: f32) -> bool {
-    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-}
-
-fn assert_same(got: &[f32], want: &[f32], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            same(g, w),
-            "{what}: element {i}: {g:e} ({:#x}) != {w:e} ({:#x})",
-            g.to_bits(),
-            w.to_bits()
-        );
-    }
-}
-
 /// Row ranges of `rows`: all, the first row, a middle stretch, the tail, none.
 fn ranges(rows: usize) -> Vec<std::ops::Range<usize>> {
     let mut v = vec![0..rows, 0..1, rows / 3..rows, rows - 1..rows, 0..0];

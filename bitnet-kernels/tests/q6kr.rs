@@ -32,23 +32,6 @@ fn random_acts(r: &mut StdRng, n_tok: usize, cols: usize, capacity: usize) -> Q8
     a
 }
 
-/// Equal bits, or both NaN.
-fn same(a: f32, b: f32) -> bool {
-    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-}
-
-fn assert_same(got: &[f32], want: &[f32], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            same(g, w),
-            "{what}: element {i}: {g:e} ({:#x}) != {w:e} ({:#x})",
-            g.to_bits(),
-            w.to_bits()
-        );
-    }
-}
-
 /// Group-aligned ranges of `rows`: all, the first group, the padded tail, none, and the
 /// middle where there is one.
 fn ranges(rows: usize) -> Vec<std::ops::Range<usize>> {

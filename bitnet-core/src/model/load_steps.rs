@@ -47,9 +47,8 @@ fn par_chunks_mut(
 }
 
 /// The head as Q8_0 in the kernels' grouped layout ([`Q8R`]): a float head re-quantized row
-/// by row (see `float::requantize_row_q8_0`), a Q8_0 head's rows as they are, each group of
-/// [`Q8R_ROWS`] rows converted then written in place. `release(range)` is told each source
-/// byte range (relative to `src`) once it is converted.
+/// by row (see `float::requantize_row_q8_0`), a Q8_0 head's rows as they are
+/// ([`fill_groups`]).
 pub(crate) fn head_q8r(
     isa: Isa,
     src: &[u8],
@@ -58,44 +57,31 @@ pub(crate) fn head_q8r(
     release: &(dyn Fn(Range<usize>) + Sync),
 ) -> Result<Q8R, KernelError> {
     let mut out = Q8R::zeroed(head.rows, head.cols)?;
-    let q8_rb = RowFormat::Q8_0.row_bytes(head.cols).unwrap_or(0);
     let gb = out.group_bytes();
-    if q8_rb == 0 || gb == 0 {
-        return Ok(out);
-    }
-    const GROUPS: usize = HEAD_CHUNK_ROWS / Q8R_ROWS;
-    par_chunks_mut(out.data_mut(), GROUPS * gb, threads, &|k, dst| {
-        let first = k * HEAD_CHUNK_ROWS;
-        let last = (first + dst.len() / gb * Q8R_ROWS).min(head.rows);
-        let from = first * head.row_bytes..last * head.row_bytes;
-        let mut rows = vec![0u8; Q8R_ROWS * q8_rb];
-        let mut scratch = Vec::new();
-        for (g, group) in dst.chunks_exact_mut(gb).enumerate() {
-            let r0 = first + g * Q8R_ROWS;
-            let n = (head.rows - r0).min(Q8R_ROWS);
-            let src_rows = &src[r0 * head.row_bytes..(r0 + n) * head.row_bytes];
-            let rows = &mut rows[..n * q8_rb];
-            if head.fmt == RowFormat::Q8_0 {
-                rows.copy_from_slice(src_rows);
-            } else {
-                let pairs = src_rows
-                    .chunks_exact(head.row_bytes)
-                    .zip(rows.chunks_exact_mut(q8_rb));
-                for (b, q) in pairs {
-                    float::requantize_row_q8_0(isa, head.fmt, b, q, &mut scratch);
-                }
-            }
-            Q8R::write_group(head.cols, rows, group);
-        }
-        release(from);
-    });
+    let layout = Grouped {
+        fmt: RowFormat::Q8_0,
+        rows: Q8R_ROWS,
+        group_bytes: gb,
+        write: &|rows, group| Q8R::write_group(head.cols, rows, group),
+    };
+    let convert = |b: &[u8], q: &mut [u8], scratch: &mut Vec<f32>| {
+        float::requantize_row_q8_0(isa, head.fmt, b, q, scratch);
+    };
+    fill_groups(
+        out.data_mut(),
+        &layout,
+        src,
+        head,
+        threads,
+        &convert,
+        release,
+    );
     Ok(out)
 }
 
 /// The head as Q6_K in the kernels' grouped layout ([`Q6KR`]): a Q6_K head's rows as they
 /// are, any other re-quantized row by row (decoded to f32, encoded by
-/// `float::quantize_row_q6_k`), each group of [`Q6KR_ROWS`] rows written in place.
-/// `release(range)` is told each source byte range (relative to `src`) once it is converted.
+/// `float::quantize_row_q6_k`; [`fill_groups`]).
 pub(crate) fn head_q6kr(
     src: &[u8],
     head: &FloatRows,
@@ -103,39 +89,85 @@ pub(crate) fn head_q6kr(
     release: &(dyn Fn(Range<usize>) + Sync),
 ) -> Result<Q6KR, KernelError> {
     let mut out = Q6KR::zeroed(head.rows, head.cols)?;
-    let q6_rb = RowFormat::Q6K.row_bytes(head.cols).unwrap_or(0);
     let gb = out.group_bytes();
-    if q6_rb == 0 || gb == 0 {
-        return Ok(out);
+    let layout = Grouped {
+        fmt: RowFormat::Q6K,
+        rows: Q6KR_ROWS,
+        group_bytes: gb,
+        write: &|rows, group| Q6KR::write_group(head.cols, rows, group),
+    };
+    let convert = |b: &[u8], q: &mut [u8], f: &mut Vec<f32>| {
+        f.resize(head.cols, 0.0);
+        float::dequantize_row(head.fmt, b, f);
+        float::quantize_row_q6_k(f, q);
+    };
+    fill_groups(
+        out.data_mut(),
+        &layout,
+        src,
+        head,
+        threads,
+        &convert,
+        release,
+    );
+    Ok(out)
+}
+
+/// One source row to the layout's format (`row`, `out`, scratch floats).
+type ConvertRow<'a> = &'a (dyn Fn(&[u8], &mut [u8], &mut Vec<f32>) + Sync);
+
+/// A grouped head layout as [`fill_groups`] writes it: rows in `fmt` go in `rows` at a time,
+/// each group `group_bytes` long, through `write(rows, group)`.
+struct Grouped<'a> {
+    fmt: RowFormat,
+    rows: usize,
+    group_bytes: usize,
+    write: &'a (dyn Fn(&[u8], &mut [u8]) + Sync),
+}
+
+/// Fills `data` (a grouped head's buffer, [`HEAD_CHUNK_ROWS`] rows a chunk over `threads`)
+/// from the head's rows `src`: each group's rows in the layout's format, copied if the head
+/// is already in it, else `convert(row, out, scratch)`, then written in place.
+/// `release(range)` is told each source byte range (relative to `src`) once it is converted.
+fn fill_groups(
+    data: &mut [u8],
+    layout: &Grouped<'_>,
+    src: &[u8],
+    head: &FloatRows,
+    threads: usize,
+    convert: ConvertRow<'_>,
+    release: &(dyn Fn(Range<usize>) + Sync),
+) {
+    let rb = layout.fmt.row_bytes(head.cols).unwrap_or(0);
+    let (gb, gr) = (layout.group_bytes, layout.rows);
+    if rb == 0 || gb == 0 {
+        return;
     }
-    const GROUPS: usize = HEAD_CHUNK_ROWS / Q6KR_ROWS;
-    par_chunks_mut(out.data_mut(), GROUPS * gb, threads, &|k, dst| {
+    par_chunks_mut(data, HEAD_CHUNK_ROWS / gr * gb, threads, &|k, dst| {
         let first = k * HEAD_CHUNK_ROWS;
-        let last = (first + dst.len() / gb * Q6KR_ROWS).min(head.rows);
+        let last = (first + dst.len() / gb * gr).min(head.rows);
         let from = first * head.row_bytes..last * head.row_bytes;
-        let mut rows = vec![0u8; Q6KR_ROWS * q6_rb];
-        let mut f = vec![0.0f32; head.cols];
+        let mut rows = vec![0u8; gr * rb];
+        let mut scratch = Vec::new();
         for (g, group) in dst.chunks_exact_mut(gb).enumerate() {
-            let r0 = first + g * Q6KR_ROWS;
-            let n = (head.rows - r0).min(Q6KR_ROWS);
+            let r0 = first + g * gr;
+            let n = (head.rows - r0).min(gr);
             let src_rows = &src[r0 * head.row_bytes..(r0 + n) * head.row_bytes];
-            let rows = &mut rows[..n * q6_rb];
-            if head.fmt == RowFormat::Q6K {
+            let rows = &mut rows[..n * rb];
+            if head.fmt == layout.fmt {
                 rows.copy_from_slice(src_rows);
             } else {
                 let pairs = src_rows
                     .chunks_exact(head.row_bytes)
-                    .zip(rows.chunks_exact_mut(q6_rb));
+                    .zip(rows.chunks_exact_mut(rb));
                 for (b, q) in pairs {
-                    float::dequantize_row(head.fmt, b, &mut f);
-                    float::quantize_row_q6_k(&f, q);
+                    convert(b, q, &mut scratch);
                 }
             }
-            Q6KR::write_group(head.cols, rows, group);
+            (layout.write)(rows, group);
         }
         release(from);
     });
-    Ok(out)
 }
 
 /// The head re-quantized to `fmt` rows (Q6_K or Q4_0): each row of `head` (any row format)
@@ -261,6 +293,39 @@ mod tests {
         };
         let from_q8 = head_q8r(Isa::Scalar, &q8_rows, &q8_head, 2, &|_| {}).unwrap();
         assert_eq!(from_q8.bytes(), one.bytes());
+    }
+
+    #[test]
+    fn q6k_groups_do_not_depend_on_the_thread_count() {
+        // As above for the grouped Q6_K head: a float head re-quantized row by row, a Q6_K
+        // head's rows as they are.
+        let (rows, cols) = (HEAD_CHUNK_ROWS * 5 / 2 + 7, 256);
+        let (src, head) = f16_rows(rows, cols);
+        let one = head_q6kr(&src, &head, 1, &|_| {}).unwrap();
+        let rb = RowFormat::Q6K.row_bytes(cols).unwrap();
+        let mut x = vec![0.0f32; cols];
+        let (mut want, mut got) = (vec![0u8; rb], vec![0u8; rb]);
+        let mut q6_rows = Vec::new();
+        for (r, row) in src.chunks_exact(2 * cols).enumerate() {
+            float::dequantize_row(RowFormat::F16, row, &mut x);
+            float::quantize_row_q6_k(&x, &mut want);
+            one.q6k_row(r, &mut got);
+            assert_eq!(got, want, "row {r}");
+            q6_rows.extend_from_slice(&want);
+        }
+        for threads in [2, 3, 8] {
+            let got = head_q6kr(&src, &head, threads, &|_| {}).unwrap();
+            assert_eq!(got.bytes(), one.bytes(), "{threads} threads");
+        }
+        let q6_head = FloatRows {
+            fmt: RowFormat::Q6K,
+            blob: Blob::File(0..q6_rows.len()),
+            rows,
+            cols,
+            row_bytes: rb,
+        };
+        let from_q6 = head_q6kr(&q6_rows, &q6_head, 2, &|_| {}).unwrap();
+        assert_eq!(from_q6.bytes(), one.bytes());
     }
 
     #[test]

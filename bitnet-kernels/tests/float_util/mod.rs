@@ -75,3 +75,17 @@ pub fn assert_close(got: f32, want: f64, rel: f64, abs: f64, what: &str) {
         "{what}: got {got}, want {want}, err {err:e} > {rel:e} * |want| + {abs:e}"
     );
 }
+
+/// Equal bits element by element (any NaN matches any NaN): what a kernel that promises the
+/// scalar reference's bits must give.
+pub fn assert_same(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "{what}: element {i}: {g:e} ({:#x}) != {w:e} ({:#x})",
+            g.to_bits(),
+            w.to_bits()
+        );
+    }
+}
