@@ -112,7 +112,13 @@ pub fn run(args: Args) -> Result<()> {
     let pooling = match &args.pooling {
         Some(name) => Pooling::from_name(name).expect("clap checked it"),
         None => match model.config().pooling_type {
-            None => Pooling::Last,
+            None => {
+                note!(
+                    "the file names no pooling_type: last-token pooling, this command's default for \
+                     causal models (--pooling to choose)"
+                );
+                Pooling::Last
+            }
             Some(v) => Pooling::from_gguf(i64::from(v)).with_context(|| {
                 format!("the file's pooling_type {v} (rank) is not an embedding: pass --pooling")
             })?,
