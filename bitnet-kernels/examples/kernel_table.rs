@@ -20,8 +20,8 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use bitnet_kernels::float::{
-    Q6K_BLOCK_BYTES, Q8Acts, Q8KActs, Q8R, Q8R_ROWS, RowFormat, f32_to_f16, matmul_f32,
-    matmul_q6k_q8k, matmul_q8_0_q8_0, matmul_q8r, matvec_q8_0_q8_0, quantize_row_q8_0,
+    Q6K_BLOCK_BYTES, Q6KR, Q8Acts, Q8KActs, Q8R, Q8R_ROWS, RowFormat, f32_to_f16, matmul_f32,
+    matmul_q6kr, matmul_q8_0_q8_0, matmul_q8r, matvec_q8_0_q8_0, quantize_row_q8_0,
 };
 use bitnet_kernels::probe::sum_bytes;
 use bitnet_kernels::{
@@ -441,8 +441,8 @@ fn alternated_gbs(
 }
 
 /// A file's Q6_K output head (bitnet.cpp's tied embedding, 2B-4T's 128256 x 2560) as the
-/// engine runs it, Q6_K rows x Q8_K activations (`matmul_q6k_q8k`), beside the f32 product it
-/// replaced (`matmul_f32`) and a plain read (`sum_bytes`) of a buffer of the same size, all
+/// engine runs it, in 16-row groups x Q8_K activations (`matmul_q6kr`), beside the f32 product
+/// of the rows (`matmul_f32`) and a plain read (`sum_bytes`) of a buffer of the same size, all
 /// huge-page backed: weight bytes over time, best of the alternated rounds, at 1 and 2
 /// threads (each a half of the rows).
 fn q6k_head_table(o: &Opts, target: Duration) {
@@ -458,6 +458,7 @@ fn q6k_head_table(o: &Opts, target: Duration) {
         }
         blk[208..].copy_from_slice(&f32_to_f16(0.001).to_le_bytes());
     }
+    let grouped = Q6KR::from_q6k_rows(&w, rows, cols).expect("whole blocks");
     let mut plain = AlignedVec::<u8>::zeroed_huge(w.len());
     for b in plain.iter_mut() {
         *b = rng.next_u64() as u8;
@@ -494,7 +495,7 @@ fn q6k_head_table(o: &Opts, target: Duration) {
                 let run_q8k = |p: usize| {
                     let r = parts[p].clone();
                     let mut out = vec![0f32; n_tok * r.len()];
-                    matmul_q6k_q8k(isa, &w, cols, &acts, n_tok, r, &mut out);
+                    matmul_q6kr(isa, &grouped, &acts, n_tok, r, &mut out);
                     black_box(&out);
                 };
                 let run_read = |p: usize| {

@@ -293,9 +293,10 @@ pub fn matmul_q8r(
 /// Q6_K weight rows (a file's Q6_K output head, rows of `row_len`) times `n_tok` Q8_K
 /// activation rows ([`Q8KActs`]): `out[t * rows.len() + i]` is row `rows.start + i` dotted
 /// with token row `t`. Each block's dot is an exact integer, combined in f32 in block order
-/// (`crate::scalar::q6k_q8k` defines the steps); every kernel set gives the scalar
-/// reference's bits, and a token's result does not depend on its batch. Against the f32
-/// product of the dequantized rows it differs by the Q8_K rounding of the activations.
+/// (`crate::scalar::q6k_q8k` defines the steps). The reference: the engine runs a Q6_K head
+/// in the grouped layout ([`matmul_q6kr`]), whose kernels give these bits, so this op has no
+/// SIMD kernels of its own. Against the f32 product of the dequantized rows it differs by the
+/// Q8_K rounding of the activations.
 ///
 /// # Panics
 /// If `row_len` is not whole Q6_K blocks or differs from the activations' width, `n_tok`

@@ -122,28 +122,48 @@ fn every_set_gives_the_reference_bits() {
 #[test]
 fn the_edges_of_the_integer_range_give_the_reference_bits() {
     let mut r = rng(33);
-    let (rows, cols) = (18, 512);
+    let (rows, cols) = (13, 1024);
+    let rb = RowFormat::Q6K.row_bytes(cols).unwrap();
     let mut w = random_q6k_rows(&mut r, rows, cols);
-    for (k, blk) in w.chunks_exact_mut(Q6K_BLOCK_BYTES).enumerate() {
-        // Codes all 63 (low nibbles 0xf, high bits 3) or all 0; scales -128 or 127.
-        let (codes, sc) = if k % 2 == 0 {
-            (0xffu8, 0x80u8)
-        } else {
-            (0x00, 0x7f)
+    for (i, blk) in w.chunks_exact_mut(Q6K_BLOCK_BYTES).enumerate() {
+        match i % 5 {
+            // Every code 63 and the largest scales of either sign: the extreme block dots.
+            0 => {
+                blk[..192].fill(0xff);
+                blk[192..208].fill(if i % 2 == 0 { 0x80 } else { 0x7f });
+            }
+            // Every code 0 (-32 after centring).
+            1 => {
+                blk[..192].fill(0);
+                blk[192..208].fill(0x80);
+            }
+            // An all-zero block, scale included.
+            2 => blk.fill(0),
+            _ => {}
+        }
+    }
+    // Activations all ±127 (a ±1 pattern), an all-zero row, and random rows.
+    let n_tok = 33;
+    let mut x = Q8KActs::new(cols, n_tok);
+    for t in 0..n_tok {
+        let row: Vec<f32> = match t % 4 {
+            0 => vec![1.0; cols],
+            1 => (0..cols)
+                .map(|e| if e % 3 == 0 { -1.0 } else { 1.0 })
+                .collect(),
+            2 => vec![0.0; cols],
+            _ => normal_vec(&mut r, cols, 1.0),
         };
-        blk[..192].fill(codes);
-        blk[192..208].fill(sc);
+        x.quantize_row(t, &row);
     }
-    // Activations at ±127: a block of alternating ±1 quantizes to codes ±127.
-    let x: Vec<f32> = (0..3 * cols)
-        .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
-        .collect();
-    let mut a = Q8KActs::new(cols, 3);
-    for (t, row) in x.chunks_exact(cols).enumerate() {
-        a.quantize_row(t, row);
+    assert!(x.quants(0).iter().all(|&q| q == 127));
+    for n in [1, 2, 5, 8, 33] {
+        check_sets(&w, rows, cols, &x, n, "edges");
     }
-    assert!(a.quants(0).iter().all(|&q| q.abs() == 127));
-    check_sets(&w, rows, cols, &a, 3, "edges");
+    // The extreme blocks reach the widest sums the kernels hold.
+    let mut out = vec![0.0f32; rows];
+    matmul_q6k_q8k(Isa::Scalar, &w[..rows * rb], cols, &x, 1, 0..rows, &mut out);
+    assert!(out.iter().all(|v| v.is_finite()));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The head's activations: the final normed hidden states as the head's kernel reads them,
 //! made once per row that wants logits. A float head reads the f32 states themselves; a Q8_0
-//! head ([`Head::Q8`]) their Q8_0 rows, a Q6_K one (a file's Q6_K head, or a tied Q6_K
-//! embedding) their Q8_K rows, a Q4_0 one (`--head q4_0`) their Q8_0 rows, for the integer products that read those heads at memory speed.
+//! head ([`Head::Q8`]) their Q8_0 rows, a Q6_K one ([`Head::Q6`]: a file's Q6_K head or
+//! `--head q6_k`) their Q8_K rows, a Q4_0 one (`--head q4_0`) their Q8_0 rows, for the integer
+//! products that read those heads at memory speed.
 //! Allocated with the workspace, and only for the head that needs them.
 
 use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, Q8Acts, Q8KActs, QK8_0, RowFormat};
@@ -31,7 +32,6 @@ impl HeadActs {
             },
             // A Q6_K row is whole blocks of 256, so its width suits Q8_K.
             Head::Q6(_) => HeadActs::Q8K(Q8KActs::new(n_embd, rows)),
-            Head::Rows(f) if f.fmt == RowFormat::Q6K => HeadActs::Q8K(Q8KActs::new(n_embd, rows)),
             Head::Rows(f) if f.fmt == RowFormat::Q4_0 => {
                 let row_bytes = n_embd.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
                 HeadActs::Q8Rows {

@@ -192,10 +192,6 @@ pub(super) fn head_rows(
         (Head::Q8(_), _) => unreachable!("the workspace holds Q8_0 activations for a Q8_0 head"),
         (Head::Q6(q), HeadActs::Q8K(acts)) => float::matmul_q6kr(isa, q, acts, n, r, dst),
         (Head::Q6(_), _) => unreachable!("the workspace holds Q8_K activations for a Q6_K head"),
-        (Head::Rows(f), HeadActs::Q8K(acts)) if f.fmt == RowFormat::Q6K => {
-            let data = store.bytes(&f.blob);
-            float::matmul_q6k_q8k(isa, data, f.cols, acts, n, r, dst)
-        }
         (Head::Rows(f), HeadActs::Q8Rows { rows, row_bytes }) if f.fmt == RowFormat::Q4_0 => {
             let data = store.bytes(&f.blob);
             float::matmul_q4_0_q8_0(isa, data, f.cols, &rows[..n * row_bytes], n, r, dst)
@@ -336,13 +332,12 @@ mod tests {
         }
     }
 
-    /// Both Q6_K heads, rows and groups, on 1-3 threads: the row product's bits.
+    /// A Q6_K head (in its grouped layout, as the loader makes it) on 1-3 threads: the row
+    /// product's bits, against Q8_K activations.
     #[test]
     fn a_q6k_head_runs_the_integer_product_on_q8k_activations() {
-        use crate::model::{Blob, FloatRows};
-        use bitnet_kernels::AlignedVec;
         use bitnet_kernels::float::{Q6K_BLOCK_BYTES, Q6KR, Q8KActs, f32_to_f16};
-        // A vocabulary off the 16-row chunk granule, two Q6_K blocks a row.
+        // A vocabulary off the 16-row groups, two Q6_K blocks a row.
         let (vocab, cols) = (1000usize, 512usize);
         let rb = RowFormat::Q6K.row_bytes(cols).unwrap();
         let mut state = 7u64;
@@ -357,34 +352,23 @@ mod tests {
             let d = 1e-4 + (next() % 1000) as f32 * 1e-6;
             blk[208..].copy_from_slice(&f32_to_f16(d).to_le_bytes());
         }
-        let rows_head = Head::Rows(FloatRows {
-            fmt: RowFormat::Q6K,
-            blob: Blob::Owned(0),
-            rows: vocab,
-            cols,
-            row_bytes: rb,
-        });
-        let grouped = Head::Q6(Q6KR::from_q6k_rows(&w, vocab, cols).unwrap());
+        let head = Head::Q6(Q6KR::from_q6k_rows(&w, vocab, cols).unwrap());
         let store = Store {
             file: None,
-            owned: vec![AlignedVec::from_slice(&w)],
+            owned: Vec::new(),
         };
         for n in [1usize, 3, 32] {
             let hn: Vec<f32> = (0..n * cols).map(|_| next() as f32 / 2e9 - 1.0).collect();
+            let mut acts = HeadActs::for_head(&head, cols, 32);
             let mut want_acts = Q8KActs::new(cols, 32);
             for (t, h) in hn.chunks_exact(cols).enumerate() {
+                acts.set_row(t, h);
                 want_acts.quantize_row(t, h);
             }
+            assert!(matches!(acts, HeadActs::Q8K(_)));
             let mut want = vec![0.0f32; n * vocab];
             float::matmul_q6k_q8k(Isa::Scalar, &w, cols, &want_acts, n, 0..vocab, &mut want);
-            for head in [&rows_head, &grouped] {
-                let mut acts = HeadActs::for_head(head, cols, 32);
-                for (t, h) in hn.chunks_exact(cols).enumerate() {
-                    acts.set_row(t, h);
-                }
-                assert!(matches!(acts, HeadActs::Q8K(_)));
-                assert_head_bits(&store, head, &hn, &acts, n, &want);
-            }
+            assert_head_bits(&store, &head, &hn, &acts, n, &want);
         }
     }
 

@@ -2,7 +2,7 @@
 //! as in the Raspberry Pi 5, Neoverse N1 and later). [`Dotprod`] is the proof that the CPU
 //! has it. The files here are the integer products that `SDOT` (four int8 products summed
 //! into each i32 lane, one instruction) speeds up, under the names of `scalar/`: `ternary`,
-//! `binary` (1-bit weights x int8), `q8q8`, `q4q8`, `q6k_q8k`, the grouped heads `q8r` and
+//! `binary` (1-bit weights x int8), `q8q8`, `q4q8`, the grouped heads `q8r` and
 //! `q6kr`, and `kv_int8`. Every other op is the NEON kernel: `Dotprod`'s level below is
 //! [`Neon`], the one link to that tree.
 
@@ -22,7 +22,6 @@ use crate::ops::Kernels;
 mod binary;
 mod kv_int8;
 mod q4q8;
-mod q6k_q8k;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -127,20 +126,6 @@ impl Kernels for Dotprod {
     ) {
         // SAFETY: `self` proves the target features; the kernel checks the shapes.
         unsafe { q8q8::matmul_q8_0_q8_0(w, row_len, xq, n_tok, rows, out) }
-    }
-
-    fn matmul_q6k_q8k(
-        self,
-        w: &[u8],
-        row_len: usize,
-        x: &Q8KActs,
-        n_tok: usize,
-        rows: Range<usize>,
-        out: &mut [f32],
-    ) {
-        crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
     }
 
     fn matmul_q8r(self, w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {

@@ -5,7 +5,7 @@
 //! level below is the scalar reference, which no op reaches today but short Hadamard rows.
 //!
 //! One file per op family, the names of `scalar/`: `act`, `ternary`, `binary`, `float`,
-//! `qrows`, `q8q8`, `q4q8`, `q6k_q8k`, the grouped heads `q8r` and `q6kr`, `rope`, `attn`,
+//! `qrows`, `q8q8`, `q4q8`, the grouped heads `q8r` and `q6kr`, `rope`, `attn`,
 //! `attn_group`, `kv`, `kv_int8`, `kv_q4_wsum`, `kv_b1_xnor`, `hadamard`, `requant`. Integer
 //! products here use the baseline widening multiplies (`SMULL`/`SMLAL` + `SADALP`); the
 //! `dotprod` and `i8mm` trees replace the ones their instructions speed up.
@@ -16,7 +16,6 @@ use std::sync::OnceLock;
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
-use crate::layout::q8k::Q8KActs;
 use crate::ops::{Kernels, Scalar};
 
 mod act;
@@ -30,7 +29,6 @@ mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
 mod q4q8;
-mod q6k_q8k;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -84,20 +82,6 @@ impl Kernels for Neon {
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).
     crate::token_entries::token_entries!();
-
-    fn matmul_q6k_q8k(
-        self,
-        w: &[u8],
-        row_len: usize,
-        x: &Q8KActs,
-        n_tok: usize,
-        rows: Range<usize>,
-        out: &mut [f32],
-    ) {
-        crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
-    }
 
     fn binary_xor_popcounts(
         self,

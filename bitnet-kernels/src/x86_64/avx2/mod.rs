@@ -7,7 +7,7 @@
 //!
 //! One file per op family, the same names as `scalar/` and `x86_64/avx512/`: `act`,
 //! `ternary`, `binary` (integer), `float` (dense float), `qrows` (quantized rows), `q8q8`,
-//! `q8r`, `q6k_q8k` (the Q6_K head), `rope`, `attn`, `attn_group`, and the AVX2-only `kv`,
+//! `q8r` and `q6kr` (the grouped Q8_0 and Q6_K heads), `rope`, `attn`, `attn_group`, and the AVX2-only `kv`,
 //! `kv_int8`, `kv_q4_wsum`, `kv_b1_xnor`, `hadamard`, `requant` (which the AVX-512 level
 //! runs from this one). The
 //! files are private to this tree: what both x86 sets use is in `x86_64/`. Where a kernel
@@ -20,7 +20,6 @@ use std::sync::OnceLock;
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
-use crate::layout::q8k::Q8KActs;
 use crate::ops::{Kernels, Scalar};
 
 mod act;
@@ -34,7 +33,6 @@ mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
 mod q4q8;
-mod q6k_q8k;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -88,20 +86,6 @@ impl Kernels for Avx2 {
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).
     crate::token_entries::token_entries!();
-
-    fn matmul_q6k_q8k(
-        self,
-        w: &[u8],
-        row_len: usize,
-        x: &Q8KActs,
-        n_tok: usize,
-        rows: Range<usize>,
-        out: &mut [f32],
-    ) {
-        crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
-    }
 
     fn binary_xor_popcounts(
         self,

@@ -6,7 +6,7 @@
 //! files).
 //!
 //! The files have the names of `x86_64/avx2/` for the op families with 512-bit kernels
-//! (`act`, `ternary`, `binary`, `float`, `qrows`, `q8q8`, `q8r`, `q6k_q8k`, `rope`, `attn`,
+//! (`act`, `ternary`, `binary`, `float`, `qrows`, `q8q8`, `q8r`, `q6kr`, `rope`, `attn`,
 //! `attn_group`).
 //! The others (the low-bit KV kernels, Hadamard, F16 -> Q8_0 re-encoding) have no 512-bit
 //! version yet: they run the kernels of [`Avx2`], the level below this one, as
@@ -19,7 +19,6 @@ use std::sync::OnceLock;
 
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
-use crate::layout::q8k::Q8KActs;
 use crate::ops::Kernels;
 use crate::x86_64::avx2::Avx2;
 
@@ -29,7 +28,6 @@ mod attn_group;
 mod binary;
 mod float;
 mod q4q8;
-mod q6k_q8k;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -82,20 +80,6 @@ impl Kernels for Avx512 {
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).
     crate::token_entries::token_entries!();
-
-    fn matmul_q6k_q8k(
-        self,
-        w: &[u8],
-        row_len: usize,
-        x: &Q8KActs,
-        n_tok: usize,
-        rows: Range<usize>,
-        out: &mut [f32],
-    ) {
-        crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
-    }
 
     fn binary_xor_popcounts(
         self,

@@ -6,8 +6,7 @@
 //! The files here are the products `vpdpbusd` speeds up, under the names of `scalar/`:
 //! `ternary`, the register tile of prefill, batched decode and speculative verification, which
 //! AVX2 runs at a `maddubs` and an `add` per 32 multiply-adds (`examples/madd_ceiling.rs`),
-//! `q8q8` and `q8r`, the Q8_0 head of batched decode, and `q6k_q8k`, the Q6_K head (its scaled
-//! pair sums by `vpdpwssd`). Every other op is the AVX2 kernel: `AvxVnni`'s
+//! `q8q8` and `q8r`, the Q8_0 head of batched decode, and `q6kr`, the grouped Q6_K head. Every other op is the AVX2 kernel: `AvxVnni`'s
 //! level below is [`Avx2`], the one link to that tree.
 //! Single-token decode, at the memory bandwidth wall, gains nothing from fewer instructions
 //! and keeps the AVX2 kernels too (as do ternary products of one or two token rows, whose
@@ -25,7 +24,6 @@ use crate::ops::Kernels;
 use crate::x86_64::avx2::Avx2;
 
 mod q4q8;
-mod q6k_q8k;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -111,20 +109,6 @@ impl Kernels for AvxVnni {
         }
         // SAFETY: `self` proves AVX2/FMA/F16C and AVX-VNNI; the kernel checks the shapes.
         unsafe { q8q8::matmul_q8_0_q8_0_tokens(w, row_len, xq, n_tok, rows, out) }
-    }
-
-    fn matmul_q6k_q8k(
-        self,
-        w: &[u8],
-        row_len: usize,
-        x: &Q8KActs,
-        n_tok: usize,
-        rows: Range<usize>,
-        out: &mut [f32],
-    ) {
-        crate::layout::q8k::check_matmul_q6k(w, row_len, x, n_tok, &rows, out);
-        // SAFETY: `self` proves the target features; shapes checked above.
-        unsafe { q6k_q8k::matmul_q6k_q8k(w, row_len, x, n_tok, rows, out) }
     }
 
     fn matmul_q6kr(self, w: &Q6KR, x: &Q8KActs, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
