@@ -7,7 +7,7 @@ mod common;
 
 use bitnet_core::CoreError;
 use bitnet_core::config::ModelConfig;
-use bitnet_core::embed::{Normalize, Pooling, embed_tokens, pool};
+use bitnet_core::embed::{Normalize, Pooling, embed_batch, embed_tokens, pool};
 use bitnet_core::model::LoadMode;
 use bitnet_core::synth::SynthSpec;
 use bitnet_gguf::{GgufFile, LoadMode as FileMode, TensorType};
@@ -113,5 +113,50 @@ fn empty_and_over_long_inputs_are_errors() {
     // Nothing was kept: a valid input still embeds.
     assert_eq!(s.n_past(), 0);
     embed_tokens(&mut s, &long[..16], Pooling::Mean, Normalize(2)).unwrap();
+    std::fs::remove_file(&path).ok();
+}
+
+/// Inputs packed into shared passes (`embed_batch`): each input's vectors are bit-equal to
+/// its own embedding on a fresh context, whatever else shares its passes, for inputs that
+/// span several passes, that fill the cache so that later ones wait, and for every pooling.
+#[test]
+fn batched_inputs_equal_each_input_alone() {
+    let path = common::models::synth_file("embed_batch", &spec());
+    let inputs: Vec<Vec<u32>> = [3usize, 11, 1, 20, 5, 9, 2]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| (0..n).map(|i| ((i * 37 + k * 11) % 300) as u32).collect())
+        .collect();
+    let refs: Vec<&[u32]> = inputs.iter().map(|v| v.as_slice()).collect();
+    for isa in Isa::available() {
+        // A pass of 8 tokens, a cache of 32 positions: the 20-token input spans three passes
+        // and leaves no room for the next one until it is done.
+        let model = common::setup::load(&path, &opts(Some(isa), Some(8))).unwrap();
+        let mut alone = model.session(32).unwrap();
+        let mut engine = {
+            let mut e = model.engine.clone();
+            e.n_ctx = 32;
+            bitnet_core::engine::Engine::new(model.model.clone(), &e).unwrap()
+        };
+        for pooling in [Pooling::Last, Pooling::Mean, Pooling::None] {
+            let got = embed_batch(&mut engine, &refs, pooling, Normalize(2)).unwrap();
+            assert_eq!(got.len(), inputs.len());
+            for (i, t) in inputs.iter().enumerate() {
+                let want = embed_tokens(&mut alone, t, pooling, Normalize(2)).unwrap();
+                assert_eq!(got[i], want, "{isa} {}: input {i}", pooling.name());
+            }
+            assert_eq!(
+                engine.kv().stats().sequences,
+                0,
+                "{isa}: every input's sequence is freed"
+            );
+        }
+        // Bad inputs are refused before anything runs.
+        let long: Vec<u32> = (0..33).collect();
+        for bad in [&[][..], &long[..], &[300][..]] {
+            let r = embed_batch(&mut engine, &[&inputs[0], bad], Pooling::Last, Normalize(2));
+            assert!(r.is_err(), "{isa}: {} tokens accepted", bad.len());
+        }
+    }
     std::fs::remove_file(&path).ok();
 }

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::embed::precision::{Precision, Quantized, quantize};
-use bitnet_core::embed::{Normalize, Pooling, embed_tokens};
-use bitnet_core::engine::Session;
+use bitnet_core::embed::{Normalize, Pooling, embed_batch};
+use bitnet_core::engine::Engine;
 
 use crate::args::model::ModelArgs;
 use crate::output::note;
@@ -142,19 +142,20 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(i) = tokens.iter().position(Vec::is_empty) {
         bail!("input {} has no tokens", i + 1);
     }
-    // The engine needs room for the longest input only.
-    engine_opts.n_ctx = longest;
-    check_context(&model, &engine_opts)?;
-    let mut session = Session::new(model.clone(), &engine_opts).context("creating a session")?;
-    let normalize = Normalize(args.normalize);
-    let mut vectors = Vec::new();
-    for (i, t) in tokens.iter().enumerate() {
-        let v = embed_tokens(&mut session, t, pooling, normalize)
-            .with_context(|| format!("embedding input {}", i + 1))?;
-        vectors.extend(v);
-    }
-    let quantized = quantize(&vectors, precision)?;
+    // Inputs share passes (`embed_batch`); the cache needs room for the longest input, and
+    // holds as many more as fit in the context.
     let n_tokens: usize = tokens.iter().map(Vec::len).sum();
+    engine_opts.n_ctx = n_tokens.min(n_ctx).max(longest);
+    check_context(&model, &engine_opts)?;
+    let mut engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
+    let normalize = Normalize(args.normalize);
+    let refs: Vec<&[u32]> = tokens.iter().map(Vec::as_slice).collect();
+    let vectors: Vec<Vec<f32>> = embed_batch(&mut engine, &refs, pooling, normalize)
+        .context("embedding the inputs")?
+        .into_iter()
+        .flatten()
+        .collect();
+    let quantized = quantize(&vectors, precision)?;
     let bytes = if args.format == "raw" {
         let mut b = Vec::new();
         for q in &quantized {

@@ -2,9 +2,13 @@
 //! llama-server's `/v1/embeddings` make them: the output of the model's last norm for each
 //! input token ([`crate::engine::Session::hidden_states`]), pooled into one vector an input
 //! ([`Pooling`]), then normalized ([`Normalize`], llama.cpp's `embd_normalize` values), and
-//! optionally quantized for storage ([`precision`]).
+//! optionally quantized for storage ([`precision`]). [`embed_batch`] runs many inputs
+//! through shared forward passes.
 
+mod batch;
 pub mod precision;
+
+pub use batch::embed_batch;
 
 use crate::engine::Session;
 use crate::error::CoreError;

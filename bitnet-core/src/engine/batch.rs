@@ -16,6 +16,18 @@ pub enum Logits {
     Last,
     /// Every token's, in order.
     All,
+    /// The last token's final normed hidden state (`[n_embd]`, the output of the model's
+    /// last norm: what an embedding pools) instead of its logits; the head is not run for it.
+    HiddenLast,
+    /// Every token's final normed hidden state, in order (mean pooling, per-token output).
+    HiddenAll,
+}
+
+impl Logits {
+    /// Whether the rows wanted are hidden states rather than logits.
+    pub fn is_hidden(self) -> bool {
+        matches!(self, Logits::HiddenLast | Logits::HiddenAll)
+    }
 }
 
 /// Tokens of one sequence to evaluate after what it holds.
@@ -41,6 +53,8 @@ pub(super) struct Batch {
     pub(super) tables: Vec<u32>,
     /// `(item, token index in item, batch token)` of each logits row wanted, in order.
     pub(super) rows: Vec<(u32, u32, u32)>,
+    /// The same for each hidden-state row wanted ([`Logits::HiddenLast`], [`Logits::HiddenAll`]).
+    pub(super) hidden_rows: Vec<(u32, u32, u32)>,
     /// Whether each token is a decode row (its item evaluates that one token).
     pub(super) decode: Vec<bool>,
 }
@@ -56,6 +70,7 @@ impl Batch {
             table: Vec::with_capacity(tokens),
             tables: Vec::with_capacity(blocks),
             rows: Vec::with_capacity(tokens),
+            hidden_rows: Vec::with_capacity(tokens),
             decode: Vec::with_capacity(tokens),
         }
     }
@@ -74,6 +89,7 @@ impl Batch {
         self.table.clear();
         self.tables.clear();
         self.rows.clear();
+        self.hidden_rows.clear();
         self.decode.clear();
         for (i, it) in items.iter().enumerate() {
             let seq = kv.sequence(it.seq)?;
@@ -91,12 +107,16 @@ impl Batch {
                 self.decode.push(it.tokens.len() == 1);
                 let wanted = match it.logits {
                     Logits::None => false,
-                    Logits::Last => j + 1 == it.tokens.len(),
-                    Logits::All => true,
+                    Logits::Last | Logits::HiddenLast => j + 1 == it.tokens.len(),
+                    Logits::All | Logits::HiddenAll => true,
                 };
                 if wanted {
-                    self.rows
-                        .push((i as u32, j as u32, (self.tokens.len() - 1) as u32));
+                    let row = (i as u32, j as u32, (self.tokens.len() - 1) as u32);
+                    if it.logits.is_hidden() {
+                        self.hidden_rows.push(row);
+                    } else {
+                        self.rows.push(row);
+                    }
                 }
             }
         }

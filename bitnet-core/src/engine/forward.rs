@@ -131,8 +131,8 @@ fn charge(
 impl Workspace {
     /// Runs `batch` through `m`: writes every token's K/V rows into its KV slot of `kv`,
     /// attends over each token's own sequence, and hands the logits rows the batch asks
-    /// for to `on_logits(item, token in item, row)` (final normed hidden states instead,
-    /// with `hidden_out`).
+    /// for to `on_logits(item, token in item, row)` (final normed hidden states for the
+    /// items that ask for them, [`super::Logits::HiddenLast`]; those rows come first).
     pub(super) fn run(
         &mut self,
         m: &Model,
@@ -155,7 +155,6 @@ impl Workspace {
             timer,
             attn_stats,
             kv_xnor,
-            hidden_out,
             ..
         } = self;
         let (isa, pool) = (*isa, &*pool);
@@ -402,28 +401,27 @@ impl Workspace {
             self::matmuls(pool, isa, store, binary, profile, &d, bufs, n, nff, blk);
         }
 
-        // Final residual add, output norm, head: only for the rows that want logits.
+        // Final residual add, output norm, head: only for the rows that want output.
         let rows = &batch.rows[..];
         let t = profile.start();
         if let Some(last) = m.layers.last() {
             let bd = matmul::blocked(pool, &last.down, &blk[0], n);
-            for &(_, _, tok) in rows {
+            for &(_, _, tok) in rows.iter().chain(&batch.hidden_rows) {
                 let tok = tok as usize;
                 bd.add_row(isa, tok, &mut bufs.x[tok * e..(tok + 1) * e]);
             }
         }
         profile.stop(OpKind::Elementwise, t);
-        if *hidden_out {
+        if !batch.hidden_rows.is_empty() {
             // Embeddings: each row's final normed hidden state, no head.
             let t = profile.start();
             let h = &mut hn[..e];
-            for &(item, idx, tok) in rows {
+            for &(item, idx, tok) in &batch.hidden_rows {
                 let tok = tok as usize;
                 float::rmsnorm(isa, &bufs.x[tok * e..(tok + 1) * e], &m.output_norm, eps, h);
                 on_logits(item as usize, idx as usize, h);
             }
             profile.stop(OpKind::Norm, t);
-            return Ok(());
         }
         let vocab = cfg.n_vocab;
         for group in rows.chunks(HEAD_BATCH) {

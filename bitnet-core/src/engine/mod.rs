@@ -364,18 +364,6 @@ impl Engine {
         Ok(total)
     }
 
-    /// With `on`, the rows a pass hands out are the final normed hidden states (`[n_embd]`:
-    /// the output of the model's last norm, what an embedding pools) instead of logits, and
-    /// the output head is not run. Off (logits) by default.
-    pub fn set_hidden_output(&mut self, on: bool) {
-        self.work.hidden_out = on;
-    }
-
-    /// Whether passes hand out hidden states ([`Engine::set_hidden_output`]).
-    pub fn hidden_output(&self) -> bool {
-        self.work.hidden_out
-    }
-
     /// Evaluates a batch: each item's tokens after what its sequence holds, at their own
     /// positions, all in one pass over the weights (at most [`Engine::max_batch`] tokens
     /// in all; one item per sequence). The tokens are appended to their sequences.

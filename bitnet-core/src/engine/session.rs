@@ -128,7 +128,12 @@ impl Session {
             last,
             all,
         } = self;
-        self::eval_rows(engine, *seq, tokens, all_logits, |i, row| {
+        let want = if all_logits {
+            Logits::All
+        } else {
+            Logits::Last
+        };
+        self::eval_rows(engine, *seq, tokens, want, |i, row| {
             if all_logits {
                 all[i * vocab..][..vocab].copy_from_slice(row);
             }
@@ -147,13 +152,16 @@ impl Session {
     pub fn hidden_states(&mut self, tokens: &[u32], all: bool) -> Result<Vec<f32>, CoreError> {
         let e = self.engine.model().config.n_embd;
         let mut out = vec![0.0f32; if all { tokens.len() * e } else { e }];
-        self.engine.set_hidden_output(true);
-        let r = self::eval_rows(&mut self.engine, self.seq, tokens, all, |i, row| {
+        let want = if all {
+            Logits::HiddenAll
+        } else {
+            Logits::HiddenLast
+        };
+        self::eval_rows(&mut self.engine, self.seq, tokens, want, |i, row| {
             let at = if all { i * e } else { 0 };
             out[at..at + e].copy_from_slice(row);
-        });
-        self.engine.set_hidden_output(false);
-        r.map(|()| out)
+        })?;
+        Ok(out)
     }
 
     /// Evaluates `tokens` after the current context and calls `on_row(i, logits)` for
@@ -166,7 +174,7 @@ impl Session {
         let Session {
             engine, seq, last, ..
         } = self;
-        self::eval_rows(engine, *seq, tokens, true, |i, row| {
+        self::eval_rows(engine, *seq, tokens, Logits::All, |i, row| {
             on_row(i, row);
             last.copy_from_slice(row);
         })
@@ -174,12 +182,13 @@ impl Session {
 }
 
 /// Evaluates `tokens` on sequence `seq` in chunks of the engine's batch; `on_row(i, row)`
-/// gets every row with `all`, else the last token's only.
+/// gets the rows `want` asks for over the whole of `tokens` (every token's, or the last
+/// one's; logits or hidden states).
 pub(super) fn eval_rows(
     engine: &mut Engine,
     seq: SeqId,
     tokens: &[u32],
-    all: bool,
+    want: Logits,
     mut on_row: impl FnMut(usize, &[f32]),
 ) -> Result<(), CoreError> {
     if tokens.is_empty() {
@@ -199,12 +208,10 @@ pub(super) fn eval_rows(
     while done < tokens.len() {
         let n = (tokens.len() - done).min(chunk);
         let last_chunk = done + n == tokens.len();
-        let logits = if all {
-            Logits::All
-        } else if last_chunk {
-            Logits::Last
-        } else {
-            Logits::None
+        let logits = match want {
+            Logits::All | Logits::HiddenAll => want,
+            _ if last_chunk => want,
+            _ => Logits::None,
         };
         let item = BatchItem {
             seq,

@@ -52,9 +52,6 @@ pub(super) struct Workspace {
     pub(super) attn_stats: AttnStats,
     /// B1 keys scored by XNOR/popcount (`EngineOptions::kv_xnor`).
     pub(super) kv_xnor: bool,
-    /// Rows that want output get the final normed hidden state (`[n_embd]`, what an
-    /// embedding pools) instead of logits; the head is not run ([`super::Engine::set_hidden_output`]).
-    pub(super) hidden_out: bool,
 }
 
 impl Workspace {
@@ -130,7 +127,6 @@ impl Workspace {
             timer: SubTimer::default(),
             attn_stats,
             kv_xnor: opts.kv_xnor,
-            hidden_out: false,
         })
     }
 
