@@ -32,5 +32,5 @@ pub use error::ConfigError;
 pub use model::ModelConfig;
 pub use tensors::{
     ExpectedTensor, OUTPUT, OUTPUT_NORM, Proj, TOKEN_EMBD, TensorRole, norm_name, proj_name,
-    proj_scale_name,
+    proj_norm_name, proj_scale_name,
 };

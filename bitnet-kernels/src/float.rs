@@ -423,6 +423,10 @@ binary_op!(
     relu2_mul
 );
 binary_op!(
+    /// `gate = gelu_tanh(gate) * up` (Gemma3's FFN: ggml's `gelu`, HF `gelu_pytorch_tanh`).
+    gelu_tanh_mul
+);
+binary_op!(
     /// `dst += src`.
     add_inplace
 );

@@ -62,6 +62,7 @@ macro_rules! for_each_op {
             fn silu_mul(self, gate: &mut [f32], up: &[f32]) => float::silu_mul;
             fn relu2(self, x: &mut [f32]) => float::relu2;
             fn relu2_mul(self, gate: &mut [f32], up: &[f32]) => float::relu2_mul;
+            fn gelu_tanh_mul(self, gate: &mut [f32], up: &[f32]) => float::gelu_tanh_mul;
             fn add_inplace(self, dst: &mut [f32], src: &[f32]) => float::add_inplace;
             fn mul_inplace(self, dst: &mut [f32], src: &[f32]) => float::mul_inplace;
             fn scale_inplace(self, x: &mut [f32], s: f32) => float::scale_inplace;

@@ -203,6 +203,11 @@ macro_rules! token_entries {
             unsafe { float::silu_mul(gate, up) }
         }
 
+        fn gelu_tanh_mul(self, gate: &mut [f32], up: &[f32]) {
+            // SAFETY: `self` proves the target features; the kernel checks the shapes.
+            unsafe { float::gelu_tanh_mul(gate, up) }
+        }
+
         fn relu2(self, x: &mut [f32]) {
             // SAFETY: `self` proves the target features.
             unsafe { float::relu2(x) }

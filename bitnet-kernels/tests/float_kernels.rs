@@ -421,6 +421,16 @@ fn activations_match_reference() {
             silu(isa, &mut y);
             let mut z = x.clone();
             silu_mul(isa, &mut z, &up);
+            let mut gelu = x.clone();
+            gelu_tanh_mul(isa, &mut gelu, &up);
+            for i in 0..n {
+                let v = f64::from(x[i]);
+                let z64 = (2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v);
+                // 0.5 v (1 + tanh z), without the cancellation of 1 + tanh z for v < 0.
+                let want = v / (1.0 + (-2.0 * z64).exp()) * f64::from(up[i]);
+                let what = format!("{isa} gelu_tanh_mul n={n} x={}", x[i]);
+                assert_close(gelu[i], want, 2.0 * tol, 1e-30, &what);
+            }
             for i in 0..n {
                 let what = format!("{isa} silu n={n} x={}", x[i]);
                 assert_close(y[i], silu64(x[i]), tol, 1e-30, &what);

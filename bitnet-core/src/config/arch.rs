@@ -10,6 +10,12 @@ pub enum Arch {
     Bitnet,
     /// Ternary llama-architecture models: SiLU gate, no sub-norms, normal rope.
     Llama,
+    /// Qwen3 (BitNet-embedding-0.6B): SiLU gate, per-head q/k norms, NeoX rope, a head
+    /// dimension of its own (`attention.key_length`).
+    Qwen3,
+    /// Gemma3 (BitNet-embedding-270M): GELU-tanh gate, per-head q/k norms, the embedding
+    /// scaled by sqrt(n_embd), norms after attention and after the FFN, NeoX rope.
+    Gemma3,
 }
 
 impl Arch {
@@ -19,6 +25,8 @@ impl Arch {
             "bitnet-b1.58" | "bitnet-25" => Some(Arch::BitnetB158),
             "bitnet" => Some(Arch::Bitnet),
             "llama" => Some(Arch::Llama),
+            "qwen3" => Some(Arch::Qwen3),
+            "gemma3" => Some(Arch::Gemma3),
             _ => None,
         }
     }
@@ -29,6 +37,8 @@ impl Arch {
             Arch::BitnetB158 => "bitnet-b1.58",
             Arch::Bitnet => "bitnet",
             Arch::Llama => "llama",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
@@ -36,21 +46,34 @@ impl Arch {
     pub fn default_ffn_act(self) -> FfnAct {
         match self {
             Arch::BitnetB158 => FfnAct::Relu2,
-            Arch::Bitnet | Arch::Llama => FfnAct::Silu,
+            Arch::Bitnet | Arch::Llama | Arch::Qwen3 => FfnAct::Silu,
+            Arch::Gemma3 => FfnAct::GeluTanh,
         }
     }
 
     /// The rope style of the architecture (llama.cpp's `llama_model_rope_type`).
     pub fn rope_style(self) -> RopeStyle {
         match self {
-            Arch::BitnetB158 | Arch::Bitnet => RopeStyle::Neox,
+            Arch::BitnetB158 | Arch::Bitnet | Arch::Qwen3 | Arch::Gemma3 => RopeStyle::Neox,
             Arch::Llama => RopeStyle::Normal,
         }
     }
 
     /// Whether the architecture has `attn_sub_norm` / `ffn_sub_norm`.
     pub fn has_sub_norms(self) -> bool {
-        !matches!(self, Arch::Llama)
+        matches!(self, Arch::BitnetB158 | Arch::Bitnet)
+    }
+
+    /// Whether q and k are RMS-normalized per head (`attn_q_norm`, `attn_k_norm`, one
+    /// `head_dim` weight shared by the heads) before rope.
+    pub fn has_qk_norms(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
+    }
+
+    /// Whether the attention and FFN outputs are RMS-normalized before their residual adds
+    /// (`post_attention_norm`, `post_ffw_norm`), and the embedding is scaled by sqrt(n_embd).
+    pub fn is_gemma(self) -> bool {
+        self == Arch::Gemma3
     }
 }
 
@@ -61,6 +84,9 @@ pub enum FfnAct {
     Silu,
     /// `max(x, 0)^2`.
     Relu2,
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (ggml's `gelu`, HF
+    /// `gelu_pytorch_tanh`).
+    GeluTanh,
 }
 
 impl FfnAct {
@@ -69,6 +95,7 @@ impl FfnAct {
         match s.to_ascii_lowercase().as_str() {
             "silu" | "swish" | "swiglu" => Some(FfnAct::Silu),
             "relu2" | "relu_sqr" | "relu_squared" | "squared_relu" => Some(FfnAct::Relu2),
+            "gelu" | "gelu_tanh" | "gelu_pytorch_tanh" => Some(FfnAct::GeluTanh),
             _ => None,
         }
     }
@@ -78,6 +105,7 @@ impl FfnAct {
         match self {
             FfnAct::Silu => "silu",
             FfnAct::Relu2 => "relu2",
+            FfnAct::GeluTanh => "gelu",
         }
     }
 }

@@ -32,7 +32,7 @@ pub enum ConfigError {
     },
     /// `general.architecture` names an architecture we do not run.
     #[error(
-        "unsupported architecture \"{name}\" (supported: bitnet-b1.58, bitnet-25, bitnet, llama)"
+        "unsupported architecture \"{name}\" (supported: bitnet-b1.58, bitnet-25, bitnet, llama, qwen3, gemma3)"
     )]
     UnknownArch {
         /// The name found.

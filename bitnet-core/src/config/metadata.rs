@@ -7,7 +7,7 @@ use bitnet_gguf::{Array, Metadata, TensorInfo, TensorType, Value};
 use super::arch::{ActBits, Arch, FfnAct};
 use super::error::ConfigError;
 use super::model::ModelConfig;
-use super::tensors::{OUTPUT, TOKEN_EMBD};
+use super::tensors::{OUTPUT, Proj, TOKEN_EMBD, norm_name};
 
 /// Sanity caps: a value above these is a broken or hostile file, not a model.
 const MAX_EMBD: usize = 1 << 16;
@@ -221,7 +221,7 @@ impl ModelConfig {
             Some(s) => FfnAct::from_name(s).ok_or_else(|| ConfigError::BadValue {
                 key: ffn_key.clone(),
                 value: format!("\"{s}\""),
-                reason: "expected \"silu\" or \"relu2\"".into(),
+                reason: "expected \"silu\", \"relu2\" or \"gelu\"".into(),
             })?,
         };
         let bits_key = k.key("activation_bits");
@@ -237,6 +237,29 @@ impl ModelConfig {
             }
         };
 
+        // Sliding-window layers (stock Gemma3 writes the window): the engine attends over
+        // every position, which for inputs past the window is another function. The BitNet
+        // embedding models' converter writes no window, and bitnet.cpp then runs every layer
+        // global (as we do).
+        let swa_key = k.key("attention.sliding_window");
+        if let Some(w) = k.opt_int(&swa_key)?
+            && w > 0
+        {
+            return Err(ConfigError::BadValue {
+                key: swa_key,
+                value: w.to_string(),
+                reason: "sliding-window attention layers are not supported".into(),
+            });
+        }
+        let proj_norms = tensors
+            .iter()
+            .any(|t| t.name == norm_name(0, &format!("{}_norm_in", Proj::AttnQ.stem())));
+        if proj_norms && arch.has_sub_norms() {
+            return Err(ConfigError::Inconsistent(format!(
+                "{arch_name} has sub-norms, and the file gives its projections input norms \
+                 (*_norm_in) too: no model has both"
+            )));
+        }
         let pooling_type = match k.opt_int(&k.key("pooling_type"))? {
             None => None,
             Some(v) => Some(u32::try_from(v).ok().filter(|&v| v <= 4).ok_or_else(|| {
@@ -265,6 +288,10 @@ impl ModelConfig {
             rope: arch.rope_style(),
             ffn_act,
             sub_norms: arch.has_sub_norms(),
+            proj_norms,
+            qk_norms: arch.has_qk_norms(),
+            post_norms: arch.is_gemma(),
+            embd_scale: arch.is_gemma().then(|| (n_embd as f32).sqrt()),
             tied_head: !tensors.iter().any(|t| t.name == OUTPUT),
             act_bits,
             weight_type: TensorType::F32,

@@ -42,6 +42,16 @@ pub struct ModelConfig {
     pub ffn_act: FfnAct,
     /// Whether `attn_sub_norm` / `ffn_sub_norm` are applied.
     pub sub_norms: bool,
+    /// Every projection RMS-normalizes its own input first (`blk.N.<proj>_norm_in`: the
+    /// BitNet embedding models' BitLinear), after the layer's norm.
+    pub proj_norms: bool,
+    /// q and k are RMS-normalized per head before rope (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norms: bool,
+    /// The attention and FFN outputs are RMS-normalized before their residual adds
+    /// (`post_attention_norm`, `post_ffw_norm`: Gemma3).
+    pub post_norms: bool,
+    /// The token embedding is multiplied by this (Gemma3: sqrt(n_embd)).
+    pub embd_scale: Option<f32>,
     /// The output head is the token embedding (no `output.weight`).
     pub tied_head: bool,
     /// Activation precision for the projections.
@@ -68,6 +78,13 @@ impl ModelConfig {
     /// Width of the concatenated key (or value) heads.
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+
+    /// Whether the file is an embedding model: it names a pooling type (as embedding
+    /// converters write it), or its projections have their own input norms (the BitNet
+    /// embedding models). Its head, if it has one, is not a language model's.
+    pub fn is_embedding_model(&self) -> bool {
+        self.pooling_type.is_some() || self.proj_norms
     }
 
     /// Query heads per key/value head.

@@ -38,7 +38,8 @@ impl TensorRole {
     fn allowed_names(self) -> &'static str {
         match self {
             TensorRole::Embedding | TensorRole::Head => "F32, F16, BF16, Q8_0, Q6_K, Q4_0",
-            TensorRole::Norm | TensorRole::Scale => "F32",
+            TensorRole::Norm => "F32, F16, BF16",
+            TensorRole::Scale => "F32",
             TensorRole::Matrix => "I2_S, TQ2_0, TQ1_0, Q1_0, F32, F16, BF16, Q8_0, Q6_K, Q4_0",
         }
     }
@@ -49,7 +50,9 @@ impl TensorRole {
         let float = matches!(ty, T::F32 | T::F16 | T::BF16 | T::Q8_0 | T::Q6_K | T::Q4_0);
         match self {
             TensorRole::Embedding | TensorRole::Head => float,
-            TensorRole::Norm | TensorRole::Scale => ty == T::F32,
+            // bitnet.cpp's embedding converter writes its norms as F16.
+            TensorRole::Norm => matches!(ty, T::F32 | T::F16 | T::BF16),
+            TensorRole::Scale => ty == T::F32,
             TensorRole::Matrix => float || matches!(ty, T::I2_S | T::TQ2_0 | T::TQ1_0 | T::Q1_0),
         }
     }
@@ -122,6 +125,12 @@ pub fn proj_scale_name(layer: usize, p: Proj) -> String {
     format!("blk.{layer}.{}.scale", p.stem())
 }
 
+/// The name of layer `layer`'s input norm of projection `p` (`blk.N.attn_q_norm_in.weight`:
+/// the BitNet embedding models' BitLinear normalizes each projection's input).
+pub fn proj_norm_name(layer: usize, p: Proj) -> String {
+    format!("blk.{layer}.{}_norm_in.weight", p.stem())
+}
+
 /// Names of a layer's norm weights.
 pub fn norm_name(layer: usize, which: &str) -> String {
     format!("blk.{layer}.{which}.weight")
@@ -160,42 +169,42 @@ impl ModelConfig {
         let t = |name: String, dims: Vec<u64>, role| ExpectedTensor { name, dims, role };
         let mut out = vec![t(TOKEN_EMBD.into(), vec![e, v], TensorRole::Embedding)];
         for l in 0..self.n_layer {
-            out.push(t(norm_name(l, "attn_norm"), vec![e], TensorRole::Norm));
+            let proj = |out: &mut Vec<ExpectedTensor>, p: Proj| {
+                let dims = self.proj_dims(p);
+                if self.proj_norms {
+                    out.push(t(proj_norm_name(l, p), vec![dims[0]], TensorRole::Norm));
+                }
+                out.push(t(proj_name(l, p), dims.to_vec(), TensorRole::Matrix));
+            };
+            let norm = |out: &mut Vec<ExpectedTensor>, which: &str, width: usize| {
+                out.push(t(norm_name(l, which), vec![width as u64], TensorRole::Norm));
+            };
+            norm(&mut out, "attn_norm", self.n_embd);
             for p in [Proj::AttnQ, Proj::AttnK, Proj::AttnV] {
-                out.push(t(
-                    proj_name(l, p),
-                    self.proj_dims(p).to_vec(),
-                    TensorRole::Matrix,
-                ));
+                proj(&mut out, p);
+            }
+            if self.qk_norms {
+                norm(&mut out, "attn_q_norm", self.head_dim);
+                norm(&mut out, "attn_k_norm", self.head_dim);
             }
             if self.sub_norms {
-                let q = self.q_dim() as u64;
-                out.push(t(norm_name(l, "attn_sub_norm"), vec![q], TensorRole::Norm));
+                norm(&mut out, "attn_sub_norm", self.q_dim());
             }
-            let o = Proj::AttnOut;
-            out.push(t(
-                proj_name(l, o),
-                self.proj_dims(o).to_vec(),
-                TensorRole::Matrix,
-            ));
-            out.push(t(norm_name(l, "ffn_norm"), vec![e], TensorRole::Norm));
+            proj(&mut out, Proj::AttnOut);
+            if self.post_norms {
+                norm(&mut out, "post_attention_norm", self.n_embd);
+            }
+            norm(&mut out, "ffn_norm", self.n_embd);
             for p in [Proj::FfnGate, Proj::FfnUp] {
-                out.push(t(
-                    proj_name(l, p),
-                    self.proj_dims(p).to_vec(),
-                    TensorRole::Matrix,
-                ));
+                proj(&mut out, p);
             }
             if self.sub_norms {
-                let f = self.n_ff as u64;
-                out.push(t(norm_name(l, "ffn_sub_norm"), vec![f], TensorRole::Norm));
+                norm(&mut out, "ffn_sub_norm", self.n_ff);
             }
-            let d = Proj::FfnDown;
-            out.push(t(
-                proj_name(l, d),
-                self.proj_dims(d).to_vec(),
-                TensorRole::Matrix,
-            ));
+            proj(&mut out, Proj::FfnDown);
+            if self.post_norms {
+                norm(&mut out, "post_ffw_norm", self.n_embd);
+            }
         }
         out.push(t(OUTPUT_NORM.into(), vec![e], TensorRole::Norm));
         if !self.tied_head {

@@ -218,7 +218,7 @@ fn missing_and_bad_keys_are_named() {
         ("bitnet.rope.scaling.type", Value::String("yarn".into())),
         (
             "bitnet.feed_forward_activation",
-            Value::String("gelu".into()),
+            Value::String("gelu_erf".into()),
         ),
         ("bitnet.activation_bits", Value::U32(4)),
         ("bitnet.vocab_size", Value::U32(0)),
@@ -336,11 +336,16 @@ fn tensor_errors_name_the_tensor() {
     ));
     let mut t = base.clone();
     let i = t.iter().position(|x| x.name == OUTPUT_NORM).unwrap();
-    t[i] = TensorInfo::new(OUTPUT_NORM, vec![256], TensorType::F16).unwrap();
+    t[i] = TensorInfo::new(OUTPUT_NORM, vec![256], TensorType::Q8_0).unwrap();
     assert!(matches!(
         parse(&m, &t),
         Err(ConfigError::UnsupportedType { .. })
     ));
+    // F16 and BF16 norms are read (bitnet.cpp's embedding converter writes F16).
+    for ty in [TensorType::F16, TensorType::BF16] {
+        t[i] = TensorInfo::new(OUTPUT_NORM, vec![256], ty).unwrap();
+        parse(&m, &t).unwrap();
+    }
 
     // llama has no sub-norms: a file that carries them is refused
     let m = meta("llama");
@@ -362,4 +367,97 @@ fn expected_tensor_list_matches_llama_cpp_names() {
     assert!(is_proj_scale("blk.1.ffn_gate.scale", 2));
     assert!(!is_proj_scale("blk.1.ffn_gate.weight", 2));
     assert!(!is_proj_scale("blk.x.ffn_gate.scale", 2));
+}
+
+/// The BitNet embedding architectures: their parts follow from the arch and the tensors
+/// (input norms only where the file has them), the head dimension from `key_length`, and
+/// what the engine cannot run is refused by name.
+#[test]
+fn embedding_architectures() {
+    let spec = |arch: Arch, hd: u64| {
+        let name = arch.canonical_name();
+        let mut m = meta(name);
+        m.insert(format!("{name}.attention.key_length"), hd as u32);
+        m.insert(format!("{name}.attention.value_length"), hd as u32);
+        m.insert(format!("{name}.pooling_type"), 3u32);
+        let mut cfg = parse(&meta("llama"), &tensors_for(Arch::Llama, true)).unwrap();
+        (cfg.arch, cfg.arch_name) = (arch, name.into());
+        (cfg.head_dim, cfg.rope_dim) = (hd as usize, hd as usize);
+        (cfg.qk_norms, cfg.proj_norms, cfg.post_norms) = (true, true, arch == Arch::Gemma3);
+        let t: Vec<TensorInfo> = cfg
+            .expected_tensors()
+            .into_iter()
+            .map(|e| {
+                TensorInfo::new(
+                    e.name,
+                    e.dims,
+                    match e.role {
+                        TensorRole::Matrix => TensorType::I2_S,
+                        _ => TensorType::F16,
+                    },
+                )
+                .unwrap()
+            })
+            .collect();
+        (m, t)
+    };
+    let (m, t) = spec(Arch::Qwen3, 128);
+    let cfg = parse(&m, &t).unwrap();
+    assert_eq!(
+        (cfg.arch, cfg.ffn_act, cfg.rope),
+        (Arch::Qwen3, FfnAct::Silu, RopeStyle::Neox)
+    );
+    assert!(cfg.proj_norms && cfg.qk_norms && !cfg.post_norms && !cfg.sub_norms);
+    assert_eq!(
+        (cfg.head_dim, cfg.q_dim(), cfg.embd_scale),
+        (128, 512, None)
+    );
+    assert!(cfg.is_embedding_model());
+    assert!(
+        t.iter()
+            .any(|x| x.name == "blk.1.ffn_down_norm_in.weight" && x.dims == [768])
+    );
+    assert!(
+        t.iter()
+            .any(|x| x.name == "blk.0.attn_output_norm_in.weight" && x.dims == [512])
+    );
+
+    let (m, t) = spec(Arch::Gemma3, 64);
+    let cfg = parse(&m, &t).unwrap();
+    assert_eq!(cfg.ffn_act, FfnAct::GeluTanh);
+    assert!(cfg.post_norms && cfg.qk_norms);
+    assert_eq!(cfg.embd_scale, Some(16.0));
+
+    // Without the input norms: a plain (float-weight teacher) Gemma3, still the same arch.
+    let plain: Vec<TensorInfo> = t
+        .iter()
+        .filter(|x| !x.name.contains("_norm_in"))
+        .cloned()
+        .collect();
+    let cfg = parse(&m, &plain).unwrap();
+    assert!(!cfg.proj_norms && cfg.post_norms);
+    // A missing q/k norm is named.
+    let no_qn: Vec<TensorInfo> = t
+        .iter()
+        .filter(|x| x.name != "blk.1.attn_q_norm.weight")
+        .cloned()
+        .collect();
+    assert!(
+        matches!(parse(&m, &no_qn), Err(ConfigError::MissingTensor { name }) if name == "blk.1.attn_q_norm.weight")
+    );
+    // Sliding-window layers are refused, not run as global ones.
+    let mut swa = m.clone();
+    swa.insert("gemma3.attention.sliding_window", 512u32);
+    let e = parse(&swa, &t).unwrap_err();
+    assert!(e.to_string().contains("sliding_window"), "{e}");
+    swa.insert("gemma3.attention.sliding_window", 0u32);
+    parse(&swa, &t).unwrap();
+    // Input norms on an architecture with sub-norms.
+    let mut bitnet = tensors_for(Arch::Bitnet, true);
+    bitnet
+        .push(TensorInfo::new("blk.0.attn_q_norm_in.weight", vec![256], TensorType::F32).unwrap());
+    assert!(matches!(
+        parse(&meta("bitnet"), &bitnet),
+        Err(ConfigError::Inconsistent(_))
+    ));
 }

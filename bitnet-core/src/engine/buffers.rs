@@ -20,6 +20,9 @@ use crate::threadpool::{DisjointSlice, ThreadPool, split_range};
 pub(super) struct Bufs {
     /// Residual stream, stride `n_embd`.
     pub(super) x: AlignedVec<f32>,
+    /// The layer norm's output, kept while each projection normalizes it again with its
+    /// own input norm (`ModelConfig::proj_norms`), stride `n_embd`.
+    pub(super) h: AlignedVec<f32>,
     /// Normed input of the next projection group (f32), stride = that group's `cols`.
     pub(super) xn: AlignedVec<f32>,
     /// The same quantized to int8, stride `padded(cols)`.
@@ -65,6 +68,7 @@ pub(super) struct PrepBufs<'a> {
 #[derive(Debug)]
 pub(super) struct TokBufs<'a> {
     pub(super) x: &'a mut [f32],
+    pub(super) h: &'a mut [f32],
     pub(super) p: PrepBufs<'a>,
     pub(super) q: &'a mut [f32],
     pub(super) k: &'a mut [f32],
@@ -78,6 +82,7 @@ impl Bufs {
         let (a, b) = (r.start, r.end);
         TokBufs {
             x: &mut self.x[a * s.embd..b * s.embd],
+            h: &mut self.h[a * s.embd..b * s.embd],
             p: PrepBufs {
                 xn: &mut self.xn[a * s.inp..b * s.inp],
                 xq: &mut self.xq[a * s.pc..b * s.pc],
@@ -106,6 +111,7 @@ where
         return;
     }
     let d_x = DisjointSlice::new(&mut bufs.x[..]);
+    let d_h = DisjointSlice::new(&mut bufs.h[..]);
     let d_xn = DisjointSlice::new(&mut bufs.xn[..]);
     let d_xq = DisjointSlice::new(&mut bufs.xq[..]);
     let d_acts = DisjointSlice::new(&mut bufs.acts[..]);
@@ -124,6 +130,7 @@ where
         let (a, b) = (r.start, r.end);
         let mut tb = TokBufs {
             x: d_x.slice_mut(a * s.embd..b * s.embd),
+            h: d_h.slice_mut(a * s.embd..b * s.embd),
             p: PrepBufs {
                 xn: d_xn.slice_mut(a * s.inp..b * s.inp),
                 xq: d_xq.slice_mut(a * s.pc..b * s.pc),

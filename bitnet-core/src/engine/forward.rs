@@ -2,13 +2,20 @@
 //! selects) as a sequence of parallel regions over a laid-out [`Batch`], which the pass
 //! takes as an argument, computed in the engine's [`Workspace`]:
 //!
-//! 1. residual add of the previous layer's `ffn_down` output, `attn_norm`, int8 quantization
-//!    (once for q, k and v);
-//! 2. q, k, v products; 3. rope on q and k; k and v into the KV cache;
+//! 1. residual add of the previous layer's `ffn_down` output (through its `post_ffw_norm`,
+//!    Gemma3), `attn_norm`, int8 quantization (once for q, k and v);
+//! 2. q, k, v products; 3. per-head q/k norms (Qwen3, Gemma3), rope on q and k; k and v into
+//!    the KV cache;
 //! 4. attention; 5. `attn_sub_norm` (if any) and quantization;
-//! 6. `attn_output`; 7. residual add, `ffn_norm`, quantization (once for gate and up);
+//! 6. `attn_output`; 7. residual add (through `post_attention_norm`, Gemma3), `ffn_norm`,
+//!    quantization (once for gate and up);
 //! 8. gate and up; 9. `act(gate) * up`, `ffn_sub_norm` (if any), quantization;
 //! 10. `ffn_down`, added to the residual by the next layer's step 1 (or before the head).
+//!
+//! Where every projection has its own input norm (the BitNet embedding models' BitLinear,
+//! `blk.N.<proj>_norm_in`), steps 1 and 7 keep the layer-normed rows (`Bufs::h`) and each
+//! projection of the group normalizes and quantizes them again on its own ([`OwnNorm`]);
+//! `attn_output` and `ffn_down` take their input norm in the sub-norm's place.
 //!
 //! Products are `intdot * w_scale / act_scale` per output row (see `model/linear.rs`).
 //! The KV rows are written through `KvStorage::write_rows` (see `kv/storage.rs`).
@@ -24,7 +31,7 @@ use super::buffers::{self, Bufs, PrepBufs, Strides};
 use super::matmul::{self, Blocked, HEAD_ALIGN};
 use super::profile::{OpKind, Profile, SubTimer};
 use super::workspace::{HEAD_BATCH, Workspace};
-use crate::config::{ActBits, FfnAct, RopeStyle};
+use crate::config::{ActBits, FfnAct, Proj, RopeStyle};
 use crate::error::CoreError;
 use crate::kv::KvStorage;
 use crate::model::linear::{LinInput, Linear, LinearKind, Needs, bit_words, padded};
@@ -75,6 +82,37 @@ fn prep(
     if needs.bits {
         let bits = &mut p.bits[i * w..(i + 1) * w];
         p.bit_scales[i] = tm.time(OpKind::ActQuant, || quantize_act_binary(isa, x, bits));
+    }
+}
+
+/// `x` RMS-normalized in place (`tmp`: the thread's scratch).
+fn rmsnorm_in_place(isa: Isa, x: &mut [f32], weight: &[f32], eps: f32, tmp: &mut Vec<f32>) {
+    tmp.clear();
+    tmp.extend_from_slice(x);
+    float::rmsnorm(isa, tmp, weight, eps, x);
+}
+
+/// Adds token `tok`'s row of a projection's output to the residual `x`, normalized first by
+/// `post_norm` where the model has one (Gemma3's post-attention and post-FFN norms).
+#[allow(clippy::too_many_arguments)]
+fn add_output(
+    isa: Isa,
+    b: &Blocked<'_>,
+    tok: usize,
+    x: &mut [f32],
+    post_norm: Option<&[f32]>,
+    eps: f32,
+    tmp: &mut Vec<f32>,
+) {
+    match post_norm {
+        None => b.add_row(isa, tok, x),
+        Some(w) => {
+            tmp.resize(2 * x.len(), 0.0);
+            let (row, normed) = tmp.split_at_mut(x.len());
+            b.copy_row(tok, row);
+            float::rmsnorm(isa, row, w, eps, normed);
+            float::add_inplace(isa, x, normed);
+        }
     }
 }
 
@@ -188,7 +226,11 @@ impl Workspace {
         // Embedding rows, straight from the file's bytes (or the tied Q8_0 head's).
         let t = profile.start();
         for (i, &tok) in tokens.iter().enumerate() {
-            m.embed_row(tok as usize, &mut bufs.x[i * e..(i + 1) * e]);
+            let x = &mut bufs.x[i * e..(i + 1) * e];
+            m.embed_row(tok as usize, x);
+            if let Some(s) = cfg.embd_scale {
+                float::scale_inplace(isa, x, s);
+            }
         }
         profile.stop(OpKind::Embed, t);
 
@@ -212,18 +254,35 @@ impl Workspace {
         let tm: &SubTimer = timer;
 
         for (l, layer) in m.layers.iter().enumerate() {
-            // 1. residual add of the previous down projection, attn_norm, quantize.
+            // 1. residual add of the previous down projection, attn_norm, quantize (or,
+            // where each projection has its own input norm, the normed rows kept in `h`).
             let qkv = [&layer.q, &layer.k, &layer.v];
             let needs = group_needs(&qkv, binary);
+            let own_norms = layer.norm_in.is_some();
             {
                 let prev =
                     (l > 0).then(|| matmul::blocked(pool, &m.layers[l - 1].down, &blk[0], n));
+                let post = if l > 0 {
+                    m.layers[l - 1].post_ffn_norm.as_deref()
+                } else {
+                    None
+                };
                 let t = profile.start();
                 buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
+                    let mut tmp = Vec::new();
                     for (i, tok) in r.enumerate() {
                         let x = &mut tb.x[i * e..(i + 1) * e];
                         if let Some(b) = &prev {
-                            tm.time(OpKind::Elementwise, || b.add_row(isa, tok, x));
+                            tm.time(OpKind::Elementwise, || {
+                                add_output(isa, b, tok, x, post, eps, &mut tmp)
+                            });
+                        }
+                        if own_norms {
+                            let h = &mut tb.h[i * e..(i + 1) * e];
+                            tm.time(OpKind::Norm, || {
+                                float::rmsnorm(isa, x, &layer.attn_norm, eps, h)
+                            });
+                            continue;
                         }
                         prep(
                             isa,
@@ -242,7 +301,33 @@ impl Workspace {
             }
 
             // 2. q, k, v.
-            self::matmuls(pool, isa, store, binary, profile, &qkv, bufs, n, e, blk);
+            if own_norms {
+                for (slot, p) in [Proj::AttnQ, Proj::AttnK, Proj::AttnV]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let step = OwnNorm {
+                        lin: qkv[slot],
+                        norm: layer.norm_in(p).unwrap_or(&[]),
+                        slot,
+                    };
+                    step.run(
+                        pool,
+                        isa,
+                        store,
+                        binary,
+                        tm,
+                        profile,
+                        bufs,
+                        &strides(e),
+                        n,
+                        eps,
+                        blk,
+                    );
+                }
+            } else {
+                self::matmuls(pool, isa, store, binary, profile, &qkv, bufs, n, e, blk, 0);
+            }
 
             // 3. rope; k and v into the cache.
             {
@@ -254,7 +339,9 @@ impl Workspace {
                 );
                 let t = profile.start();
                 let rope = &*rope;
+                let qk_norms = layer.q_norm.as_deref().zip(layer.k_norm.as_deref());
                 buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
+                    let mut tmp = Vec::new();
                     for (i, tok) in r.enumerate() {
                         let (q, k, v) = (
                             &mut tb.q[i * qd..(i + 1) * qd],
@@ -264,6 +351,16 @@ impl Workspace {
                         bq.copy_row(tok, q);
                         bk.copy_row(tok, k);
                         bv.copy_row(tok, v);
+                        if let Some((qn, kn)) = qk_norms {
+                            tm.time(OpKind::Norm, || {
+                                for head in q.chunks_exact_mut(hd) {
+                                    rmsnorm_in_place(isa, head, qn, eps, &mut tmp);
+                                }
+                                for head in k.chunks_exact_mut(hd) {
+                                    rmsnorm_in_place(isa, head, kn, eps, &mut tmp);
+                                }
+                            });
+                        }
                         let pos = positions[tok];
                         tm.time(OpKind::Rope, || match cfg.rope {
                             RopeStyle::Neox => {
@@ -316,41 +413,47 @@ impl Workspace {
             attn_stats.end_layer(l, batch, n_head / cfg.gqa_group());
             stop_region(profile, pool, OpKind::Attention, t);
 
-            // 5. attn_sub_norm, quantize.
+            // 5. attn_sub_norm (or the projection's own input norm), quantize.
             let o = [&layer.o];
+            let o_norm = layer
+                .attn_sub_norm
+                .as_deref()
+                .or(layer.norm_in(Proj::AttnOut));
             let needs = group_needs(&o, binary);
             let t = profile.start();
             buffers::per_token(pool, bufs, &strides(qd), n, |r, tb| {
                 for i in 0..r.len() {
                     let a = &tb.att[i * qd..(i + 1) * qd];
-                    prep(
-                        isa,
-                        tm,
-                        eps,
-                        layer.attn_sub_norm.as_deref(),
-                        a,
-                        needs,
-                        &mut tb.p,
-                        i,
-                        qd,
-                    );
+                    prep(isa, tm, eps, o_norm, a, needs, &mut tb.p, i, qd);
                 }
             });
             charge(profile, pool, tm, OpKind::Norm, t);
 
             // 6. attn_output.
-            self::matmuls(pool, isa, store, binary, profile, &o, bufs, n, qd, blk);
+            self::matmuls(pool, isa, store, binary, profile, &o, bufs, n, qd, blk, 0);
 
-            // 7. residual add, ffn_norm, quantize.
+            // 7. residual add (through the post-attention norm, if any), ffn_norm, quantize
+            // (or keep the normed rows in `h`, as in step 1).
             let gu = [&layer.gate, &layer.up];
             let needs = group_needs(&gu, binary);
             {
                 let bo = matmul::blocked(pool, &layer.o, &blk[0], n);
+                let post = layer.post_attn_norm.as_deref();
                 let t = profile.start();
                 buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
+                    let mut tmp = Vec::new();
                     for (i, tok) in r.enumerate() {
                         let x = &mut tb.x[i * e..(i + 1) * e];
-                        tm.time(OpKind::Elementwise, || bo.add_row(isa, tok, x));
+                        tm.time(OpKind::Elementwise, || {
+                            add_output(isa, &bo, tok, x, post, eps, &mut tmp)
+                        });
+                        if own_norms {
+                            let h = &mut tb.h[i * e..(i + 1) * e];
+                            tm.time(OpKind::Norm, || {
+                                float::rmsnorm(isa, x, &layer.ffn_norm, eps, h)
+                            });
+                            continue;
+                        }
                         prep(
                             isa,
                             tm,
@@ -368,7 +471,30 @@ impl Workspace {
             }
 
             // 8. gate, up.
-            self::matmuls(pool, isa, store, binary, profile, &gu, bufs, n, e, blk);
+            if own_norms {
+                for (slot, p) in [Proj::FfnGate, Proj::FfnUp].into_iter().enumerate() {
+                    let step = OwnNorm {
+                        lin: gu[slot],
+                        norm: layer.norm_in(p).unwrap_or(&[]),
+                        slot,
+                    };
+                    step.run(
+                        pool,
+                        isa,
+                        store,
+                        binary,
+                        tm,
+                        profile,
+                        bufs,
+                        &strides(e),
+                        n,
+                        eps,
+                        blk,
+                    );
+                }
+            } else {
+                self::matmuls(pool, isa, store, binary, profile, &gu, bufs, n, e, blk, 0);
+            }
 
             // 9. act(gate) * up, ffn_sub_norm, quantize.
             let d = [&layer.down];
@@ -389,8 +515,12 @@ impl Workspace {
                         tm.time(OpKind::Elementwise, || match cfg.ffn_act {
                             FfnAct::Silu => float::silu_mul(isa, f, up),
                             FfnAct::Relu2 => float::relu2_mul(isa, f, up),
+                            FfnAct::GeluTanh => float::gelu_tanh_mul(isa, f, up),
                         });
-                        let norm = layer.ffn_sub_norm.as_deref();
+                        let norm = layer
+                            .ffn_sub_norm
+                            .as_deref()
+                            .or(layer.norm_in(Proj::FfnDown));
                         prep(isa, tm, eps, norm, f, needs, &mut tb.p, i, nff);
                     }
                 });
@@ -398,7 +528,7 @@ impl Workspace {
             }
 
             // 10. ffn_down (added to the residual by the next step 1).
-            self::matmuls(pool, isa, store, binary, profile, &d, bufs, n, nff, blk);
+            self::matmuls(pool, isa, store, binary, profile, &d, bufs, n, nff, blk, 0);
         }
 
         // Final residual add, output norm, head: only for the rows that want output.
@@ -406,9 +536,12 @@ impl Workspace {
         let t = profile.start();
         if let Some(last) = m.layers.last() {
             let bd = matmul::blocked(pool, &last.down, &blk[0], n);
+            let post = last.post_ffn_norm.as_deref();
+            let mut tmp = Vec::new();
             for &(_, _, tok) in rows.iter().chain(&batch.hidden_rows) {
                 let tok = tok as usize;
-                bd.add_row(isa, tok, &mut bufs.x[tok * e..(tok + 1) * e]);
+                let x = &mut bufs.x[tok * e..(tok + 1) * e];
+                add_output(isa, &bd, tok, x, post, eps, &mut tmp);
             }
         }
         profile.stop(OpKind::Elementwise, t);
@@ -461,7 +594,48 @@ impl Workspace {
     }
 }
 
-/// One projection group's products into the blocked buffers `blk[..lins.len()]`.
+/// One projection with its own input norm (the BitNet embedding models' BitLinear): each
+/// token's layer-normed row in `h` normalized again by `norm` and quantized, then the
+/// product into `blk[slot]`.
+struct OwnNorm<'a> {
+    lin: &'a Linear,
+    norm: &'a [f32],
+    slot: usize,
+}
+
+impl OwnNorm<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        store: &Store,
+        binary: bool,
+        tm: &SubTimer,
+        profile: &mut Profile,
+        bufs: &mut Bufs,
+        strides: &Strides,
+        n: usize,
+        eps: f32,
+        blk: &mut [AlignedVec<f32>; 3],
+    ) {
+        let (e, needs) = (strides.embd, self.lin.needs(binary));
+        let t = profile.start();
+        buffers::per_token(pool, bufs, strides, n, |r, tb| {
+            for i in 0..r.len() {
+                let h = &tb.h[i * e..(i + 1) * e];
+                prep(isa, tm, eps, Some(self.norm), h, needs, &mut tb.p, i, e);
+            }
+        });
+        charge(profile, pool, tm, OpKind::Norm, t);
+        let lins = [self.lin];
+        self::matmuls(
+            pool, isa, store, binary, profile, &lins, bufs, n, e, blk, self.slot,
+        );
+    }
+}
+
+/// One projection group's products into the blocked buffers `blk[first..][..lins.len()]`.
 #[allow(clippy::too_many_arguments)]
 fn matmuls(
     pool: &ThreadPool,
@@ -474,6 +648,7 @@ fn matmuls(
     n: usize,
     cols: usize,
     blk: &mut [AlignedVec<f32>; 3],
+    first: usize,
 ) {
     let t = profile.start();
     let inp = lin_input(bufs, n, cols);
@@ -486,7 +661,7 @@ fn matmuls(
         binary,
         lins,
         &inp,
-        &mut outs[..lins.len()],
+        &mut outs[first..first + lins.len()],
     );
     stop_region(profile, pool, matmul_kind(lins[0]), t);
 }

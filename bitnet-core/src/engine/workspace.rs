@@ -78,6 +78,7 @@ impl Workspace {
         let max_in = e.max(qd).max(ff);
         let bufs = Bufs {
             x: AlignedVec::zeroed(chunk * e),
+            h: AlignedVec::zeroed(chunk * e),
             xn: AlignedVec::zeroed(chunk * max_in),
             xq: AlignedVec::zeroed(chunk * padded(max_in)),
             acts: vec![ActScale { scale: 1.0, sum: 0 }; chunk],

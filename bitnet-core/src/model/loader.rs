@@ -23,6 +23,7 @@ use bitnet_kernels::{BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
 use super::linear::{Linear, LinearKind, padded};
 use super::load_steps::{copy_out, head_q6kr, head_q8r, head_requant};
+use super::ternarize::absmean_trits;
 use super::{
     Blob, Embedding, FloatRows, Head, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats,
     Model, Store, WeightMemory,
@@ -65,24 +66,30 @@ fn file_range(file: &GgufFile, t: &TensorInfo) -> Result<Range<usize>, CoreError
     Ok(start..start + len)
 }
 
-/// An F32 vector of exactly `len` elements.
+/// A vector of exactly `len` elements stored as F32, F16 or BF16 (bitnet.cpp's embedding
+/// converter writes its norms as F16), widened to f32.
 fn f32_vec(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, CoreError> {
     let t = tensor(file, name)?;
-    if t.ty != TensorType::F32 || t.n_elements != len as u64 {
+    let fmt = match t.ty {
+        TensorType::F32 | TensorType::F16 | TensorType::BF16 => row_format(t.ty),
+        _ => None,
+    };
+    let (Some(fmt), true) = (fmt, t.n_elements == len as u64) else {
         return Err(bad(
             name,
             format!(
-                "expected {len} F32 values, found {} {}",
+                "expected {len} F32, F16 or BF16 values, found {} {}",
                 t.n_elements,
                 t.ty.name()
             ),
         ));
+    };
+    let mut v = vec![0f32; len];
+    let data = file.tensor_data(t);
+    if fmt.row_bytes(len) != Some(data.len()) {
+        return Err(bad(name, "byte size does not match its shape"));
     }
-    let v: Vec<f32> = file
-        .tensor_data(t)
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    bitnet_kernels::float::dequantize_row(fmt, data, &mut v);
     if let Some(i) = v.iter().position(|x| !x.is_finite()) {
         return Err(bad(name, format!("value {i} is not finite ({})", v[i])));
     }
@@ -146,6 +153,25 @@ fn load_linear(
             cols,
         )?),
         TensorType::Q1_0 => LinearKind::Binary(BinaryMatrix::from_q1_bits(data, rows, cols)?),
+        // A BitNet embedding model's float projections are latent weights: ternarized here
+        // by absmean, as its BitLinear and bitnet.cpp's I2_S converter do.
+        ty if cfg.proj_norms && row_format(ty).is_some() => {
+            let fr = float_rows(file, t)?;
+            let mut w = vec![0f32; rows * cols];
+            for (r, out) in w.chunks_exact_mut(cols).enumerate() {
+                let row = &data[r * fr.row_bytes..(r + 1) * fr.row_bytes];
+                bitnet_kernels::float::dequantize_row(fr.fmt, row, out);
+            }
+            let (values, scale) = absmean_trits(&w);
+            LinearKind::Ternary(TernaryMatrix::from_source(
+                TernarySource::Trits {
+                    values: &values,
+                    scale,
+                },
+                rows,
+                cols,
+            )?)
+        }
         ty => match row_format(ty) {
             Some(_) => {
                 let fr = float_rows(file, t)?;
@@ -245,12 +271,8 @@ fn weight_memory(
 ) -> WeightMemory {
     let norm_floats: usize = layers
         .iter()
-        .map(|l| {
-            l.attn_norm.len()
-                + l.ffn_norm.len()
-                + l.attn_sub_norm.as_ref().map_or(0, Vec::len)
-                + l.ffn_sub_norm.as_ref().map_or(0, Vec::len)
-        })
+        .flat_map(|l| l.norms())
+        .map(Vec::len)
         .sum::<usize>()
         + output_norm.len();
     let linears = || layers.iter().flat_map(|l| l.linears());
@@ -469,7 +491,28 @@ impl Model {
                     Ok(None)
                 }
             };
+            let opt = |on: bool, which: &str, len: usize| -> Result<Option<Vec<f32>>, CoreError> {
+                on.then(|| f32_vec(&file, &config::norm_name(l, which), len))
+                    .transpose()
+            };
+            let norm_in = if cfg.proj_norms {
+                let mut v = Vec::with_capacity(Proj::ALL.len());
+                for p in Proj::ALL {
+                    let width = cfg.proj_dims(p)[0] as usize;
+                    v.push(f32_vec(&file, &config::proj_norm_name(l, p), width)?);
+                }
+                let arr: [Vec<f32>; 7] = v.try_into().expect("one norm a projection");
+                Some(Box::new(arr))
+            } else {
+                None
+            };
+            let hd = cfg.head_dim;
             layers.push(Layer {
+                norm_in,
+                q_norm: opt(cfg.qk_norms, "attn_q_norm", hd)?,
+                k_norm: opt(cfg.qk_norms, "attn_k_norm", hd)?,
+                post_attn_norm: opt(cfg.post_norms, "post_attention_norm", e)?,
+                post_ffn_norm: opt(cfg.post_norms, "post_ffw_norm", e)?,
                 attn_norm: f32_vec(&file, &config::norm_name(l, "attn_norm"), e)?,
                 attn_sub_norm: sub("attn_sub_norm", cfg.q_dim())?,
                 ffn_norm: f32_vec(&file, &config::norm_name(l, "ffn_norm"), e)?,
@@ -500,6 +543,9 @@ impl Model {
             // A head already in the asked format is used as the file has it.
             Some(mode) if mode.row_format() == Some(head_rows.fmt) => HeadMode::Native,
             Some(mode) => mode,
+            // An embedding model's head is never run (its passes end at the final norm):
+            // nothing is re-quantized for it.
+            None if cfg.is_embedding_model() => HeadMode::Native,
             None => HeadMode::auto_for(
                 head_rows.fmt,
                 head_rows.rows.saturating_mul(head_rows.row_bytes),
@@ -512,7 +558,9 @@ impl Model {
         // A tied Q8_0 embedding of a Q8_0 head, or a tied Q6_K one of a Q6_K head (both
         // taken into their grouped layouts), is read from the head's copy (the same bytes),
         // so the file's is not kept.
-        let q6k_native = head_mode == HeadMode::Native && head_rows.fmt == RowFormat::Q6K;
+        let q6k_native = head_mode == HeadMode::Native
+            && head_rows.fmt == RowFormat::Q6K
+            && !(cfg.is_embedding_model() && opts.head.is_none());
         let embed_in_head = cfg.tied_head
             && match head_rows.fmt {
                 RowFormat::Q8_0 => head_mode == HeadMode::Q8,

@@ -5,13 +5,15 @@
 //!
 //! Files: `loader.rs` reads a GGUF into a [`Model`]; `load_steps.rs` the load's parallel
 //! byte work (head re-quantization, copies out of the map); `linear.rs` is one projection
-//! in whichever layout it was loaded as; `sigbus.rs` the message for a mapped file cut
-//! short while in use.
+//! in whichever layout it was loaded as; `ternarize.rs` the absmean rule a BitNet
+//! embedding model's float projections are loaded by; `sigbus.rs` the message for a mapped
+//! file cut short while in use.
 
 pub(crate) mod linear;
 mod load_steps;
 mod loader;
 mod sigbus;
+mod ternarize;
 
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
@@ -20,7 +22,7 @@ use bitnet_gguf::FileData;
 use bitnet_kernels::float::{self, Q6KR, Q8R, QK8_0, RowFormat};
 use bitnet_kernels::{AlignedVec, Isa};
 
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, Proj};
 use crate::constrain::{ConstraintError, ConstraintVocab};
 use crate::tokenizer::Tokenizer;
 
@@ -295,9 +297,37 @@ pub(crate) struct Layer {
     pub(crate) up: Linear,
     pub(crate) ffn_sub_norm: Option<Vec<f32>>,
     pub(crate) down: Linear,
+    /// Each projection's own input norm, in [`Proj::ALL`] order (`ModelConfig::proj_norms`).
+    pub(crate) norm_in: Option<Box<[Vec<f32>; 7]>>,
+    /// Per-head q and k norms, `head_dim` wide (`ModelConfig::qk_norms`).
+    pub(crate) q_norm: Option<Vec<f32>>,
+    pub(crate) k_norm: Option<Vec<f32>>,
+    /// Norms of the attention and FFN outputs before their residual adds
+    /// (`ModelConfig::post_norms`).
+    pub(crate) post_attn_norm: Option<Vec<f32>>,
+    pub(crate) post_ffn_norm: Option<Vec<f32>>,
 }
 
 impl Layer {
+    /// Projection `p`'s own input norm, if the model has them.
+    pub(crate) fn norm_in(&self, p: Proj) -> Option<&[f32]> {
+        let i = Proj::ALL.iter().position(|&q| q == p)?;
+        self.norm_in.as_ref().map(|n| n[i].as_slice())
+    }
+
+    /// Every norm weight of the layer (for memory accounting).
+    pub(crate) fn norms(&self) -> impl Iterator<Item = &Vec<f32>> {
+        [&self.attn_norm, &self.ffn_norm]
+            .into_iter()
+            .chain(self.attn_sub_norm.iter())
+            .chain(self.ffn_sub_norm.iter())
+            .chain(self.norm_in.iter().flat_map(|n| n.iter()))
+            .chain(self.q_norm.iter())
+            .chain(self.k_norm.iter())
+            .chain(self.post_attn_norm.iter())
+            .chain(self.post_ffn_norm.iter())
+    }
+
     pub(crate) fn linears(&self) -> [&Linear; 7] {
         [
             &self.q, &self.k, &self.v, &self.o, &self.gate, &self.up, &self.down,

@@ -80,6 +80,16 @@ pub struct SynthSpec {
     /// Also write one-element `blk.N.<proj>.scale` tensors (the early llama.cpp BitNet
     /// layout), each in `[0.5, 1.5)`.
     pub proj_scales: bool,
+    /// Dimension of one head, written as `A.attention.key_length` / `value_length`; `None`
+    /// = `n_embd / n_head`, no key written.
+    pub head_dim: Option<usize>,
+    /// Give every projection its own input norm (`blk.N.<proj>_norm_in`: the BitNet
+    /// embedding models).
+    pub proj_norms: bool,
+    /// Storage type of the norm weights (F32; bitnet.cpp's embedding converter writes F16).
+    pub norm_type: TensorType,
+    /// Written as `A.pooling_type` when set (llama.cpp's values: mean 1, cls 2, last 3).
+    pub pooling_type: Option<u32>,
 }
 
 /// A named preset.
@@ -121,6 +131,22 @@ pub const PRESETS: &[PresetInfo] = &[
         name: "tiny-llama",
         description: "as tiny, arch llama (no sub-norms, normal rope)",
     },
+    PresetInfo {
+        name: "bitnet-embedding-0.6b",
+        description: "BitNet-embedding-0.6B shapes: qwen3, 1024 x 28 layers, 16/8 heads (dim 128), ffn 3072, vocab 151936, input norm per projection, I2_S, F16 norms, last-token pooling",
+    },
+    PresetInfo {
+        name: "bitnet-embedding-270m",
+        description: "BitNet-embedding-270M shapes: gemma3, 640 x 18 layers, 4/1 heads (dim 256), ffn 2048, vocab 262144, GELU-tanh, input norm per projection, I2_S, F16 norms, last-token pooling",
+    },
+    PresetInfo {
+        name: "tiny-qwen3-embed",
+        description: "bitnet-embedding-0.6b's layout at 256 x 2 layers, 4/2 heads (dim 128), ffn 768, vocab 512: for tests",
+    },
+    PresetInfo {
+        name: "tiny-gemma3-embed",
+        description: "bitnet-embedding-270m's layout at 256 x 2 layers, 2/1 heads (dim 256), ffn 512, vocab 512: for tests",
+    },
 ];
 
 impl SynthSpec {
@@ -147,6 +173,44 @@ impl SynthSpec {
             vocab: None,
             act_bits: ActBits::Int8,
             proj_scales: false,
+            head_dim: None,
+            proj_norms: false,
+            norm_type: TensorType::F32,
+            pooling_type: None,
+        };
+        // The BitNet embedding models (bitnet.cpp's converter's layout: I2_S projections,
+        // F16 embedding and norms, last-token pooling).
+        let qwen3_embed = SynthSpec {
+            name: "bitnet-embedding-0.6b".into(),
+            arch: Arch::Qwen3,
+            n_vocab: 151_936,
+            n_embd: 1024,
+            n_layer: 28,
+            n_head: 16,
+            n_head_kv: 8,
+            head_dim: Some(128),
+            n_ff: 3072,
+            n_ctx: 32_768,
+            rope_theta: 1_000_000.0,
+            rms_eps: 1e-6,
+            weight_type: TensorType::I2_S,
+            norm_type: TensorType::F16,
+            proj_norms: true,
+            pooling_type: Some(3),
+            ..tiny.clone()
+        };
+        let gemma3_embed = SynthSpec {
+            name: "bitnet-embedding-270m".into(),
+            arch: Arch::Gemma3,
+            n_vocab: 262_144,
+            n_embd: 640,
+            n_layer: 18,
+            n_head: 4,
+            n_head_kv: 1,
+            head_dim: Some(256),
+            n_ff: 2048,
+            rope_theta: 10_000.0,
+            ..qwen3_embed.clone()
         };
         let s = match name {
             "tiny" => tiny,
@@ -161,6 +225,32 @@ impl SynthSpec {
                 arch: Arch::Llama,
                 ..tiny
             },
+            "tiny-qwen3-embed" => SynthSpec {
+                name: name.into(),
+                n_vocab: 512,
+                n_embd: 256,
+                n_layer: 2,
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim: Some(128),
+                n_ff: 768,
+                n_ctx: 512,
+                ..qwen3_embed
+            },
+            "tiny-gemma3-embed" => SynthSpec {
+                name: name.into(),
+                n_vocab: 512,
+                n_embd: 256,
+                n_layer: 2,
+                n_head: 2,
+                n_head_kv: 1,
+                head_dim: Some(256),
+                n_ff: 512,
+                n_ctx: 512,
+                ..gemma3_embed
+            },
+            "bitnet-embedding-0.6b" => qwen3_embed,
+            "bitnet-embedding-270m" => gemma3_embed,
             "2b-4t" => SynthSpec {
                 name: name.into(),
                 n_vocab: 128_256,
@@ -232,12 +322,19 @@ impl SynthSpec {
         Ok(s)
     }
 
+    /// Dimension of one head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim.unwrap_or(self.n_embd / self.n_head.max(1))
+    }
+
     /// Weights of the embedding, the head if untied, and every layer's projections; `None`
     /// where the count overflows.
     fn weight_count(&self) -> Option<u64> {
         let (embd, ff, layers) = (self.n_embd as u64, self.n_ff as u64, self.n_layer as u64);
-        let kv = embd.checked_mul(self.n_head_kv as u64)? / self.n_head as u64;
-        let attention = embd.checked_mul(embd.checked_mul(2)?.checked_add(kv.checked_mul(2)?)?)?;
+        let hd = self.head_dim() as u64;
+        let q = hd.checked_mul(self.n_head as u64)?;
+        let kv = hd.checked_mul(self.n_head_kv as u64)?;
+        let attention = embd.checked_mul(q.checked_mul(2)?.checked_add(kv.checked_mul(2)?)?)?;
         let ffn = embd.checked_mul(ff)?.checked_mul(3)?;
         let per_layer = attention.checked_add(ffn)?;
         let tables = (self.n_vocab as u64)
@@ -260,16 +357,19 @@ impl SynthSpec {
         if let Some((what, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return bad(format!("{what} must be at least 1"));
         }
-        if !self.n_embd.is_multiple_of(self.n_head) || !self.n_head.is_multiple_of(self.n_head_kv) {
+        if (self.head_dim.is_none() && !self.n_embd.is_multiple_of(self.n_head))
+            || !self.n_head.is_multiple_of(self.n_head_kv)
+        {
             return bad(format!(
-                "n_embd {} must be a multiple of n_head {}, and n_head of n_head_kv {}",
+                "n_embd {} must be a multiple of n_head {} (or the head dimension given), and \
+                 n_head of n_head_kv {}",
                 self.n_embd, self.n_head, self.n_head_kv
             ));
         }
-        if !(self.n_embd / self.n_head).is_multiple_of(2) {
+        if self.head_dim() == 0 || !self.head_dim().is_multiple_of(2) {
             return bad(format!(
-                "head dimension {} must be even",
-                self.n_embd / self.n_head
+                "head dimension {} must be even and at least 2",
+                self.head_dim()
             ));
         }
         if self.n_layer > MAX_LAYERS {
@@ -298,6 +398,7 @@ impl SynthSpec {
                 "embedding type",
             ),
             (TensorRole::Head, self.head_type, "head type"),
+            (TensorRole::Norm, Some(self.norm_type), "norm type"),
         ];
         for (role, ty, what) in roles {
             if let Some(ty) = ty
@@ -324,9 +425,12 @@ impl SynthSpec {
         // other types need every row to be a whole number of blocks.
         let wt = self.weight_type;
         if wt == TensorType::I2_S {
-            let kv = self.n_embd / self.n_head * self.n_head_kv;
+            let kv = self.head_dim() * self.n_head_kv;
             for (what, n) in [
-                ("n_embd * n_embd", self.n_embd * self.n_embd),
+                (
+                    "n_embd * q_dim",
+                    self.n_embd * self.head_dim() * self.n_head,
+                ),
                 ("n_embd * kv_dim", self.n_embd * kv),
                 ("n_embd * n_ff", self.n_embd * self.n_ff),
             ] {
@@ -417,7 +521,7 @@ pub fn plan(spec: &SynthSpec) -> Result<(Metadata, Vec<(TensorInfo, TensorRole)>
     };
     let k = |s: &str| format!("{arch}.{s}");
     let u = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
-    let head_dim = spec.n_embd / spec.n_head;
+    let head_dim = spec.head_dim();
     meta.insert(k("vocab_size"), u(n_vocab));
     meta.insert(k("context_length"), u(spec.n_ctx));
     meta.insert(k("embedding_length"), u(spec.n_embd));
@@ -428,6 +532,13 @@ pub fn plan(spec: &SynthSpec) -> Result<(Metadata, Vec<(TensorInfo, TensorRole)>
     meta.insert(k("attention.layer_norm_rms_epsilon"), spec.rms_eps);
     meta.insert(k("rope.freq_base"), spec.rope_theta);
     meta.insert(k("rope.dimension_count"), u(head_dim));
+    if spec.head_dim.is_some() {
+        meta.insert(k("attention.key_length"), u(head_dim));
+        meta.insert(k("attention.value_length"), u(head_dim));
+    }
+    if let Some(p) = spec.pooling_type {
+        meta.insert(k("pooling_type"), p);
+    }
     if let Some(act) = spec.ffn_act {
         meta.insert(k("feed_forward_activation"), act.name());
     }
@@ -453,20 +564,25 @@ pub fn plan(spec: &SynthSpec) -> Result<(Metadata, Vec<(TensorInfo, TensorRole)>
         rope: spec.arch.rope_style(),
         ffn_act: spec.ffn_act.unwrap_or(spec.arch.default_ffn_act()),
         sub_norms: spec.arch.has_sub_norms(),
+        proj_norms: spec.proj_norms,
+        qk_norms: spec.arch.has_qk_norms(),
+        post_norms: spec.arch.is_gemma(),
+        embd_scale: spec.arch.is_gemma().then(|| (spec.n_embd as f32).sqrt()),
         tied_head: spec.head_type.is_none(),
         act_bits: spec.act_bits,
         weight_type: spec.weight_type,
         embd_type: spec.embd_type,
         head_type: spec.head_type,
         has_proj_scales: spec.proj_scales,
-        pooling_type: None,
+        pooling_type: spec.pooling_type,
     };
     let mut tensors = Vec::new();
     for e in shape.expected_tensors() {
         let ty = match e.role {
             TensorRole::Embedding => spec.embd_type,
             TensorRole::Head => spec.head_type.unwrap_or(spec.embd_type),
-            TensorRole::Norm | TensorRole::Scale => TensorType::F32,
+            TensorRole::Norm => spec.norm_type,
+            TensorRole::Scale => TensorType::F32,
             TensorRole::Matrix => spec.weight_type,
         };
         let scale_name = (spec.proj_scales && e.role == TensorRole::Matrix)
@@ -545,6 +661,7 @@ pub fn write_model_into(
         seed: spec.seed,
         zero_share: spec.zero_share,
         embd_std: 3.0 / (spec.n_embd as f32).sqrt(),
+        latent: spec.proj_norms,
     };
     for (info, role) in &tensors {
         weights::write_tensor(&mut w, info, *role, &dist, &mut |n| {

@@ -36,6 +36,8 @@ pub(super) struct Dist {
     pub zero_share: f32,
     /// Standard deviation of embedding / head values.
     pub embd_std: f32,
+    /// Float projections hold latent (Gaussian) weights, not trits times a scale.
+    pub latent: bool,
 }
 
 /// Appends `x` (one row) encoded as `ty` to `out`.
@@ -152,6 +154,19 @@ fn write_matrix<W: Write>(
             .map(|_| if rng.next_u64() >> 63 == 0 { -1 } else { 1 })
             .collect();
         let bytes = pack_q1(&signs, row_len, scale)?;
+        w.write_tensor_data(&bytes)?;
+        progress(bytes.len() as u64);
+        return Ok(());
+    }
+    if dist.latent && !info.ty.is_ternary() && info.ty != TensorType::Q1_0 {
+        // A BitNet embedding model's float projections are latent weights, ternarized by
+        // absmean at load: Gaussian values, not trits times a scale.
+        let scale = proj_scale(rng, row_len as u64, 1.0);
+        let x: Vec<f32> = (0..n).map(|_| scale * rng.normal()).collect();
+        let mut bytes = Vec::new();
+        for row in x.chunks_exact(row_len) {
+            encode_row(info.ty, row, &mut bytes)?;
+        }
         w.write_tensor_data(&bytes)?;
         progress(bytes.len() as u64);
         return Ok(());

@@ -15,10 +15,20 @@
 //! With binary activations: y = mean|x| * (sign(x) . w), sign(0) = -1.
 //! A projection stored in a float type (a converter's fallback) takes f32 activations, as
 //! llama.cpp computes it.
+//!
+//! The BitNet embedding architectures (qwen3, gemma3; bitnet.cpp's embedding guide and its
+//! fork's graphs) add, each read from the file's tensor names alone:
+//! - a per-projection input norm: BitLinear(x) = BitLinear(RMSNorm(x) * `<proj>_norm_in`), and
+//!   float projections of such a model ternarized by absmean (alpha = max(mean|W|, 1e-5),
+//!   trit = clamp(round_half_even(W / alpha), -1, 1)) as the converter does;
+//! - per-head RMSNorm of q and k (`attn_q_norm`, `attn_k_norm`) before rope;
+//! - Gemma3: the embedding times sqrt(n_embd), `h += RMSNorm(o) * post_attention_norm` and
+//!   `h += RMSNorm(ffn) * post_ffw_norm`, and the gate `gelu_tanh(g) = 0.5 g (1 + tanh(
+//!   sqrt(2/pi) (g + 0.044715 g^3)))`.
 
 use bitnet_core::config::{
-    ActBits, FfnAct, ModelConfig, OUTPUT, OUTPUT_NORM, Proj, RopeStyle, TOKEN_EMBD, norm_name,
-    proj_name, proj_scale_name,
+    ActBits, Arch, FfnAct, ModelConfig, OUTPUT, OUTPUT_NORM, Proj, RopeStyle, TOKEN_EMBD,
+    norm_name, proj_name, proj_scale_name,
 };
 use bitnet_gguf::{GgufFile, TensorType};
 
@@ -110,6 +120,21 @@ struct Layer {
     attn_sub_norm: Option<Vec<f32>>,
     ffn_sub_norm: Option<Vec<f32>>,
     proj: Vec<Proj3>, // in Proj::ALL order
+    /// Each projection's input norm, in Proj::ALL order (BitNet embedding models).
+    norm_in: Option<Vec<Vec<f32>>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    post_attn_norm: Option<Vec<f32>>,
+    post_ffw_norm: Option<Vec<f32>>,
+}
+
+/// The trits of `w` times its absmean scale (see the module docs).
+fn absmean_ternary(w: &mut Mat) {
+    let mean = w.w.iter().map(|&x| f64::from(x.abs())).sum::<f64>() / w.w.len() as f64;
+    let alpha = (mean as f32).max(1e-5);
+    for x in &mut w.w {
+        *x = (*x / alpha).round_ties_even().clamp(-1.0, 1.0) * alpha;
+    }
 }
 
 /// A model decoded to f32, ready to run any number of prompts.
@@ -125,8 +150,21 @@ pub struct RefModel {
 impl RefModel {
     pub fn new(file: &GgufFile, cfg: &ModelConfig) -> RefModel {
         let vec = |name: &str| decode_named(file, name).w;
+        let opt = |name: String| file.tensor(&name).map(|_| vec(&name));
         let layers = (0..cfg.n_layer)
             .map(|l| Layer {
+                norm_in: file
+                    .tensor(&format!("blk.{l}.attn_q_norm_in.weight"))
+                    .map(|_| {
+                        Proj::ALL
+                            .iter()
+                            .map(|p| vec(&format!("blk.{l}.{}_norm_in.weight", p.stem())))
+                            .collect()
+                    }),
+                q_norm: opt(norm_name(l, "attn_q_norm")),
+                k_norm: opt(norm_name(l, "attn_k_norm")),
+                post_attn_norm: opt(norm_name(l, "post_attention_norm")),
+                post_ffw_norm: opt(norm_name(l, "post_ffw_norm")),
                 attn_norm: vec(&norm_name(l, "attn_norm")),
                 ffn_norm: vec(&norm_name(l, "ffn_norm")),
                 attn_sub_norm: cfg.sub_norms.then(|| vec(&norm_name(l, "attn_sub_norm"))),
@@ -135,9 +173,17 @@ impl RefModel {
                     .iter()
                     .map(|&p| {
                         let name = proj_name(l, p);
-                        let w = decode_named(file, &name);
+                        let mut w = decode_named(file, &name);
                         let ty = file.tensor(&name).map(|t| t.ty);
-                        let quantized = ty.is_some_and(|t| t.is_ternary() || t == TensorType::Q1_0);
+                        let mut quantized =
+                            ty.is_some_and(|t| t.is_ternary() || t == TensorType::Q1_0);
+                        let bitlinear = file
+                            .tensor(&format!("blk.{l}.{}_norm_in.weight", p.stem()))
+                            .is_some();
+                        if bitlinear && !quantized {
+                            absmean_ternary(&mut w);
+                            quantized = true;
+                        }
                         let scale = file
                             .tensor(&proj_scale_name(l, p))
                             .map(|t| super::decode::decode(file, t).w[0])
@@ -171,13 +217,27 @@ impl RefModel {
             assert!((tok as usize) < c.n_vocab, "token {tok} out of range");
             h.extend_from_slice(self.embd.row(tok as usize));
         }
+        if c.arch == Arch::Gemma3 {
+            let s = (e as f32).sqrt();
+            h.iter_mut().for_each(|v| *v *= s);
+        }
         let (hd, qd, kvd) = (c.head_dim, c.q_dim(), c.kv_dim());
         for layer in &self.layers {
+            // The input of projection `i`: `x`, normalized again by its own norm if any.
+            let input = |x: &[f32], cols: usize, i: usize| -> Vec<f32> {
+                match &layer.norm_in {
+                    Some(n) => rmsnorm_rows(x, cols, &n[i], c.rms_eps),
+                    None => x.to_vec(),
+                }
+            };
             let x = rmsnorm_rows(&h, e, &layer.attn_norm, c.rms_eps);
-            let mut q = self.bitlinear(&x, e, &layer.proj[0]);
-            let mut k = self.bitlinear(&x, e, &layer.proj[1]);
-            let v = self.bitlinear(&x, e, &layer.proj[2]);
-            let mut v = v;
+            let mut q = self.bitlinear(&input(&x, e, 0), e, &layer.proj[0]);
+            let mut k = self.bitlinear(&input(&x, e, 1), e, &layer.proj[1]);
+            let mut v = self.bitlinear(&input(&x, e, 2), e, &layer.proj[2]);
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = rmsnorm_rows(&q, hd, qn, c.rms_eps);
+                k = rmsnorm_rows(&k, hd, kn, c.rms_eps);
+            }
             for t in 0..t_n {
                 rope(&mut q[t * qd..(t + 1) * qd], hd, t, c, self.emu.rope_ggml);
                 rope(&mut k[t * kvd..(t + 1) * kvd], hd, t, c, self.emu.rope_ggml);
@@ -193,11 +253,14 @@ impl RefModel {
             if let Some(w) = &layer.attn_sub_norm {
                 o = rmsnorm_rows(&o, qd, w, c.rms_eps);
             }
-            let y = self.bitlinear(&o, qd, &layer.proj[3]);
+            let mut y = self.bitlinear(&input(&o, qd, 3), qd, &layer.proj[3]);
+            if let Some(w) = &layer.post_attn_norm {
+                y = rmsnorm_rows(&y, e, w, c.rms_eps);
+            }
             add(&mut h, &y);
             let x = rmsnorm_rows(&h, e, &layer.ffn_norm, c.rms_eps);
-            let g = self.bitlinear(&x, e, &layer.proj[4]);
-            let u = self.bitlinear(&x, e, &layer.proj[5]);
+            let g = self.bitlinear(&input(&x, e, 4), e, &layer.proj[4]);
+            let u = self.bitlinear(&input(&x, e, 5), e, &layer.proj[5]);
             let mut f: Vec<f32> = g
                 .iter()
                 .zip(&u)
@@ -205,6 +268,12 @@ impl RefModel {
                     let a = match c.ffn_act {
                         FfnAct::Silu => g / (1.0 + (-g).exp()),
                         FfnAct::Relu2 => g.max(0.0) * g.max(0.0),
+                        FfnAct::GeluTanh => {
+                            let g = f64::from(g);
+                            let z =
+                                (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g);
+                            (g / (1.0 + (-2.0 * z).exp())) as f32
+                        }
                     };
                     a * u
                 })
@@ -212,7 +281,10 @@ impl RefModel {
             if let Some(w) = &layer.ffn_sub_norm {
                 f = rmsnorm_rows(&f, c.n_ff, w, c.rms_eps);
             }
-            let y = self.bitlinear(&f, c.n_ff, &layer.proj[6]);
+            let mut y = self.bitlinear(&input(&f, c.n_ff, 6), c.n_ff, &layer.proj[6]);
+            if let Some(w) = &layer.post_ffw_norm {
+                y = rmsnorm_rows(&y, e, w, c.rms_eps);
+            }
             add(&mut h, &y);
         }
         rmsnorm_rows(&h, e, &self.out_norm, c.rms_eps)

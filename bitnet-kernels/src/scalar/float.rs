@@ -167,6 +167,22 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `0.5 v (1 + tanh(z))`, `z = sqrt(2/pi) (v + 0.044715 v^3)` (ggml's `gelu`, through an f16
+/// table on its CPU path), computed as the equal `v / (1 + exp(-2z))`: `1 + tanh(z)` loses
+/// every digit to cancellation for negative `v`, the exponential none.
+#[inline]
+pub fn gelu_tanh_one(v: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let minus_2z = -2.0 * SQRT_2_OVER_PI * v * (1.0 + 0.044_715 * v * v);
+    v / (1.0 + minus_2z.exp())
+}
+
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_tanh_one(*g) * u;
+    }
+}
+
 pub fn relu2(x: &mut [f32]) {
     for v in x {
         *v = relu2_one(*v);

@@ -462,6 +462,24 @@ pub unsafe fn silu_mul(gate: &mut [f32], up: &[f32]) {
     zip4(gate, up, |g, u| vmulq_f32(silu4(g), u));
 }
 
+/// `gelu_tanh(v) = v / (1 + exp(-2z))`, `z = sqrt(2/pi) (v + 0.044715 v^3)` on four lanes.
+#[inline]
+#[target_feature(enable = "neon")]
+fn gelu_tanh4(v: float32x4_t) -> float32x4_t {
+    let inner = vfmaq_f32(vdupq_n_f32(1.0), vdupq_n_f32(0.044_715), vmulq_f32(v, v));
+    let minus_2z = vmulq_f32(vmulq_n_f32(v, -2.0 * 0.797_884_6), inner);
+    vdivq_f32(v, vaddq_f32(vdupq_n_f32(1.0), exp4(minus_2z)))
+}
+
+/// Same contract as the scalar kernel of this name.
+///
+/// # Safety
+/// The CPU must support NEON.
+#[target_feature(enable = "neon")]
+pub unsafe fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    zip4(gate, up, |g, u| vmulq_f32(gelu_tanh4(g), u));
+}
+
 /// Same contract as the scalar kernel of this name (bit-exact with it).
 ///
 /// # Safety

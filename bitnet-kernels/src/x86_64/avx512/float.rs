@@ -278,7 +278,20 @@ fn relu2_512(v: __m512) -> __m512 {
     _mm512_mul_ps(r, r)
 }
 
+/// `gelu_tanh(v) = v / (1 + exp(-2z))`, `z = sqrt(2/pi) (v + 0.044715 v^3)`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+fn gelu_tanh512(v: __m512) -> __m512 {
+    let inner = _mm512_fmadd_ps(
+        _mm512_set1_ps(0.044_715),
+        _mm512_mul_ps(v, v),
+        _mm512_set1_ps(1.0),
+    );
+    let minus_2z = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(-2.0 * 0.797_884_6), v), inner);
+    _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0), exp512(minus_2z)))
+}
+
 elementwise!(silu(dst) => |d| silu512(d));
+elementwise!(gelu_tanh_mul(dst, up) => |d, u| _mm512_mul_ps(gelu_tanh512(d), u));
 elementwise!(silu_mul(dst, up) => |d, u| _mm512_mul_ps(silu512(d), u));
 elementwise!(relu2(dst) => |d| relu2_512(d));
 elementwise!(relu2_mul(dst, up) => |d, u| _mm512_mul_ps(relu2_512(d), u));

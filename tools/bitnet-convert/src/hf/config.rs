@@ -182,7 +182,7 @@ impl HfConfig {
             "bitnetforcausallm" => match FfnAct::from_name(&act) {
                 Some(FfnAct::Relu2) => (Arch::BitnetB158, FfnAct::Relu2),
                 Some(FfnAct::Silu) => (Arch::Bitnet, FfnAct::Silu),
-                None => {
+                Some(FfnAct::GeluTanh) | None => {
                     return Err(r.bad(
                         "hidden_act",
                         format!("\"{act}\": BitNet checkpoints use relu2 or silu"),
