@@ -48,6 +48,11 @@ pub struct Args {
     /// Override the number of layers (e.g. a 2-layer model of the 2B-4T widths).
     #[arg(long)]
     pub layers: Option<usize>,
+    /// Leave out the per-projection input norms of the bitnet-embedding presets: the layout
+    /// of their float teachers, whose projections (with `--weight-type f16`) run as float
+    /// products, not BitLinear.
+    #[arg(long)]
+    pub no_proj_norms: bool,
     /// List the presets and exit.
     #[arg(long)]
     pub list_presets: bool,
@@ -62,7 +67,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.list_presets {
         let mut out = io::stdout().lock();
         for p in PRESETS {
-            writeln!(out, "{:<12} {}", p.name, p.description)?;
+            writeln!(out, "{:<21} {}", p.name, p.description)?;
         }
         return Ok(());
     }
@@ -90,6 +95,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     if let Some(l) = args.layers {
         spec.n_layer = l;
+    }
+    if args.no_proj_norms {
+        spec.proj_norms = false;
     }
     spec.vocab.clone_from(&args.vocab);
     spec.act_bits = match args.act_bits {

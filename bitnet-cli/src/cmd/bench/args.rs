@@ -138,6 +138,11 @@ pub struct Args {
     /// mask cost per token and its share of the step.
     #[arg(long, value_name = "SCHEMA")]
     pub json_schema: Option<String>,
+    /// Measure embeddings instead of pp/tg (llama-bench's -embd): -b inputs of -p tokens
+    /// each embedded in one call, pooled as the file says, reported as inputs/s and
+    /// tokens/s; with several -m, each row against the first model's.
+    #[arg(long = "embeddings", visible_alias = "embd")]
+    pub embeddings: bool,
     /// Compare two JSON reports instead of running: OLD NEW.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"])]
     pub compare: Option<Vec<PathBuf>>,

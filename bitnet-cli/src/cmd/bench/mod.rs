@@ -10,10 +10,11 @@
 //! prefilled, then decoded together).
 //! Everything that can be checked is checked before the first measurement: the arguments,
 //! the report's destination, and each model file (readable, a model, tests within its
-//! trained context).
+//! trained context). `--embeddings` measures embedding throughput instead (`embed.rs`).
 
 mod args;
 pub mod compare;
+pub mod embed;
 pub mod membw;
 pub mod paired;
 mod progress;
@@ -48,6 +49,9 @@ pub fn run(args: Args) -> Result<()> {
         .check(bitnet_core::engine::EngineOptions::default().batch)?;
     if speculate::wanted(&args) {
         return speculate::run(&args);
+    }
+    if args.embeddings {
+        return embed::run(&args);
     }
     if args.models.is_empty() && !args.membw {
         bail!("nothing to do: give -m MODEL (one or more) or --membw");
