@@ -45,6 +45,8 @@ fn client(
                 }
             }
             Reply::Text { index, text } => answers[index].0.push_str(&text),
+            // This example submits no embedding request.
+            Reply::Embedding { .. } => {}
             Reply::Done { index, stats } => answers[index].1 = stats.stop_reason,
             Reply::Error { error, .. } => return Err(error.to_string()),
         }

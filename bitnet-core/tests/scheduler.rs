@@ -56,7 +56,7 @@ fn run_all(s: &mut Scheduler) -> HashMap<SeqId, (GenStats, String)> {
                 done.insert(seq, stats);
             }
             Event::Error { seq, error } => panic!("{seq}: {error}"),
-            Event::Token { .. } => {}
+            Event::Token { .. } | Event::Embedding { .. } => {}
         })
         .unwrap();
         guard += 1;
@@ -145,7 +145,7 @@ fn a_thousand_random_requests_with_cancels_return_every_block() {
                 live.retain(|&l| l != seq);
             }
             Event::Error { seq, error } => panic!("{seq}: {error}"),
-            Event::Text { .. } | Event::Token { .. } => {}
+            Event::Text { .. } | Event::Token { .. } | Event::Embedding { .. } => {}
         })
         .unwrap();
     }

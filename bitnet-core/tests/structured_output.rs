@@ -155,7 +155,7 @@ fn run_all(s: &mut Scheduler) -> HashMap<SeqId, Outcome> {
             Event::Error { seq, error } => {
                 out.insert(seq, Err(error.to_string()));
             }
-            Event::Token { .. } => {}
+            Event::Token { .. } | Event::Embedding { .. } => {}
         })
         .expect("a scheduler step");
         steps += 1;

@@ -13,10 +13,11 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::embed::precision::{Precision, Quantized, quantize};
-use bitnet_core::embed::{Normalize, Pooling, embed_batch};
+use bitnet_core::embed::{Normalize, embed_batch};
 use bitnet_core::engine::Engine;
 
 use crate::args::model::ModelArgs;
+use crate::args::pooling::{POOLING_NAMES, choose_pooling};
 use crate::output::note;
 use crate::output_file::OutputFile;
 use crate::setup::limits::check_context;
@@ -35,7 +36,7 @@ pub struct Args {
     pub file: Option<PathBuf>,
     /// Pooling: none (a vector a token), mean, cls (the first token's) or last (default: the
     /// file's pooling_type, else last).
-    #[arg(long, value_parser = ["none", "mean", "cls", "last"])]
+    #[arg(long, value_parser = POOLING_NAMES)]
     pub pooling: Option<String>,
     /// Normalization (llama.cpp's --embd-normalize): -1 none, 0 max-abs to 32760, 1 taxicab,
     /// 2 Euclidean, p > 2 the p-norm.
@@ -109,21 +110,7 @@ pub fn run(args: Args) -> Result<()> {
     let tok = model
         .tokenizer()
         .context("the model has no tokenizer: it cannot embed text")?;
-    let pooling = match &args.pooling {
-        Some(name) => Pooling::from_name(name).expect("clap checked it"),
-        None => match model.config().pooling_type {
-            None => {
-                note!(
-                    "the file names no pooling_type: last-token pooling, this command's default for \
-                     causal models (--pooling to choose)"
-                );
-                Pooling::Last
-            }
-            Some(v) => Pooling::from_gguf(i64::from(v)).with_context(|| {
-                format!("the file's pooling_type {v} (rank) is not an embedding: pass --pooling")
-            })?,
-        },
-    };
+    let pooling = choose_pooling(args.pooling.as_deref(), model.config())?;
     let tokens: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode(t, true, false)).collect();
     let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
     let n_ctx = args.model_args.ctx.unwrap_or_else(|| model.default_n_ctx());

@@ -408,7 +408,7 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
                         index(seq).map_or(format!("{seq}"), |i| format!("prompt {}", i + 1));
                     failure = Some(format!("{which}: {error}"));
                 }
-                Event::Token { .. } => {}
+                Event::Token { .. } | Event::Embedding { .. } => {}
             })
             .context("generating")?;
         if let Some(f) = failure {

@@ -1,8 +1,9 @@
 //! A `bitnet serve` process on loopback for the server tests: started on port 0 with the
-//! shipped model (the address read from its first line), a blocking HTTP client, SSE
+//! shipped model or another (the address read from its first line), a blocking HTTP client, SSE
 //! readers, and OpenAI error checks.
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,15 @@ impl Server {
 
     /// Starts a server and returns once it listens (it may still be loading).
     pub fn spawn(extra: &[&str]) -> Server {
-        Server::spawn_with(&[], extra, None)
+        Server::spawn_with(&[], &shipped_model(), extra, None)
+    }
+
+    /// As [`Server::start_logged`], over the model at `model` instead of the shipped one.
+    pub fn start_model(model: &Path, extra: &[&str]) -> (Server, Log) {
+        let log = Log::default();
+        let s = Server::spawn_with(&[], model, extra, Some(&log));
+        s.wait_ready();
+        (s, log)
     }
 
     /// Starts a server whose stderr is collected into the returned log, and waits until
@@ -66,13 +75,14 @@ impl Server {
             Some(script) => vec!["sh", "-c", script],
             None => vec![],
         };
-        let s = Server::spawn_with(&prefix, extra, Some(&log));
+        let s = Server::spawn_with(&prefix, &shipped_model(), extra, Some(&log));
         s.wait_ready();
         (s, log)
     }
 
-    /// `prefix` runs the binary (`sh -c ...`), `log` collects stderr when given.
-    fn spawn_with(prefix: &[&str], extra: &[&str], log: Option<&Log>) -> Server {
+    /// `prefix` runs the binary (`sh -c ...`) over `model`, `log` collects stderr when
+    /// given.
+    fn spawn_with(prefix: &[&str], model: &Path, extra: &[&str], log: Option<&Log>) -> Server {
         let bin = env!("CARGO_BIN_EXE_bitnet");
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
@@ -85,7 +95,7 @@ impl Server {
         let mut child = cmd
             .arg("serve")
             .arg("-m")
-            .arg(shipped_model())
+            .arg(model)
             .args(["--port", "0", "-t", "1", "--no-pin"])
             .args(extra)
             .stdout(Stdio::piped())

@@ -2,9 +2,9 @@
 //! [`Scheduler`] is made and stepped on that thread (the engine pins it), and other threads
 //! talk to it through a [`Handle`]. Each [`Request`] carries its own reply channel (any
 //! [`ReplySink`]: a standard channel, or an async one in a server), over which it hears its
-//! tokens, text and end as [`Reply`] events; [`Handle::cancel`] stops it, and so does its
-//! receiver going away. When nothing is queued or running the thread blocks on its command
-//! channel, so an idle runtime uses no CPU.
+//! tokens, text and end as [`Reply`] events (an [`EmbedRequest`] hears its vectors);
+//! [`Handle::cancel`] stops it, and so does its receiver going away. When nothing is queued
+//! or running the thread blocks on its command channel, so an idle runtime uses no CPU.
 //!
 //! ```
 //! use bitnet_core::runtime::{Reply, Request, Runtime, RuntimeOptions};
@@ -43,7 +43,8 @@ use crate::scheduler::Scheduler;
 
 use protocol::Command;
 pub use protocol::{
-    NoObserver, Observer, Reply, ReplySink, Request, RequestId, RuntimeOptions, Stopped,
+    EmbedRequest, NoObserver, Observer, Reply, ReplySink, Request, RequestId, RuntimeOptions,
+    Stopped,
 };
 
 /// A cheap, cloneable way to the engine thread.
@@ -71,18 +72,48 @@ impl Handle {
         Ok(id)
     }
 
+    /// Queues an embedding request; its replies (an [`Reply::Embedding`] then `Done` for
+    /// each input, or an `Error`) go to `reply`.
+    pub fn submit_embedding(
+        &self,
+        request: EmbedRequest,
+        reply: impl ReplySink + 'static,
+    ) -> Result<RequestId, Stopped> {
+        let id = RequestId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.commands
+            .send(Command::Embed {
+                id,
+                request: Box::new(request),
+                reply: Box::new(reply),
+            })
+            .map_err(|_| Stopped)?;
+        Ok(id)
+    }
+
     /// Queues `request` and returns its replies as an iterator (blocking on each); dropping
     /// the stream before its end cancels the request.
     pub fn stream(&self, request: Request) -> Result<ReplyStream, Stopped> {
         let answers = request.n;
         let (tx, rx) = mpsc::channel();
         let id = self.submit(request, tx)?;
-        Ok(ReplyStream {
-            replies: rx,
+        Ok(self.replies(rx, id, answers))
+    }
+
+    /// [`Handle::stream`] for an embedding request: its replies as an iterator.
+    pub fn embed(&self, request: EmbedRequest) -> Result<ReplyStream, Stopped> {
+        let answers = request.inputs.len();
+        let (tx, rx) = mpsc::channel();
+        let id = self.submit_embedding(request, tx)?;
+        Ok(self.replies(rx, id, answers))
+    }
+
+    fn replies(&self, replies: Receiver<Reply>, id: RequestId, answers: usize) -> ReplyStream {
+        ReplyStream {
+            replies,
             id,
             handle: self.clone(),
             answers_left: answers,
-        })
+        }
     }
 
     /// Stops request `id` at the next step (a waiting one never starts); each of its

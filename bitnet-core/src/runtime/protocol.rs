@@ -1,6 +1,6 @@
-//! What travels between the threads of a runtime: a [`Request`] and its [`Reply`] events,
-//! where replies go ([`ReplySink`]), what the engine thread reports besides them
-//! ([`Observer`]), and the commands a `Handle` sends.
+//! What travels between the threads of a runtime: a [`Request`] (or an [`EmbedRequest`])
+//! and its [`Reply`] events, where replies go ([`ReplySink`]), what the engine thread
+//! reports besides them ([`Observer`]), and the commands a `Handle` sends.
 
 use std::sync::mpsc::Sender;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::error::CoreError;
-use crate::scheduler::{GenParams, GenStats, Scheduler, TokenLogprobs};
+use crate::scheduler::{EmbedParams, GenParams, GenStats, Scheduler, TokenLogprobs};
 
 /// One request: `n` answers to one prompt.
 #[derive(Clone, Debug)]
@@ -44,7 +44,19 @@ impl Request {
     }
 }
 
-/// What a request hears back; `index` is the answer (OpenAI's choice index). Every answer
+/// One embedding request: a vector set (an answer) for each input, each input evaluated as
+/// a sequence of its own, in the passes of whatever else runs (see
+/// [`Scheduler::submit_embedding`]).
+#[derive(Clone, Debug)]
+pub struct EmbedRequest {
+    /// The inputs' tokens, specials and all (as the tokenizer made them, or as a client
+    /// gave them); answer `i` is input `i`'s.
+    pub inputs: Vec<Vec<u32>>,
+    pub params: EmbedParams,
+}
+
+/// What a request hears back; `index` is the answer (OpenAI's choice index, or the input of
+/// an embedding request). Every answer
 /// ends with exactly one `Done` or `Error`, unless the engine thread stops first (its
 /// scheduler could not be built, or the runtime was dropped): the channel then closes.
 #[derive(Debug)]
@@ -57,6 +69,11 @@ pub enum Reply {
     Text {
         index: usize,
         text: String,
+    },
+    /// An embedding request's vectors for input `index` (then its `Done`).
+    Embedding {
+        index: usize,
+        embedding: Vec<Vec<f32>>,
     },
     Done {
         index: usize,
@@ -74,6 +91,7 @@ impl Reply {
         match self {
             Reply::Token { index, .. }
             | Reply::Text { index, .. }
+            | Reply::Embedding { index, .. }
             | Reply::Done { index, .. }
             | Reply::Error { index, .. } => *index,
         }
@@ -115,6 +133,9 @@ pub trait Observer: Send {
     fn on_token(&mut self, _first: bool, _latency: Duration) {}
     /// An answer ended; `elapsed` is the time since its request was submitted.
     fn on_done(&mut self, _stats: &GenStats, _elapsed: Duration) {}
+    /// An input of an embedding request ended (its vectors sent, or cancelled: see
+    /// `stats.stop_reason`); `elapsed` is the time since its request was submitted.
+    fn on_embedding(&mut self, _stats: &GenStats, _elapsed: Duration) {}
     /// After each step, and before the thread waits for work.
     fn on_step(&mut self, _sched: &Scheduler) {}
     /// A step failed (its requests already heard an error each).
@@ -164,6 +185,11 @@ pub(super) enum Command {
     Submit {
         id: RequestId,
         request: Box<Request>,
+        reply: Box<dyn ReplySink>,
+    },
+    Embed {
+        id: RequestId,
+        request: Box<EmbedRequest>,
         reply: Box<dyn ReplySink>,
     },
     Cancel(RequestId),

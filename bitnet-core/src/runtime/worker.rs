@@ -19,6 +19,8 @@ struct Live {
     index: usize,
     t_submit: Instant,
     t_last: Option<Instant>,
+    /// An embedding request's input (its end is reported as one).
+    embedding: bool,
 }
 
 /// The engine loop; returns when told to exit, or when every handle is gone and no work
@@ -94,9 +96,22 @@ pub(super) fn run(mut sched: Scheduler, rx: Receiver<Command>, options: RuntimeO
                     }
                 }
             }
+            Event::Embedding { seq, embedding } => {
+                if let Some(l) = live.get(&seq) {
+                    // Its `Done` follows in this step: a receiver gone changes nothing.
+                    l.out.send(Reply::Embedding {
+                        index: l.index,
+                        embedding,
+                    });
+                }
+            }
             Event::Done { seq, stats } => {
                 if let Some(l) = live.remove(&seq) {
-                    observer.on_done(&stats, l.t_submit.elapsed());
+                    if l.embedding {
+                        observer.on_embedding(&stats, l.t_submit.elapsed());
+                    } else {
+                        observer.on_done(&stats, l.t_submit.elapsed());
+                    }
                     l.out.send(Reply::Done {
                         index: l.index,
                         stats,
@@ -147,6 +162,31 @@ fn handle(
                 }
             }
         }
+        Command::Embed { id, request, reply } => {
+            observer.on_request();
+            let out: Rc<dyn ReplySink> = Rc::from(reply);
+            let t_submit = Instant::now();
+            for (index, tokens) in request.inputs.iter().enumerate() {
+                match sched.submit_embedding(tokens, request.params) {
+                    Ok(seq) => {
+                        live.insert(
+                            seq,
+                            Live {
+                                request: id,
+                                out: out.clone(),
+                                index,
+                                t_submit,
+                                t_last: None,
+                                embedding: true,
+                            },
+                        );
+                    }
+                    Err(error) => {
+                        out.send(Reply::Error { index, error });
+                    }
+                }
+            }
+        }
         Command::Submit { id, request, reply } => {
             observer.on_request();
             let out: Rc<dyn ReplySink> = Rc::from(reply);
@@ -173,6 +213,7 @@ fn handle(
                                 index,
                                 t_submit,
                                 t_last: None,
+                                embedding: false,
                             },
                         );
                     }

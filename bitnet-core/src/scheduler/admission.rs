@@ -89,7 +89,9 @@ impl Queues<'_> {
             // positions it keeps follows the attention its own evaluation gave them (a
             // reused prefix has none, so the text would depend on what the cache held), and
             // its evictions rewrite blocks that sharing would have left to others.
-            let shares = !matches!(front.params.context, ContextPolicy::HeavyHitters { .. });
+            // An embedding that pools every token's row needs each of them evaluated.
+            let shares = !matches!(front.params.context, ContextPolicy::HeavyHitters { .. })
+                && !front.embed.as_ref().is_some_and(|e| e.reads_every_row());
             let leader = match front.extra.after {
                 Some(l) if fresh && shares => self.leader_state(l, &front.prompt),
                 _ => Leader::Gone,

@@ -1,7 +1,7 @@
 //! What a pass's results do to its requests: each takes its rows (prompt read, tokens
 //! accepted, a draft's rejected positions cut from its sequence), and those that ended are
-//! retired: their text flushed, `Done` (or the error) reported, their sequences freed or
-//! kept.
+//! retired: their text flushed (an embedding's vectors pooled and reported), `Done` (or the
+//! error) reported, their sequences freed or kept.
 
 use super::draft::Drafter;
 use super::output::{Event, StopReason};
@@ -46,8 +46,9 @@ pub(crate) fn take_pass(
     }
 }
 
-/// Ends the requests listed in `finished` (emptied): flushes their text, reports `Done`
-/// (or the error that ended them), and frees (or keeps) their sequences.
+/// Ends the requests listed in `finished` (emptied): flushes their text (or an embedding's
+/// vectors), reports `Done` (or the error that ended them), and frees (or keeps) their
+/// sequences.
 pub(crate) fn retire(
     finished: &mut Vec<(usize, StopReason)>,
     running: &mut Vec<Request>,
@@ -55,6 +56,7 @@ pub(crate) fn retire(
     mut drafter: Option<&mut Drafter>,
     on_event: &mut dyn FnMut(Event<'_>),
 ) {
+    let n_embd = engine.model().config.n_embd;
     // From the back, so the indices of those still to go stay valid.
     finished.sort_unstable_by_key(|&(i, _)| std::cmp::Reverse(i));
     finished.dedup_by_key(|&mut (i, _)| i);
@@ -64,6 +66,18 @@ pub(crate) fn retire(
             on_event(Event::Error { seq: r.seq, error });
         } else {
             let reason = r.finish(reason, on_event);
+            // An embedding whose prompt is all in (not one cancelled part-way) reports its
+            // vectors before its end.
+            if reason != StopReason::Cancelled
+                && r.fed == r.prompt.len()
+                && let Some(e) = r.embed.take()
+            {
+                let embedding = e.finish(n_embd);
+                on_event(Event::Embedding {
+                    seq: r.seq,
+                    embedding,
+                });
+            }
             on_event(Event::Done {
                 seq: r.seq,
                 stats: r.stats(reason),

@@ -1,8 +1,9 @@
 //! Driving the scheduler to the end of its work: [`generate`], the loop behind `bitnet
 //! generate` (one request; text reaches the caller only as whole UTF-8 characters and never
-//! includes a stop string), and [`warm_up`], a throw-away generation a server runs before
-//! its first client.
+//! includes a stop string), and [`warm_up`] (and [`warm_up_embeddings`]), a throw-away
+//! request a server runs before its first client.
 
+use super::embed::EmbedParams;
 use super::output::{Event, GenStats, StopReason};
 use super::request::GenParams;
 use super::sched::Scheduler;
@@ -86,6 +87,27 @@ pub fn warm_up(sched: &mut Scheduler, step_delay: Duration) -> Result<(), CoreEr
             ..GenParams::default()
         };
         sched.submit(&prompt[i as usize..], params)?;
+    }
+    while !sched.is_idle() {
+        sched.step(&mut |_| {})?;
+        std::thread::sleep(step_delay);
+    }
+    sched.clear_prefix_cache();
+    Ok(())
+}
+
+/// [`warm_up`] for a server that embeds: two throw-away embedding requests through the
+/// hidden-row path with `params` (a model without a language-model head may have nothing
+/// to generate with); then forgets its cache.
+pub fn warm_up_embeddings(
+    sched: &mut Scheduler,
+    params: EmbedParams,
+    step_delay: Duration,
+) -> Result<(), CoreError> {
+    let n_vocab = sched.engine().n_vocab() as u32;
+    let prompt: Vec<u32> = (0..8u32).map(|i| (i * 37 + 11) % n_vocab).collect();
+    for i in 0..2 {
+        sched.submit_embedding(&prompt[i..], params)?;
     }
     while !sched.is_idle() {
         sched.step(&mut |_| {})?;

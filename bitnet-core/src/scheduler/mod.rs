@@ -27,6 +27,11 @@
 //! requests' tokens; the rows are sampled in order while they agree with the draft, and the
 //! positions past the first disagreement are cut from the sequence.
 //!
+//! An embedding request ([`Scheduler::submit_embedding`]) is a prompt evaluated for its
+//! final normed hidden states: its chunks share the passes of the others, and once its last
+//! token is in, its pooled vectors are reported ([`Event::Embedding`]) and its sequence is
+//! freed; nothing is sampled.
+//!
 //! A request is checked once, at submit: what it asks of the context, its prompt and its
 //! parameters; a refusal is a [`RequestError`] (wrapped in [`CoreError::Request`]), heard
 //! before any token.
@@ -34,12 +39,12 @@
 //! Files: `sched.rs` the scheduler and its step (plan, run, apply); `request.rs` a request
 //! (building, sampling, taking tokens); `validate.rs` the refusals; `admission.rs` who runs;
 //! `plan.rs` the batch of a step and the drafts in it; `apply.rs` a pass's results;
-//! `output.rs` what requests report; `policy.rs` context policies; `reply_budget.rs` the
-//! default reply length when a caller names none; `speculate.rs` and
-//! `draft.rs` speculative decoding; `generate.rs` driving one request to its end. This file
-//! only re-exports: the others import one another in one direction (`sched.rs` uses the
-//! parts, the parts never the scheduler), so none of them depends on a file that depends
-//! on it.
+//! `output.rs` what requests report; `embed.rs` an embedding request's own part;
+//! `policy.rs` context policies; `reply_budget.rs` the default reply length when a caller
+//! names none; `speculate.rs` and `draft.rs` speculative decoding; `generate.rs` driving one
+//! request to its end. This file only re-exports: the others import one another in one
+//! direction (`sched.rs` uses the parts, the parts never the scheduler), so none of them
+//! depends on a file that depends on it.
 //!
 //! [`CoreError::Request`]: crate::error::CoreError::Request
 //! [`Engine`]: crate::engine::Engine
@@ -47,6 +52,7 @@
 mod admission;
 mod apply;
 mod draft;
+mod embed;
 mod generate;
 mod output;
 mod plan;
@@ -57,7 +63,8 @@ mod sched;
 pub mod speculate;
 mod validate;
 
-pub use generate::{generate, generate_until, warm_up};
+pub use embed::EmbedParams;
+pub use generate::{generate, generate_until, warm_up, warm_up_embeddings};
 pub use output::{Event, GenStats, StopReason, TokenLogprobs};
 pub use policy::{ContextMode, ContextPolicy, MIN_HEAVY, heavy_hitter_batch, heavy_hitter_victims};
 pub use reply_budget::{

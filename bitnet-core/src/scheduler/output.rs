@@ -1,7 +1,8 @@
 //! What a request produces: the events a scheduler step reports ([`Event`]: sampled
-//! tokens with their log probabilities, text that became final, the end and its
-//! [`StopReason`] with the request's [`GenStats`], or an error), and the text handling
-//! behind them (taking healed text off the reply, log probabilities of the raw logits).
+//! tokens with their log probabilities, text that became final, an embedding's vectors, the
+//! end and its [`StopReason`] with the request's [`GenStats`], or an error), and the text
+//! handling behind them (taking healed text off the reply, log probabilities of the raw
+//! logits).
 
 use crate::error::CoreError;
 use crate::kv::SeqId;
@@ -126,6 +127,13 @@ pub enum Event<'a> {
     },
     /// Text that became final for sequence `seq`.
     Text { seq: SeqId, text: &'a str },
+    /// The vectors of embedding request `seq` (pooled and normalized as it asked: one, or
+    /// one a token without pooling), reported once its prompt is evaluated, just before its
+    /// `Done`.
+    Embedding {
+        seq: SeqId,
+        embedding: Vec<Vec<f32>>,
+    },
     /// Sequence `seq` is done (its sequence freed unless it was submitted with `keep`).
     Done { seq: SeqId, stats: GenStats },
     /// Sequence `seq` failed and was ended.

@@ -1,5 +1,6 @@
 //! The batch of one step ([`Plan`]): a decode token of every generating request (with its
-//! draft, when it speculates), then prompt chunks of new requests, under the engine's
+//! draft, when it speculates), then prompt chunks of new requests (an embedding request's
+//! asking for hidden rows where a generation's asks for logits), under the engine's
 //! per-pass token budget, so a long prompt is spread over several steps and never stalls
 //! the others. The drafts are proposed first ([`propose_drafts`]), within the same budget.
 
@@ -72,7 +73,11 @@ impl Plan {
                 continue;
             }
             let ends = r.fed + n == r.prompt.len();
-            let logits = if ends { Logits::Last } else { Logits::None };
+            let logits = match &r.embed {
+                Some(e) => e.rows(ends),
+                None if ends => Logits::Last,
+                None => Logits::None,
+            };
             self.spans.push((self.tokens.len(), n, logits));
             self.tokens.extend_from_slice(&r.prompt[r.fed..r.fed + n]);
             self.item_req.push(i);

@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use super::draft::Drafter;
+use super::embed::EmbedState;
 use super::output::{Event, GenStats, StopReason, TokenLogprobs, log_probs, unheal};
 use super::policy::ContextPolicy;
 use super::speculate::{DraftSource, SpecParams, SpecState};
@@ -185,6 +186,8 @@ pub(crate) struct Request {
     pub(crate) spec: Option<SpecState>,
     pub(crate) drafts: Vec<u32>,
     pub(crate) phase: Phase,
+    /// An embedding request's rows (see `embed.rs`): it ends once its prompt is in.
+    pub(crate) embed: Option<EmbedState>,
     pub(crate) cancelled: bool,
     pub(crate) t_admit: Option<Instant>,
     pub(crate) t_first: Option<Instant>,
@@ -279,6 +282,7 @@ impl Request {
             spec,
             drafts: Vec::new(),
             phase: Phase::Prefill,
+            embed: None,
             cancelled: false,
             t_admit: None,
             t_first: None,
@@ -330,6 +334,10 @@ impl Request {
             self.fed += n;
             if self.fed < self.prompt.len() {
                 return Taken::Nothing;
+            }
+            if self.embed.is_some() {
+                // An embedding is its prompt's hidden rows: nothing is generated after them.
+                return Taken::Ended(StopReason::MaxTokens);
             }
             self.phase = Phase::Decode;
             self.prompt_secs = self.t_admit.map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -503,7 +511,8 @@ impl Request {
 pub(crate) enum Taken {
     /// Its prompt is still being read, or nothing was sampled for it.
     Nothing,
-    /// It ends without taking a token (a failed constraint, `max_tokens` 0).
+    /// It ends without taking a token (a failed constraint, `max_tokens` 0, an embedding
+    /// whose prompt is in).
     Ended(StopReason),
     /// It took tokens; `end` says why it ends, if it does, and `cut` how many of the
     /// positions the pass added (a draft's) go from its sequence.

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::admission::Queues;
 use super::apply;
 use super::draft::{self, Drafter};
+use super::embed::{EmbedParams, EmbedState};
 use super::output::{Event, StopReason};
 use super::plan::{self, Plan};
 use super::policy::ContextPolicy;
@@ -32,7 +33,7 @@ impl Default for SchedulerOptions {
     }
 }
 
-/// Many generation requests on one [`Engine`], decoded together; see
+/// Many generation (and embedding) requests on one [`Engine`], decoded together; see
 /// [the scheduler's docs](crate::scheduler).
 #[derive(Debug)]
 pub struct Scheduler {
@@ -151,6 +152,40 @@ impl Scheduler {
         let seq = self.engine.new_sequence();
         match self.enqueue(seq, prompt, params, extra, false) {
             Ok(()) => Ok(seq),
+            Err(e) => {
+                let _ = self.engine.free_sequence(seq);
+                Err(e)
+            }
+        }
+    }
+
+    /// Queues an embedding request: `tokens` (specials and all, as the tokenizer made them)
+    /// evaluated from an empty sequence in the passes of the other requests, for their final
+    /// normed hidden states, pooled and normalized as `params` say. Its id names it in
+    /// events: [`Event::Embedding`] with the vectors, then `Done` (`Done` alone, with
+    /// [`StopReason::Cancelled`], when it was cancelled). It waits for a place under
+    /// `max_running` and KV room as any request does, and frees its sequence when done. A
+    /// request refused here ([`RequestError`]: no tokens, an id past the vocabulary, more
+    /// tokens than a sequence holds) leaves nothing behind.
+    pub fn submit_embedding(
+        &mut self,
+        tokens: &[u32],
+        params: EmbedParams,
+    ) -> Result<SeqId, CoreError> {
+        let seq = self.engine.new_sequence();
+        // A prefill that generates nothing: the checks and the KV reservation of a request
+        // with `max_tokens` 0.
+        let prefill = GenParams {
+            max_tokens: 0,
+            ..GenParams::default()
+        };
+        let extra = SubmitOptions::default();
+        match Request::new(&self.engine, seq, tokens, false, prefill, extra, false) {
+            Ok(mut r) => {
+                r.embed = Some(EmbedState::new(params));
+                self.waiting.push_back(r);
+                Ok(seq)
+            }
             Err(e) => {
                 let _ = self.engine.free_sequence(seq);
                 Err(e)
@@ -302,9 +337,15 @@ impl Scheduler {
         let (running, item_req) = (&mut self.running, &self.plan.item_req);
         let t_sample = Cell::new(0.0f64);
         let t_pass = Instant::now();
-        let result = self.engine.forward(&items, |item, row, logits| {
+        let result = self.engine.forward(&items, |item, row, values| {
+            let r = &mut running[item_req[item]];
+            if let Some(e) = &mut r.embed {
+                // A hidden row of an embedding request: nothing to sample.
+                e.take_row(values);
+                return;
+            }
             let t = Instant::now();
-            running[item_req[item]].sample(row, logits);
+            r.sample(row, values);
             t_sample.set(t_sample.get() + t.elapsed().as_secs_f64());
         });
         drop(items);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use crate::args::attn_entropy::AttnEntropyArgs;
 use crate::args::context::ContextArgs;
 use crate::args::model::ModelArgs;
+use crate::args::pooling::POOLING_NAMES;
 use crate::args::speculate::SpeculateArgs;
 
 #[derive(Debug, clap::Args)]
@@ -75,6 +76,15 @@ pub struct Args {
     /// Serve no chat page at `/` (the API only; `/` is then a 404).
     #[arg(long)]
     pub no_webui: bool,
+    /// Serve embeddings (llama-server's flag): POST /v1/embeddings (OpenAI's shape),
+    /// /embeddings and /embedding (llama-server's), from the model's final hidden states;
+    /// the completion routes then answer 501.
+    #[arg(long, visible_alias = "embedding")]
+    pub embeddings: bool,
+    /// With --embeddings: none (a vector a token; not on /v1/embeddings), mean, cls (the
+    /// first token's) or last (default: the file's pooling_type, else last).
+    #[arg(long, value_parser = POOLING_NAMES, requires = "embeddings")]
+    pub pooling: Option<String>,
     /// Sleep this many milliseconds after every engine step: makes a tiny test model as
     /// slow as a big one (tests of queueing and disconnects).
     #[arg(long, default_value_t = 0, hide = true)]

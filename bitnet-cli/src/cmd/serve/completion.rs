@@ -100,7 +100,8 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<Reply>, n: usize, logprobs: boo
                 token,
                 logprobs: Some(lp),
             } if logprobs => choices[index].logprobs.push((token, lp)),
-            Reply::Token { .. } => {}
+            // A generation request hears no vectors.
+            Reply::Token { .. } | Reply::Embedding { .. } => {}
             Reply::Text { index, text } => choices[index].text.push_str(&text),
             Reply::Done { index, stats } => {
                 choices[index].stats = Some(stats);

@@ -9,12 +9,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::chat::ChatTemplate;
+use bitnet_core::config::ModelConfig;
+use bitnet_core::embed::{Normalize, Pooling};
 use bitnet_core::runtime::{Observer, Reply, ReplySink, Runtime, RuntimeOptions};
-use bitnet_core::scheduler::{GenStats, Scheduler, SchedulerOptions, StopReason, warm_up};
+use bitnet_core::scheduler::{
+    EmbedParams, GenStats, Scheduler, SchedulerOptions, StopReason, warm_up, warm_up_embeddings,
+};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::args::Args;
 use super::state::{Loaded, Shared};
+use crate::args::pooling::choose_pooling;
 use crate::output::note;
 use crate::setup::Setup;
 use crate::template_worker;
@@ -92,13 +97,45 @@ fn start_engine(
         d.attach(&mut sched)?;
         note!("draft model {} for speculative decoding", d.path.display());
     }
+    let pooling = args
+        .embeddings
+        .then(|| choose_pooling(args.pooling.as_deref(), model.config()))
+        .transpose()?;
+    let embedding_model = embedding_model(model.config());
+    match (&pooling, &embedding_model) {
+        (Some(p), None) => note!(
+            "warning: the file is not an embedding model (it names no pooling_type): its final \
+             hidden states are served as embeddings all the same ({} pooling)",
+            p.name()
+        ),
+        (None, Some(why)) => note!(
+            "warning: the file is an embedding model ({why}): chat and completion requests \
+             are refused; start the server with --embeddings to serve /v1/embeddings"
+        ),
+        _ => {}
+    }
+    let n_embd = model.config().n_embd;
     let _ = shared.model.set(Loaded {
         model,
         max_seq_len,
         template,
+        pooling,
+        embedding_model: embedding_model.clone(),
+        n_embd,
     });
     let _ = loaded.send(());
-    warm_up(&mut sched, Duration::from_millis(args.step_delay_ms)).context("warming up")?;
+    let delay = Duration::from_millis(args.step_delay_ms);
+    if pooling.is_some() || embedding_model.is_some() {
+        // Completions are refused: warm the path requests will take (a model without a
+        // language-model head may have nothing to generate with).
+        let params = EmbedParams {
+            pooling: pooling.unwrap_or(Pooling::Last),
+            normalize: Normalize(2),
+        };
+        warm_up_embeddings(&mut sched, params, delay).context("warming up")?;
+    } else {
+        warm_up(&mut sched, delay).context("warming up")?;
+    }
     shared.ready.store(true, SeqCst);
     note!(
         "ready: context {max_seq_len} tokens shared by up to {}, {}",
@@ -106,6 +143,21 @@ fn start_engine(
         crate::output::count(sched.engine().threads(), "thread")
     );
     Ok(sched)
+}
+
+/// Why a file is an embedding model (see `ModelConfig::is_embedding_model`), in words for
+/// the messages that refuse it completions; `None` for a language model.
+fn embedding_model(config: &ModelConfig) -> Option<String> {
+    if !config.is_embedding_model() {
+        return None;
+    }
+    Some(match config.pooling_type {
+        Some(v) => {
+            let name = Pooling::from_gguf(i64::from(v)).map_or("rank", Pooling::name);
+            format!("{}.pooling_type {v}, {name}", config.arch_name)
+        }
+        None => "its projections have their own input norms".to_owned(),
+    })
 }
 
 /// The runtime's observer: every figure `/metrics` shows that the engine thread sees.
@@ -142,6 +194,18 @@ impl Observer for Metrics {
             m.add_output(&stats.tokens);
         }
         m.request.observe(elapsed.as_secs_f64());
+    }
+
+    fn on_embedding(&mut self, stats: &GenStats, _elapsed: Duration) {
+        let m = &self.0.metrics;
+        m.prompt_tokens.fetch_add(stats.prompt_read as u64, Relaxed);
+        m.cached_tokens
+            .fetch_add(stats.cached_tokens as u64, Relaxed);
+        if stats.stop_reason == StopReason::Cancelled {
+            m.cancelled.fetch_add(1, Relaxed);
+        } else {
+            m.embeddings.fetch_add(1, Relaxed);
+        }
     }
 
     fn on_step(&mut self, sched: &Scheduler) {

@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bitnet_core::scheduler::{GenStats, RequestError};
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -22,6 +22,10 @@ pub struct ApiError {
     pub code: Option<&'static str>,
     /// Seconds for `Retry-After` (503s).
     pub retry_after: Option<u64>,
+    /// More fields of the error object, as llama-server adds them (`n_prompt_tokens` and
+    /// `n_ctx` to an input past the context); boxed, so every `Result` that carries an
+    /// error stays small.
+    pub extra: Option<Box<Map<String, Value>>>,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -36,6 +40,7 @@ impl ApiError {
             param: param.map(str::to_owned),
             code: None,
             retry_after: None,
+            extra: None,
         }
     }
 
@@ -90,6 +95,7 @@ impl ApiError {
             param: None,
             code: Some("invalid_api_key"),
             retry_after: None,
+            extra: None,
         }
     }
 
@@ -101,6 +107,7 @@ impl ApiError {
             param: None,
             code: Some("request_too_large"),
             retry_after: None,
+            extra: None,
         }
     }
 
@@ -113,6 +120,7 @@ impl ApiError {
             param: None,
             code: Some("unavailable"),
             retry_after,
+            extra: None,
         }
     }
 
@@ -124,6 +132,7 @@ impl ApiError {
             param: None,
             code: Some("timeout"),
             retry_after: None,
+            extra: None,
         }
     }
 
@@ -135,6 +144,7 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            extra: None,
         }
     }
 
@@ -146,6 +156,7 @@ impl ApiError {
             param: None,
             code: Some("not_found"),
             retry_after: None,
+            extra: None,
         }
     }
 
@@ -159,6 +170,7 @@ impl ApiError {
             param: None,
             code: Some(code),
             retry_after: None,
+            extra: None,
         }
     }
 
@@ -173,19 +185,54 @@ impl ApiError {
             param: Some("model".to_owned()),
             code: Some("model_not_found"),
             retry_after: None,
+            extra: None,
+        }
+    }
+
+    /// 501: what this server, as started, does not do (llama-server's answer to an
+    /// embedding request without `--embeddings`, and to a completion with it).
+    pub fn not_supported(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: message.into(),
+            kind: "not_supported_error",
+            param: None,
+            code: Some("not_supported"),
+            retry_after: None,
+            extra: None,
+        }
+    }
+
+    /// 400 for an input of `n_prompt_tokens` tokens that a sequence of `n_ctx` positions
+    /// cannot hold (llama-server's `exceed_context_size_error`, with both counts).
+    pub fn exceeds_context(
+        message: String,
+        param: &str,
+        n_prompt_tokens: usize,
+        n_ctx: usize,
+    ) -> ApiError {
+        ApiError {
+            kind: "exceed_context_size_error",
+            extra: Some(Box::new(Map::from_iter([
+                ("n_prompt_tokens".to_owned(), json!(n_prompt_tokens)),
+                ("n_ctx".to_owned(), json!(n_ctx)),
+            ]))),
+            ..ApiError::context_exceeded(message, param)
         }
     }
 
     /// The JSON body (also sent as an SSE event when a stream fails midway).
-    pub fn body(&self) -> serde_json::Value {
-        json!({
-            "error": {
-                "message": self.message,
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        })
+    pub fn body(&self) -> Value {
+        let mut error = json!({
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        });
+        for (name, value) in self.extra.iter().flat_map(|m| m.iter()) {
+            error[name] = value.clone();
+        }
+        json!({ "error": error })
     }
 }
 
@@ -246,6 +293,7 @@ pub async fn openai_shape(req: Request, next: Next) -> Response {
         param: None,
         code,
         retry_after: None,
+        extra: None,
     }
     .body();
     parts.headers.insert(

@@ -1,9 +1,9 @@
 //! The server's figures, in Prometheus text format for `GET /metrics`: llama.cpp's
-//! counters (prompt and predicted tokens, requests processing and deferred, KV use), latency
-//! histograms (time to first token, inter-token, whole request), and the health signals of
-//! a 1-bit model's output (3-gram repetition of recent answers). The engine thread writes
-//! them, handlers read them; plain atomics and one short mutex, nothing on the hot path
-//! waits for a scrape.
+//! counters (prompt and predicted tokens, requests processing and deferred, KV use, inputs
+//! embedded), latency histograms (time to first token, inter-token, whole request), and the
+//! health signals of a 1-bit model's output (3-gram repetition of recent answers). The
+//! engine thread writes them, handlers read them; plain atomics and one short mutex, nothing
+//! on the hot path waits for a scrape.
 
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -92,6 +92,8 @@ pub struct Metrics {
     pub requests: AtomicU64,
     pub rejected: AtomicU64,
     pub cancelled: AtomicU64,
+    /// Inputs of embedding requests embedded (each its own sequence).
+    pub embeddings: AtomicU64,
     /// Speculative decoding: draft tokens proposed, and those accepted.
     pub draft_tokens: AtomicU64,
     pub draft_accepted: AtomicU64,
@@ -115,6 +117,7 @@ impl Default for Metrics {
             requests: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
+            embeddings: AtomicU64::new(0),
             draft_tokens: AtomicU64::new(0),
             draft_accepted: AtomicU64::new(0),
             ttft: Histogram::new(LATENCY_BUCKETS),
@@ -208,8 +211,14 @@ impl Metrics {
         put(
             "bitnet_requests_total",
             "counter",
-            "Generation requests accepted.",
+            "Requests accepted (generation and embedding).",
             c(&self.requests),
+        );
+        put(
+            "bitnet_embeddings_total",
+            "counter",
+            "Inputs of embedding requests embedded (their prompt tokens count in bitnet_prompt_tokens_total).",
+            c(&self.embeddings),
         );
         put(
             "bitnet_requests_rejected_total",

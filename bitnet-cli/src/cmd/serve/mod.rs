@@ -1,6 +1,8 @@
 //! `bitnet serve -m MODEL.gguf`: an OpenAI-compatible HTTP server (chat and text
 //! completions, streamed or whole, models, health, Prometheus metrics, tokenize) over the
-//! multi-sequence engine, with continuous batching. Flags follow llama.cpp's server.
+//! multi-sequence engine, with continuous batching. Flags follow llama.cpp's server. With
+//! `--embeddings` it serves embeddings instead of completions, as llama-server does
+//! (`embeddings/`): each input a prefill-only sequence in the same passes as the rest.
 //!
 //! The HTTP side runs on tokio; the model runs on one engine thread of its own (the core's
 //! `runtime`, started in `engine.rs`), so the async runtime never blocks on model work. The listener is bound
@@ -16,6 +18,7 @@ mod auth;
 mod completion;
 mod conn;
 mod cors;
+mod embeddings;
 mod engine;
 mod error;
 mod metrics;
@@ -61,6 +64,7 @@ pub fn run(args: Args) -> Result<()> {
         context: args.context.clone(),
         speculate: args.speculate.params(),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
+        embeddings: args.embeddings,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

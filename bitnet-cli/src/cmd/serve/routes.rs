@@ -23,6 +23,9 @@ use super::auth::require_key;
 use super::completion::complete;
 use super::conn::stall;
 use super::cors::cors;
+use super::embeddings::{
+    Route, embed, refuse_completions, refuse_embedding_model, refuse_unless_embedding,
+};
 use super::error::{ApiError, ApiResult, openai_shape};
 use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
 use super::state::AppState;
@@ -37,6 +40,9 @@ pub fn router(state: Arc<AppState>, webui: bool) -> Router {
         .route("/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings_openai))
+        .route("/embeddings", post(embeddings_llama))
+        .route("/embedding", post(embeddings_llama))
         .route("/v1/models", get(models))
         .route("/models", get(models))
         // A catch-all: an alias may hold a slash ("org/model").
@@ -96,9 +102,11 @@ async fn completions(
     State(state): State<Arc<AppState>>,
     b: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    refuse_completions(&state)?;
     let b = body(&state, b)?;
     let obj = parse_body(&b)?;
     let loaded = state.ready()?;
+    refuse_embedding_model(loaded)?;
     let tok = loaded.tokenizer()?;
     let mut req = gen_request(
         &obj,
@@ -125,9 +133,11 @@ async fn chat_completions(
     State(state): State<Arc<AppState>>,
     b: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    refuse_completions(&state)?;
     let b = body(&state, b)?;
     let obj = parse_body(&b)?;
     let loaded = state.ready()?;
+    refuse_embedding_model(loaded)?;
     let tok = loaded.tokenizer()?;
     let mut req = gen_request(
         &obj,
@@ -199,6 +209,26 @@ async fn chat_completions(
     complete(state.clone(), Api::Chat, prompt, heal, req, "messages").await
 }
 
+/// `POST /v1/embeddings`: OpenAI's embeddings (see `embeddings/`).
+async fn embeddings_openai(
+    State(state): State<Arc<AppState>>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    refuse_unless_embedding(&state)?;
+    let b = body(&state, b)?;
+    embed(state, b, Route::OpenAi).await
+}
+
+/// `POST /embeddings`, `/embedding`: llama-server's embeddings (a bare array).
+async fn embeddings_llama(
+    State(state): State<Arc<AppState>>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    refuse_unless_embedding(&state)?;
+    let b = body(&state, b)?;
+    embed(state, b, Route::Llama).await
+}
+
 /// The request's structured-output constraint, compiled for the model.
 fn constraint(
     obj: &serde_json::Map<String, Value>,
@@ -242,6 +272,7 @@ fn model_object(state: &AppState) -> Value {
         "owned_by": "bitnet-rs",
         "meta": loaded.map(|l| json!({
             "n_ctx": l.max_seq_len,
+            "n_embd": l.n_embd,
             "n_vocab": l.model.tokenizer().map_or(0, |t| t.n_vocab()),
             "chat_template": l.template.name(),
         })),

@@ -139,7 +139,8 @@ impl Streaming {
                 token,
                 logprobs: Some(lp),
             } => self.texts[index].push(tok, token, &lp),
-            Reply::Token { .. } => {}
+            // A generation request hears no vectors.
+            Reply::Token { .. } | Reply::Embedding { .. } => {}
             Reply::Text { index, text } => {
                 let (text, lps) = self.texts[index].text(&text);
                 self.send_text(index, text, lps);

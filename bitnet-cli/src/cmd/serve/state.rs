@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bitnet_core::chat::ChatTemplate;
+use bitnet_core::embed::Pooling;
 use bitnet_core::model::Model;
 use bitnet_core::runtime::Handle;
 use bitnet_core::scheduler::default_reply_budget;
@@ -33,6 +34,14 @@ pub struct Loaded {
     /// Positions one sequence may reach (the shared KV pool's capacity).
     pub max_seq_len: usize,
     pub template: ChatTemplate,
+    /// The pooling of embeddings (`--embeddings`; `None`: the server does not embed).
+    pub pooling: Option<Pooling>,
+    /// Why the file is an embedding model, when it is one (it names a pooling type, or its
+    /// projections have their own input norms): its head is not a language model's, so
+    /// completions are refused.
+    pub embedding_model: Option<String>,
+    /// Width of a hidden state (of an embedding before `dimensions`).
+    pub n_embd: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -57,6 +66,8 @@ pub struct Config {
     pub speculate: Option<bitnet_core::scheduler::SpecParams>,
     /// How long in-flight requests may finish after a shutdown signal.
     pub shutdown_timeout: Duration,
+    /// Serve embeddings instead of completions (`--embeddings`).
+    pub embeddings: bool,
 }
 
 impl Config {

@@ -88,6 +88,7 @@ pub fn error(stall: &BodyStalled) -> ApiError {
         param: None,
         code: Some("request_timeout"),
         retry_after: None,
+        extra: None,
     }
 }
 
