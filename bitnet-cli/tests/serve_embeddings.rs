@@ -532,3 +532,56 @@ fn the_openai_client_gets_the_same_vectors_as_floats_and_base64() {
         "{stdout}"
     );
 }
+
+/// The BitNet embedding architectures (both tiny shapes, bitnet.cpp's layout) through
+/// `/v1/embeddings` on every kernel set, with text and with token ids: the vectors of
+/// `embed_batch` on a model loaded for the same kernel set (which bitnet-core's
+/// `tests/embedding_models.rs` checks against the f32 reference), bit for bit.
+#[test]
+fn both_embedding_shapes_serve_on_every_kernel_set() {
+    for preset in ["tiny-qwen3-embed", "tiny-gemma3-embed"] {
+        let path = tmp_dir().join(format!("{preset}-serve.gguf"));
+        let mut spec = SynthSpec::preset(preset).unwrap();
+        spec.seed = 9;
+        write_model(&spec, &path, |_, _| {}).unwrap();
+        for isa in bitnet_kernels::Isa::available() {
+            let m = Arc::new(
+                Model::load(
+                    &path,
+                    &LoadOptions {
+                        isa: Some(isa),
+                        ..LoadOptions::default()
+                    },
+                )
+                .unwrap(),
+            );
+            let kernel = isa.to_string();
+            let (s, _log) = Server::start_model(
+                &path,
+                &["--embeddings", "-c", "128", "--kernel", kernel.as_str()],
+            );
+            let text = "query: how many values can a ternary weight take?";
+            let ids: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % 512).collect();
+            let want = pooled(reference(
+                &m,
+                &[tokens(&m, text), ids.clone()],
+                Pooling::Last,
+                Normalize(2),
+            ));
+            let body = post_ok(
+                &s,
+                "/v1/embeddings",
+                &json!({"model": preset, "input": text}),
+            );
+            assert_eq!(openai_vectors(&body), want[..1], "{preset} {isa}: text");
+            let body = post_ok(
+                &s,
+                "/v1/embeddings",
+                &json!({"model": preset, "input": [ids], "encoding_format": "base64"}),
+            );
+            assert_eq!(openai_vectors(&body), want[1..], "{preset} {isa}: token ids");
+            assert_eq!(body["usage"]["prompt_tokens"], 12);
+        }
+        std::fs::remove_file(&path).ok();
+    }
+}
