@@ -62,6 +62,8 @@ STAND_INS = {
     "models/2b4t-i2_s.gguf": "standin.gguf",
     "draft.gguf": "standin.gguf",
     "bitnet-b1.58-2B-4T": "models/shakespeare-hf",
+    "bitnet-embedding-0.6b": "models/shakespeare-hf",
+    "bitnet-embedding-0.6b.gguf": "standin.gguf",
 }
 
 # (substring, why): matching commands are listed, not run.
