@@ -579,7 +579,11 @@ fn both_embedding_shapes_serve_on_every_kernel_set() {
                 "/v1/embeddings",
                 &json!({"model": preset, "input": [ids], "encoding_format": "base64"}),
             );
-            assert_eq!(openai_vectors(&body), want[1..], "{preset} {isa}: token ids");
+            assert_eq!(
+                openai_vectors(&body),
+                want[1..],
+                "{preset} {isa}: token ids"
+            );
             assert_eq!(body["usage"]["prompt_tokens"], 12);
         }
         std::fs::remove_file(&path).ok();

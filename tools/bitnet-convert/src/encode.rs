@@ -15,6 +15,13 @@
 //!   `preprocess-huggingface-bitnet.py` and testdata/README.md): `e = mean|W|` over the
 //!   matrix (accumulated in f64, clamped below at 1e-5 like the reference), trits =
 //!   `clamp(round_half_even(W / e), -1, 1)` (torch's `round` is half-to-even), scale `e`.
+//! - Latent float weights of the BitNet embedding models: the same rule as bitnet.cpp's
+//!   embedding converter computes it in numpy, bit for bit (`numpy_absmean.rs`).
+//!
+//! Gemma's norm weights are written as `1 + w` ([`Route::FloatPlusOne`]): the sum in f32,
+//! then the cast to the output type, as the reference's `w.astype(np.float32) + 1.0`.
+
+mod numpy_absmean;
 
 use std::io::Write;
 
@@ -112,7 +119,8 @@ pub fn write_job<W: Write>(
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), ConvertError> {
     let result = match &job.route {
-        Route::Float => write_float(w, sources, job, progress),
+        Route::Float => write_float(w, sources, job, 0.0, progress),
+        Route::FloatPlusOne => write_float(w, sources, job, 1.0, progress),
         Route::Ternary {
             source,
             permute_heads,
@@ -123,6 +131,9 @@ pub fn write_job<W: Write>(
                     (unpack(sources, &job.src)?, s)
                 }
                 TernarySource::Latent => ternarize(sources, &job.src)?,
+                TernarySource::LatentNumpy => {
+                    numpy_absmean::ternarize(&decode_whole(sources, &job.src)?)
+                }
             };
             let trits = match permute_heads {
                 Some(h) => permute_rows(&trits, job.src_rows(), *h),
@@ -155,10 +166,12 @@ impl Job {
     }
 }
 
+/// Writes a float tensor in chunks of rows, each value plus `offset` (in f32) first.
 fn write_float<W: Write>(
     w: &mut GgufWriter<W>,
     sources: &Sources,
     job: &Job,
+    offset: f32,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), ConvertError> {
     let t = &job.src;
@@ -175,6 +188,9 @@ fn write_float<W: Write>(
         let xs = &mut x[..n * row_len];
         let bytes = &data[r * row_len * eb..(r + n) * row_len * eb];
         decode_floats(sources, t, bytes, r * row_len, xs)?;
+        if offset != 0.0 {
+            xs.iter_mut().for_each(|v| *v += offset);
+        }
         out.clear();
         for row in xs.chunks_exact(row_len) {
             encode_row(job.info.ty, row, &mut out);
@@ -237,6 +253,14 @@ fn unpack(sources: &Sources, t: &TensorRef) -> Result<Vec<i8>, ConvertError> {
         }
     }
     Ok(trits)
+}
+
+/// A whole float tensor as f32 (the embedding route's absmean needs it at once: numpy's
+/// pairwise mean runs over the flattened tensor).
+fn decode_whole(sources: &Sources, t: &TensorRef) -> Result<Vec<f32>, ConvertError> {
+    let mut x = vec![0f32; t.numel()];
+    decode_floats(sources, t, sources.data(t), 0, &mut x)?;
+    Ok(x)
 }
 
 /// Absmean ternarization of a float matrix: `(trits, scale)`.

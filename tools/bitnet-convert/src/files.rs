@@ -154,6 +154,8 @@ pub(crate) const SIDE_FILES: &[&str] = &[
     "special_tokens_map.json",
     "added_tokens.json",
     "chat_template.jinja",
+    "modules.json",
+    "config_sentence_transformers.json",
     INDEX_FILE,
 ];
 

@@ -1,6 +1,13 @@
 //! `bitnet-convert`: Hugging Face safetensors checkpoints of BitNet b1.58 and other ternary
 //! models to the GGUF files bitnet-core (and bitnet.cpp / llama.cpp) load.
 //!
+//! Two families of routes: the language models (BitNet b1.58 2B-4T, 1bitLLM, ternary Llama:
+//! ternary projections as I2_S / TQ2_0 / TQ1_0), and the BitNet embedding models (`qwen3`,
+//! `gemma3_text`), written in bitnet.cpp's embedding layout exactly as its
+//! `utils/convert-bitnet-embedding-to-gguf.py` writes them (I2_S, F16 or F32 projections,
+//! per-projection input norms, Gemma's `1 + w` norms, no head, `pooling_type` from
+//! sentence-transformers' files); the README says where this converter departs from it.
+//!
 //! The work is split in two: [`plan`] reads `config.json`, the safetensors headers and the
 //! tokenizer, maps every tensor and builds the metadata, and checks the result against the
 //! runtime's own rules (`ModelConfig::from_parts`, `Tokenizer::from_spec`) before a byte is
@@ -30,7 +37,7 @@ use bitnet_gguf::{GgufWriter, Metadata, TensorInfo, TensorType};
 
 pub use error::ConvertError;
 pub use hf::HfConfig;
-pub use mapping::{Job, TypeOptions};
+pub use mapping::{Job, OutputTypes, TypeOptions};
 pub use source::Sources;
 pub use tokenizer::ConvertedVocab;
 
@@ -50,8 +57,8 @@ impl Default for Options {
         Options {
             types: TypeOptions {
                 weights: TensorType::I2_S,
-                embd: TensorType::F16,
-                head: TensorType::F16,
+                embd: None,
+                head: None,
             },
             pre: None,
             name: None,
@@ -68,6 +75,8 @@ pub struct Plan {
     pub cfg: HfConfig,
     /// Its open safetensors files.
     pub sources: Sources,
+    /// The output types, resolved for the checkpoint's route.
+    pub types: OutputTypes,
     /// The GGUF tensors, in file order, with their sources.
     pub jobs: Vec<Job>,
     /// The GGUF metadata.
@@ -79,6 +88,9 @@ pub struct Plan {
     /// Every file of the checkpoint the output must not replace: those read (config,
     /// index, shards, tokenizer files) and the other checkpoint files present.
     pub inputs: Vec<PathBuf>,
+    /// What the user should know beyond the tokenizer's warnings: where the file differs
+    /// from the checkpoint's own forward pass, defaults filled in, tensors skipped.
+    pub notes: Vec<String>,
 }
 
 impl Plan {
@@ -116,23 +128,25 @@ pub enum Progress<'a> {
     Done,
 }
 
+/// Projection types any route writes; the route decides among them after `config.json`.
+const OUTTYPES: [TensorType; 5] = [
+    TensorType::I2_S,
+    TensorType::TQ2_0,
+    TensorType::TQ1_0,
+    TensorType::F16,
+    TensorType::F32,
+];
+
 /// Reads and checks the checkpoint in `dir`; nothing is written.
 pub fn plan(dir: &Path, opts: &Options) -> Result<Plan, ConvertError> {
-    for (what, ty, allowed) in [
-        (
-            "output type",
-            opts.types.weights,
-            &[TensorType::I2_S, TensorType::TQ2_0, TensorType::TQ1_0][..],
-        ),
-        ("embedding type", opts.types.embd, &FLOAT_TYPES[..]),
-        ("head type", opts.types.head, &FLOAT_TYPES[..]),
-    ] {
-        if !allowed.contains(&ty) {
-            return Err(ConvertError::Output {
-                path: dir.to_owned(),
-                reason: format!("{what} {} is not supported here", ty.name()),
-            });
-        }
+    if !OUTTYPES.contains(&opts.types.weights) {
+        return Err(ConvertError::Output {
+            path: dir.to_owned(),
+            reason: format!(
+                "output type {} is not supported here",
+                opts.types.weights.name()
+            ),
+        });
     }
     let not_checkpoint = |reason| ConvertError::NotACheckpoint {
         path: dir.to_owned(),
@@ -149,44 +163,63 @@ pub fn plan(dir: &Path, opts: &Options) -> Result<Plan, ConvertError> {
         return Err(not_checkpoint("no config.json in it"));
     }
     let cfg = HfConfig::read(dir)?;
+    let types = OutputTypes::resolve(dir, &cfg, &opts.types)?;
     let sources = Sources::open(dir)?;
-    let jobs = mapping::plan(dir, &cfg, &opts.types, &sources)?;
-    let vocab = tokenizer::convert(dir, &cfg, opts.pre.as_deref())?;
+    let jobs = mapping::plan(dir, &cfg, &types, &sources)?;
+    let embedding = cfg.is_embedding_model();
+    let vocab = if embedding {
+        tokenizer::embedding::convert(dir, &cfg, opts.pre.as_deref())?
+    } else {
+        tokenizer::convert(dir, &cfg, opts.pre.as_deref())?
+    };
     // The runtime's tokenizer must load what we write (pre-tokenizer name, merges, ids).
     Tokenizer::from_spec(vocab.spec.clone())?;
+    let mut notes = cfg.notes.clone();
+    let pooling = if embedding {
+        let p = hf::pooling::read(dir)?;
+        notes.extend(p.note.clone());
+        if sources.tensors.contains_key("lm_head.weight") {
+            notes.push(
+                "lm_head.weight skipped: an embedding model's GGUF has no output head (as \
+                 bitnet.cpp's converter writes it)"
+                    .into(),
+            );
+        }
+        Some(p)
+    } else {
+        None
+    };
     let name = opts.name.clone().unwrap_or_else(|| {
         std::fs::canonicalize(dir)
             .ok()
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "model".into())
     });
-    let meta = metadata::build(&cfg, &name, opts.types.weights, &vocab);
+    let meta = match &pooling {
+        Some(p) => metadata::build_embedding(&cfg, &name, types.weights, p.pooling_type, &vocab),
+        None => metadata::build(&cfg, &name, types.weights, &vocab),
+    };
     let infos: Vec<TensorInfo> = jobs.iter().map(|j| j.info.clone()).collect();
     let config = ModelConfig::from_parts(&meta, &infos)?;
     let mut inputs = vec![dir.join("config.json")];
     inputs.extend(sources.index.iter().cloned());
     inputs.extend(sources.files.iter().map(|f| f.path.clone()));
     inputs.extend(vocab.inputs.iter().cloned());
+    inputs.extend(pooling.into_iter().flat_map(|p| p.inputs));
     inputs.extend(files::checkpoint_files(dir));
     Ok(Plan {
         dir: dir.to_owned(),
         cfg,
         sources,
+        types,
         jobs,
         meta,
         vocab,
         config,
         inputs,
+        notes,
     })
 }
-
-/// Float types an embedding or head may be written as.
-const FLOAT_TYPES: [TensorType; 4] = [
-    TensorType::F16,
-    TensorType::F32,
-    TensorType::BF16,
-    TensorType::Q8_0,
-];
 
 /// Streams the planned GGUF into `out`.
 pub fn write_gguf<W: Write>(

@@ -13,7 +13,8 @@ use bitnet_gguf::TensorType;
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// Converts a Hugging Face safetensors checkpoint of a BitNet b1.58 / ternary model to GGUF.
+/// Converts a Hugging Face safetensors checkpoint of a BitNet b1.58 / ternary model, or of a
+/// BitNet embedding model (qwen3, gemma3_text), to GGUF.
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
@@ -23,15 +24,18 @@ struct Args {
     /// convert_hf_to_gguf.py spells it).
     #[arg(short, long, visible_alias = "outfile")]
     output: Option<PathBuf>,
-    /// Ternary weight type: i2_s (bitnet.cpp), tq2_0 or tq1_0 (llama.cpp).
+    /// Projection type: i2_s (bitnet.cpp), tq2_0 or tq1_0 (llama.cpp); for the BitNet
+    /// embedding models i2_s, f16 or f32 (float projections, ternarized at load).
     #[arg(long, default_value = "i2_s")]
     outtype: String,
-    /// Token embedding type: f16, f32, bf16 or q8_0.
-    #[arg(long, default_value = "f16")]
-    embd_type: String,
-    /// Output head type (untied heads only): f16, f32, bf16 or q8_0.
-    #[arg(long, default_value = "f16")]
-    head_type: String,
+    /// Token embedding type: f16, f32, bf16 or q8_0 [default: f16; f32 with --outtype f32
+    /// on the embedding models].
+    #[arg(long)]
+    embd_type: Option<String>,
+    /// Output head type (untied heads only): f16, f32, bf16 or q8_0 [default: f16]; the
+    /// embedding models have no head.
+    #[arg(long)]
+    head_type: Option<String>,
     /// Pre-tokenizer name to write for a tokenizer.json whose pre-tokenizer is not
     /// recognised (llama-bpe, falcon3, gpt-2, qwen2, starcoder, ...).
     #[arg(long)]
@@ -79,10 +83,22 @@ fn run(args: Args) -> Result<()> {
             weights: parse_type(
                 "--outtype",
                 &args.outtype,
-                &[TensorType::I2_S, TensorType::TQ2_0, TensorType::TQ1_0],
+                &[
+                    TensorType::I2_S,
+                    TensorType::TQ2_0,
+                    TensorType::TQ1_0,
+                    TensorType::F16,
+                    TensorType::F32,
+                ],
             )?,
-            embd: parse_type("--embd-type", &args.embd_type, &floats)?,
-            head: parse_type("--head-type", &args.head_type, &floats)?,
+            embd: args
+                .embd_type
+                .map(|t| parse_type("--embd-type", &t, &floats))
+                .transpose()?,
+            head: args
+                .head_type
+                .map(|t| parse_type("--head-type", &t, &floats))
+                .transpose()?,
         },
         pre: args.pre,
         name: args.name,
@@ -103,7 +119,7 @@ fn run(args: Args) -> Result<()> {
         print!("{}", bitnet_convert::report::dry_run(&plan));
         return Ok(());
     }
-    for w in &plan.vocab.warnings {
+    for w in plan.vocab.warnings.iter().chain(&plan.notes) {
         eprintln!("warning: {w}");
     }
     let out = args.output.as_deref().unwrap_or_else(|| unreachable!());
@@ -150,7 +166,7 @@ fn run(args: Args) -> Result<()> {
         "wrote {}: {} ({}), {} tensors, {} in {:.1} s",
         out.display(),
         plan.config.arch_name,
-        plan.jobs.first().map_or("-", |_| opts.types.weights.name()),
+        plan.jobs.first().map_or("-", |_| plan.types.weights.name()),
         plan.jobs.len(),
         human(bytes),
         t0.elapsed().as_secs_f64()

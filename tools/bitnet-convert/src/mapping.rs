@@ -4,7 +4,11 @@
 //! The GGUF tensor list comes from the runtime's own [`ModelConfig::expected_tensors`], so
 //! a converted file has exactly the tensors bitnet-core loads, named as llama.cpp names
 //! them. Every checkpoint tensor must be used by exactly one GGUF tensor, apart from rope
-//! caches (`rotary_emb.inv_freq`) and an `lm_head` that duplicates a tied embedding.
+//! caches (`rotary_emb.inv_freq`) and an `lm_head` that duplicates a tied embedding. The
+//! BitNet embedding models (qwen3, gemma3) have names, types and routes of their own, in
+//! `mapping/embedding.rs`.
+
+mod embedding;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -20,12 +24,89 @@ use crate::source::{Sources, TensorRef};
 /// Output types chosen by the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TypeOptions {
-    /// Type of the ternary projections: I2_S, TQ2_0 or TQ1_0.
+    /// Type of the projections: I2_S, TQ2_0 or TQ1_0 (ternary); on the embedding route
+    /// I2_S, F16 or F32, as bitnet.cpp's embedding converter's `--outtype`.
     pub weights: TensorType,
-    /// Type of the token embedding.
+    /// Type of the token embedding; `None`: the route's default (F16; F32 with
+    /// `--outtype f32` on the embedding route).
+    pub embd: Option<TensorType>,
+    /// Type of an untied output head; `None`: F16. The embedding route writes no head and
+    /// refuses one.
+    pub head: Option<TensorType>,
+}
+
+/// The types a conversion writes, resolved from [`TypeOptions`] for the checkpoint's route.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct OutputTypes {
+    /// Layer projections.
+    pub weights: TensorType,
+    /// Token embedding.
     pub embd: TensorType,
-    /// Type of an untied output head.
+    /// An untied output head.
     pub head: TensorType,
+    /// Norm weights.
+    pub norms: TensorType,
+}
+
+/// Float types an embedding or head may be written as.
+const FLOAT_TYPES: [TensorType; 4] = [
+    TensorType::F16,
+    TensorType::F32,
+    TensorType::BF16,
+    TensorType::Q8_0,
+];
+
+/// Ternary projection types of the language-model routes.
+const TERNARY_TYPES: [TensorType; 3] = [TensorType::I2_S, TensorType::TQ2_0, TensorType::TQ1_0];
+
+impl OutputTypes {
+    /// The types for `cfg`'s route; a choice the route cannot write is refused.
+    pub fn resolve(
+        dir: &Path,
+        cfg: &HfConfig,
+        opts: &TypeOptions,
+    ) -> Result<OutputTypes, ConvertError> {
+        let refuse = |reason: String| ConvertError::Output {
+            path: dir.to_owned(),
+            reason,
+        };
+        let names = |types: &[TensorType]| {
+            types
+                .iter()
+                .map(|t| t.name().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for (what, ty) in [("embedding type", opts.embd), ("head type", opts.head)] {
+            if let Some(ty) = ty
+                && !FLOAT_TYPES.contains(&ty)
+            {
+                return Err(refuse(format!(
+                    "{what} {} is not supported here (one of {})",
+                    ty.name(),
+                    names(&FLOAT_TYPES)
+                )));
+            }
+        }
+        if cfg.is_embedding_model() {
+            return embedding::output_types(cfg, opts).map_err(refuse);
+        }
+        if !TERNARY_TYPES.contains(&opts.weights) {
+            return Err(refuse(format!(
+                "output type {} is not supported for {} (one of {}; f16 and f32 are for the \
+                 BitNet embedding models)",
+                opts.weights.name(),
+                cfg.hf_arch,
+                names(&TERNARY_TYPES)
+            )));
+        }
+        Ok(OutputTypes {
+            weights: opts.weights,
+            embd: opts.embd.unwrap_or(TensorType::F16),
+            head: opts.head.unwrap_or(TensorType::F16),
+            norms: TensorType::F32,
+        })
+    }
 }
 
 /// How a ternary projection is stored in the checkpoint.
@@ -40,6 +121,9 @@ pub enum TernarySource {
     },
     /// Float latent weights, ternarized with absmean at conversion.
     Latent,
+    /// Float latent weights, ternarized with absmean as bitnet.cpp's embedding converter
+    /// computes it in numpy (float32 pairwise mean, times the reciprocal): the embedding route.
+    LatentNumpy,
 }
 
 /// What to do with one tensor.
@@ -47,6 +131,9 @@ pub enum TernarySource {
 pub enum Route {
     /// Decode floats, re-encode in the output type.
     Float,
+    /// Decode floats, add 1 in f32, re-encode: Gemma's RMSNorm multiplies by `1 + w`, and
+    /// bitnet.cpp's embedding converter stores `1 + w` so that a plain RMSNorm runs it.
+    FloatPlusOne,
     /// Produce trits and a scale, pack them.
     Ternary {
         /// Where the trits come from.
@@ -71,7 +158,9 @@ pub struct Job {
 }
 
 /// The runtime config a checkpoint converts to; storage types are filled in by the planner.
-pub fn model_config(cfg: &HfConfig, types: &TypeOptions) -> ModelConfig {
+/// `proj_norms` is false here: whether projections have input norms is read from the
+/// checkpoint's tensors (embedding route).
+pub fn model_config(cfg: &HfConfig, types: &OutputTypes) -> ModelConfig {
     ModelConfig {
         arch: cfg.arch,
         arch_name: cfg.arch.canonical_name().into(),
@@ -147,58 +236,94 @@ fn is_float(d: Dtype) -> bool {
     matches!(d, Dtype::F32 | Dtype::F16 | Dtype::BF16)
 }
 
+/// The checkpoint tensor among `names` (alternative spellings) that holds GGUF tensor
+/// `gguf`: exactly one must exist.
+fn find_source<'a>(
+    dir: &Path,
+    sources: &'a Sources,
+    names: &[String],
+    gguf: &str,
+) -> Result<&'a TensorRef, ConvertError> {
+    let found: Vec<&TensorRef> = names
+        .iter()
+        .filter_map(|n| sources.tensors.get(n))
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(ConvertError::MissingTensor {
+            dir: dir.to_owned(),
+            tensor: names.join(" or "),
+            gguf: gguf.to_owned(),
+        }),
+        [a, b, ..] => Err(ConvertError::Tensor {
+            path: sources.path(b).to_owned(),
+            tensor: b.name.clone(),
+            reason: format!(
+                "both {} and {} are present; which one is meant?",
+                a.name, b.name
+            ),
+        }),
+    }
+}
+
+/// Refuses a checkpoint tensor that no GGUF tensor uses and `ignorable` does not excuse:
+/// a tensor the architecture does not have changes the model if dropped.
+fn refuse_unused(
+    cfg: &HfConfig,
+    sources: &Sources,
+    used: &BTreeSet<&str>,
+    ignorable: impl Fn(&str) -> bool,
+) -> Result<(), ConvertError> {
+    match sources
+        .tensors
+        .values()
+        .find(|t| !used.contains(t.name.as_str()) && !ignorable(&t.name))
+    {
+        Some(t) => Err(ConvertError::ExtraTensor {
+            path: sources.path(t).to_owned(),
+            tensor: t.name.clone(),
+            arch: format!("{} ({})", cfg.hf_arch, cfg.arch.canonical_name()),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A shape error for `src`.
+fn shape_mismatch(sources: &Sources, src: &TensorRef, expected: String) -> ConvertError {
+    ConvertError::ShapeMismatch {
+        path: sources.path(src).to_owned(),
+        tensor: src.name.clone(),
+        found: src.shape.clone(),
+        dtype: format!("{:?}", src.dtype),
+        expected,
+    }
+}
+
 /// Plans every GGUF tensor: resolves its source, checks shapes and dtypes, and refuses
 /// missing and unexpected tensors.
 pub fn plan(
     dir: &Path,
     cfg: &HfConfig,
-    types: &TypeOptions,
+    types: &OutputTypes,
     sources: &Sources,
 ) -> Result<Vec<Job>, ConvertError> {
+    if cfg.is_embedding_model() {
+        return embedding::plan(dir, cfg, types, sources);
+    }
     let mc = model_config(cfg, types);
     let mut used: BTreeSet<&str> = BTreeSet::new();
     let mut jobs = Vec::new();
     for e in mc.expected_tensors() {
-        let names = hf_names(&e.name);
-        let found: Vec<&TensorRef> = names
-            .iter()
-            .filter_map(|n| sources.tensors.get(n))
-            .collect();
-        let src = match found.as_slice() {
-            [one] => *one,
-            [] => {
-                return Err(ConvertError::MissingTensor {
-                    dir: dir.to_owned(),
-                    tensor: names.join(" or "),
-                    gguf: e.name.clone(),
-                });
-            }
-            [a, b, ..] => {
-                return Err(ConvertError::Tensor {
-                    path: sources.path(b).to_owned(),
-                    tensor: b.name.clone(),
-                    reason: format!(
-                        "both {} and {} are present; which one is meant?",
-                        a.name, b.name
-                    ),
-                });
-            }
-        };
+        let src = find_source(dir, sources, &hf_names(&e.name), &e.name)?;
         used.insert(src.name.as_str());
         let ty = match e.role {
             TensorRole::Embedding => types.embd,
             TensorRole::Head => types.head,
-            TensorRole::Norm | TensorRole::Scale => TensorType::F32,
+            TensorRole::Norm | TensorRole::Scale => types.norms,
             TensorRole::Matrix => types.weights,
         };
         let hf_shape: Vec<usize> = e.dims.iter().rev().map(|&d| d as usize).collect();
-        let shape_err = |expected: String| ConvertError::ShapeMismatch {
-            path: sources.path(src).to_owned(),
-            tensor: src.name.clone(),
-            found: src.shape.clone(),
-            dtype: format!("{:?}", src.dtype),
-            expected,
-        };
+        let shape_err = |expected: String| shape_mismatch(sources, src, expected);
         let route = if e.role == TensorRole::Matrix {
             let scale_name = src
                 .name
@@ -282,15 +407,7 @@ pub fn plan(
             route,
         });
     }
-    for t in sources.tensors.values() {
-        if !used.contains(t.name.as_str()) && !ignorable(&t.name, cfg) {
-            return Err(ConvertError::ExtraTensor {
-                path: sources.path(t).to_owned(),
-                tensor: t.name.clone(),
-                arch: format!("{} ({})", cfg.hf_arch, cfg.arch.canonical_name()),
-            });
-        }
-    }
+    refuse_unused(cfg, sources, &used, |name| ignorable(name, cfg))?;
     if cfg.arch == Arch::Llama
         && jobs.iter().any(|j| {
             matches!(

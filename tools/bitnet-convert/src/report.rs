@@ -11,6 +11,7 @@ use crate::{Plan, hf::ScaleMode};
 fn route_name(route: &Route) -> String {
     match route {
         Route::Float => "float".into(),
+        Route::FloatPlusOne => "float, 1 + w (Gemma norm)".into(),
         Route::Ternary {
             source,
             permute_heads,
@@ -25,6 +26,7 @@ fn route_name(route: &Route) -> String {
                     ..
                 } => "unpack, *weight_scale".to_owned(),
                 TernarySource::Latent => "absmean ternarize".to_owned(),
+                TernarySource::LatentNumpy => "absmean ternarize (numpy rule)".to_owned(),
             };
             if permute_heads.is_some() {
                 s.push_str(", rope permute");
@@ -88,12 +90,12 @@ pub fn dry_run(plan: &Plan) -> String {
         plan.data_bytes()
     );
     let _ = writeln!(out, "tokenizer: {}", plan.vocab.source.display());
-    for w in &plan.vocab.warnings {
+    for w in plan.vocab.warnings.iter().chain(&plan.notes) {
         let _ = writeln!(out, "warning: {w}");
     }
     let _ = writeln!(
         out,
-        "\n{:<48} {:<28} {:<16} {:<6} {:<7} route",
+        "\n{:<48} {:<32} {:<16} {:<6} {:<7} route",
         "HF tensor", "GGUF tensor", "shape", "dtype", "type"
     );
     for j in &plan.jobs {
@@ -114,7 +116,7 @@ pub fn dry_run(plan: &Plan) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<48} {:<28} {:<16} {:<6} {:<7} {}",
+            "{:<48} {:<32} {:<16} {:<6} {:<7} {}",
             hf,
             j.info.name,
             shape,

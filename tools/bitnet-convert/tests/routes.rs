@@ -15,8 +15,8 @@ fn opts(weights: TensorType) -> Options {
     Options {
         types: TypeOptions {
             weights,
-            embd: TensorType::F16,
-            head: TensorType::F16,
+            embd: Some(TensorType::F16),
+            head: Some(TensorType::F16),
         },
         pre: None,
         name: Some("tiny".into()),

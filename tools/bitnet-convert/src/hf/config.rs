@@ -11,6 +11,10 @@
 //!
 //! A plain full-precision Llama is refused: it is not a ternary model, and ternarizing it
 //! would silently produce garbage.
+//!
+//! The BitNet embedding models (`model_type` `qwen3` / `gemma3_text`) are recognised by their
+//! `model_type`, as bitnet.cpp's embedding converter recognises them, and read by
+//! [`super::embedding`].
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +69,9 @@ pub struct HfConfig {
     pub rms_eps: f32,
     /// Rope base.
     pub rope_theta: f32,
+    /// Whether `rope.freq_base` is written: always on the language-model routes; on the
+    /// embedding route only when `config.json` gives a base, as bitnet.cpp's converter does.
+    pub rope_theta_given: bool,
     /// Linear rope scaling factor, if any.
     pub rope_linear_factor: Option<f32>,
     /// The head is the embedding.
@@ -77,21 +84,35 @@ pub struct HfConfig {
     pub eos_id: Option<u32>,
     /// Padding.
     pub pad_id: Option<u32>,
+    /// What the converted file does differently from the checkpoint's own (Hugging Face)
+    /// forward pass, or fills in where `config.json` is silent: said to the user, never
+    /// silently (embedding route only; empty on the others).
+    pub notes: Vec<String>,
 }
 
-const SUPPORTED: &str = "supported: BitNetForCausalLM (relu2: BitNet b1.58 2B-4T; silu: 1bitLLM bitnet_b1_58), \
-LlamaForCausalLM with quantization_config.quant_method = \"bitnet\" (Falcon3-1.58bit, Llama3-8B-1.58)";
+impl HfConfig {
+    /// Whether this is one of the BitNet embedding architectures (qwen3, gemma3): their
+    /// tensor names, types, metadata and tokenizer follow bitnet.cpp's embedding converter.
+    pub fn is_embedding_model(&self) -> bool {
+        matches!(self.arch, Arch::Qwen3 | Arch::Gemma3)
+    }
+}
+
+pub(super) const SUPPORTED: &str = "supported: BitNetForCausalLM (relu2: BitNet b1.58 2B-4T; silu: 1bitLLM bitnet_b1_58), \
+LlamaForCausalLM with quantization_config.quant_method = \"bitnet\" (Falcon3-1.58bit, Llama3-8B-1.58), \
+model_type qwen3 or gemma3_text (the BitNet embedding models, bitnet-embedding-0.6b / -270m)";
 
 /// Caps: beyond these a config is broken, not a model.
 const MAX_DIM: u64 = 1 << 20;
 
-struct Reader<'a> {
-    path: &'a Path,
-    v: &'a Value,
+/// `config.json` look-ups whose errors name the file and the key.
+pub(super) struct Reader<'a> {
+    pub(super) path: &'a Path,
+    pub(super) v: &'a Value,
 }
 
 impl Reader<'_> {
-    fn bad(&self, key: &str, reason: impl Into<String>) -> ConvertError {
+    pub(super) fn bad(&self, key: &str, reason: impl Into<String>) -> ConvertError {
         ConvertError::BadValue {
             path: self.path.to_owned(),
             key: key.to_owned(),
@@ -99,7 +120,7 @@ impl Reader<'_> {
         }
     }
 
-    fn opt_usize(&self, key: &str) -> Result<Option<usize>, ConvertError> {
+    pub(super) fn opt_usize(&self, key: &str) -> Result<Option<usize>, ConvertError> {
         match self.v.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(x) => match x.as_u64() {
@@ -109,11 +130,11 @@ impl Reader<'_> {
         }
     }
 
-    fn usize(&self, key: &str) -> Result<usize, ConvertError> {
+    pub(super) fn usize(&self, key: &str) -> Result<usize, ConvertError> {
         self.opt_usize(key)?.ok_or_else(|| self.bad(key, "missing"))
     }
 
-    fn opt_f32(&self, key: &str) -> Result<Option<f32>, ConvertError> {
+    pub(super) fn opt_f32(&self, key: &str) -> Result<Option<f32>, ConvertError> {
         match self.v.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(x) => match x.as_f64() {
@@ -123,12 +144,12 @@ impl Reader<'_> {
         }
     }
 
-    fn opt_str(&self, key: &str) -> Option<&str> {
+    pub(super) fn opt_str(&self, key: &str) -> Option<&str> {
         self.v.get(key).and_then(Value::as_str)
     }
 
     /// A token id, or the first of a list of ids.
-    fn opt_id(&self, key: &str) -> Result<Option<u32>, ConvertError> {
+    pub(super) fn opt_id(&self, key: &str) -> Result<Option<u32>, ConvertError> {
         let x = match self.v.get(key) {
             None | Some(Value::Null) => return Ok(None),
             Some(Value::Array(a)) => match a.first() {
@@ -154,6 +175,11 @@ impl HfConfig {
 
     /// Parses an already-read `config.json`.
     pub fn from_value(path: &Path, v: &Value) -> Result<HfConfig, ConvertError> {
+        if let Some(model_type) = v.get("model_type").and_then(Value::as_str)
+            && super::embedding::is_embedding_model_type(model_type)
+        {
+            return super::embedding::from_value(path, v, model_type);
+        }
         let r = Reader { path, v };
         let hf_arch = match v.get("architectures").and_then(Value::as_array) {
             Some(a) if a.len() == 1 => a[0]
@@ -166,7 +192,18 @@ impl HfConfig {
                     format!("expected exactly one entry, found {}", a.len()),
                 ));
             }
-            None => return Err(r.bad("architectures", "missing")),
+            // A config without `architectures` that names a model_type is a model family we
+            // do not convert, said as such (not as a missing key).
+            None => match v.get("model_type").and_then(Value::as_str) {
+                Some(mt) => {
+                    return Err(ConvertError::UnknownArch {
+                        path: path.to_owned(),
+                        name: format!("model_type \"{mt}\""),
+                        hint: SUPPORTED.into(),
+                    });
+                }
+                None => return Err(r.bad("architectures", "missing")),
+            },
         };
         let act = r.opt_str("hidden_act").unwrap_or("silu").to_owned();
         let quant = v.get("quantization_config");
@@ -175,7 +212,10 @@ impl HfConfig {
             .and_then(Value::as_str);
         let unknown = |hint: String| ConvertError::UnknownArch {
             path: path.to_owned(),
-            name: hf_arch.clone(),
+            name: match v.get("model_type").and_then(Value::as_str) {
+                Some(mt) => format!("{hf_arch} (model_type \"{mt}\")"),
+                None => hf_arch.clone(),
+            },
             hint,
         };
         let (arch, ffn_act) = match hf_arch.to_ascii_lowercase().as_str() {
@@ -287,12 +327,14 @@ impl HfConfig {
             n_ctx: r.opt_usize("max_position_embeddings")?.unwrap_or(2048),
             rms_eps: r.opt_f32("rms_norm_eps")?.unwrap_or(1e-6),
             rope_theta: r.opt_f32("rope_theta")?.unwrap_or(10_000.0),
+            rope_theta_given: true,
             rope_linear_factor,
             tied,
             scale_mode,
             bos_id: r.opt_id("bos_token_id")?,
             eos_id: r.opt_id("eos_token_id")?,
             pad_id: r.opt_id("pad_token_id")?,
+            notes: Vec::new(),
         })
     }
 }

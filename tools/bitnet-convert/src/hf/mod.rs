@@ -1,7 +1,10 @@
 //! Hugging Face checkpoint files other than the weights: `config.json` (the architecture
-//! and its hyper-parameters) and the JSON helpers the tokenizer readers share.
+//! and its hyper-parameters; the embedding models' in `embedding.rs`), sentence-transformers'
+//! pooling files, and the JSON helpers the tokenizer readers share.
 
 mod config;
+mod embedding;
+pub mod pooling;
 
 pub use config::{HfConfig, ScaleMode};
 

@@ -5,8 +5,13 @@
 //!
 //! The result is a [`VocabSpec`], the runtime's own description of a vocabulary, so the
 //! converter can build the runtime tokenizer from it and refuse anything it would not load.
+//! The BitNet embedding models' tokenizers follow bitnet.cpp's embedding converter instead
+//! ([`embedding`]).
 
 mod bpe_json;
+pub mod embedding;
+mod gemma_json;
+mod special_vocab;
 pub mod spm;
 
 use std::path::{Path, PathBuf};
@@ -58,6 +63,9 @@ pub struct ConvertedVocab {
     pub warnings: Vec<String>,
     /// Every file read to build this (the output must not replace one of them).
     pub inputs: Vec<PathBuf>,
+    /// Special-token ids the runtime does not read but the file carries, `(GGUF key, id)`
+    /// (the separator, CLS and mask ids gguf-py writes on the embedding route).
+    pub extra_ids: Vec<(&'static str, u32)>,
 }
 
 /// Reads the tokenizer of the checkpoint in `dir`, padded to `cfg.n_vocab` tokens.
@@ -234,6 +242,7 @@ pub fn convert(
         chat_templates,
         warnings,
         inputs,
+        extra_ids: Vec::new(),
     })
 }
 
