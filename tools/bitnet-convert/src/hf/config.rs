@@ -16,7 +16,7 @@
 //! `model_type`, as bitnet.cpp's embedding converter recognises them, and read by
 //! [`super::embedding`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use bitnet_core::config::{Arch, FfnAct};
 use serde_json::Value;
@@ -166,20 +166,8 @@ impl Reader<'_> {
 }
 
 impl HfConfig {
-    /// Reads `config.json` in `dir`.
-    pub fn read(dir: &Path) -> Result<HfConfig, ConvertError> {
-        let path: PathBuf = dir.join("config.json");
-        let v = super::read_json(&path)?;
-        Self::from_value(&path, &v)
-    }
-
-    /// Parses an already-read `config.json`.
-    pub fn from_value(path: &Path, v: &Value) -> Result<HfConfig, ConvertError> {
-        if let Some(model_type) = v.get("model_type").and_then(Value::as_str)
-            && super::embedding::is_embedding_model_type(model_type)
-        {
-            return super::embedding::from_value(path, v, model_type);
-        }
+    /// Parses the `config.json` of a language-model checkpoint (the routes above).
+    pub(super) fn from_lm_value(path: &Path, v: &Value) -> Result<HfConfig, ConvertError> {
         let r = Reader { path, v };
         let hf_arch = match v.get("architectures").and_then(Value::as_array) {
             Some(a) if a.len() == 1 => a[0]

@@ -14,6 +14,27 @@ use serde_json::Value;
 
 use crate::error::ConvertError;
 
+impl HfConfig {
+    /// Reads `config.json` in `dir`.
+    pub fn read(dir: &Path) -> Result<HfConfig, ConvertError> {
+        let path = dir.join("config.json");
+        let v = read_json(&path)?;
+        Self::from_value(&path, &v)
+    }
+
+    /// Parses an already-read `config.json`: the BitNet embedding models by their
+    /// `model_type` (`embedding.rs`), the language models by their `architectures`
+    /// (`config.rs`).
+    pub fn from_value(path: &Path, v: &Value) -> Result<HfConfig, ConvertError> {
+        if let Some(model_type) = v.get("model_type").and_then(Value::as_str)
+            && embedding::is_embedding_model_type(model_type)
+        {
+            return embedding::from_value(path, v, model_type);
+        }
+        Self::from_lm_value(path, v)
+    }
+}
+
 /// Largest JSON file we read (a Llama-3 `tokenizer.json` is about 9 MB).
 const MAX_JSON_BYTES: u64 = 256 << 20;
 

@@ -24,7 +24,7 @@ use std::path::Path;
 use bitnet_core::config::{Arch, TensorRole};
 use bitnet_gguf::{TensorInfo, TensorType};
 
-use super::{
+use super::common::{
     Job, OutputTypes, Route, TernarySource, TypeOptions, check_blocks, find_source, is_float,
     model_config, refuse_unused, shape_mismatch,
 };

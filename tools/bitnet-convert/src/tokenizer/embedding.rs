@@ -28,11 +28,6 @@ use crate::hf::{self, HfConfig};
 const QWEN3_EOS_TEXT: &str = "<|endoftext|>";
 const QWEN3_EOS_ID: u32 = 151_643;
 
-/// Whether a token is written like a special one (gguf-py's `_does_token_look_special`).
-pub(super) fn looks_special(t: &str) -> bool {
-    (t.starts_with('<') || t.starts_with('[')) && (t.ends_with('>') || t.ends_with(']'))
-}
-
 /// Reads the tokenizer of the embedding model in `dir`.
 pub fn convert(
     dir: &Path,
@@ -145,7 +140,7 @@ fn qwen3_vocab(
             }
             // bpe_json types a non-special added token USER_DEFINED.
             Some(t) if b.types[i] == TYPE_USER_DEFINED => {
-                if looks_special(&t) {
+                if special_vocab::looks_special(&t) {
                     tokens.push(t);
                     types.push(TYPE_CONTROL);
                 } else {

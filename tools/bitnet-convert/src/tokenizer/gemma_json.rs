@@ -18,7 +18,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::embedding::looks_special;
+use super::special_vocab::looks_special;
 use crate::error::ConvertError;
 
 /// GGUF token types (llama.cpp's `llama_token_type`).

@@ -16,6 +16,11 @@
 
 use serde_json::Value;
 
+/// Whether a token is written like a special one (gguf-py's `_does_token_look_special`).
+pub(super) fn looks_special(t: &str) -> bool {
+    (t.starts_with('<') || t.starts_with('[')) && (t.ends_with('>') || t.ends_with(']'))
+}
+
 /// The special-token kinds, in `SpecialVocab`'s order, with the GGUF key of each id
 /// (gguf-py spells the separator `seperator`).
 pub(super) const KINDS: [(&str, &str); 7] = [
