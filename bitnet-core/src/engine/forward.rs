@@ -35,7 +35,7 @@ use crate::config::{ActBits, FfnAct, Proj, RopeStyle};
 use crate::error::CoreError;
 use crate::kv::KvStorage;
 use crate::model::linear::{LinInput, Linear, LinearKind, Needs, bit_words, padded};
-use crate::model::{Model, Store};
+use crate::model::{Layer, Model, Store};
 use crate::threadpool::ThreadPool;
 
 /// The profile row a projection's products are charged to.
@@ -301,33 +301,26 @@ impl Workspace {
             }
 
             // 2. q, k, v.
-            if own_norms {
-                for (slot, p) in [Proj::AttnQ, Proj::AttnK, Proj::AttnV]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let step = OwnNorm {
-                        lin: qkv[slot],
-                        norm: layer.norm_in(p).unwrap_or(&[]),
-                        slot,
-                    };
-                    step.run(
-                        pool,
-                        isa,
-                        store,
-                        binary,
-                        tm,
-                        profile,
-                        bufs,
-                        &strides(e),
-                        n,
-                        eps,
-                        blk,
-                    );
-                }
-            } else {
-                self::matmuls(pool, isa, store, binary, profile, &qkv, bufs, n, e, blk, 0);
-            }
+            let group = [
+                (Proj::AttnQ, &layer.q),
+                (Proj::AttnK, &layer.k),
+                (Proj::AttnV, &layer.v),
+            ];
+            group_products(
+                pool,
+                isa,
+                store,
+                binary,
+                tm,
+                profile,
+                bufs,
+                &strides(e),
+                n,
+                eps,
+                blk,
+                layer,
+                &group,
+            );
 
             // 3. rope; k and v into the cache.
             {
@@ -471,30 +464,22 @@ impl Workspace {
             }
 
             // 8. gate, up.
-            if own_norms {
-                for (slot, p) in [Proj::FfnGate, Proj::FfnUp].into_iter().enumerate() {
-                    let step = OwnNorm {
-                        lin: gu[slot],
-                        norm: layer.norm_in(p).unwrap_or(&[]),
-                        slot,
-                    };
-                    step.run(
-                        pool,
-                        isa,
-                        store,
-                        binary,
-                        tm,
-                        profile,
-                        bufs,
-                        &strides(e),
-                        n,
-                        eps,
-                        blk,
-                    );
-                }
-            } else {
-                self::matmuls(pool, isa, store, binary, profile, &gu, bufs, n, e, blk, 0);
-            }
+            let group = [(Proj::FfnGate, &layer.gate), (Proj::FfnUp, &layer.up)];
+            group_products(
+                pool,
+                isa,
+                store,
+                binary,
+                tm,
+                profile,
+                bufs,
+                &strides(e),
+                n,
+                eps,
+                blk,
+                layer,
+                &group,
+            );
 
             // 9. act(gate) * up, ffn_sub_norm, quantize.
             let d = [&layer.down];
@@ -591,6 +576,50 @@ impl Workspace {
             }
         }
         Ok(())
+    }
+}
+
+/// A projection group's products (q, k, v, or gate and up) into `blk[..group.len()]`: of
+/// the one prepared input, or, where each projection has its own input norm, each of its
+/// own ([`OwnNorm`]).
+#[allow(clippy::too_many_arguments)]
+fn group_products(
+    pool: &ThreadPool,
+    isa: Isa,
+    store: &Store,
+    binary: bool,
+    tm: &SubTimer,
+    profile: &mut Profile,
+    bufs: &mut Bufs,
+    strides: &Strides,
+    n: usize,
+    eps: f32,
+    blk: &mut [AlignedVec<f32>; 3],
+    layer: &Layer,
+    group: &[(Proj, &Linear)],
+) {
+    if layer.norm_in.is_none() {
+        // A group has three projections at most: no allocation in the decode step.
+        let mut lins = [group[0].1; 3];
+        for (l, &(_, lin)) in lins.iter_mut().zip(group) {
+            *l = lin;
+        }
+        let lins = &lins[..group.len()];
+        let cols = strides.embd;
+        self::matmuls(
+            pool, isa, store, binary, profile, lins, bufs, n, cols, blk, 0,
+        );
+        return;
+    }
+    for (slot, &(p, lin)) in group.iter().enumerate() {
+        let step = OwnNorm {
+            lin,
+            norm: layer.norm_in(p).unwrap_or(&[]),
+            slot,
+        };
+        step.run(
+            pool, isa, store, binary, tm, profile, bufs, strides, n, eps, blk,
+        );
     }
 }
 
