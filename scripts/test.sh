@@ -53,6 +53,11 @@ for example in generate chat serve_threads; do
   step "example $example on models/shakespeare.gguf"
   "${CARGO_TARGET_DIR:-target}/debug/examples/$example" models/shakespeare.gguf
 done
+# The Python package (python/, a cargo workspace of its own): its release wheel built once
+# into a virtual environment (maturin, pytest and openai from PyPI on first use), then its
+# tests against the shipped model and the CLI the tests above built.
+step "Python package"
+BITNET_BIN="${CARGO_TARGET_DIR:-target}/debug/bitnet" JOBS="$jobs" ./python/test.sh
 # The scalar kernels again, without the doc examples (they do not depend on the set). The
 # same package selection as the first pass: a narrower one would resolve features anew and
 # rebuild half the dependency tree.

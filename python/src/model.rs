@@ -1,0 +1,321 @@
+//! `bitnet._bitnet.Model`: a loaded model and its engine thread, what the Python `Llama`
+//! wraps. Loading and every wait run with the interpreter lock released; the engine thread
+//! (`bitnet_core::runtime`) owns the scheduler, so calls from several Python threads are
+//! decoded together rather than one after the other.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bitnet_core::chat::ChatTemplate;
+use bitnet_core::runtime::{Handle, Runtime, RuntimeOptions};
+use bitnet_core::tokenizer::Tokenizer;
+use bitnet_core::{CoreError, Engine, Model, Scheduler, SchedulerOptions};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::completion::{Sampling, TokenStream};
+use crate::error::{engine_error, message_chain, refused};
+use crate::options::ModelSettings;
+use crate::{chat, completion, embedding, metadata};
+
+/// A model file loaded, with the engine that runs it on a thread of its own.
+#[pyclass(module = "bitnet._bitnet", name = "Model", frozen)]
+#[derive(Debug)]
+pub struct NativeModel {
+    model: Arc<Model>,
+    path: PathBuf,
+    handle: Handle,
+    /// `None` once closed.
+    runtime: Mutex<Option<Runtime>>,
+    n_ctx: usize,
+    chat_format: Option<String>,
+    /// Resolved on the first chat: a model whose own template does not parse still
+    /// completes and embeds.
+    template: OnceLock<Result<ChatTemplate, String>>,
+    pooling: Option<String>,
+    metadata: Vec<(String, String)>,
+}
+
+impl NativeModel {
+    fn tokenizer(&self) -> &Tokenizer {
+        // Checked at load: a model without a tokenizer is refused.
+        self.model
+            .tokenizer()
+            .expect("the tokenizer was checked at load")
+    }
+
+    fn template(&self) -> PyResult<&ChatTemplate> {
+        self.template
+            .get_or_init(|| {
+                chat::template(&self.model, self.chat_format.as_deref()).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| refused(e.clone()))
+    }
+}
+
+/// Makes the engine on the runtime's thread (its pool pins it there) and says how that went
+/// on `ready`: the context of a sequence, or the error's message.
+fn start_runtime(
+    model: Arc<Model>,
+    settings: bitnet_core::EngineOptions,
+    parallel: usize,
+    step_delay: Duration,
+) -> PyResult<(Runtime, mpsc::Receiver<Result<usize, String>>)> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let options = RuntimeOptions {
+        step_delay,
+        ..RuntimeOptions::default()
+    };
+    let runtime = Runtime::spawn(options, move || match Engine::new(model, &settings) {
+        Ok(engine) => {
+            let _ = ready_tx.send(Ok(engine.max_seq_len()));
+            Ok(Scheduler::new(
+                engine,
+                SchedulerOptions {
+                    max_running: parallel,
+                },
+            ))
+        }
+        Err(e) => {
+            let _ = ready_tx.send(Err(message_chain(&e)));
+            Err::<Scheduler, CoreError>(e)
+        }
+    })
+    .map_err(|e| engine_error("starting the engine thread", &e))?;
+    Ok((runtime, ready_rx))
+}
+
+#[pymethods]
+impl NativeModel {
+    #[new]
+    #[pyo3(signature = (
+        path, *, n_ctx = 0, n_threads = 0, n_batch = 256, kernel = None, head = "auto",
+        cache_type_k = "f16", cache_type_v = "f16", use_mmap = true, use_mlock = false,
+        pin_threads = false, parallel = 64, chat_format = None, pooling = None,
+        step_delay_ms = 0,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        n_ctx: usize,
+        n_threads: usize,
+        n_batch: usize,
+        kernel: Option<&str>,
+        head: &str,
+        cache_type_k: &str,
+        cache_type_v: &str,
+        use_mmap: bool,
+        use_mlock: bool,
+        pin_threads: bool,
+        parallel: usize,
+        chat_format: Option<String>,
+        pooling: Option<String>,
+        step_delay_ms: u64,
+    ) -> PyResult<Self> {
+        let settings = ModelSettings {
+            n_ctx,
+            n_threads,
+            n_batch,
+            kernel,
+            head,
+            cache_type_k,
+            cache_type_v,
+            use_mmap,
+            use_mlock,
+            pin_threads,
+        };
+        let load = settings.load_options()?;
+        let engine_options = settings.engine_options()?;
+        if parallel == 0 {
+            return Err(refused("parallel must be at least 1"));
+        }
+        let loaded = py.detach(|| Model::load(&path, &load));
+        let model =
+            Arc::new(loaded.map_err(|e| engine_error(&format!("loading {}", path.display()), &e))?);
+        if model.tokenizer().is_none() {
+            return Err(refused(format!(
+                "{}: the model file has no tokenizer (tokenizer.ggml.* keys)",
+                path.display()
+            )));
+        }
+        if let Some(name) = &pooling {
+            embedding::pooling(Some(name), model.config())?;
+        }
+        let metadata = metadata::read(&path)?;
+        let (runtime, ready) = start_runtime(
+            model.clone(),
+            engine_options,
+            parallel,
+            // Tests make the tiny model as slow as a big one, to interrupt it mid-answer.
+            Duration::from_millis(step_delay_ms),
+        )?;
+        let n_ctx = py
+            .detach(move || ready.recv())
+            .map_err(|_| refused("creating the engine: the engine thread ended"))?
+            .map_err(|m| refused(format!("creating the engine: {m}")))?;
+        Ok(NativeModel {
+            model,
+            path,
+            handle: runtime.handle(),
+            runtime: Mutex::new(Some(runtime)),
+            n_ctx,
+            chat_format,
+            template: OnceLock::new(),
+            pooling,
+            metadata,
+        })
+    }
+
+    /// The model file's path.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// Positions one sequence holds (prompt and answer together).
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.tokenizer().n_vocab()
+    }
+
+    fn n_embd(&self) -> usize {
+        self.model.config().n_embd
+    }
+
+    fn token_bos(&self) -> Option<u32> {
+        self.tokenizer().bos_id()
+    }
+
+    fn token_eos(&self) -> Option<u32> {
+        self.tokenizer().eos_id()
+    }
+
+    /// The kernel set the weights were repacked for (`avx2`, `scalar`, ...).
+    fn kernel(&self) -> &'static str {
+        self.model.isa().name()
+    }
+
+    /// The file's scalar and string metadata, values as text (llama.cpp's
+    /// `llama_model_meta_val_str`; arrays are left out as llama.cpp leaves them).
+    fn metadata(&self) -> Vec<(String, String)> {
+        self.metadata.clone()
+    }
+
+    /// Token ids of `text` (UTF-8 bytes). `add_bos`: add BOS (and EOS) as the vocabulary
+    /// asks; `special`: recognise control tokens written in the text.
+    #[pyo3(signature = (text, add_bos = true, special = false))]
+    fn tokenize(&self, text: &[u8], add_bos: bool, special: bool) -> PyResult<Vec<u32>> {
+        let text = std::str::from_utf8(text)
+            .map_err(|e| refused(format!("tokenize: the text is not UTF-8: {e}")))?;
+        Ok(self.tokenizer().encode(text, add_bos, special))
+    }
+
+    /// The bytes `tokens` stand for, joined. Control tokens render as nothing unless
+    /// `special`.
+    #[pyo3(signature = (tokens, special = false))]
+    fn detokenize<'py>(
+        &self,
+        py: Python<'py>,
+        tokens: Vec<u32>,
+        special: bool,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let tok = self.tokenizer();
+        let mut bytes = Vec::new();
+        for id in tokens {
+            if id as usize >= tok.n_vocab() {
+                return Err(refused(format!(
+                    "detokenize: token {id} is outside the vocabulary ({} tokens)",
+                    tok.n_vocab()
+                )));
+            }
+            bytes.extend_from_slice(tok.token_to_piece_special(id, special));
+        }
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Starts a generation: its text as an iterator (see `TokenStream`).
+    #[pyo3(signature = (
+        prompt, *, max_tokens, temperature, top_p, top_k, min_p, repeat_penalty,
+        frequency_penalty, presence_penalty, seed, stop, logit_bias = None, heal = String::new(),
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &self,
+        prompt: Vec<u32>,
+        max_tokens: Option<usize>,
+        temperature: f32,
+        top_p: f32,
+        top_k: usize,
+        min_p: f32,
+        repeat_penalty: f32,
+        frequency_penalty: f32,
+        presence_penalty: f32,
+        seed: u64,
+        stop: Vec<String>,
+        logit_bias: Option<Vec<(u32, f32)>>,
+        heal: String,
+    ) -> PyResult<TokenStream> {
+        let n_vocab = self.tokenizer().n_vocab();
+        if let Some(&id) = prompt.iter().find(|&&id| id as usize >= n_vocab) {
+            return Err(refused(format!(
+                "prompt token {id} is outside the vocabulary ({n_vocab} tokens)"
+            )));
+        }
+        let sampling = Sampling {
+            max_tokens,
+            temperature,
+            top_p,
+            top_k,
+            min_p,
+            repeat_penalty,
+            frequency_penalty,
+            presence_penalty,
+            seed,
+            stop,
+            logit_bias: logit_bias.unwrap_or_default(),
+        };
+        completion::start(&self.handle, prompt, sampling, heal)
+    }
+
+    /// A conversation (OpenAI's messages as JSON) as the prompt of its next reply: the
+    /// tokens, the text the reply's first token must begin with, the template's stop
+    /// strings.
+    fn chat_prompt(&self, messages_json: &str) -> PyResult<(Vec<u32>, String, Vec<String>)> {
+        let template = self.template()?;
+        let p = chat::prompt(&self.model, template, messages_json)?;
+        Ok((p.tokens, p.heal, p.stop))
+    }
+
+    /// The name of the chat template chats are rendered with.
+    fn chat_template_name(&self) -> PyResult<String> {
+        Ok(self.template()?.name().to_owned())
+    }
+
+    /// The vectors of each input's tokens (see `embedding::embed`).
+    #[pyo3(signature = (inputs, normalize = 2))]
+    fn embed(
+        &self,
+        py: Python<'_>,
+        inputs: Vec<Vec<u32>>,
+        normalize: i32,
+    ) -> PyResult<Vec<Vec<Vec<f32>>>> {
+        let pooling = embedding::pooling(self.pooling.as_deref(), self.model.config())?;
+        embedding::embed(py, &self.handle, inputs, pooling, normalize)
+    }
+
+    /// Cancels what runs and ends the engine thread; later calls raise.
+    fn close(&self, py: Python<'_>) {
+        let runtime = self.runtime.lock().ok().and_then(|mut r| r.take());
+        if let Some(runtime) = runtime {
+            // The engine's error, if it failed to start, was raised by the constructor.
+            let _ = py.detach(|| runtime.shutdown());
+        }
+    }
+}
