@@ -383,6 +383,13 @@ class Llama:
 
     # -- embeddings ------------------------------------------------------------------------
 
+    def _pooled(self, vectors: List[List[List[float]]]) -> List[Any]:
+        """Each input's vector, or its rows (one a token) under ``pooling="none"``, whatever
+        the input's length: a one-token input still gets a list of rows."""
+        if self._model.pooling == "none":
+            return vectors
+        return [v[0] for v in vectors]
+
     def _embed_tokens(self, input: Union[str, List[str]]) -> List[List[int]]:
         if not self.embedding:
             raise RuntimeError("Llama model must be created with embedding=True to call this method")
@@ -396,7 +403,7 @@ class Llama:
         or of each string of a list; ``normalize``: Euclidean norm 1."""
         inputs = self._embed_tokens(input)
         vectors = self._model.embed(inputs, 2 if normalize else -1)
-        out = [v[0] if len(v) == 1 else v for v in vectors]
+        out = self._pooled(vectors)
         result = out[0] if isinstance(input, str) else out
         if return_count:
             return result, sum(len(t) for t in inputs)
@@ -406,5 +413,5 @@ class Llama:
         """OpenAI's embeddings response for ``input`` (a string or a list of them)."""
         inputs = self._embed_tokens(input)
         vectors = self._model.embed(inputs, 2)
-        out = [v[0] if len(v) == 1 else v for v in vectors]
+        out = self._pooled(vectors)
         return _responses.embeddings(model or self.model_path, out, sum(len(t) for t in inputs))

@@ -298,6 +298,13 @@ impl NativeModel {
         Ok(self.template()?.name().to_owned())
     }
 
+    /// The pooling embeddings get: `pooling=` if given, else the file's `pooling_type`, else
+    /// `last` (`none` gives a vector a token).
+    #[getter]
+    fn pooling(&self) -> PyResult<&'static str> {
+        Ok(embedding::pooling(self.pooling.as_deref(), self.model.config())?.name())
+    }
+
     /// The vectors of each input's tokens (see `embedding::embed`).
     #[pyo3(signature = (inputs, normalize = 2))]
     fn embed(

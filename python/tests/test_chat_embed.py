@@ -2,6 +2,8 @@
 
 import math
 
+import bitnet
+
 import openai.types as oai
 import openai.types.chat as oai_chat
 import pytest
@@ -43,3 +45,21 @@ def test_embedding_validates_and_is_normalized(embedder):
 def test_embedding_needs_embedding_true(llm):
     with pytest.raises(RuntimeError, match="embedding=True"):
         llm.create_embedding("x")
+
+
+
+def test_pooling_none_gives_a_row_a_token_even_for_one_token():
+    from conftest import MODEL
+
+    model = bitnet.Llama(str(MODEL), embedding=True, pooling="none", verbose=False)
+    try:
+        assert model._model.pooling == "none"
+        # A text of one token as embed tokenizes it (the specials the file asks for included).
+        one = next(t for t in ["", "R", "O", "A", "\n"] if len(model.tokenize(t.encode())) == 1)
+        for text in [one, "To be, or not to be"]:
+            n = len(model.tokenize(text.encode()))
+            rows = model.embed(text)
+            assert len(rows) == n, text
+            assert all(isinstance(r, list) and len(r) == model.n_embd() for r in rows), text
+    finally:
+        model.close()
