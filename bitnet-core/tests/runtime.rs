@@ -105,3 +105,76 @@ fn a_scheduler_that_cannot_be_built_is_reported_and_its_requests_are_not_left_wa
             .is_err()
     );
 }
+
+/// `ReplyStream::next_timeout`, the wait a caller that must look elsewhere meanwhile polls
+/// with: the same replies the iterator gives, `TimedOut` while nothing came, `Finished` once
+/// every answer ended, nothing after a cancel, and `Stopped` when the engine is gone.
+#[test]
+fn a_stream_polled_with_a_timeout_gives_every_reply_then_says_why_it_ended() {
+    use bitnet_core::runtime::Waited;
+    use std::time::Duration;
+
+    let (m, _) = synth_model("runtime_poll", &tiny(2), Some(Isa::Scalar));
+    let rt = runtime(&m);
+    let h = rt.handle();
+    let params = GenParams {
+        max_tokens: 5,
+        ignore_eos: true,
+        ..GenParams::default()
+    };
+    let request = || Request::new(vec![3, 4, 5], params.clone());
+    // What a reply says, less its timings and cache figures (the two requests differ there).
+    let said = |r: Reply| match r {
+        Reply::Done { index, stats } => {
+            format!("done {index} {:?} {:?}", stats.tokens, stats.stop_reason)
+        }
+        other => format!("{other:?}"),
+    };
+    let want: Vec<String> = h.stream(request()).unwrap().map(said).collect();
+    let mut s = h.stream(request()).unwrap();
+    let mut got = Vec::new();
+    loop {
+        match s.next_timeout(Duration::from_micros(50)) {
+            Waited::Reply(r) => got.push(said(r)),
+            Waited::TimedOut => {}
+            Waited::Finished => break,
+            Waited::Stopped => panic!("the engine stopped"),
+        }
+    }
+    assert!(s.is_finished());
+    assert_eq!(got, want);
+    assert!(got.len() > 5, "{got:?}");
+    assert!(matches!(s.next_timeout(Duration::ZERO), Waited::Finished));
+
+    // A cancelled stream ends at once and yields nothing more.
+    let endless = GenParams {
+        max_tokens: usize::MAX,
+        context: ContextPolicy::Window {
+            sinks: 4,
+            window: 32,
+        },
+        ..params.clone()
+    };
+    let mut s = h
+        .stream(Request::new(vec![9, 10], endless.clone()))
+        .unwrap();
+    while !matches!(s.next_timeout(Duration::from_millis(100)), Waited::Reply(_)) {}
+    s.cancel();
+    assert!(s.is_finished());
+    assert!(matches!(s.next_timeout(Duration::ZERO), Waited::Finished));
+
+    // The engine gone: a stream still open says so instead of waiting forever.
+    let mut s = h.stream(Request::new(vec![9, 10], endless)).unwrap();
+    rt.shutdown().unwrap();
+    let mut seen = 0;
+    let end = loop {
+        match s.next_timeout(Duration::from_millis(100)) {
+            Waited::Reply(_) => seen += 1,
+            other => break other,
+        }
+        assert!(seen < 100_000, "replies without an end");
+    };
+    // Shutdown cancels what runs: its end arrives, then the channel closes.
+    assert!(matches!(end, Waited::Stopped | Waited::Finished), "{end:?}");
+    assert!(s.is_finished());
+}

@@ -1,16 +1,13 @@
-//! Waiting on the engine thread from Python: a request's reply channel, read with the
-//! interpreter lock released, woken every [`SIGNAL_POLL`] to let Python run its signal
-//! handlers (Ctrl-C raises `KeyboardInterrupt` here, even while a long prompt is read), and
-//! cancelled on the engine the moment the caller stops listening: an exception, the
-//! iterator dropped, an explicit cancel.
-//!
-//! `bitnet_core::runtime::ReplyStream` does the same bookkeeping but blocks without a
-//! timeout, so it cannot give Python a chance to see a signal: hence this copy of it.
+//! Waiting on the engine thread from Python: a request's replies
+//! (`bitnet_core::runtime::ReplyStream`), read with the interpreter lock released and woken
+//! every [`SIGNAL_POLL`] to let Python run its signal handlers (Ctrl-C raises
+//! `KeyboardInterrupt` here, even while a long prompt is read), and cancelled on the engine
+//! the moment the caller stops listening: an exception, the iterator dropped, an explicit
+//! cancel (the stream cancels what is left when dropped).
 
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use bitnet_core::runtime::{EmbedRequest, Handle, Reply, Request, RequestId};
+use bitnet_core::runtime::{EmbedRequest, Handle, Reply, ReplyStream, Request, Waited};
 use pyo3::prelude::*;
 
 use crate::error::refused;
@@ -22,88 +19,34 @@ const SIGNAL_POLL: Duration = Duration::from_millis(50);
 /// The replies of one submitted request, until each of its answers has ended.
 #[derive(Debug)]
 pub struct Replies {
-    replies: Receiver<Reply>,
-    id: RequestId,
-    handle: Handle,
-    answers_left: usize,
-}
-
-/// What one wait produced.
-enum Waited {
-    Reply(Reply),
-    /// Every answer has ended.
-    Finished,
-    Timeout,
-    /// The engine thread is gone.
-    Stopped,
+    stream: ReplyStream,
 }
 
 impl Replies {
     /// Queues a generation request.
     pub fn generate(handle: &Handle, request: Request) -> PyResult<Replies> {
-        let answers = request.n;
-        let (tx, rx) = mpsc::channel();
-        let id = handle
-            .submit(request, tx)
-            .map_err(|e| refused(e.to_string()))?;
-        Ok(Replies::new(handle, rx, id, answers))
+        let stream = handle.stream(request).map_err(|e| refused(e.to_string()))?;
+        Ok(Replies { stream })
     }
 
     /// Queues an embedding request.
     pub fn embed(handle: &Handle, request: EmbedRequest) -> PyResult<Replies> {
-        let answers = request.inputs.len();
-        let (tx, rx) = mpsc::channel();
-        let id = handle
-            .submit_embedding(request, tx)
-            .map_err(|e| refused(e.to_string()))?;
-        Ok(Replies::new(handle, rx, id, answers))
-    }
-
-    fn new(handle: &Handle, replies: Receiver<Reply>, id: RequestId, answers: usize) -> Replies {
-        Replies {
-            replies,
-            id,
-            handle: handle.clone(),
-            answers_left: answers,
-        }
+        let stream = handle.embed(request).map_err(|e| refused(e.to_string()))?;
+        Ok(Replies { stream })
     }
 
     fn wait(&mut self) -> Waited {
-        if self.answers_left == 0 {
-            return Waited::Finished;
-        }
-        match self.replies.recv_timeout(SIGNAL_POLL) {
-            Ok(reply) => {
-                if reply.is_end() {
-                    self.answers_left -= 1;
-                }
-                Waited::Reply(reply)
-            }
-            Err(RecvTimeoutError::Timeout) => Waited::Timeout,
-            Err(RecvTimeoutError::Disconnected) => {
-                self.answers_left = 0;
-                Waited::Stopped
-            }
-        }
+        self.stream.next_timeout(SIGNAL_POLL)
     }
 
     /// Stops the request on the engine (nothing when it has ended already).
     pub fn cancel(&mut self) {
-        if self.answers_left > 0 {
-            self.handle.cancel(self.id);
-            self.answers_left = 0;
-        }
+        self.stream.cancel();
     }
 
     /// Whether every answer has ended.
     pub fn finished(&self) -> bool {
-        self.answers_left == 0
-    }
-}
-
-impl Drop for Replies {
-    fn drop(&mut self) {
-        self.cancel();
+        self.stream.is_finished()
     }
 }
 
@@ -132,7 +75,7 @@ pub fn next_reply(py: Python<'_>, lock: &std::sync::Mutex<Replies>) -> PyResult<
             Waited::Reply(reply) => return Ok(Some(reply)),
             Waited::Finished => return Ok(None),
             Waited::Stopped => return Err(refused("the engine thread has stopped")),
-            Waited::Timeout => {}
+            Waited::TimedOut => {}
         }
     }
 }

@@ -35,8 +35,9 @@ mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::error::CoreError;
 use crate::scheduler::Scheduler;
@@ -142,9 +143,57 @@ pub struct ReplyStream {
     answers_left: usize,
 }
 
+/// What one bounded wait of [`ReplyStream::next_timeout`] got.
+#[derive(Debug)]
+pub enum Waited {
+    Reply(Reply),
+    /// Every answer of the request has ended (before this wait).
+    Finished,
+    /// Nothing came within the time given; the request goes on.
+    TimedOut,
+    /// The engine thread is gone: no more replies will come.
+    Stopped,
+}
+
 impl ReplyStream {
     pub fn id(&self) -> RequestId {
         self.id
+    }
+
+    /// The next reply, waiting at most `timeout`: a caller that must look at something else
+    /// now and then while it waits (a Python interpreter its signals, a server its client)
+    /// polls with this instead of blocking in [`Iterator::next`].
+    pub fn next_timeout(&mut self, timeout: Duration) -> Waited {
+        if self.answers_left == 0 {
+            return Waited::Finished;
+        }
+        match self.replies.recv_timeout(timeout) {
+            Ok(reply) => {
+                if reply.is_end() {
+                    self.answers_left -= 1;
+                }
+                Waited::Reply(reply)
+            }
+            Err(RecvTimeoutError::Timeout) => Waited::TimedOut,
+            Err(RecvTimeoutError::Disconnected) => {
+                self.answers_left = 0;
+                Waited::Stopped
+            }
+        }
+    }
+
+    /// Stops the request on the engine (nothing when every answer has ended already); the
+    /// stream then yields nothing more.
+    pub fn cancel(&mut self) {
+        if self.answers_left > 0 {
+            self.handle.cancel(self.id);
+            self.answers_left = 0;
+        }
+    }
+
+    /// Whether every answer has ended (or the request was cancelled, or the engine stopped).
+    pub fn is_finished(&self) -> bool {
+        self.answers_left == 0
     }
 }
 
@@ -167,9 +216,7 @@ impl Iterator for ReplyStream {
 
 impl Drop for ReplyStream {
     fn drop(&mut self) {
-        if self.answers_left > 0 {
-            self.handle.cancel(self.id);
-        }
+        self.cancel();
     }
 }
 
