@@ -267,37 +267,14 @@ impl Workspace {
                 } else {
                     None
                 };
-                let t = profile.start();
-                buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
-                    let mut tmp = Vec::new();
-                    for (i, tok) in r.enumerate() {
-                        let x = &mut tb.x[i * e..(i + 1) * e];
-                        if let Some(b) = &prev {
-                            tm.time(OpKind::Elementwise, || {
-                                add_output(isa, b, tok, x, post, eps, &mut tmp)
-                            });
-                        }
-                        if own_norms {
-                            let h = &mut tb.h[i * e..(i + 1) * e];
-                            tm.time(OpKind::Norm, || {
-                                float::rmsnorm(isa, x, &layer.attn_norm, eps, h)
-                            });
-                            continue;
-                        }
-                        prep(
-                            isa,
-                            tm,
-                            eps,
-                            Some(&layer.attn_norm),
-                            x,
-                            needs,
-                            &mut tb.p,
-                            i,
-                            e,
-                        );
-                    }
-                });
-                charge(profile, pool, tm, OpKind::Norm, t);
+                let step = ResidualNorm {
+                    out: prev.as_ref(),
+                    post,
+                    norm: &layer.attn_norm,
+                    own_norms,
+                    needs,
+                };
+                step.run(pool, isa, tm, profile, bufs, &strides(e), n, eps);
             }
 
             // 2. q, k, v.
@@ -431,36 +408,14 @@ impl Workspace {
             let needs = group_needs(&gu, binary);
             {
                 let bo = matmul::blocked(pool, &layer.o, &blk[0], n);
-                let post = layer.post_attn_norm.as_deref();
-                let t = profile.start();
-                buffers::per_token(pool, bufs, &strides(e), n, |r, tb| {
-                    let mut tmp = Vec::new();
-                    for (i, tok) in r.enumerate() {
-                        let x = &mut tb.x[i * e..(i + 1) * e];
-                        tm.time(OpKind::Elementwise, || {
-                            add_output(isa, &bo, tok, x, post, eps, &mut tmp)
-                        });
-                        if own_norms {
-                            let h = &mut tb.h[i * e..(i + 1) * e];
-                            tm.time(OpKind::Norm, || {
-                                float::rmsnorm(isa, x, &layer.ffn_norm, eps, h)
-                            });
-                            continue;
-                        }
-                        prep(
-                            isa,
-                            tm,
-                            eps,
-                            Some(&layer.ffn_norm),
-                            x,
-                            needs,
-                            &mut tb.p,
-                            i,
-                            e,
-                        );
-                    }
-                });
-                charge(profile, pool, tm, OpKind::Norm, t);
+                let step = ResidualNorm {
+                    out: Some(&bo),
+                    post: layer.post_attn_norm.as_deref(),
+                    norm: &layer.ffn_norm,
+                    own_norms,
+                    needs,
+                };
+                step.run(pool, isa, tm, profile, bufs, &strides(e), n, eps);
             }
 
             // 8. gate, up.
@@ -576,6 +531,65 @@ impl Workspace {
             }
         }
         Ok(())
+    }
+}
+
+/// Steps 1 and 7: each token's residual row gets a projection's output row added (through
+/// `post`, Gemma3's post-norm, if any), then is normed by `norm` and prepared for the next
+/// projection group, or, where each projection has its own input norm, kept normed in `h`
+/// for [`OwnNorm`].
+struct ResidualNorm<'a> {
+    /// The projection output to add (none before the first layer).
+    out: Option<&'a Blocked<'a>>,
+    post: Option<&'a [f32]>,
+    norm: &'a [f32],
+    own_norms: bool,
+    needs: Needs,
+}
+
+impl ResidualNorm<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        pool: &ThreadPool,
+        isa: Isa,
+        tm: &SubTimer,
+        profile: &mut Profile,
+        bufs: &mut Bufs,
+        strides: &Strides,
+        n: usize,
+        eps: f32,
+    ) {
+        let e = strides.embd;
+        let t = profile.start();
+        buffers::per_token(pool, bufs, strides, n, |r, tb| {
+            let mut tmp = Vec::new();
+            for (i, tok) in r.enumerate() {
+                let x = &mut tb.x[i * e..(i + 1) * e];
+                if let Some(b) = self.out {
+                    tm.time(OpKind::Elementwise, || {
+                        add_output(isa, b, tok, x, self.post, eps, &mut tmp)
+                    });
+                }
+                if self.own_norms {
+                    let h = &mut tb.h[i * e..(i + 1) * e];
+                    tm.time(OpKind::Norm, || float::rmsnorm(isa, x, self.norm, eps, h));
+                    continue;
+                }
+                prep(
+                    isa,
+                    tm,
+                    eps,
+                    Some(self.norm),
+                    x,
+                    self.needs,
+                    &mut tb.p,
+                    i,
+                    e,
+                );
+            }
+        });
+        charge(profile, pool, tm, OpKind::Norm, t);
     }
 }
 
