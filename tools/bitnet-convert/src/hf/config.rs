@@ -112,6 +112,38 @@ pub(super) struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    /// `hidden_size`, `num_attention_heads`, `num_key_value_heads` (default: the heads) and
+    /// `head_dim` (default: hidden / heads), checked: the KV heads divide the heads, the head
+    /// dimension is even (rope rotates pairs).
+    pub(super) fn attention_shape(&self) -> Result<(usize, usize, usize, usize), ConvertError> {
+        let n_embd = self.usize("hidden_size")?;
+        let n_head = self.usize("num_attention_heads")?;
+        let n_head_kv = self.opt_usize("num_key_value_heads")?.unwrap_or(n_head);
+        if !n_head.is_multiple_of(n_head_kv) {
+            return Err(self.bad(
+                "num_key_value_heads",
+                format!("{n_head_kv} does not divide num_attention_heads {n_head}"),
+            ));
+        }
+        let head_dim = match self.opt_usize("head_dim")? {
+            Some(d) => d,
+            None if n_embd.is_multiple_of(n_head) => n_embd / n_head,
+            None => {
+                return Err(self.bad(
+                    "hidden_size",
+                    format!(
+                        "{n_embd} is not a multiple of num_attention_heads {n_head}, and no \
+                         head_dim is given"
+                    ),
+                ));
+            }
+        };
+        if !head_dim.is_multiple_of(2) {
+            return Err(self.bad("head_dim", format!("{head_dim} is odd; rope needs pairs")));
+        }
+        Ok((n_embd, n_head, n_head_kv, head_dim))
+    }
+
     pub(super) fn bad(&self, key: &str, reason: impl Into<String>) -> ConvertError {
         ConvertError::BadValue {
             path: self.path.to_owned(),
@@ -253,28 +285,7 @@ impl HfConfig {
             }
         };
 
-        let n_embd = r.usize("hidden_size")?;
-        let n_head = r.usize("num_attention_heads")?;
-        let n_head_kv = r.opt_usize("num_key_value_heads")?.unwrap_or(n_head);
-        if !n_head.is_multiple_of(n_head_kv) {
-            return Err(r.bad(
-                "num_key_value_heads",
-                format!("{n_head_kv} does not divide num_attention_heads {n_head}"),
-            ));
-        }
-        let head_dim = match r.opt_usize("head_dim")? {
-            Some(d) => d,
-            None if n_embd.is_multiple_of(n_head) => n_embd / n_head,
-            None => {
-                return Err(r.bad(
-                    "hidden_size",
-                    format!("{n_embd} is not a multiple of num_attention_heads {n_head}"),
-                ));
-            }
-        };
-        if !head_dim.is_multiple_of(2) {
-            return Err(r.bad("head_dim", format!("{head_dim} is odd; rope needs pairs")));
-        }
+        let (n_embd, n_head, n_head_kv, head_dim) = r.attention_shape()?;
         let rope_linear_factor = match v.get("rope_scaling") {
             None | Some(Value::Null) => None,
             Some(s) => {

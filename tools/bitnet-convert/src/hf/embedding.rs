@@ -49,30 +49,7 @@ pub(super) fn from_value(
     };
     let ffn_act = activation(&r, arch)?;
 
-    let n_embd = r.usize("hidden_size")?;
-    let n_head = r.usize("num_attention_heads")?;
-    let n_head_kv = r.opt_usize("num_key_value_heads")?.unwrap_or(n_head);
-    if !n_head.is_multiple_of(n_head_kv) {
-        return Err(r.bad(
-            "num_key_value_heads",
-            format!("{n_head_kv} does not divide num_attention_heads {n_head}"),
-        ));
-    }
-    let head_dim = match r.opt_usize("head_dim")? {
-        Some(d) => d,
-        None if n_embd.is_multiple_of(n_head) => n_embd / n_head,
-        None => {
-            return Err(r.bad(
-                "hidden_size",
-                format!(
-                    "{n_embd} is not a multiple of num_attention_heads {n_head}, and no head_dim is given"
-                ),
-            ));
-        }
-    };
-    if !head_dim.is_multiple_of(2) {
-        return Err(r.bad("head_dim", format!("{head_dim} is odd; rope needs pairs")));
-    }
+    let (n_embd, n_head, n_head_kv, head_dim) = r.attention_shape()?;
     let n_layer = r.usize("num_hidden_layers")?;
     refuse_unsupported(&r, arch, head_dim)?;
 
