@@ -34,14 +34,8 @@ def usage(prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
 def completion(
     id: str, created: int, model: str, text: str, finish_reason: Optional[str], use: CompletionUsage
 ) -> CreateCompletionResponse:
-    return {
-        "id": id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}],
-        "usage": use,
-    }
+    """A whole answer: a chunk's shape with its usage."""
+    return {**completion_chunk(id, created, model, text, finish_reason), "usage": use}
 
 
 def completion_chunk(
