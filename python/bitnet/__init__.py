@@ -9,5 +9,7 @@ Code written for ``llama_cpp.Llama`` moves over by changing the import; see ``Ll
 
 from ._bitnet import BitnetError, __version__
 from .llama import Llama
+from .llama_grammar import LlamaGrammar
+from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
-__all__ = ["Llama", "BitnetError", "__version__"]
+__all__ = ["Llama", "LlamaGrammar", "LlamaDraftModel", "LlamaPromptLookupDecoding", "BitnetError", "__version__"]

@@ -7,11 +7,28 @@ __version__: str
 class BitnetError(ValueError):
     """What the bitnet engine refused or failed at, with its message."""
 
+def check_grammar(text: str) -> None:
+    """Raises ``BitnetError`` naming the line when GBNF ``text`` does not parse."""
+    ...
+
+class CompiledConstraint:
+    """A grammar or JSON Schema compiled for one model's vocabulary."""
+
+    @property
+    def kind(self) -> str: ...
+
+# A token's text, bytes, log probability, and the most likely tokens there.
+LogprobEntry = Tuple[str, bytes, float, List[Tuple[str, bytes, float]]]
+
 class TokenStream(Iterator[str]):
     """One generation's text, piece by piece; cancelled when dropped or on Ctrl-C."""
 
     def __iter__(self) -> "TokenStream": ...
     def __next__(self) -> str: ...
+    def take_logprobs(self) -> List[LogprobEntry]:
+        """The log probabilities of the tokens handed out since the last call (their texts
+        join up to those pieces); empty unless the generation asked for them."""
+        ...
     def cancel(self) -> None: ...
     @property
     def finished(self) -> bool: ...
@@ -42,6 +59,12 @@ class Model:
         parallel: int = 64,
         chat_format: Optional[str] = None,
         pooling: Optional[str] = None,
+        draft_model: Optional[str] = None,
+        lookup_ngram: Optional[int] = None,
+        draft_max: int = 16,
+        draft_min: int = 0,
+        draft_p_min: float = 0.75,
+        draft_fixed: bool = False,
         step_delay_ms: int = 0,
     ) -> None: ...
     @property
@@ -71,8 +94,25 @@ class Model:
         stop: Sequence[str],
         logit_bias: Optional[Sequence[Tuple[int, float]]] = None,
         heal: str = "",
+        logprobs: Optional[int] = None,
+        constraint: Optional[CompiledConstraint] = None,
     ) -> TokenStream: ...
-    def chat_prompt(self, messages_json: str) -> Tuple[List[int], str, List[str]]: ...
+    def compile_grammar(self, text: str) -> CompiledConstraint: ...
+    def compile_json_schema(self, schema_json: str) -> CompiledConstraint: ...
+    def chat_prompt(
+        self,
+        messages_json: str,
+        tools_json: str = "null",
+        tool_choice_json: str = "null",
+        parallel_tool_calls: bool = True,
+        constrained: bool = False,
+    ) -> Tuple[List[int], str, List[str], Optional[CompiledConstraint], bool]:
+        """The prompt's tokens, the healed text, the template's stop strings, the tool
+        grammar (a required or named call), and whether the reply is read for calls."""
+        ...
+    def parse_tool_calls(self, text: str) -> Tuple[str, str]:
+        """The reply's text outside its calls, and the calls as OpenAI's JSON list."""
+        ...
     def chat_template_name(self) -> str: ...
     @property
     def pooling(self) -> str:

@@ -32,53 +32,64 @@ def usage(prompt_tokens: int, completion_tokens: int) -> CompletionUsage:
 
 
 def completion(
-    id: str, created: int, model: str, text: str, finish_reason: Optional[str], use: CompletionUsage
+    id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: Optional[str],
+    use: CompletionUsage,
+    logprobs: Optional[dict] = None,
 ) -> CreateCompletionResponse:
     """A whole answer: a chunk's shape with its usage."""
-    return {**completion_chunk(id, created, model, text, finish_reason), "usage": use}
+    return {**completion_chunk(id, created, model, text, finish_reason, logprobs), "usage": use}
 
 
 def completion_chunk(
-    id: str, created: int, model: str, text: str, finish_reason: Optional[str]
+    id: str, created: int, model: str, text: str, finish_reason: Optional[str], logprobs: Optional[dict] = None
 ) -> CreateCompletionResponse:
     return {
         "id": id,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
 
 
 def chat_completion(
-    id: str, created: int, model: str, text: str, finish_reason: Optional[str], use: CompletionUsage
+    id: str,
+    created: int,
+    model: str,
+    message: dict,
+    finish_reason: Optional[str],
+    use: CompletionUsage,
+    logprobs: Optional[dict] = None,
 ) -> CreateChatCompletionResponse:
+    """A whole reply; ``message`` is the assistant's (``content``, ``tool_calls``)."""
     return {
         "id": id,
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}],
         "usage": use,
     }
 
 
 def chat_chunk(
-    id: str, created: int, model: str, delta: dict, finish_reason: Optional[str]
+    id: str,
+    created: int,
+    model: str,
+    delta: dict,
+    finish_reason: Optional[str],
+    logprobs: Optional[dict] = None,
 ) -> CreateChatCompletionStreamResponse:
     return {
         "id": id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
 
 

@@ -7,13 +7,17 @@ generation between tokens, raising ``KeyboardInterrupt`` and leaving the object 
 """
 
 import json
+import os
 import random
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+from collections import OrderedDict
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _responses
-from ._bitnet import Model, TokenStream
+from ._bitnet import CompiledConstraint, Model, TokenStream
+from .llama_grammar import LlamaGrammar
+from .llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 from .llama_types import (
     ChatCompletionRequestMessage,
     CreateChatCompletionResponse,
@@ -41,6 +45,65 @@ def _stop_list(stop: Union[None, str, Sequence[str]]) -> List[str]:
     return list(stop)
 
 
+# OpenAI's limit on a chat's top_logprobs (the completion's logprobs is held to the vocabulary).
+MAX_TOP_LOGPROBS = 20
+# Grammars and schemas compiled for the model, kept for the next call that gives them.
+COMPILED_KEPT = 32
+
+
+def _response_format_schema(response_format: Any) -> Optional[Any]:
+    """OpenAI's ``response_format`` (and llama-cpp-python's ``schema`` beside
+    ``json_object``) as the JSON Schema the answer must follow; None for text."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict) or not isinstance(response_format.get("type"), str):
+        raise ValueError("response_format must be a dict with a 'type'")
+    kind = response_format["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        schema = response_format.get("schema")
+        return {"type": "object"} if schema is None else schema
+    if kind == "json_schema":
+        js = response_format.get("json_schema")
+        if not isinstance(js, dict):
+            raise ValueError("response_format.json_schema must be a dict with 'name' and 'schema'")
+        schema = js.get("schema")
+        return {"type": "object"} if schema is None else schema
+    raise ValueError(f"response_format.type {kind!r} is not one of 'text', 'json_object', 'json_schema'")
+
+
+def _completion_logprobs(entries: List[Tuple[str, bytes, float, list]], offset: int) -> Dict[str, Any]:
+    """The legacy completion's ``logprobs`` for these tokens, their text starting at
+    ``offset`` of the answer."""
+    offsets = []
+    for text, _, _, _ in entries:
+        offsets.append(offset)
+        offset += len(text)
+    return {
+        "tokens": [e[0] for e in entries],
+        "text_offset": offsets,
+        "token_logprobs": [e[2] for e in entries],
+        "top_logprobs": [{t: lp for t, _, lp in e[3]} for e in entries],
+    }
+
+
+def _chat_logprobs(entries: List[Tuple[str, bytes, float, list]]) -> Dict[str, Any]:
+    """A chat choice's ``logprobs``: each token with its bytes and its alternatives."""
+    return {
+        "content": [
+            {
+                "token": text,
+                "logprob": lp,
+                "bytes": list(raw),
+                "top_logprobs": [{"token": t, "logprob": l, "bytes": list(b)} for t, b, l in top],
+            }
+            for text, raw, lp, top in entries
+        ],
+        "refusal": None,
+    }
+
+
 def _refuse(name: str, value: Any) -> None:
     """Options llama-cpp-python has and this package does not (yet): refused out loud, so
     code relying on them fails instead of silently doing something else."""
@@ -59,6 +122,12 @@ class Llama:
     ``pooling`` (embeddings). ``chat_format`` names a built-in chat template (or a Jinja
     file) instead of the file's own. Errors raise ``bitnet.BitnetError`` (a ``ValueError``)
     with the engine's message.
+
+    Speculative decoding: ``draft_model`` is a ``LlamaPromptLookupDecoding`` (prompt lookup,
+    as in llama-cpp-python) or the path of a smaller GGUF with the same vocabulary (the
+    CLI's ``--model-draft``); ``lookup_ngram``, ``draft_max``, ``draft_min``,
+    ``draft_p_min`` and ``draft_fixed`` are the CLI's flags of the same names. Output is
+    unchanged by it.
     """
 
     def __init__(
@@ -81,6 +150,12 @@ class Llama:
         pin_threads: bool = False,
         parallel: int = 64,
         pooling: Optional[str] = None,
+        draft_model: Union[None, str, "os.PathLike[str]", LlamaDraftModel] = None,
+        lookup_ngram: Optional[int] = None,
+        draft_max: Optional[int] = None,
+        draft_min: int = 0,
+        draft_p_min: float = 0.75,
+        draft_fixed: bool = False,
         **kwargs: Any,
     ) -> None:
         # llama-cpp-python's GPU and rope options have no meaning here; anything else
@@ -96,6 +171,22 @@ class Llama:
         self.model_path = str(model_path)
         self.verbose = verbose
         self.embedding = embedding
+        draft_path: Optional[str] = None
+        if isinstance(draft_model, LlamaPromptLookupDecoding):
+            if lookup_ngram is not None:
+                raise ValueError("give draft_model=LlamaPromptLookupDecoding(...) or lookup_ngram, not both")
+            lookup_ngram = draft_model.max_ngram_size
+            draft_max = draft_model.num_pred_tokens if draft_max is None else draft_max
+        elif isinstance(draft_model, LlamaDraftModel):
+            raise NotImplementedError(
+                "bitnet.Llama drafts with LlamaPromptLookupDecoding or a draft GGUF's path, "
+                f"not a {type(draft_model).__name__}"
+            )
+        elif draft_model is not None:
+            draft_path = os.fspath(draft_model)
+        speculation: Dict[str, Any] = {}
+        if draft_max is not None:
+            speculation["draft_max"] = draft_max
         self._model = Model(
             self.model_path,
             n_ctx=n_ctx,
@@ -111,11 +202,19 @@ class Llama:
             parallel=parallel,
             chat_format=chat_format,
             pooling=pooling,
+            draft_model=draft_path,
+            lookup_ngram=lookup_ngram,
+            draft_min=draft_min,
+            draft_p_min=draft_p_min,
+            draft_fixed=draft_fixed,
             step_delay_ms=step_delay_ms,
+            **speculation,
         )
         self.metadata: Dict[str, str] = dict(self._model.metadata())
         self.chat_format = chat_format
         self._seed_lock = threading.Lock()
+        self._compiled: "OrderedDict[Tuple[str, str], CompiledConstraint]" = OrderedDict()
+        self._compiled_lock = threading.Lock()
         self.set_seed(seed)
         if verbose:
             print(
@@ -202,6 +301,8 @@ class Llama:
         logit_bias: Optional[Dict[int, float]],
         heal: str = "",
         extra_stop: Sequence[str] = (),
+        logprobs: Optional[int] = None,
+        constraint: Optional[CompiledConstraint] = None,
     ) -> TokenStream:
         if max_tokens is not None and max_tokens <= 0:
             max_tokens = None  # llama-cpp-python: until the context is full
@@ -221,12 +322,47 @@ class Llama:
             stop=_stop_list(stop) + [s for s in extra_stop if s not in _stop_list(stop)],
             logit_bias=None if not logit_bias else [(int(t), float(b)) for t, b in logit_bias.items()],
             heal=heal,
+            logprobs=logprobs,
+            constraint=constraint,
         )
 
     def _prompt_tokens(self, prompt: Union[str, List[int]]) -> List[int]:
         if isinstance(prompt, str):
             return self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
         return list(prompt)
+
+    def _constraint(self, kind: str, text: str) -> CompiledConstraint:
+        """``text`` (a GBNF grammar, or a JSON Schema as JSON) compiled for the model, from
+        the cache when an earlier call gave the same."""
+        key = (kind, text)
+        with self._compiled_lock:
+            found = self._compiled.get(key)
+            if found is not None:
+                self._compiled.move_to_end(key)
+                return found
+        compiled = self._model.compile_grammar(text) if kind == "gbnf" else self._model.compile_json_schema(text)
+        with self._compiled_lock:
+            self._compiled[key] = compiled
+            while len(self._compiled) > COMPILED_KEPT:
+                self._compiled.popitem(last=False)
+        return compiled
+
+    def _grammar_constraint(self, grammar: Union[None, str, LlamaGrammar]) -> Optional[CompiledConstraint]:
+        """``grammar=``: a ``LlamaGrammar``, or GBNF text."""
+        if grammar is None:
+            return None
+        if isinstance(grammar, str):
+            grammar = LlamaGrammar.from_string(grammar)
+        if not isinstance(grammar, LlamaGrammar):
+            raise TypeError(f"grammar must be a LlamaGrammar or GBNF text, not {type(grammar).__name__}")
+        return self._constraint(grammar.kind, grammar.grammar)
+
+    def _logprobs_count(self, count: Optional[int], name: str, most: int) -> Optional[int]:
+        if count is None:
+            return None
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0 or count > most:
+            raise ValueError(f"{name} must be an integer from 0 to {most}, not {count!r}")
+        return count
 
     def create_completion(
         self,
@@ -248,17 +384,23 @@ class Llama:
         seed: Optional[int] = None,
         model: Optional[str] = None,
         logit_bias: Optional[Dict[int, float]] = None,
-        grammar: Any = None,
+        grammar: Union[None, str, LlamaGrammar] = None,
     ) -> Union[CreateCompletionResponse, Iterator[CreateCompletionStreamResponse]]:
         """Continues ``prompt`` (text, or token ids): OpenAI's completion dict, or with
         ``stream=True`` an iterator of its chunks. ``temperature=0`` is greedy. ``stop``
         strings end the answer and are left out of it. ``max_tokens`` None or <= 0
-        generates until the context is full; one past the context raises."""
+        generates until the context is full; one past the context raises. ``logprobs=k``:
+        each token's log probability and the ``k`` most likely there (OpenAI's legacy
+        ``logprobs``). ``grammar``: a ``LlamaGrammar`` (or GBNF text) the answer follows."""
         _refuse("suffix", suffix)
-        _refuse("logprobs", logprobs)
-        _refuse("grammar", grammar)
         if typical_p != 1.0:
             raise NotImplementedError("bitnet.Llama does not support typical_p yet")
+        top = self._logprobs_count(logprobs, "logprobs", self.n_vocab())
+        if top is not None and echo:
+            raise NotImplementedError(
+                "bitnet.Llama does not give the prompt's log probabilities (echo=True with logprobs)"
+            )
+        constraint = self._grammar_constraint(grammar)
         tokens = self._prompt_tokens(prompt)
         token_stream = self._start(
             tokens,
@@ -273,27 +415,40 @@ class Llama:
             stop=stop,
             seed=seed,
             logit_bias=logit_bias,
+            logprobs=top,
+            constraint=constraint,
         )
         id = _responses.new_id("cmpl")
         created = _responses.now()
         name = model or self.model_path
         prefix = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
         if stream:
-            return self._completion_chunks(token_stream, id, created, name, prefix if echo else "")
-        text = "".join(token_stream)
+            return self._completion_chunks(token_stream, id, created, name, prefix if echo else "", top is not None)
+        pieces = []
+        entries: list = []
+        for piece in token_stream:
+            pieces.append(piece)
+            entries.extend(token_stream.take_logprobs())
+        text = "".join(pieces)
         if echo:
             text = prefix + text
         use = _responses.usage(token_stream.prompt_tokens or len(tokens), token_stream.completion_tokens or 0)
-        return _responses.completion(id, created, name, text, _finish_reason(token_stream), use)
+        lp = _completion_logprobs(entries, 0) if top is not None else None
+        return _responses.completion(id, created, name, text, _finish_reason(token_stream), use, lp)
 
     def _completion_chunks(
-        self, token_stream: TokenStream, id: str, created: int, name: str, echo: str
+        self, token_stream: TokenStream, id: str, created: int, name: str, echo: str, with_logprobs: bool
     ) -> Iterator[CreateCompletionStreamResponse]:
         try:
             if echo:
                 yield _responses.completion_chunk(id, created, name, echo, None)
+            offset = 0
             for piece in token_stream:
-                yield _responses.completion_chunk(id, created, name, piece, None)
+                lp = None
+                if with_logprobs:
+                    lp = _completion_logprobs(token_stream.take_logprobs(), offset)
+                    offset += len(piece)
+                yield _responses.completion_chunk(id, created, name, piece, None, lp)
             yield _responses.completion_chunk(id, created, name, "", _finish_reason(token_stream))
         finally:
             token_stream.cancel()  # the caller stopped early: free the engine's sequence
@@ -307,8 +462,8 @@ class Llama:
         messages: List[ChatCompletionRequestMessage],
         functions: Any = None,
         function_call: Any = None,
-        tools: Any = None,
-        tool_choice: Any = None,
+        tools: Optional[List[Dict[str, Any]]] = None,
+        tool_choice: Union[None, str, Dict[str, Any]] = None,
         temperature: float = 0.2,
         top_p: float = 0.95,
         top_k: int = 40,
@@ -317,7 +472,7 @@ class Llama:
         stream: bool = False,
         stop: Union[None, str, List[str]] = None,
         seed: Optional[int] = None,
-        response_format: Any = None,
+        response_format: Optional[Dict[str, Any]] = None,
         max_tokens: Optional[int] = None,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
@@ -326,25 +481,40 @@ class Llama:
         logit_bias: Optional[Dict[int, float]] = None,
         logprobs: Optional[bool] = None,
         top_logprobs: Optional[int] = None,
-        grammar: Any = None,
+        grammar: Union[None, str, LlamaGrammar] = None,
+        parallel_tool_calls: bool = True,
     ) -> Union[CreateChatCompletionResponse, Iterator[CreateChatCompletionStreamResponse]]:
         """The assistant's reply to ``messages`` (OpenAI's message dicts), rendered with the
         model's chat template (or ``chat_format``): OpenAI's chat completion dict, or with
-        ``stream=True`` an iterator of its chunks."""
-        for name, value in [
-            ("functions", functions),
-            ("function_call", function_call),
-            ("tools", tools),
-            ("tool_choice", tool_choice),
-            ("response_format", response_format),
-            ("logprobs", logprobs),
-            ("top_logprobs", top_logprobs),
-            ("grammar", grammar),
-        ]:
-            _refuse(name, value)
+        ``stream=True`` an iterator of its chunks.
+
+        ``response_format`` (``{"type": "json_object"}``, with llama-cpp-python's
+        ``"schema"`` beside it, or OpenAI's ``json_schema``) or ``grammar`` constrains the
+        reply. ``tools`` and ``tool_choice`` as OpenAI's: a ``"required"`` or named choice
+        is enforced by a grammar, and the calls come back as ``message.tool_calls`` with
+        ``finish_reason`` ``"tool_calls"``. ``logprobs=True`` (with ``top_logprobs`` up to
+        20) gives each token's log probability."""
+        for name, value in [("functions", functions), ("function_call", function_call)]:
+            if value is not None:
+                raise NotImplementedError(f"bitnet.Llama does not support {name}: use tools and tool_choice")
         if typical_p != 1.0:
             raise NotImplementedError("bitnet.Llama does not support typical_p yet")
-        tokens, heal, template_stop = self._model.chat_prompt(json.dumps(list(messages)))
+        if top_logprobs and not logprobs:
+            raise ValueError("top_logprobs needs logprobs=True")
+        top = self._logprobs_count(top_logprobs or 0, "top_logprobs", MAX_TOP_LOGPROBS) if logprobs else None
+        schema = _response_format_schema(response_format)
+        if schema is not None and grammar is not None:
+            raise ValueError("give response_format or grammar, not both: each constrains the whole reply")
+        constraint = self._grammar_constraint(grammar)
+        if schema is not None:
+            constraint = self._constraint("json_schema", json.dumps(schema))
+        tokens, heal, template_stop, tool_constraint, read_calls = self._model.chat_prompt(
+            json.dumps(list(messages)),
+            tools_json=json.dumps(tools),
+            tool_choice_json=json.dumps(tool_choice),
+            parallel_tool_calls=bool(parallel_tool_calls),
+            constrained=constraint is not None,
+        )
         token_stream = self._start(
             tokens,
             max_tokens=max_tokens,
@@ -360,26 +530,95 @@ class Llama:
             logit_bias=logit_bias,
             heal=heal,
             extra_stop=template_stop,
+            logprobs=top,
+            constraint=constraint or tool_constraint,
         )
         id = _responses.new_id("chatcmpl")
         created = _responses.now()
         name = model or self.model_path
         if stream:
-            return self._chat_chunks(token_stream, id, created, name)
-        text = "".join(token_stream)
+            return self._chat_chunks(token_stream, id, created, name, top is not None, read_calls)
+        pieces = []
+        entries: list = []
+        for piece in token_stream:
+            pieces.append(piece)
+            entries.extend(token_stream.take_logprobs())
+        text = "".join(pieces)
         use = _responses.usage(token_stream.prompt_tokens or len(tokens), token_stream.completion_tokens or 0)
-        return _responses.chat_completion(id, created, name, text, _finish_reason(token_stream), use)
+        lp = _chat_logprobs(entries) if top is not None else None
+        reason = _finish_reason(token_stream)
+        message: Dict[str, Any] = {"role": "assistant", "content": text}
+        if read_calls:
+            content, calls = self._split_calls(text)
+            message = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
+                reason = "tool_calls" if reason == "stop" else reason
+        return _responses.chat_completion(id, created, name, message, reason, use, lp)
+
+    def _split_calls(self, text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+        """A reply read for tool calls: its text (None when it is only calls) and the calls
+        in OpenAI's shape."""
+        content, calls_json = self._model.parse_tool_calls(text)
+        calls = json.loads(calls_json)
+        if not calls:
+            return content, []
+        return (content.strip() or None), calls
 
     def _chat_chunks(
-        self, token_stream: TokenStream, id: str, created: int, name: str
+        self,
+        token_stream: TokenStream,
+        id: str,
+        created: int,
+        name: str,
+        with_logprobs: bool,
+        read_calls: bool,
     ) -> Iterator[CreateChatCompletionStreamResponse]:
         try:
             yield _responses.chat_chunk(id, created, name, {"role": "assistant", "content": ""}, None)
+            if read_calls:
+                # Calls are known only once the reply is whole (as the server streams them):
+                # the text is held, then sent as calls or as content.
+                yield from self._chat_tool_chunks(token_stream, id, created, name, with_logprobs)
+                return
             for piece in token_stream:
-                yield _responses.chat_chunk(id, created, name, {"content": piece}, None)
+                lp = _chat_logprobs(token_stream.take_logprobs()) if with_logprobs else None
+                yield _responses.chat_chunk(id, created, name, {"content": piece}, None, lp)
             yield _responses.chat_chunk(id, created, name, {}, _finish_reason(token_stream))
         finally:
             token_stream.cancel()
+
+    def _chat_tool_chunks(
+        self, token_stream: TokenStream, id: str, created: int, name: str, with_logprobs: bool
+    ) -> Iterator[CreateChatCompletionStreamResponse]:
+        pieces = []
+        entries: list = []
+        for piece in token_stream:
+            pieces.append(piece)
+            entries.extend(token_stream.take_logprobs())
+        reason = _finish_reason(token_stream)
+        content, calls = self._split_calls("".join(pieces))
+        if not calls:
+            if content:
+                lp = _chat_logprobs(entries) if with_logprobs else None
+                yield _responses.chat_chunk(id, created, name, {"content": content}, None, lp)
+            yield _responses.chat_chunk(id, created, name, {}, reason)
+            return
+        if content:
+            yield _responses.chat_chunk(id, created, name, {"content": content}, None)
+        for index, call in enumerate(calls):
+            first = {
+                "index": index,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            yield _responses.chat_chunk(id, created, name, {"tool_calls": [first]}, None)
+            arguments = call["function"]["arguments"]
+            yield _responses.chat_chunk(
+                id, created, name, {"tool_calls": [{"index": index, "function": {"arguments": arguments}}]}, None
+            )
+        yield _responses.chat_chunk(id, created, name, {}, "tool_calls" if reason == "stop" else reason)
 
     # -- embeddings ------------------------------------------------------------------------
 

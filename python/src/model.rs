@@ -8,8 +8,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bitnet_core::chat::ChatTemplate;
+use bitnet_core::chat::{ChatTemplate, ToolFormat, parse_tool_calls, tool_call_constraint};
+use bitnet_core::constrain::ConstraintSpec;
 use bitnet_core::runtime::{Handle, Runtime, RuntimeOptions};
+use bitnet_core::scheduler::SpecParams;
 use bitnet_core::tokenizer::Tokenizer;
 use bitnet_core::{CoreError, Engine, Model, Scheduler, SchedulerOptions};
 use pyo3::prelude::*;
@@ -18,7 +20,9 @@ use pyo3::types::PyBytes;
 use crate::completion::{Sampling, TokenStream};
 use crate::error::{engine_error, message_chain, refused};
 use crate::options::ModelSettings;
-use crate::{chat, completion, embedding, metadata};
+use crate::speculate::SpecSettings;
+use crate::structured::{self, CompiledConstraint};
+use crate::{chat, completion, embedding, metadata, tools};
 
 /// A model file loaded, with the engine that runs it on a thread of its own.
 #[pyclass(module = "bitnet._bitnet", name = "Model", frozen)]
@@ -36,6 +40,8 @@ pub struct NativeModel {
     template: OnceLock<Result<ChatTemplate, String>>,
     pooling: Option<String>,
     metadata: Vec<(String, String)>,
+    /// Every generation's speculation (the constructor's draft settings).
+    speculate: Option<SpecParams>,
 }
 
 impl NativeModel {
@@ -56,10 +62,12 @@ impl NativeModel {
     }
 }
 
-/// Makes the engine on the runtime's thread (its pool pins it there) and says how that went
-/// on `ready`: the context of a sequence, or the error's message.
+/// Makes the engine (and the draft model's, if any) on the runtime's thread (its pool pins
+/// it there) and says how that went on `ready`: the context of a sequence, or the error's
+/// message.
 fn start_runtime(
     model: Arc<Model>,
+    draft: Option<Arc<Model>>,
     settings: bitnet_core::EngineOptions,
     parallel: usize,
     step_delay: Duration,
@@ -69,23 +77,38 @@ fn start_runtime(
         step_delay,
         ..RuntimeOptions::default()
     };
-    let runtime = Runtime::spawn(options, move || match Engine::new(model, &settings) {
-        Ok(engine) => {
-            let _ = ready_tx.send(Ok(engine.max_seq_len()));
-            Ok(Scheduler::new(
-                engine,
-                SchedulerOptions {
-                    max_running: parallel,
-                },
-            ))
-        }
-        Err(e) => {
-            let _ = ready_tx.send(Err(message_chain(&e)));
-            Err::<Scheduler, CoreError>(e)
-        }
+    let runtime = Runtime::spawn(options, move || {
+        let built = build_scheduler(model, draft, &settings, parallel);
+        let _ = ready_tx.send(match &built {
+            Ok((_, n_ctx)) => Ok(*n_ctx),
+            Err(e) => Err(message_chain(e)),
+        });
+        built.map(|(sched, _)| sched)
     })
     .map_err(|e| engine_error("starting the engine thread", &e))?;
     Ok((runtime, ready_rx))
+}
+
+/// The scheduler over `model`'s engine, with the draft model's engine set on it, and the
+/// context of a sequence.
+fn build_scheduler(
+    model: Arc<Model>,
+    draft: Option<Arc<Model>>,
+    settings: &bitnet_core::EngineOptions,
+    parallel: usize,
+) -> Result<(Scheduler, usize), CoreError> {
+    let engine = Engine::new(model, settings)?;
+    let n_ctx = engine.max_seq_len();
+    let mut sched = Scheduler::new(
+        engine,
+        SchedulerOptions {
+            max_running: parallel,
+        },
+    );
+    if let Some(draft) = draft {
+        sched.set_draft(Engine::new(draft, settings)?)?;
+    }
+    Ok((sched, n_ctx))
 }
 
 #[pymethods]
@@ -95,7 +118,9 @@ impl NativeModel {
         path, *, n_ctx = 0, n_threads = 0, n_batch = 256, kernel = None, head = "auto",
         cache_type_k = "f16", cache_type_v = "f16", use_mmap = true, use_mlock = false,
         pin_threads = false, parallel = 64, chat_format = None, pooling = None,
-        step_delay_ms = 0,
+        draft_model = None, lookup_ngram = None, draft_max = bitnet_core::scheduler::speculate::DEFAULT_DRAFT_MAX,
+        draft_min = 0, draft_p_min = bitnet_core::scheduler::speculate::DEFAULT_P_MIN,
+        draft_fixed = false, step_delay_ms = 0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -114,6 +139,12 @@ impl NativeModel {
         parallel: usize,
         chat_format: Option<String>,
         pooling: Option<String>,
+        draft_model: Option<PathBuf>,
+        lookup_ngram: Option<usize>,
+        draft_max: usize,
+        draft_min: usize,
+        draft_p_min: f32,
+        draft_fixed: bool,
         step_delay_ms: u64,
     ) -> PyResult<Self> {
         let settings = ModelSettings {
@@ -133,9 +164,30 @@ impl NativeModel {
         if parallel == 0 {
             return Err(refused("parallel must be at least 1"));
         }
+        let spec = SpecSettings {
+            draft_model,
+            lookup_ngram,
+            draft_max,
+            draft_min,
+            draft_p_min,
+            draft_fixed,
+        };
+        let speculate = spec.params(engine_options.batch)?;
         let loaded = py.detach(|| Model::load(&path, &load));
         let model =
             Arc::new(loaded.map_err(|e| engine_error(&format!("loading {}", path.display()), &e))?);
+        let draft = match &spec.draft_model {
+            None => None,
+            Some(draft_path) => {
+                let loaded = py.detach(|| Model::load(draft_path, &load));
+                Some(Arc::new(loaded.map_err(|e| {
+                    engine_error(
+                        &format!("loading the draft model {}", draft_path.display()),
+                        &e,
+                    )
+                })?))
+            }
+        };
         if model.tokenizer().is_none() {
             return Err(refused(format!(
                 "{}: the model file has no tokenizer (tokenizer.ggml.* keys)",
@@ -148,6 +200,7 @@ impl NativeModel {
         let metadata = metadata::read(&path)?;
         let (runtime, ready) = start_runtime(
             model.clone(),
+            draft,
             engine_options,
             parallel,
             // Tests make the tiny model as slow as a big one, to interrupt it mid-answer.
@@ -167,6 +220,7 @@ impl NativeModel {
             template: OnceLock::new(),
             pooling,
             metadata,
+            speculate,
         })
     }
 
@@ -244,6 +298,7 @@ impl NativeModel {
     #[pyo3(signature = (
         prompt, *, max_tokens, temperature, top_p, top_k, min_p, repeat_penalty,
         frequency_penalty, presence_penalty, seed, stop, logit_bias = None, heal = String::new(),
+        logprobs = None, constraint = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
@@ -261,6 +316,8 @@ impl NativeModel {
         stop: Vec<String>,
         logit_bias: Option<Vec<(u32, f32)>>,
         heal: String,
+        logprobs: Option<usize>,
+        constraint: Option<PyRef<'_, CompiledConstraint>>,
     ) -> PyResult<TokenStream> {
         let n_vocab = self.tokenizer().n_vocab();
         if let Some(&id) = prompt.iter().find(|&&id| id as usize >= n_vocab) {
@@ -280,17 +337,96 @@ impl NativeModel {
             seed,
             stop,
             logit_bias: logit_bias.unwrap_or_default(),
+            constraint: constraint.map(|c| c.inner.clone()),
+            speculate: self.speculate.clone(),
         };
-        completion::start(&self.handle, prompt, sampling, heal)
+        completion::start(
+            &self.handle,
+            self.model.clone(),
+            prompt,
+            sampling,
+            heal,
+            logprobs,
+        )
     }
 
-    /// A conversation (OpenAI's messages as JSON) as the prompt of its next reply: the
-    /// tokens, the text the reply's first token must begin with, the template's stop
-    /// strings.
-    fn chat_prompt(&self, messages_json: &str) -> PyResult<(Vec<u32>, String, Vec<String>)> {
+    /// A grammar (GBNF, or Lark after `%llguidance`) compiled for this model.
+    fn compile_grammar(&self, text: &str) -> PyResult<CompiledConstraint> {
+        structured::check_grammar(text)?;
+        structured::compile(&self.model, &ConstraintSpec::grammar(text), "grammar")
+    }
+
+    /// A JSON Schema (as JSON text) compiled for this model.
+    fn compile_json_schema(&self, schema_json: &str) -> PyResult<CompiledConstraint> {
+        let spec = structured::json_schema(schema_json)?;
+        structured::compile(&self.model, &spec, "JSON schema")
+    }
+
+    /// A conversation (OpenAI's messages as JSON) as the prompt of its next reply, with
+    /// the call's tools (OpenAI's `tools` and `tool_choice` as JSON): the tokens, the text
+    /// the reply's first token must begin with, the template's stop strings, the grammar a
+    /// required or named call (or a template's generic JSON answer) follows, and whether the
+    /// reply is to be read for calls (`parse_tool_calls`). `constrained`: the caller
+    /// constrains the reply itself (a response format), which a tool grammar may not join.
+    #[pyo3(signature = (
+        messages_json, tools_json = "null", tool_choice_json = "null",
+        parallel_tool_calls = true, constrained = false,
+    ))]
+    #[allow(clippy::type_complexity)]
+    fn chat_prompt(
+        &self,
+        messages_json: &str,
+        tools_json: &str,
+        tool_choice_json: &str,
+        parallel_tool_calls: bool,
+        constrained: bool,
+    ) -> PyResult<(
+        Vec<u32>,
+        String,
+        Vec<String>,
+        Option<CompiledConstraint>,
+        bool,
+    )> {
         let template = self.template()?;
-        let p = chat::prompt(&self.model, template, messages_json)?;
-        Ok((p.tokens, p.heal, p.stop))
+        let request = tools::read(tools_json, tool_choice_json, parallel_tool_calls)?;
+        let mut tool_constraint = None;
+        if request.active() {
+            let spec = tool_call_constraint(
+                ToolFormat::detect(template),
+                &request.tools,
+                &request.choice,
+                request.parallel,
+                Some(self.tokenizer()),
+            )
+            .map_err(|e| refused(format!("tool_choice: {e}")))?;
+            if let Some(spec) = spec {
+                if constrained {
+                    return Err(refused(
+                        "a tool call and a response format cannot both constrain the answer: \
+                         give one, or tool_choice=\"none\"",
+                    ));
+                }
+                tool_constraint = Some(structured::compile(&self.model, &spec, "tools")?);
+            }
+        }
+        let p = chat::prompt(
+            &self.model,
+            template,
+            messages_json,
+            &request.tools,
+            constrained || tool_constraint.is_some(),
+        )?;
+        Ok((p.tokens, p.heal, p.stop, tool_constraint, request.active()))
+    }
+
+    /// A reply split into its text and its tool calls, in the syntax the chat template
+    /// writes them in: the text outside the calls, and the calls as OpenAI's JSON list
+    /// (`[{"id", "type": "function", "function": {"name", "arguments"}}]`).
+    fn parse_tool_calls(&self, text: &str) -> PyResult<(String, String)> {
+        let parsed = parse_tool_calls(ToolFormat::detect(self.template()?), text);
+        let calls = serde_json::to_string(&parsed.tool_calls)
+            .map_err(|e| refused(format!("writing the tool calls: {e}")))?;
+        Ok((parsed.content, calls))
     }
 
     /// The name of the chat template chats are rendered with.

@@ -47,8 +47,30 @@ def test_bad_requests_raise(llm):
         llm.tokenize(b"\xff\xfe")
     with pytest.raises(TypeError):
         llm.tokenize("text, not bytes")
+    with pytest.raises(bitnet.BitnetError, match="grammar"):
+        llm("ROMEO:", grammar="root ::= (")
+    with pytest.raises(bitnet.BitnetError, match="grammar"):
+        bitnet.LlamaGrammar.from_string("root ::= undefined-rule")
+    with pytest.raises(ValueError):
+        bitnet.LlamaGrammar.from_json_schema("{not json")
+    with pytest.raises(bitnet.BitnetError):
+        llm.create_chat_completion([{"role": "user", "content": "x"}], response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/missing"}}})
+    with pytest.raises(ValueError, match="response_format"):
+        llm.create_chat_completion([{"role": "user", "content": "x"}], response_format={"type": "xml"})
+    with pytest.raises(bitnet.BitnetError, match="tool_choice"):
+        llm.create_chat_completion(
+            [{"role": "user", "content": "x"}],
+            tools=[{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}],
+            tool_choice={"type": "function", "function": {"name": "b"}},
+        )
+    with pytest.raises(bitnet.BitnetError, match="tools"):
+        llm.create_chat_completion([{"role": "user", "content": "x"}], tools=[{"type": "function"}])
+    with pytest.raises(ValueError, match="top_logprobs"):
+        llm.create_chat_completion([{"role": "user", "content": "x"}], logprobs=True, top_logprobs=21)
+    with pytest.raises(ValueError, match="logprobs"):
+        llm("ROMEO:", logprobs=-1)
     with pytest.raises(NotImplementedError):
-        llm("ROMEO:", grammar="root ::= x")
+        llm("ROMEO:", logprobs=2, echo=True)
     with pytest.raises(bitnet.BitnetError):
         llm.create_chat_completion([])
     # Still usable after all of that.
@@ -89,3 +111,16 @@ def test_interrupt_cancels_and_leaves_the_model_usable():
     # The same model answers the next call in full.
     assert llm("ROMEO:", max_tokens=4, temperature=0)["usage"]["completion_tokens"] == 4
     llm.close()
+
+
+def test_bad_speculation_raises():
+    with pytest.raises(bitnet.BitnetError, match="draft_max"):
+        bitnet.Llama(str(MODEL), draft_max=8, verbose=False)
+    with pytest.raises(bitnet.BitnetError, match="lookup_ngram"):
+        bitnet.Llama(str(MODEL), lookup_ngram=0, verbose=False)
+    with pytest.raises(bitnet.BitnetError, match="draft_max"):
+        bitnet.Llama(str(MODEL), lookup_ngram=2, draft_max=4096, verbose=False)
+    with pytest.raises(bitnet.BitnetError, match="draft model"):
+        bitnet.Llama(str(MODEL), draft_model="/no/such/draft.gguf", verbose=False)
+    with pytest.raises(ValueError):
+        bitnet.Llama(str(MODEL), draft_model=bitnet.LlamaPromptLookupDecoding(), lookup_ngram=3, verbose=False)

@@ -31,6 +31,7 @@
 //! ```
 
 mod protocol;
+mod token_text;
 mod worker;
 
 use std::sync::Arc;
@@ -47,6 +48,7 @@ pub use protocol::{
     EmbedRequest, NoObserver, Observer, Reply, ReplySink, Request, RequestId, RuntimeOptions,
     Stopped,
 };
+pub use token_text::{TokenEntry, TokenText};
 
 /// A cheap, cloneable way to the engine thread.
 #[derive(Clone, Debug)]

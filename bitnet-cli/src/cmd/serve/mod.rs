@@ -28,7 +28,6 @@ mod routes;
 mod sse;
 mod state;
 mod structured;
-mod token_text;
 mod tools;
 mod unsupported;
 mod webui;

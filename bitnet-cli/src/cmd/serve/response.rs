@@ -9,8 +9,8 @@ use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
 use super::request::Api;
-use super::token_text::{TokenEntry, TokenText};
 use super::tools::calls_json;
+use bitnet_core::runtime::{TokenEntry, TokenText};
 
 /// What is known about one answer at its end.
 #[derive(Debug, Default)]

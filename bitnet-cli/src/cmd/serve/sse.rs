@@ -22,8 +22,8 @@ use super::error::ApiError;
 use super::request::{Api, GenRequest};
 use super::response::Head;
 use super::state::{AppState, InFlight};
-use super::token_text::{TokenEntry, TokenText};
 use super::tools::call_deltas;
+use bitnet_core::runtime::{TokenEntry, TokenText};
 
 struct Streaming {
     state: Arc<AppState>,

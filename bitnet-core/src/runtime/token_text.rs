@@ -1,5 +1,6 @@
 //! The text each sampled token gave the answer, so that a choice's log-probability tokens
-//! join up to exactly its content, whole or chunk by chunk.
+//! join up to exactly its content, whole or chunk by chunk (the server's `logprobs` and the
+//! Python package's both come from here).
 //!
 //! A token's raw piece is not that text: the first token of a healed chat carries the space
 //! the prompt gave up (the engine takes it off the reply), a character split over byte
@@ -18,8 +19,8 @@
 
 use std::collections::VecDeque;
 
-use bitnet_core::scheduler::TokenLogprobs;
-use bitnet_core::tokenizer::{TextStream, Tokenizer};
+use crate::scheduler::TokenLogprobs;
+use crate::tokenizer::{TextStream, Tokenizer};
 
 /// One position of an answer's log probabilities, its texts settled.
 #[derive(Clone, Debug, PartialEq)]
@@ -205,7 +206,7 @@ fn common_prefix(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use bitnet_core::tokenizer::VocabSpec;
+    use crate::tokenizer::VocabSpec;
 
     use super::*;
 
