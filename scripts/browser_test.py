@@ -910,6 +910,56 @@ class Run:
             raise Failure(f"the last reply's figures {stats!r} are not within the budget {budget}")
         return f"3 turns, 6 messages, no max_tokens sent (budget {budget}); {stats.strip()!r}"
 
+    def step_m_small_context(self, sess):
+        # Replies of up to 80 tokens in the shipped model's 256-token context: by the third
+        # turn the whole history and a reply's budget no longer fit. The page leaves the
+        # oldest turns out of what it sends (saying so in the conversation) and the fifth
+        # message is answered like the first.
+        set_input(sess, "#max-tokens", "80")
+        sess.click(sess.find("button#new-conv"))
+        sess.wait(EMPTY_CONV_JS, "an empty new conversation", WAIT_S)
+        sess.js("""window.__bodies = [];
+            window.__fetch = window.fetch;
+            window.fetch = (path, o) => {
+              if (String(path).includes('chat/completions')) window.__bodies.push(o.body);
+              return window.__fetch(path, o);
+            };""")
+        turns = ["Who art thou?", "Speak of love.", "What of the king?", "Tell me of war.",
+                 "Farewell, good friend."]
+        for text in turns:
+            wait_reply(sess, send(sess, text))
+        bodies = [json.loads(b) for b in sess.js("return window.__bodies")]
+        sess.js("window.fetch = window.__fetch")
+        set_input(sess, "#max-tokens", "")
+        roles = [m[0] for m in messages(sess)]
+        if roles != ["user", "assistant"] * 5:
+            raise Failure(f"after five turns the page shows {messages(sess)}")
+        errors = sess.js("return [...document.querySelectorAll('#messages .msg-error')]"
+                         ".map(e => e.textContent)")
+        if errors:
+            raise Failure(f"a reply failed: {errors}")
+        sent = [[m["content"] for m in b["messages"] if m["role"] == "user"] for b in bodies]
+        if [s[-1] for s in sent] != turns:
+            raise Failure(f"the requests asked {[s[-1] for s in sent]}, not {turns}")
+        if turns[0] in sent[-1]:
+            raise Failure(f"the fifth request still carried the first message: {bodies[-1]}")
+        if any(b["max_tokens"] != 80 for b in bodies):
+            raise Failure("a request did not carry max_tokens 80")
+        # What was left out stays left out, and the conversation says so.
+        firsts = [turns.index(s[0]) for s in sent]
+        if firsts != sorted(firsts):
+            raise Failure(f"the requests' first messages went back: {firsts}")
+        notes = sess.js("return [...document.querySelectorAll('#messages .msg-dropped')]"
+                        ".map(e => e.textContent)")
+        if not notes or not all("256-token context" in n for n in notes):
+            raise Failure(f"no note in the conversation saying what was left out: {notes}")
+        stats = sess.js(LAST_STATS_JS)
+        total = re.search(r"(\d+) tokens used", stats)
+        if not total or int(total.group(1)) > 256:
+            raise Failure(f"the last reply's figures {stats!r}")
+        return (f"5 turns answered; the requests carried {[len(b['messages']) for b in bodies]} "
+                f"messages; {len(notes)} note(s): {notes[-1]!r}")
+
     def step_k_api_key(self, _sess):
         self.key_server = Server(self.args.bin, self.args.model, ("--api-key", API_KEY))
         model = self.key_server.get_json("/v1/models")["data"][0]["id"]
@@ -988,7 +1038,7 @@ STEPS = [("a", "load", Run.step_a_load), ("b", "stream", Run.step_b_stream),
          # Before the XSS step, so that the shots' list of conversations reads well.
          ("g", "screenshots", Run.step_g_shots), ("f", "xss", Run.step_f_xss),
          ("h", "manage", Run.step_h_manage), ("l", "budget", Run.step_l_budget),
-         ("k", "api-key", Run.step_k_api_key)]
+         ("m", "small context", Run.step_m_small_context), ("k", "api-key", Run.step_k_api_key)]
 
 
 def find_tool(given, names):
@@ -1014,7 +1064,7 @@ def main():
                     help="also copy the screenshots here (docs/img refreshes the README's)")
     ap.add_argument("--chromium", default=os.environ.get("CHROMIUM"))
     ap.add_argument("--chromedriver", default=os.environ.get("CHROMEDRIVER"))
-    ap.add_argument("--steps", default="abcdefghlk", help="the steps to run, by letter")
+    ap.add_argument("--steps", default="abcdefghlmk", help="the steps to run, by letter")
     args = ap.parse_args()
     args.chromium = find_tool(args.chromium, ["chromium", "chromium-browser", "google-chrome"])
     args.chromedriver = find_tool(args.chromedriver, ["chromedriver"])

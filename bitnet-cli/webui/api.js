@@ -88,15 +88,22 @@ function askKey(error) {
 
 /// A server error answer as one line of text: `message (code)`.
 export async function errorOf(resp) {
+  return (await errorInfo(resp)).text;
+}
+
+/// A server error answer: its line of text and OpenAI's `code` (null when it has none).
+export async function errorInfo(resp) {
   let text = "";
   try {
     text = await resp.text();
     const e = JSON.parse(text).error;
-    if (e && typeof e.message === "string") return describe(e, resp.status);
+    if (e && typeof e.message === "string") {
+      return { text: describe(e, resp.status), code: typeof e.code === "string" ? e.code : null };
+    }
   } catch {
     // not JSON: the text itself
   }
-  return `HTTP ${resp.status}` + (text ? ": " + text.slice(0, 500) : "");
+  return { text: `HTTP ${resp.status}` + (text ? ": " + text.slice(0, 500) : ""), code: null };
 }
 
 export function describe(e, status) {

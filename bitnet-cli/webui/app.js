@@ -4,12 +4,16 @@
 // text shown (model output, stored and imported conversations, server errors) goes into the
 // page as text nodes or through markdown.js, never as HTML.
 
-import { api, describe, errorOf, readEvents } from "./api.js";
+import { api, describe, errorInfo, errorOf, readEvents } from "./api.js";
 import { renderMarkdown } from "./markdown.js";
 import { MAX_TITLE, STORE_KEY, cleanConversation, loadStore, newId, titleFrom } from "./store.js";
 
 /// Share of the context at which the page warns.
 const CTX_WARN = 0.8;
+/// Tokens a character, before a reply has measured it (a first guess; a refusal corrects it).
+const TOKENS_PER_CHAR = 0.3;
+/// Tokens a message costs beside its text (the chat template's role markers).
+const MESSAGE_OVERHEAD = 4;
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -185,6 +189,18 @@ function messageNode(conv, m, i) {
   if (isStreaming) node.dataset.streaming = "true";
   if (m.role === "assistant") {
     if (m.stopped) node.dataset.stopped = "true";
+    const newlyDropped = (m.dropped || 0) - droppedBefore(conv, i);
+    if (newlyDropped > 0) {
+      const note = document.createElement("div");
+      note.className = "msg-dropped";
+      note.setAttribute("role", "note");
+      const n = m.dropped;
+      note.textContent =
+        `The ${n} oldest message${n === 1 ? "" : "s"} of this conversation no longer ` +
+        `fit the model's ${server.nCtx || "?"}-token context beside a reply: ` +
+        "this reply and the ones after it were written without them.";
+      node.insertBefore(note, body);
+    }
     if (m.error) {
       const err = document.createElement("div");
       err.className = "msg-error";
@@ -271,9 +287,8 @@ function updateCtxWarning() {
   ui.ctxWarning.textContent =
     `This conversation uses ${used.total} of the model's ${n}-token context ` +
     `(${Math.round(share * 100)}%): ` +
-    (used.total >= n
-      ? "the next reply has no room. Start a new chat, or edit an earlier message."
-      : "replies may soon be cut short. Start a new chat to free it.");
+    "the oldest messages will be left out of what the model reads to make room " +
+    "(the conversation says when). Start a new chat to keep them all.";
 }
 
 function renderAll() {
@@ -320,10 +335,99 @@ function readNumber(input, { integer = false, min = -Infinity, max = Infinity } 
   return n;
 }
 
-function requestBody(conv, upTo) {
+/// The reply's token budget: Max tokens, else the server's default.
+function replyBudget() {
+  const n = readNumber(ui.maxTokens, { integer: true, min: 1 });
+  if (n !== undefined) return n;
+  const d = server.defaults.n_predict;
+  return Number.isInteger(d) && d > 0 ? d : Math.floor((server.nCtx || 0) / 8);
+}
+
+/// Messages before index `upTo` that an earlier reply already left out (what was dropped
+/// stays dropped: the model's view of the conversation only moves forward).
+function droppedBefore(conv, upTo) {
+  let n = 0;
+  for (let i = 0; i < upTo; i++) {
+    const m = conv.messages[i];
+    if (m.role === "assistant" && Number.isInteger(m.dropped)) n = Math.max(n, m.dropped);
+  }
+  return n;
+}
+
+/// Where the request starts once the oldest turn it holds is left out (a user message and
+/// the replies after it; a leading system message always stays), or null when only the
+/// message being answered would be left.
+function dropTurn(conv, skip, upTo) {
+  let i = skip;
+  if (i === 0 && conv.messages[0] && conv.messages[0].role === "system") i = 1;
+  if (i < upTo && conv.messages[i].role === "user") i++;
+  while (i < upTo && conv.messages[i].role !== "user") i++;
+  return i >= upTo - 1 ? null : i;
+}
+
+/// The messages a request sends, in the model's view: the system prompt, then the
+/// conversation before `upTo` without its first `skip` messages.
+function sentMessages(conv, upTo, skip) {
+  return conv.messages
+    .slice(0, upTo)
+    .filter((m, i) => i >= skip || (i === 0 && m.role === "system"));
+}
+
+/// The last reply before `upTo` with token figures: where it is, the tokens its request
+/// and its text took, the messages it left out, and the tokens a character it measured.
+function lastMeasured(conv, upTo) {
+  for (let i = upTo - 1; i >= 0; i--) {
+    const m = conv.messages[i];
+    if (m.role !== "assistant" || !m.stats || !Number.isFinite(m.stats.total)) continue;
+    const dropped = m.dropped || 0;
+    const chars =
+      ui.systemPrompt.value.trim().length +
+      sentMessages(conv, i, dropped).reduce((a, x) => a + x.content.length, 0) +
+      m.content.length;
+    if (chars === 0) continue;
+    return { index: i, total: m.stats.total, dropped, rate: m.stats.total / chars };
+  }
+  return null;
+}
+
+/// How many of the oldest messages to leave out so that the request and its reply's budget
+/// fit the context: the last reply's measured tokens, less the messages left out since, plus
+/// the ones after it at the rate it measured. An estimate: a refusal still drops one more
+/// turn (see generate).
+function fitSkip(conv, upTo) {
+  let skip = droppedBefore(conv, upTo);
+  const n = server.nCtx;
+  if (!n) return skip;
+  const last = lastMeasured(conv, upTo);
+  const rate = last ? last.rate : TOKENS_PER_CHAR;
+  const cost = (m) => m.content.length * rate + MESSAGE_OVERHEAD;
+  const system = ui.systemPrompt.value.trim();
+  const need = (s) => {
+    let t;
+    if (last) {
+      t = last.total;
+      for (let i = last.dropped; i < s; i++) {
+        if (!(i === 0 && conv.messages[0].role === "system")) t -= cost(conv.messages[i]);
+      }
+      for (let i = last.index + 1; i < upTo; i++) t += cost(conv.messages[i]);
+    } else {
+      t = (system ? system.length * rate + MESSAGE_OVERHEAD : 0) +
+        sentMessages(conv, upTo, s).reduce((a, m) => a + cost(m), 0);
+    }
+    return t + replyBudget();
+  };
+  while (need(skip) > n) {
+    const next = dropTurn(conv, skip, upTo);
+    if (next === null) break;
+    skip = next;
+  }
+  return skip;
+}
+
+function requestBody(conv, upTo, skip = 0) {
   const messages = [];
   const system = ui.systemPrompt.value.trim();
-  const history = conv.messages.slice(0, upTo);
+  const history = sentMessages(conv, upTo, skip);
   if (system && !(history[0] && history[0].role === "system")) {
     messages.push({ role: "system", content: system });
   }
@@ -362,9 +466,12 @@ async function sendPrompt() {
 /// Streams a new assistant reply at the end of `conv`.
 async function generate(conv) {
   const msg = { role: "assistant", content: "" };
+  const upTo = conv.messages.length;
   let body;
+  let skip = 0;
   try {
-    body = requestBody(conv, conv.messages.length);
+    skip = fitSkip(conv, upTo);
+    body = requestBody(conv, upTo, skip);
   } catch (e) {
     msg.error = e.message;
     conv.messages.push(msg);
@@ -384,15 +491,30 @@ async function generate(conv) {
   let first = 0;
   let pieces = 0;
   try {
-    const resp = await api("/v1/chat/completions", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-      signal: controller.signal,
-    });
-    if (!resp.ok) {
-      msg.error = await errorOf(resp);
-    } else {
+    let resp;
+    for (;;) {
+      resp = await api("/v1/chat/completions", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+        signal: controller.signal,
+      });
+      if (resp.ok) break;
+      const err = await errorInfo(resp);
+      // The estimate let through more than fits: leave out one more turn and ask again.
+      const next = err.code === "context_length_exceeded" ? dropTurn(conv, skip, upTo) : null;
+      if (next === null) {
+        msg.error = err.text;
+        break;
+      }
+      skip = next;
+      body = requestBody(conv, upTo, skip);
+    }
+    if (resp.ok) {
+      if (skip > 0) {
+        msg.dropped = skip;
+        renderAll(); // the note saying so, above the reply
+      }
       await readEvents(resp, (ev) => {
         if (ev.error) {
           msg.error = describe(ev.error, 0);

@@ -29,6 +29,7 @@ export function cleanConversation(c) {
       if (m.stopped === true) msg.stopped = true;
       if (typeof m.error === "string" && m.error) msg.error = str(m.error, 4000);
       if (typeof m.finish === "string") msg.finish = str(m.finish, 40);
+      if (Number.isInteger(m.dropped) && m.dropped > 0) msg.dropped = m.dropped;
       if (m.stats && typeof m.stats === "object") {
         const s = {};
         for (const k of ["prompt", "completion", "total", "tps"]) {
