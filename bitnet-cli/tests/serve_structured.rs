@@ -332,3 +332,64 @@ fn streamed_tool_calls_reassemble_and_results_go_back_in() {
     assert_eq!(st, 200, "{r}");
     assert!(r["choices"][0]["finish_reason"].is_string(), "{r}");
 }
+
+/// Required tool calls with `max_tokens` 200 at temperature 1.2, parallel calls allowed: the
+/// list of calls closes inside the budget every time (a call the budget cannot finish is
+/// never started), so every answer arrives as `tool_calls` with `finish_reason`
+/// `tool_calls`. Before budget-aware closing, the list ran on until the budget cut it (6 of
+/// 6 such requests came back as `length` with the raw text).
+#[test]
+fn required_tool_calls_close_inside_max_tokens() {
+    let s = Server::start(&["-c", "2048", "--parallel", "8"]);
+    let tools = json!([weather_tool(), time_tool()]);
+    let seeds: Vec<u64> = (1..=30).collect();
+    let answers: Vec<(u64, u16, Value)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = seeds
+            .chunks(8)
+            .map(|chunk| {
+                let (s, tools) = (&s, &tools);
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|&seed| {
+                            let (st, r) = s.post(
+                                "/v1/chat/completions",
+                                &json!({"messages": [{"role": "user", "content": "Weather in Verona and the time in Rome?"}],
+                                        "tools": tools, "tool_choice": "required",
+                                        "seed": seed, "temperature": 1.2, "max_tokens": 200}),
+                            );
+                            (seed, st, r)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    assert_eq!(answers.len(), 30);
+    for (seed, st, r) in answers {
+        assert_eq!(st, 200, "seed {seed}: {r}");
+        let c = &r["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "seed {seed}: {r}");
+        assert!(
+            r["usage"]["completion_tokens"].as_u64().unwrap() <= 200,
+            "{r}"
+        );
+        let calls = c["message"]["tool_calls"].as_array().unwrap();
+        assert!(!calls.is_empty(), "seed {seed}: {r}");
+        for call in calls {
+            let args = call["function"]["arguments"].as_str().unwrap();
+            match call["function"]["name"].as_str().unwrap() {
+                "get_weather" => assert_weather_args(args),
+                name => {
+                    assert_eq!(name, "get_time", "seed {seed}: {r}");
+                    let v: Value = serde_json::from_str(args).unwrap();
+                    assert!(v["zone"].is_string(), "seed {seed}: {v}");
+                }
+            }
+        }
+    }
+}

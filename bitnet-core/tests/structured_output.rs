@@ -594,8 +594,8 @@ fn an_unsatisfiable_schema_never_yields_an_output() {
     }
 }
 
-/// An output cut by `max_tokens` ends for that reason (OpenAI's `length`), with an unfinished
-/// document, not with a document closed early.
+/// An output that cannot close within `max_tokens` (the nested schema's required keys take
+/// more than 6 tokens) ends for that reason (OpenAI's `length`), with an unfinished document.
 #[test]
 fn max_tokens_cuts_an_output_with_reason_length() {
     let m = shipped(None);
@@ -617,5 +617,83 @@ fn max_tokens_cuts_an_output_with_reason_length() {
             serde_json::from_str::<Value>(text).is_err(),
             "{text:?} parses"
         );
+    }
+}
+
+/// Outputs whose grammar lets them grow past the budget (free strings, unbounded arrays, a
+/// list of items) close inside it: near the end of `max_tokens` a token that would leave no
+/// way to close gives way to one that closes (`constrain::closing`). Every one of these ends
+/// complete and valid, at temperature 1.5 over the whole distribution; without the closing
+/// rule most of them are cut by length (counted in the record of the change).
+#[test]
+fn constrained_outputs_close_inside_their_budget() {
+    let m = shipped(None);
+    let vocab = m.constraint_vocab().unwrap();
+    let person = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "lines": {"type": "array", "items": {"type": "string"}},
+            "act": {"type": "integer", "minimum": 1, "maximum": 5}
+        },
+        "required": ["name", "lines", "act"]
+    });
+    let check = validator(&person);
+    let c = compile(&ConstraintSpec::JsonSchema(person), &vocab);
+    // A list of calls, as a tool-call grammar repeats them: items until the model stops.
+    let calls = compile(
+        &ConstraintSpec::Gbnf(
+            r#"root ::= call ("\n" call)*
+call ::= "{\"city\": \"" [a-z ]+ "\"}"
+"#
+            .into(),
+        ),
+        &vocab,
+    );
+    // The shortest valid document, `{"name": "", "lines": [], "act": 1}`, is 29 tokens of
+    // this model's vocabulary, the shortest list of calls 11.
+    let mut s = scheduler(&m);
+    let mut asked = HashMap::new();
+    for i in 0..24 {
+        let schema = i % 2 == 0;
+        let budget = if schema {
+            [36, 48, 64][i / 2 % 3]
+        } else {
+            [16, 24, 32][i / 2 % 3]
+        };
+        let seq = s
+            .submit(
+                &prompt(&m, i),
+                params(
+                    1.5,
+                    0xC105E + i as u64,
+                    budget,
+                    Some(if schema { &c } else { &calls }),
+                ),
+            )
+            .unwrap();
+        asked.insert(seq, (schema, budget));
+    }
+    let out = run_all(&mut s);
+    assert_eq!(out.len(), 24);
+    for (seq, outcome) in &out {
+        let (schema, budget) = asked[seq];
+        let (st, text) = outcome.as_ref().expect("the request succeeds");
+        assert_eq!(st.stop_reason, StopReason::Eog, "cut at {budget}: {text:?}");
+        assert!(
+            st.gen_tokens <= budget,
+            "{} tokens of {budget}",
+            st.gen_tokens
+        );
+        if schema {
+            let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert!(check.validate(&v).is_ok(), "{text:?}");
+        } else {
+            for line in text.split('\n') {
+                let v: Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+                assert!(v["city"].is_string(), "{text:?}");
+            }
+        }
     }
 }

@@ -115,17 +115,19 @@ def test_enforced_tool_call_arrives_as_tool_calls(wide, choice):
             [{"role": "user", "content": "What is the weather in Verona?"}],
             tools=[WEATHER, TIME],
             tool_choice=choice,
-            # A list of parallel calls is closed by nothing but the budget on this model
-            # (issue 51's budget-aware constraints): one call a reply here.
-            parallel_tool_calls=False,
+            # Parallel calls (seeds 1-3) or one: either way the answer closes inside
+            # max_tokens (the list ends rather than start a call the budget cannot finish).
+            parallel_tool_calls=seed != 0,
             temperature=1.0,
             seed=seed,
-            max_tokens=400,
+            max_tokens=200,
         )
         c = oai_chat.ChatCompletion.model_validate(got)
         assert c.choices[0].finish_reason == "tool_calls", got
         calls = c.choices[0].message.tool_calls
-        assert len(calls) == 1 and c.choices[0].message.content is None
+        assert calls and c.choices[0].message.content is None
+        if seed == 0:
+            assert len(calls) == 1
         for call in calls:
             args = json.loads(call.function.arguments)
             if isinstance(choice, dict):

@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod closing;
 mod error;
 mod gbnf;
 mod state;
@@ -55,6 +56,7 @@ use std::sync::{Arc, Mutex};
 use llguidance::Matcher;
 use llguidance::api::TopLevelGrammar;
 
+pub use closing::CLOSE_WINDOW;
 pub use error::ConstraintError;
 use error::first_lines;
 pub use gbnf::{GbnfError, gbnf_to_lark};

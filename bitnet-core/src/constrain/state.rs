@@ -8,6 +8,7 @@ use llguidance::Matcher;
 use toktrie::SimpleVob;
 
 use super::ConstraintVocab;
+use super::closing::{CLOSE_WINDOW, closing_path};
 use super::error::{ConstraintError, first_lines};
 
 /// See the module docs of [`super`].
@@ -19,6 +20,7 @@ pub struct ConstraintState {
     mask: SimpleVob,
     masks: u64,
     mask_secs: f64,
+    closings: u64,
 }
 
 impl std::fmt::Debug for ConstraintState {
@@ -44,6 +46,7 @@ impl ConstraintState {
             mask: SimpleVob::new(),
             masks: 0,
             mask_secs: 0.0,
+            closings: 0,
         }
     }
 
@@ -87,12 +90,53 @@ impl ConstraintState {
     /// Advances past `token` (which the last mask allowed). An end-of-generation token ends
     /// the output and is not fed to the parser.
     pub fn accept(&mut self, token: u32) -> Result<(), ConstraintError> {
-        if self.vocab.eog().binary_search(&token).is_ok() {
+        if self.is_end(token) {
             return Ok(());
         }
         self.matcher
             .consume_token(token)
             .map_err(|e| self.failed(first_lines(&e.to_string())))
+    }
+
+    /// `token`, sampled from the last mask, if the output can still end complete in the
+    /// tokens left after it (`left`: what the request may still sample, `token` included),
+    /// else the token that starts a way to close from here: the end of the output when it may
+    /// end now, else the first token of the walk of [`super::closing`]. A token that itself
+    /// completes the output in the budget's last slot is kept (the answer is complete; the
+    /// budget ends it). Checked only in the last [`CLOSE_WINDOW`] tokens of a budget.
+    pub fn within_budget(&mut self, token: u32, left: usize) -> u32 {
+        if left > CLOSE_WINDOW || self.is_end(token) {
+            return token;
+        }
+        let t = Instant::now();
+        let mut after = self.matcher.deep_clone();
+        let fits = after.consume_token(token).is_ok()
+            && closing_path(after, &self.vocab, left - 1)
+                .is_some_and(|p| p.cost() < left || (p.tokens.is_empty() && left == 1));
+        let chosen = if fits {
+            token
+        } else if let Some(&end) = self.vocab.eog().iter().find(|&&e| self.allows(e)) {
+            end
+        } else {
+            // No way found from the token: the walk's first token from here brings the end
+            // closest (a budget already too short for any still ends cut, but nearer).
+            closing_path(self.matcher.deep_clone(), &self.vocab, 4 * CLOSE_WINDOW)
+                .and_then(|p| p.tokens.first().copied())
+                .filter(|&t| self.allows(t))
+                .unwrap_or(token)
+        };
+        self.closings += u64::from(chosen != token);
+        self.mask_secs += t.elapsed().as_secs_f64();
+        chosen
+    }
+
+    fn is_end(&self, token: u32) -> bool {
+        self.vocab.eog().binary_search(&token).is_ok()
+    }
+
+    /// Tokens replaced by [`Self::within_budget`] so far.
+    pub fn closings(&self) -> u64 {
+        self.closings
     }
 
     /// Whether the output is complete and nothing may follow (only end of generation).
@@ -114,6 +158,7 @@ impl ConstraintState {
             mask: self.mask.clone(),
             masks: 0,
             mask_secs: 0.0,
+            closings: 0,
         }
     }
 

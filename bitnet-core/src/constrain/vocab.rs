@@ -112,6 +112,11 @@ impl ConstraintVocab {
     pub(super) fn factory(&self) -> &ParserFactory {
         &self.factory
     }
+
+    /// Each token's bytes (a control token's name after [`TokTrie::SPECIAL_TOKEN_MARKER`]).
+    pub(super) fn trie(&self) -> &TokTrie {
+        self.factory.tok_env().tok_trie()
+    }
 }
 
 /// llguidance's limits, with errors kept short: a request's grammar is untrusted input, and

@@ -290,6 +290,17 @@ impl Request {
         })
     }
 
+    /// Tokens this request may still sample, the next one included: what `max_tokens`
+    /// leaves, and under the stopping context policy what the context leaves.
+    fn budget_left(&self) -> usize {
+        let by_count = self.params.max_tokens.saturating_sub(self.generated.len());
+        if self.params.context != ContextPolicy::Stop {
+            return by_count;
+        }
+        let len = self.base + self.prompt.len() + self.generated.len();
+        by_count.min(self.limit.saturating_sub(len))
+    }
+
     /// Samples the logits of row `row` of this request's item in the pass (a decode item's
     /// row `row` predicts draft token `row`; a prompt chunk asks for its last row only).
     pub(crate) fn sample(&mut self, row: usize, logits: &[f32]) {
@@ -297,10 +308,16 @@ impl Request {
             // Past a draft token the target did not agree with: nothing to sample.
             return;
         }
+        let left = self.budget_left();
         let token = match &mut self.constraint {
             None => self.sampler.sample(logits, &self.history),
             Some(c) => match c.compute_mask() {
-                Ok(mask) => self.sampler.sample_masked(logits, &self.history, mask),
+                Ok(mask) => {
+                    let t = self.sampler.sample_masked(logits, &self.history, mask);
+                    // Near the end of the budget, a token that leaves no way to close the
+                    // output in time gives way to one that closes it.
+                    c.within_budget(t, left)
+                }
                 Err(e) => {
                     self.error = Some(e.into());
                     0
