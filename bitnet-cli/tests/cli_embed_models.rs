@@ -128,3 +128,32 @@ fn bench_measures_embeddings_against_the_first_model() {
     );
     assert!(e.contains("-p N > 0"), "{e}");
 }
+
+/// `generate` and `chat` run an embedding model's head if asked, but say first that its text
+/// means nothing and which commands use the file; a language model gets no such line.
+#[test]
+fn generating_from_an_embedding_model_warns() {
+    let path = model("tiny-qwen3-embed", &[]);
+    let out = run_ok(
+        bitnet()
+            .args(["generate", "-p", "hi", "-n", "2", "-m"])
+            .arg(&path),
+    );
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("is an embedding model (qwen3.pooling_type 3, last)")
+            && err.contains("bitnet embed"),
+        "{err}"
+    );
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf");
+    let out = run_ok(
+        bitnet()
+            .args(["generate", "-p", "hi", "-n", "2", "-m"])
+            .arg(&shipped),
+    );
+    assert!(
+        !stderr_of(&out).contains("embedding model"),
+        "{}",
+        stderr_of(&out)
+    );
+}

@@ -249,6 +249,7 @@ fn prepare(
 ) -> Result<(Setup, Vec<Vec<u32>>, Option<DraftModel>)> {
     args.sampling.check()?;
     let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
+    setup.warn_if_embedding_model();
     args.speculate.check(setup.engine_opts.batch)?;
     let tokenizer = setup.tokenizer()?;
     let checked = if numbered {

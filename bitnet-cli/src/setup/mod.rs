@@ -9,6 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use bitnet_core::config::ModelConfig;
+use bitnet_core::embed::Pooling;
 use bitnet_core::engine::{Engine, EngineOptions};
 use bitnet_core::model::{LoadMode, LoadOptions, Model};
 use bitnet_core::tokenizer::Tokenizer;
@@ -53,10 +55,38 @@ impl Setup {
         limits::check_context(&self.model, &self.engine_opts)
     }
 
+    /// Says on stderr when the model is an embedding model, whose head (if it has one) was
+    /// not trained to write text: `generate` and `chat` still run it, for whoever wants to
+    /// look, but its text means nothing.
+    pub fn warn_if_embedding_model(&self) {
+        if let Some(why) = embedding_model(self.model.config()) {
+            note!(
+                "warning: the file is an embedding model ({why}): its output is not a language \
+                 model's, so the text below means nothing; `bitnet embed` or `bitnet serve \
+                 --embeddings` use it"
+            );
+        }
+    }
+
     /// The engine (on the calling thread: its pool pins it).
     pub fn engine(&self) -> Result<Engine> {
         Engine::new(self.model.clone(), &self.engine_opts).context("creating the engine")
     }
+}
+
+/// Why a file is an embedding model (see `ModelConfig::is_embedding_model`), in words for
+/// the messages that refuse it completions; `None` for a language model.
+pub fn embedding_model(config: &ModelConfig) -> Option<String> {
+    if !config.is_embedding_model() {
+        return None;
+    }
+    Some(match config.pooling_type {
+        Some(v) => {
+            let name = Pooling::from_gguf(i64::from(v)).map_or("rank", Pooling::name);
+            format!("{}.pooling_type {v}, {name}", config.arch_name)
+        }
+        None => "its projections have their own input norms".to_owned(),
+    })
 }
 
 /// Loads a model, arranging for a clear message if the mapped file is truncated while in

@@ -99,6 +99,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     args.sampling.check()?;
     let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
+    setup.warn_if_embedding_model();
     let model = setup.model.clone();
     if model.tokenizer().is_none() {
         bail!("the model file has no tokenizer (tokenizer.ggml.* keys): it cannot chat");

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::chat::ChatTemplate;
-use bitnet_core::config::ModelConfig;
 use bitnet_core::embed::{Normalize, Pooling};
 use bitnet_core::runtime::{Observer, Reply, ReplySink, Runtime, RuntimeOptions};
 use bitnet_core::scheduler::{
@@ -21,7 +20,7 @@ use super::args::Args;
 use super::state::{Loaded, Shared};
 use crate::args::pooling::choose_pooling;
 use crate::output::note;
-use crate::setup::Setup;
+use crate::setup::{Setup, embedding_model};
 use crate::template_worker;
 
 /// A request's replies, sent to its handler.
@@ -143,21 +142,6 @@ fn start_engine(
         crate::output::count(sched.engine().threads(), "thread")
     );
     Ok(sched)
-}
-
-/// Why a file is an embedding model (see `ModelConfig::is_embedding_model`), in words for
-/// the messages that refuse it completions; `None` for a language model.
-fn embedding_model(config: &ModelConfig) -> Option<String> {
-    if !config.is_embedding_model() {
-        return None;
-    }
-    Some(match config.pooling_type {
-        Some(v) => {
-            let name = Pooling::from_gguf(i64::from(v)).map_or("rank", Pooling::name);
-            format!("{}.pooling_type {v}, {name}", config.arch_name)
-        }
-        None => "its projections have their own input norms".to_owned(),
-    })
 }
 
 /// The runtime's observer: every figure `/metrics` shows that the engine thread sees.
