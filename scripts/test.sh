@@ -11,8 +11,10 @@
 # every command README.md and docs/ show (scripts/doc-commands.py);
 # then, on an x86-64 Linux machine, the AArch64 pass under emulation
 # (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
-# shipped model's text; it installs the cross tools it needs). The test data and what each
-# file is: testdata/README.md.
+# shipped model's text; it installs the cross tools it needs) and the Windows pass under wine
+# (scripts/test-windows.sh: the x86-64 Windows build's kernel tests, golden logits, shipped
+# model's text, converter and server; it installs MinGW-w64 and wine). The test data and
+# what each file is: testdata/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every core by default; JOBS=N to share the machine.
@@ -69,6 +71,12 @@ if [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ]; then
   else
     step "ARM pass"
     JOBS="$jobs" ./scripts/test-arm.sh
+  fi
+  if [ "${BITNET_SKIP_WINDOWS:-0}" = 1 ]; then
+    echo "== Windows pass SKIPPED (BITNET_SKIP_WINDOWS=1): the Windows build was not tested" >&2
+  else
+    step "Windows pass"
+    JOBS="$jobs" ./scripts/test-windows.sh
   fi
 fi
 step "done"

@@ -1,4 +1,7 @@
-//! Ctrl-C and SIGTERM, one handler for the whole binary (the signal crate allows one).
+//! Ctrl-C and SIGTERM, one handler for the whole binary (the signal crate allows one). On
+//! Windows the same handler gets Ctrl-C, Ctrl-Break and the console being closed (ctrlc's
+//! console control handler); a temporary still open there is removed all the same (Rust
+//! opens files sharing deletion), gone once the process exits.
 //!
 //! By default an interrupt removes the temporaries of files being written (registered by
 //! [`crate::output_file`] in [`pending_temporaries`]) and exits with status 130. A command that wants to handle

@@ -3,11 +3,15 @@
 //! an engine under `setup/`, the figures they report under `report/`, the child processes
 //! that render chat templates from files in `template_worker`; this file only parses
 //! arguments, dispatches, and turns errors into exit codes.
-#![forbid(unsafe_code)]
+//! No `unsafe` but, on Windows, the template workers' Job Object (`job_object`).
+#![cfg_attr(not(windows), forbid(unsafe_code))]
+#![cfg_attr(windows, deny(unsafe_code))]
 
 mod args;
 mod cmd;
 mod interrupt;
+#[cfg(windows)]
+mod job_object;
 mod output;
 mod output_file;
 mod report;

@@ -106,11 +106,13 @@ impl OutputFile {
             .with_context(|| format!("writing {}", self.shown.display()))?;
         // Under the lock, so an interrupt sees the file either pending or committed.
         let mut pending = pending_temporaries();
+        // A failure leaves `committed` false: dropping `self` removes the temporary.
         fs::rename(&self.temp, &self.target).with_context(|| {
             format!(
-                "renaming {} to {}",
+                "renaming {} to {}{}",
                 self.temp.display(),
-                self.target.display()
+                self.target.display(),
+                REPLACE_HINT
             )
         })?;
         pending.retain(|p| p != &self.temp);
@@ -129,10 +131,46 @@ impl Drop for OutputFile {
     }
 }
 
+/// Why a rename over the target may fail where Unix would succeed.
+#[cfg(windows)]
+const REPLACE_HINT: &str = " (Windows refuses to replace a file another process has mapped \
+                            or opened without sharing it, such as a model a running bitnet \
+                            is using)";
+#[cfg(not(windows))]
+const REPLACE_HINT: &str = "";
+
+/// Windows' reserved device names (`NUL`, `CON`, `COM1`...), with any extension and in any
+/// directory: the counterpart of `/dev/null`, which must never be replaced either.
+#[cfg(windows)]
+fn is_windows_device_name(path: &Path) -> bool {
+    let Some(stem) = path.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let stem = stem
+        .split('.')
+        .next()
+        .unwrap_or("")
+        .trim_end()
+        .to_ascii_uppercase();
+    matches!(
+        stem.as_str(),
+        "CON" | "PRN" | "AUX" | "NUL" | "CONIN$" | "CONOUT$"
+    ) || ((stem.starts_with("COM") || stem.starts_with("LPT"))
+        && stem.len() == 4
+        && stem.as_bytes()[3].is_ascii_digit())
+}
+
 /// The file an output path will replace or create, or why it must not be written.
 fn resolve_destination(path: &Path) -> Result<PathBuf> {
     if path.as_os_str().is_empty() {
         bail!("the output path is empty");
+    }
+    #[cfg(windows)]
+    if is_windows_device_name(path) {
+        bail!(
+            "refusing to write {}: it is a Windows device name, not a regular file",
+            path.display()
+        );
     }
     let meta = match fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -232,6 +270,18 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[cfg(windows)]
+    #[test]
+    fn windows_device_names_are_refused() {
+        for name in ["NUL", "nul.gguf", "dir/CON", "COM1.txt", "lpt9", "CONOUT$"] {
+            assert!(is_windows_device_name(Path::new(name)), "{name}");
+            assert!(resolve_destination(Path::new(name)).is_err(), "{name}");
+        }
+        for name in ["null.gguf", "COM10", "console", "model.gguf"] {
+            assert!(!is_windows_device_name(Path::new(name)), "{name}");
+        }
     }
 
     #[test]

@@ -155,6 +155,10 @@ fn died(status: Option<ExitStatus>, stderr: &str) -> String {
     }
 }
 
+/// The process-creation flag (winbase.h) that starts a child in a process group of its own.
+#[cfg(windows)]
+const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+
 /// This program, for the workers to run. On Linux through `/proc/self/exe`, which still
 /// names the running binary after a package upgrade replaced the file.
 fn own_executable() -> PathBuf {
@@ -193,6 +197,9 @@ impl Worker {
         // is not for the worker. It still ends with its parent, when its stdin closes.
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // Windows: a new process group, which a console's Ctrl-C does not reach either.
+        #[cfg(windows)]
+        std::os::windows::process::CommandExt::creation_flags(&mut cmd, CREATE_NEW_PROCESS_GROUP);
         let mut child = cmd.spawn()?;
         let (Some(stdin), Some(stdout), stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())

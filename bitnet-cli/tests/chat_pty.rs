@@ -2,6 +2,10 @@
 //! the history file), multi-line input, the commands, Ctrl-C at the prompt and during a
 //! reply, Ctrl-D; and that a second turn evaluates only its own tokens.
 
+// On a pseudo-terminal (rexpect), which these tests have on Unix only; the Windows console is
+// tested by hand (docs/windows.md).
+#![cfg(unix)]
+
 mod common;
 
 use std::path::Path;

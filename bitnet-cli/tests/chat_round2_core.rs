@@ -3,6 +3,10 @@
 //! reports what was read; the default reply budget fits the context; piped turns are marked;
 //! nothing typed or echoed lands in a streaming reply; the figures line fits the terminal.
 
+// On a pseudo-terminal (rexpect), which these tests have on Unix only; the Windows console is
+// tested by hand (docs/windows.md).
+#![cfg(unix)]
+
 mod common;
 
 use std::path::Path;

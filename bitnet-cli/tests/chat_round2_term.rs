@@ -3,6 +3,10 @@
 //! `/help` listing every way out, Tab completion, the line editor kept out of redirected
 //! output, and `/show info`, `/show template`, `/show parameters`.
 
+// On a pseudo-terminal (rexpect), which these tests have on Unix only; the Windows console is
+// tested by hand (docs/windows.md).
+#![cfg(unix)]
+
 mod common;
 
 use std::path::Path;

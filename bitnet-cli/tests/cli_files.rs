@@ -6,17 +6,20 @@
 mod common;
 
 use std::io::Read;
+#[cfg(unix)]
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{bitnet, entries, run_err, run_ok, scratch, stderr_of, tiny_model};
 
+#[cfg(unix)]
 fn mkfifo(path: &Path) {
     let st = Command::new("mkfifo").arg(path).status().expect("mkfifo");
     assert!(st.success());
 }
 
+#[cfg(unix)]
 fn is_fifo(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::symlink_metadata(path)
@@ -25,6 +28,7 @@ fn is_fifo(path: &Path) -> bool {
         .is_fifo()
 }
 
+#[cfg(unix)]
 fn gen_tiny(out: &Path) -> std::process::Output {
     bitnet()
         .args(["gen-model", "--preset", "tiny", "-o"])
@@ -33,6 +37,8 @@ fn gen_tiny(out: &Path) -> std::process::Output {
         .unwrap()
 }
 
+// FIFOs, /dev/null and symlinks made without privileges: Unix only.
+#[cfg(unix)]
 #[test]
 fn gen_model_refuses_what_is_not_a_regular_file_before_writing() {
     let d = scratch("gen-dest");
@@ -73,6 +79,8 @@ fn gen_model_refuses_what_is_not_a_regular_file_before_writing() {
     assert_eq!(entries(&d), ["fifo", "null-link", "sub"]);
 }
 
+// A symlink needs a privilege (or developer mode) on Windows: Unix only.
+#[cfg(unix)]
 #[test]
 fn gen_model_follows_a_symlink_to_a_regular_file() {
     let d = scratch("gen-symlink");

@@ -50,8 +50,9 @@
 //! `serve_threads.rs` (the engine on its own thread, [`runtime::Runtime`]).
 
 // `unsafe` is allowed only where a module opts in with a reason: the thread pool (sharing a
-// job across workers, CPU affinity), the loader (`mlock`) and the SIGBUS message handler
-// (`model/sigbus.rs`). Everything else is safe Rust.
+// job across workers, CPU affinity), the loader (`mlock`), the SIGBUS message handler
+// (`model/sigbus.rs`) and, on Windows, the memory figures (`windows_memory.rs`). Everything
+// else is safe Rust.
 #![deny(unsafe_code)]
 
 pub mod chat;
@@ -69,6 +70,8 @@ pub mod scheduler;
 pub mod synth;
 pub mod threadpool;
 pub mod tokenizer;
+#[cfg(windows)]
+pub mod windows_memory;
 
 pub use engine::{Engine, EngineOptions, Session};
 pub use error::CoreError;

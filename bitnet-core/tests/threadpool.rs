@@ -292,6 +292,9 @@ fn pools_alive_together_on_one_thread_each_get_distinct_cores() {
             ids
         };
         let before = cpus();
+        // core_affinity reads the calling thread's mask on Linux; on Windows the process's
+        // (GetProcessAffinityMask), where a thread's own pin does not show.
+        let pin_visible = cfg!(target_os = "linux");
         let order: Vec<usize> = bitnet_core::threadpool::core_order()
             .iter()
             .map(|c| c.id)
@@ -303,7 +306,9 @@ fn pools_alive_together_on_one_thread_each_get_distinct_cores() {
         if before.len() >= 2 && p1.iter().chain(&p2).all(Option::is_some) {
             assert_eq!(p1, p2, "both pools pin thread i to the i-th core");
             assert_ne!(p2[0], p2[1], "second pool: both threads on one CPU");
-            assert_eq!(cpus().len(), 1, "the creating thread is pinned meanwhile");
+            if pin_visible {
+                assert_eq!(cpus().len(), 1, "the creating thread is pinned meanwhile");
+            }
         }
         let seen: Vec<usize> = bitnet_core::threadpool::core_order()
             .iter()
@@ -316,7 +321,7 @@ fn pools_alive_together_on_one_thread_each_get_distinct_cores() {
         assert_eq!(bitnet_core::threadpool::physical_core_count(), n_phys);
         // Dropped out of creation order: the thread stays pinned for the second pool.
         drop(first);
-        if before.len() >= 2 && p2.iter().all(Option::is_some) {
+        if pin_visible && before.len() >= 2 && p2.iter().all(Option::is_some) {
             assert_eq!(cpus().len(), 1, "unpinned while the second pool lives");
         }
         drop(second);

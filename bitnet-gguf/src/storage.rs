@@ -143,6 +143,10 @@ impl Storage {
                 )
             };
         }
+        // Windows has no such advice for a file mapping (`DiscardVirtualMemory` and
+        // `OfferVirtualMemory` are for private pages): the pages stay in the working set
+        // until Windows trims it, counted in the process's memory but reclaimed under
+        // pressure (docs/windows.md).
         #[cfg(not(unix))]
         let _ = range;
     }
@@ -157,6 +161,9 @@ impl Storage {
                 let _ = m.advise_range(advice, range.start, range.len());
             }
         }
+        // Elsewhere no advice: `MADV_NOHUGEPAGE` is Linux's, and Windows has no read
+        // pattern hint for a mapped view (its prefetch call, PrefetchVirtualMemory, asks
+        // for pages rather than fewer).
         #[cfg(not(target_os = "linux"))]
         let _ = range;
     }

@@ -166,6 +166,9 @@ fn advise_huge_pages<T>(buf: &[T]) {
             let _ = unsafe { libc::madvise(at.cast_mut().cast(), to - from, libc::MADV_HUGEPAGE) };
         }
     }
+    // Elsewhere no hint: macOS has no transparent huge pages, and Windows' large pages must
+    // be allocated as such (VirtualAlloc with MEM_LARGE_PAGES, which needs the "Lock pages
+    // in memory" privilege), not advised afterwards.
     #[cfg(not(target_os = "linux"))]
     let _ = buf;
 }

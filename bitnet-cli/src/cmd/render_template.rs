@@ -71,10 +71,18 @@ fn limit_memory(budget: u64) -> Result<()> {
     .with_context(|| format!("limiting the template renderer's memory to {cap} bytes"))
 }
 
-/// No address-space limit to set here: the render runs in its own process, so a template
-/// that exhausts memory kills this process, not the one serving, and the parent's
-/// timeout still ends it.
-#[cfg(not(unix))]
+/// Windows: a Job Object's per-process memory limit ([`crate::job_object`]).
+#[cfg(windows)]
+fn limit_memory(budget: u64) -> Result<()> {
+    crate::job_object::limit_own_memory(budget).with_context(|| {
+        format!("limiting the template renderer's memory to {budget} bytes (Job Object)")
+    })
+}
+
+/// Neither Unix nor Windows: no memory limit to set. The render still runs in its own
+/// process, so a template that exhausts memory kills this process, not the one serving,
+/// and the parent's timeout still ends it.
+#[cfg(not(any(unix, windows)))]
 fn limit_memory(_budget: u64) -> Result<()> {
     Ok(())
 }

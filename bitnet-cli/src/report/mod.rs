@@ -5,11 +5,16 @@
 pub mod load;
 pub mod profile;
 
-use std::fs;
+/// Peak resident set size in bytes (Windows: the peak working set), 0 where unknown.
+#[cfg(windows)]
+pub fn peak_rss() -> u64 {
+    bitnet_core::windows_memory::peak_working_set_bytes().unwrap_or(0)
+}
 
 /// Peak resident set size in bytes (`VmHWM`), 0 where unknown.
+#[cfg(not(windows))]
 pub fn peak_rss() -> u64 {
-    fs::read_to_string("/proc/self/status")
+    std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
@@ -24,8 +29,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn peak_rss_is_reported_on_linux() {
-        if cfg!(target_os = "linux") {
+    fn peak_rss_is_reported_on_linux_and_windows() {
+        if cfg!(any(target_os = "linux", windows)) {
             assert!(peak_rss() > 0);
         }
     }

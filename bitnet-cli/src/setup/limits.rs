@@ -76,7 +76,14 @@ pub fn check_context(model: &Model, opts: &EngineOptions) -> Result<usize> {
     Ok(n_ctx)
 }
 
+/// The machine's memory (Windows: `GlobalMemoryStatusEx`).
+#[cfg(windows)]
+pub fn mem_total() -> Option<u64> {
+    bitnet_core::windows_memory::total_physical_bytes()
+}
+
 /// The machine's memory (`MemTotal` in /proc/meminfo), or `None` where it cannot be read.
+#[cfg(not(windows))]
 pub fn mem_total() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb: u64 = info

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+#[cfg(unix)]
 use rexpect::session::PtySession;
 
 use super::{bitnet, run_ok, shipped_model, stderr_of, stdout_of, tmp_dir};
@@ -72,6 +73,7 @@ pub fn slow_model() -> &'static Path {
 }
 
 /// Waits for the chat to end and checks it exited with status 0.
+#[cfg(unix)]
 pub fn exits_cleanly(p: &mut PtySession) {
     p.exp_eof().expect("the chat ends");
     let status = p.process.wait().expect("exit status");

@@ -80,7 +80,14 @@ pub struct KvStorage {
     rot_scratch: Vec<f32>,
 }
 
+/// RAM plus the page file where the OS tells (Windows: the commit limit).
+#[cfg(windows)]
+pub(crate) fn physical_memory_bytes() -> Option<u64> {
+    crate::windows_memory::commit_limit_bytes()
+}
+
 /// RAM plus swap where the OS tells (Linux `/proc/meminfo`).
+#[cfg(not(windows))]
 pub(crate) fn physical_memory_bytes() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let field = |name: &str| -> Option<u64> {

@@ -6,9 +6,10 @@
 //! not read again is given back as soon as possible, so the resident set stays near the
 //! weights in use ([`WeightMemory`]); each step's time is kept in [`LoadStats::phases`].
 //!
-//! `--mlock` is the one `unsafe` here (`mlock(2)` / `mlockall(2)` take raw addresses).
+//! `--mlock` is the one `unsafe` here (`mlock(2)` / `mlockall(2)` take raw addresses; on
+//! Windows `VirtualLock`, after growing the working set it counts against).
 
-// `mlock(2)` / `mlockall(2)`: see the module doc.
+// `mlock(2)` / `mlockall(2)` / `VirtualLock`: see the module doc.
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -363,6 +364,7 @@ impl Phases {
 }
 
 /// Locks `bytes` in memory.
+#[cfg(unix)]
 fn mlock(bytes: &[u8], path: &Path) -> Result<(), CoreError> {
     if bytes.is_empty() {
         return Ok(());
@@ -380,7 +382,61 @@ fn mlock(bytes: &[u8], path: &Path) -> Result<(), CoreError> {
     Ok(())
 }
 
+/// Locks `bytes` in memory. Windows locks pages into the process's working set, and
+/// `VirtualLock` fails once the locked pages would pass its minimum: the minimum (and the
+/// maximum with it) is grown by the range's size first.
+#[cfg(windows)]
+fn mlock(bytes: &[u8], path: &Path) -> Result<(), CoreError> {
+    use windows_sys::Win32::System::Memory::VirtualLock;
+    use windows_sys::Win32::System::Threading::{
+        GetCurrentProcess, GetProcessWorkingSetSize, SetProcessWorkingSetSize,
+    };
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let failed = |what: &'static str| CoreError::Io {
+        path: path.to_owned(),
+        what,
+        source: std::io::Error::last_os_error(),
+    };
+    let (mut min, mut max) = (0usize, 0usize);
+    // SAFETY: the pseudo-handle of this process is always valid; both out-pointers are live
+    // locals.
+    if unsafe { GetProcessWorkingSetSize(GetCurrentProcess(), &mut min, &mut max) } == 0 {
+        return Err(failed("GetProcessWorkingSetSize"));
+    }
+    // A page on each side: the range need not start or end on a page boundary.
+    let grow = bytes.len().saturating_add(2 * 4096);
+    // SAFETY: as above; only sizes are passed.
+    let grown = unsafe {
+        SetProcessWorkingSetSize(
+            GetCurrentProcess(),
+            min.saturating_add(grow),
+            max.saturating_add(grow),
+        )
+    };
+    if grown == 0 {
+        return Err(failed("SetProcessWorkingSetSize (for --mlock)"));
+    }
+    // SAFETY: VirtualLock only changes the residency of the pages of the range; `bytes` is a
+    // live borrow of committed memory for the duration of the call and nothing is
+    // dereferenced.
+    if unsafe { VirtualLock(bytes.as_ptr().cast_mut().cast(), bytes.len()) } == 0 {
+        return Err(failed("VirtualLock"));
+    }
+    Ok(())
+}
+
+/// Neither Unix nor Windows: `--mlock` is refused, with the reason.
+#[cfg(not(any(unix, windows)))]
+fn mlock(_bytes: &[u8], _path: &Path) -> Result<(), CoreError> {
+    Err(CoreError::Unsupported(
+        "--mlock: this OS has neither mlock(2) nor VirtualLock".into(),
+    ))
+}
+
 /// Locks all current memory of the process (the repacked weights live on the heap).
+#[cfg(unix)]
 fn mlockall(path: &Path) -> Result<(), CoreError> {
     // SAFETY: mlockall takes only flags and touches no Rust-visible memory.
     let rc = unsafe { libc::mlockall(libc::MCL_CURRENT) };
@@ -392,6 +448,18 @@ fn mlockall(path: &Path) -> Result<(), CoreError> {
         });
     }
     Ok(())
+}
+
+/// Windows has no `mlockall`: with the file read into memory (`--no-mmap`) the weights are
+/// spread over the heap, where no one range names them, so `--mlock` is refused there. With
+/// the file mapped (the default) `--mlock` locks its ranges with `VirtualLock`.
+#[cfg(not(unix))]
+fn mlockall(_path: &Path) -> Result<(), CoreError> {
+    Err(CoreError::Unsupported(
+        "--mlock with --no-mmap locks the whole process (mlockall), which Windows does not \
+         have; leave the model mapped (drop --no-mmap) to lock its pages with VirtualLock"
+            .into(),
+    ))
 }
 
 impl Model {

@@ -8,9 +8,16 @@
 //! before it is installed: the message is formatted into a leaked byte buffer published
 //! through one atomic pointer, and the handler only loads that pointer, calls `write(2)` and
 //! `_exit(2)`.
+//!
+//! Windows refuses to truncate a mapped file, and one deleted or replaced keeps its bytes
+//! for the map, so the usual cause cannot happen there; a map can still lose its file (a network share or removable drive that goes away),
+//! which Windows reports as an `EXCEPTION_IN_PAGE_ERROR`. A vectored exception handler
+//! writes the same prepared line with `WriteFile` and ends the process with that exception's
+//! code, as an unhandled one would.
 
-// The handler and its installation are FFI by nature (`sigaction`, `write`, `_exit`); the
-// unsafe blocks are confined to this file and each states why it holds.
+// The handler and its installation are FFI by nature (`sigaction`, `write`, `_exit`; on
+// Windows `AddVectoredExceptionHandler`, `WriteFile`, `TerminateProcess`); the unsafe blocks
+// are confined to this file and each states why it holds.
 #![allow(unsafe_code)]
 
 use std::path::Path;
@@ -25,6 +32,7 @@ struct Message {
 static MESSAGE: AtomicPtr<Message> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The exit status after the message: the shell's convention for "killed by SIGBUS".
+#[cfg(unix)]
 const EXIT_STATUS: i32 = 128 + libc::SIGBUS;
 
 /// The text written when `path` is truncated or replaced while mapped.
@@ -38,7 +46,8 @@ pub fn sigbus_message(path: &Path) -> String {
 }
 
 /// Installs (once per process) a SIGBUS handler that writes `sigbus_message(path)` for `path`
-/// and exits with status 128 + SIGBUS. A later call only replaces the file named (the last
+/// and exits with status 128 + SIGBUS (on Windows: an in-page-error handler that exits with
+/// `EXCEPTION_IN_PAGE_ERROR`'s code). A later call only replaces the file named (the last
 /// mapped file is the one reported). Returns an error if the handler could not be installed;
 /// the process then keeps the default behaviour, which is safe, only silent.
 pub fn install_sigbus_message(path: &Path) -> std::io::Result<()> {
@@ -76,9 +85,77 @@ fn install_handler() -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
 }
 
-#[cfg(not(unix))]
+#[cfg(windows)]
+fn install_handler() -> std::io::Result<()> {
+    use windows_sys::Win32::System::Diagnostics::Debug::AddVectoredExceptionHandler;
+    static INSTALLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *INSTALLED.get_or_init(|| {
+        // SAFETY: the handler is an `extern "system"` function of the required signature
+        // that lives for the whole program; it only reads the exception record it is given
+        // and the published message, and calls WriteFile and TerminateProcess.
+        let handle = unsafe { AddVectoredExceptionHandler(1, Some(on_in_page_error)) };
+        !handle.is_null()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(
+            "AddVectoredExceptionHandler failed: the in-page-error message is not installed",
+        ))
+    }
+}
+
+/// Neither Unix nor Windows: no handler; a vanished map ends the process as the OS does.
+#[cfg(not(any(unix, windows)))]
 fn install_handler() -> std::io::Result<()> {
     Ok(())
+}
+
+#[cfg(windows)]
+unsafe extern "system" fn on_in_page_error(
+    info: *mut windows_sys::Win32::System::Diagnostics::Debug::EXCEPTION_POINTERS,
+) -> i32 {
+    use windows_sys::Win32::Foundation::EXCEPTION_IN_PAGE_ERROR;
+    use windows_sys::Win32::Storage::FileSystem::WriteFile;
+    use windows_sys::Win32::System::Console::{GetStdHandle, STD_ERROR_HANDLE};
+    use windows_sys::Win32::System::Diagnostics::Debug::EXCEPTION_CONTINUE_SEARCH;
+    use windows_sys::Win32::System::Threading::{GetCurrentProcess, TerminateProcess};
+    // SAFETY: Windows passes a valid EXCEPTION_POINTERS whose record is readable for the
+    // duration of the call; both pointers are checked for null first all the same.
+    let code = unsafe {
+        match info.as_ref().and_then(|i| i.ExceptionRecord.as_ref()) {
+            Some(record) => record.ExceptionCode,
+            None => return EXCEPTION_CONTINUE_SEARCH,
+        }
+    };
+    if code != EXCEPTION_IN_PAGE_ERROR {
+        // Every other exception goes on to the handlers after this one.
+        return EXCEPTION_CONTINUE_SEARCH;
+    }
+    let msg = MESSAGE.load(Ordering::Acquire);
+    if !msg.is_null() {
+        // SAFETY: a non-null pointer in MESSAGE came from `Box::into_raw` and is never freed,
+        // so it points to a live `Message` for the rest of the process.
+        let bytes: &[u8] = unsafe { &(*msg).bytes };
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        let mut written = 0u32;
+        // SAFETY: the buffer is valid for `len` bytes and `written` outlives the call; a
+        // failed write (no console, closed handle) is ignored: nothing better can be done.
+        let _ = unsafe {
+            WriteFile(
+                GetStdHandle(STD_ERROR_HANDLE),
+                bytes.as_ptr(),
+                len,
+                &mut written,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+    // SAFETY: ends this process; no destructor runs, which is what we want while memory the
+    // program was reading has vanished. The exit code is the exception's, as Windows reports
+    // a process ended by an unhandled exception.
+    unsafe { TerminateProcess(GetCurrentProcess(), code as u32) };
+    EXCEPTION_CONTINUE_SEARCH
 }
 
 #[cfg(unix)]

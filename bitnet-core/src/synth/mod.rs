@@ -622,10 +622,17 @@ pub fn write_model(
             return Err(e);
         }
     };
-    std::fs::rename(&part, out).map_err(|source| SynthError::Io {
-        path: out.to_owned(),
-        source,
-    })?;
+    // Dropped before the rename (Windows renames an open file only when it was opened to
+    // share deletion); a failed rename (on Windows: `out` open or mapped elsewhere) removes
+    // the part file, as a failed write does.
+    drop(file);
+    if let Err(source) = std::fs::rename(&part, out) {
+        let _ = std::fs::remove_file(&part);
+        return Err(SynthError::Io {
+            path: out.to_owned(),
+            source,
+        });
+    }
     report.path = out.to_owned();
     Ok(report)
 }

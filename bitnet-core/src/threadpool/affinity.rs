@@ -17,6 +17,9 @@
 use std::cell::RefCell;
 use std::thread::{self, ThreadId};
 
+#[cfg(windows)]
+mod windows;
+
 /// The CPUs this process may run on, ordered so that the first entries lie on distinct
 /// physical cores (one hyper-thread of each core, then the siblings). Falls back to the OS
 /// order when the topology cannot be read; empty when affinity is unsupported.
@@ -64,13 +67,20 @@ fn thread_cpus() -> Vec<core_affinity::CoreId> {
         .unwrap_or_else(|| core_affinity::get_core_ids().unwrap_or_default())
 }
 
-/// `(package, core)` of a logical CPU, from Linux sysfs.
+/// `(package, core)` of a logical CPU, from Linux sysfs (`(group, core)` on Windows, from
+/// `GetLogicalProcessorInformationEx`).
+#[cfg(not(windows))]
 fn physical_core_key(cpu: usize) -> Option<(u32, u32)> {
     let read = |file: &str| -> Option<u32> {
         let path = format!("/sys/devices/system/cpu/cpu{cpu}/topology/{file}");
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
     };
     Some((read("physical_package_id").unwrap_or(0), read("core_id")?))
+}
+
+#[cfg(windows)]
+fn physical_core_key(cpu: usize) -> Option<(u32, u32)> {
+    windows::physical_core_key(cpu)
 }
 
 thread_local! {
@@ -141,6 +151,8 @@ struct SavedAffinity {
     thread: ThreadId,
     #[cfg(target_os = "linux")]
     mask: libc::cpu_set_t,
+    #[cfg(windows)]
+    group: windows_sys::Win32::System::SystemInformation::GROUP_AFFINITY,
 }
 
 impl std::fmt::Debug for SavedAffinity {
@@ -168,7 +180,17 @@ impl SavedAffinity {
         })
     }
 
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    fn of_current_thread() -> Option<SavedAffinity> {
+        windows::thread_group_affinity().map(|group| SavedAffinity {
+            thread: thread::current().id(),
+            group,
+        })
+    }
+
+    /// Elsewhere (macOS, the BSDs) the mask cannot be read back, so a pinned caller stays
+    /// pinned (see `CallerPin::recorded`).
+    #[cfg(not(any(target_os = "linux", windows)))]
     fn of_current_thread() -> Option<SavedAffinity> {
         None
     }
@@ -185,7 +207,12 @@ impl SavedAffinity {
             .collect()
     }
 
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    fn cpus(&self) -> Vec<core_affinity::CoreId> {
+        windows::mask_cpus(&self.group)
+    }
+
+    #[cfg(not(any(target_os = "linux", windows)))]
     fn cpus(&self) -> Vec<core_affinity::CoreId> {
         core_affinity::get_core_ids().unwrap_or_default()
     }
@@ -204,7 +231,11 @@ impl SavedAffinity {
             };
             rc == 0
         }
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(windows)]
+        {
+            windows::set_thread_group_affinity(&self.group)
+        }
+        #[cfg(not(any(target_os = "linux", windows)))]
         {
             false
         }

@@ -212,7 +212,7 @@ pub(crate) fn b1_xnor_row(qbits: &[u32], qscales: &[f32], row: &[u8]) -> f32 {
         let kw = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
         let agree = 32 - 2 * (qw ^ kw).count_ones() as i32;
         let t = agree as f32 * f16_at(blk, 0);
-        acc = t.mul_add(qs, acc);
+        acc = crate::scalar::fma::mul_add(t, qs, acc);
     }
     acc
 }

@@ -41,7 +41,7 @@ pub fn attn_weighted_sum_q4_0(
                 };
                 for (j, o) in ob.iter_mut().enumerate() {
                     let sum: i32 = (0..n).map(|p| k[p] * i32::from(blocks[p].1[j])).sum();
-                    *o = step.mul_add(sum as f32, *o);
+                    *o = super::fma::mul_add(step, sum as f32, *o);
                 }
             }
         }

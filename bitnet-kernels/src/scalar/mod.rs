@@ -14,6 +14,7 @@ pub mod attn;
 pub mod attn_group;
 pub mod binary;
 pub mod float;
+pub(crate) mod fma;
 pub mod hadamard;
 pub mod kv;
 pub mod kv_b1_xnor;

@@ -72,7 +72,7 @@ pub fn matmul_q4_0_q8_0(
                     let isum: i32 = (4 * k..4 * k + 4)
                         .map(|j| q4_code(&wb[2..], j) * i32::from(qx[j] as i8))
                         .sum();
-                    *a = (isum as f32).mul_add(d, *a);
+                    *a = super::fma::mul_add(isum as f32, d, *a);
                 }
             }
             out[t * nr + i] = lane_total(&acc);

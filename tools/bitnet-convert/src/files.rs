@@ -92,6 +92,8 @@ fn open_nonblocking(path: &Path) -> std::io::Result<File> {
         use std::os::unix::fs::OpenOptionsExt;
         options.custom_flags(libc::O_NONBLOCK);
     }
+    // Windows has no FIFOs among files (its named pipes live under \\.\pipe\, which is
+    // not a regular file and is refused by the type check before this open).
     options.open(path)
 }
 
@@ -118,10 +120,14 @@ pub(crate) fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ConvertError
     Ok(bytes)
 }
 
-/// The identity of an existing file: device and inode on Unix, so that hard links and
-/// symlinks to one file compare equal; the canonical path elsewhere.
+/// The identity of an existing file: device and inode on Unix, volume serial number and file
+/// index on Windows, so that hard links and symlinks to one file compare equal; the
+/// canonical path elsewhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct FileId(#[cfg(unix)] (u64, u64), #[cfg(not(unix))] PathBuf);
+pub(crate) struct FileId(
+    #[cfg(any(unix, windows))] (u64, u64),
+    #[cfg(not(any(unix, windows)))] PathBuf,
+);
 
 impl FileId {
     /// The identity of the file `path` names (symlinks followed), `None` if there is none.
@@ -132,7 +138,15 @@ impl FileId {
             let m = std::fs::metadata(path).ok()?;
             Some(FileId((m.dev(), m.ino())))
         }
-        #[cfg(not(unix))]
+        // Read on an open handle (winapi-util's safe GetFileInformationByHandle): std keeps
+        // these two numbers behind an unstable feature.
+        #[cfg(windows)]
+        {
+            let file = File::open(path).ok()?;
+            let info = winapi_util::file::information(&file).ok()?;
+            Some(FileId((info.volume_serial_number(), info.file_index())))
+        }
+        #[cfg(not(any(unix, windows)))]
         {
             std::fs::canonicalize(path).ok().map(FileId)
         }

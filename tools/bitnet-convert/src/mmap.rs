@@ -9,7 +9,9 @@
 
 use std::path::Path;
 
-use memmap2::{Mmap, UncheckedAdvice};
+use memmap2::Mmap;
+#[cfg(unix)]
+use memmap2::UncheckedAdvice;
 
 use crate::error::ConvertError;
 
@@ -39,7 +41,18 @@ impl MappedFile {
     }
 
     /// Lets the kernel drop the resident pages of `start..end` (a tensor already
+    /// converted). Failure only costs memory, so it is ignored. Windows has no such advice
+    /// for a file map (its `DiscardVirtualMemory` is for private pages): there the pages stay
+    /// in the working set until Windows trims it, so RSS grows with the file read; it is
+    /// memory Windows reclaims under pressure, not memory the conversion needs.
+    #[cfg(not(unix))]
+    pub fn release(&self, start: usize, end: usize) {
+        let _ = (start, end);
+    }
+
+    /// Lets the kernel drop the resident pages of `start..end` (a tensor already
     /// converted). Failure only costs memory, so it is ignored.
+    #[cfg(unix)]
     pub fn release(&self, start: usize, end: usize) {
         let end = end.min(self.map.len());
         if start >= end {

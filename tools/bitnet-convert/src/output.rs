@@ -115,7 +115,14 @@ impl OutputFile {
         if let Some(f) = self.file.take() {
             f.sync_all().map_err(ConvertError::io(&self.temp))?;
         }
-        std::fs::rename(&self.temp, &self.target).map_err(ConvertError::io(&self.target))?;
+        // A failed rename (on Windows: the target open or mapped by another process, which
+        // Windows will not replace) must not leave the temporary behind: the file handle is
+        // already gone, so `Drop` would not remove it.
+        if let Err(e) = std::fs::rename(&self.temp, &self.target) {
+            let _ = std::fs::remove_file(&self.temp);
+            unregister(&self.temp);
+            return Err(ConvertError::io(&self.target)(e));
+        }
         unregister(&self.temp);
         Ok(())
     }
@@ -173,19 +180,26 @@ mod tests {
         let f = d.join("old.gguf");
         std::fs::write(&f, b"x").unwrap();
         assert_eq!(check_destination(&f).unwrap(), f);
+        // Symlinks need a privilege (or developer mode) on Windows.
+        #[cfg(unix)]
+        symlink_rules(&d, &f);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[cfg(unix)]
+    fn symlink_rules(d: &std::path::Path, f: &std::path::Path) {
         let link = d.join("link.gguf");
-        std::os::unix::fs::symlink(&f, &link).unwrap();
+        std::os::unix::fs::symlink(f, &link).unwrap();
         assert_eq!(
             check_destination(&link).unwrap(),
-            std::fs::canonicalize(&f).unwrap()
+            std::fs::canonicalize(f).unwrap()
         );
         let dangling = d.join("dangling.gguf");
         std::os::unix::fs::symlink(d.join("missing"), &dangling).unwrap();
         assert!(check_destination(&dangling).is_err());
         let to_dir = d.join("todir.gguf");
-        std::os::unix::fs::symlink(&d, &to_dir).unwrap();
+        std::os::unix::fs::symlink(d, &to_dir).unwrap();
         assert!(check_destination(&to_dir).is_err());
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

@@ -466,6 +466,7 @@ fn write_tokenizer(dir: &Path, vocab: serde_json::Value, added: serde_json::Valu
     std::fs::write(dir.join("tokenizer.json"), tj.to_string()).unwrap();
 }
 
+#[cfg(unix)]
 fn mkfifo(path: &Path) {
     let st = std::process::Command::new("mkfifo")
         .arg(path)
@@ -476,6 +477,7 @@ fn mkfifo(path: &Path) {
 
 /// Runs `f` on another thread and fails the test if it does not finish in time: the bugs
 /// guarded against here are a read that never ends (FIFO, /dev/zero).
+#[cfg(unix)]
 fn within<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -533,15 +535,22 @@ fn output_may_not_replace_any_input_file() {
     }
     // Through a symlink, a hard link and a path with a symlinked directory in it.
     let out_dir = tmp_dir("dest-links");
-    let link = out_dir.join("out.gguf");
-    std::os::unix::fs::symlink(dir.join("tokenizer.json"), &link).unwrap();
-    refuse(&link);
+    // Symlinks need a privilege (or developer mode) on Windows; hard links do not.
+    #[cfg(unix)]
+    {
+        let link = out_dir.join("out.gguf");
+        std::os::unix::fs::symlink(dir.join("tokenizer.json"), &link).unwrap();
+        refuse(&link);
+    }
     let hard = out_dir.join("hard.gguf");
     std::fs::hard_link(dir.join("config.json"), &hard).unwrap();
     refuse(&hard);
-    let via = out_dir.join("ck");
-    std::os::unix::fs::symlink(&dir, &via).unwrap();
-    refuse(&via.join("tokenizer_config.json"));
+    #[cfg(unix)]
+    {
+        let via = out_dir.join("ck");
+        std::os::unix::fs::symlink(&dir, &via).unwrap();
+        refuse(&via.join("tokenizer_config.json"));
+    }
     for (n, b) in names.iter().zip(&before) {
         assert_eq!(&std::fs::read(dir.join(n)).unwrap(), b, "{n} was modified");
     }
@@ -549,6 +558,8 @@ fn output_may_not_replace_any_input_file() {
     bitnet_convert::convert(&dir, &dir.join("model.gguf"), &opts, &mut |_| {}).unwrap();
 }
 
+// /dev/zero and FIFOs: Unix only (Windows has neither among its files).
+#[cfg(unix)]
 #[test]
 fn json_inputs_must_be_regular_files() {
     // config.json as /dev/zero (length 0, endless) and as a FIFO (open blocks).
@@ -578,6 +589,7 @@ fn json_inputs_must_be_regular_files() {
     });
 }
 
+#[cfg(unix)]
 #[test]
 fn shards_and_tokenizer_must_be_regular_files() {
     let dir = checkpoint(&mini_tensors(), &mini_config());

@@ -289,11 +289,13 @@ fn default_threads() -> usize {
 }
 
 /// Resets the kernel's peak-RSS mark for this process (Linux: `echo 5 > /proc/self/clear_refs`),
-/// so each model's peak is its own. Best effort elsewhere.
+/// so each model's peak is its own. Best effort elsewhere: Windows cannot reset its peak
+/// working set, so there a later model's peak is at least an earlier one's.
 fn reset_peak_rss() {
     let _ = fs::write("/proc/self/clear_refs", "5");
 }
 
+/// The CPU's name from `/proc/cpuinfo`; elsewhere (macOS, Windows) the architecture.
 fn cpu_name() -> String {
     fs::read_to_string("/proc/cpuinfo")
         .ok()

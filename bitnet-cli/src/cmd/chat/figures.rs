@@ -72,6 +72,7 @@ pub(super) fn stderr_width() -> Option<usize> {
     let cols = rustix::termios::tcgetwinsize(std::io::stderr())
         .ok()
         .map(|w| w.ws_col);
+    // The console's width (crossterm reads the screen buffer Windows keeps for it).
     #[cfg(not(unix))]
     let cols = crossterm::terminal::size().ok().map(|(c, _)| c);
     cols.filter(|&c| c > 0).map(usize::from)

@@ -41,18 +41,25 @@ pub enum Input {
     Whole(Option<String>),
 }
 
+/// The terminal itself, whatever standard output is.
+#[cfg(windows)]
+const OWN_TERMINAL: &str = "CONOUT$";
+#[cfg(not(windows))]
+const OWN_TERMINAL: &str = "/dev/tty";
+
 impl Input {
     /// A line editor, with the history file loaded if there is one. With standard output
     /// not a terminal (`bitnet chat | tee log`) the editor draws on the terminal itself
-    /// (`/dev/tty`), so its prompt and control sequences stay out of the output; without a
-    /// terminal to open, plain lines are read instead.
+    /// (`/dev/tty`; on Windows the console, `CONOUT$`, which rustyline opens the same way),
+    /// so its prompt and control sequences stay out of the output; without a terminal to
+    /// open, plain lines are read instead.
     pub fn terminal(history: Option<PathBuf>) -> Result<Input> {
         let own_terminal = !io::stdout().is_terminal();
         if own_terminal
             && std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
-                .open("/dev/tty")
+                .open(OWN_TERMINAL)
                 .is_err()
         {
             // rustyline would fall back to standard output and draw there.

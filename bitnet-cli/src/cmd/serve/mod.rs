@@ -152,7 +152,23 @@ async fn shutdown_signal() {
             Err(_) => std::future::pending::<()>().await,
         }
     };
-    #[cfg(not(unix))]
+    // Windows has no SIGTERM: Ctrl-Break, closing the console window and a system shutdown
+    // are its other ways to ask a console program to stop (Ctrl-C is `ctrl_c` above).
+    #[cfg(windows)]
+    let term = async {
+        use tokio::signal::windows::{ctrl_break, ctrl_close, ctrl_shutdown};
+        match (ctrl_break(), ctrl_close(), ctrl_shutdown()) {
+            (Ok(mut brk), Ok(mut close), Ok(mut shutdown)) => {
+                tokio::select! {
+                    _ = brk.recv() => {},
+                    _ = close.recv() => {},
+                    _ = shutdown.recv() => {},
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(any(unix, windows)))]
     let term = std::future::pending::<()>();
     tokio::select! {
         () = ctrl_c => {},

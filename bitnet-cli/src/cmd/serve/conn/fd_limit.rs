@@ -5,6 +5,7 @@
 
 /// Descriptors kept for the server itself: the model file, the runtime's epoll and wakers,
 /// standard streams, the chat-template workers' pipes, a refused connection on its way out.
+#[cfg(unix)]
 const RESERVED: u64 = 32;
 
 /// Raises the soft limit to the hard one where it can, and returns the most connections it
@@ -33,6 +34,9 @@ pub fn connection_room() -> Option<usize> {
     Some(usize::try_from(soft.saturating_sub(RESERVED).max(1)).unwrap_or(usize::MAX))
 }
 
+/// Windows has no per-process limit on open sockets to raise (they are handles, bounded
+/// by memory, about 16 million a process): no limit is known, so only `--max-connections`
+/// caps the connections.
 #[cfg(not(unix))]
 pub fn connection_room() -> Option<usize> {
     None
