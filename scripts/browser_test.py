@@ -445,6 +445,23 @@ def wait_reply(sess, before, timeout=WAIT_S):
     return reply
 
 
+def record_requests(sess):
+    """From now on, keeps the body of every chat completion request the page sends."""
+    sess.js("""window.__bodies = [];
+        window.__fetch = window.fetch;
+        window.fetch = (path, o) => {
+          if (String(path).includes('chat/completions')) window.__bodies.push(o.body);
+          return window.__fetch(path, o);
+        };""")
+
+
+def recorded_requests(sess):
+    """The bodies kept since record_requests, parsed; the page's fetch is put back."""
+    bodies = [json.loads(b) for b in sess.js("return window.__bodies")]
+    sess.js("window.fetch = window.__fetch")
+    return bodies
+
+
 def set_input(sess, css, value):
     el = sess.find(css)
     # A collapsed settings panel hides its inputs: set them as a script would, with the
@@ -881,17 +898,11 @@ class Run:
                           f"{budget}")
         sess.click(sess.find("button#new-conv"))
         sess.wait(EMPTY_CONV_JS, "an empty new conversation", WAIT_S)
-        sess.js("""window.__bodies = [];
-            window.__fetch = window.fetch;
-            window.fetch = (path, o) => {
-              if (String(path).includes('chat/completions')) window.__bodies.push(o.body);
-              return window.__fetch(path, o);
-            };""")
+        record_requests(sess)
         turns = ["Who art thou?", "Speak of love.", "Farewell, good friend."]
         for text in turns:
             wait_reply(sess, send(sess, text))
-        bodies = [json.loads(b) for b in sess.js("return window.__bodies")]
-        sess.js("window.fetch = window.__fetch")
+        bodies = recorded_requests(sess)
         if len(bodies) != 3 or any("max_tokens" in b for b in bodies):
             raise Failure(f"the page sent {bodies}: three requests without max_tokens expected")
         if [len(b["messages"]) for b in bodies] != [1, 3, 5]:
@@ -918,18 +929,12 @@ class Run:
         set_input(sess, "#max-tokens", "80")
         sess.click(sess.find("button#new-conv"))
         sess.wait(EMPTY_CONV_JS, "an empty new conversation", WAIT_S)
-        sess.js("""window.__bodies = [];
-            window.__fetch = window.fetch;
-            window.fetch = (path, o) => {
-              if (String(path).includes('chat/completions')) window.__bodies.push(o.body);
-              return window.__fetch(path, o);
-            };""")
+        record_requests(sess)
         turns = ["Who art thou?", "Speak of love.", "What of the king?", "Tell me of war.",
                  "Farewell, good friend."]
         for text in turns:
             wait_reply(sess, send(sess, text))
-        bodies = [json.loads(b) for b in sess.js("return window.__bodies")]
-        sess.js("window.fetch = window.__fetch")
+        bodies = recorded_requests(sess)
         set_input(sess, "#max-tokens", "")
         roles = [m[0] for m in messages(sess)]
         if roles != ["user", "assistant"] * 5:

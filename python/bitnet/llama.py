@@ -104,6 +104,16 @@ def _chat_logprobs(entries: List[Tuple[str, bytes, float, list]]) -> Dict[str, A
     }
 
 
+def _collect(token_stream: TokenStream) -> Tuple[str, list]:
+    """A whole answer: its text, and its tokens' log probabilities (if it asked for them)."""
+    pieces = []
+    entries: list = []
+    for piece in token_stream:
+        pieces.append(piece)
+        entries.extend(token_stream.take_logprobs())
+    return "".join(pieces), entries
+
+
 def _refuse(name: str, value: Any) -> None:
     """Options llama-cpp-python has and this package does not (yet): refused out loud, so
     code relying on them fails instead of silently doing something else."""
@@ -424,12 +434,7 @@ class Llama:
         prefix = prompt if isinstance(prompt, str) else self.detokenize(tokens).decode("utf-8", "replace")
         if stream:
             return self._completion_chunks(token_stream, id, created, name, prefix if echo else "", top is not None)
-        pieces = []
-        entries: list = []
-        for piece in token_stream:
-            pieces.append(piece)
-            entries.extend(token_stream.take_logprobs())
-        text = "".join(pieces)
+        text, entries = _collect(token_stream)
         if echo:
             text = prefix + text
         use = _responses.usage(token_stream.prompt_tokens or len(tokens), token_stream.completion_tokens or 0)
@@ -538,12 +543,7 @@ class Llama:
         name = model or self.model_path
         if stream:
             return self._chat_chunks(token_stream, id, created, name, top is not None, read_calls)
-        pieces = []
-        entries: list = []
-        for piece in token_stream:
-            pieces.append(piece)
-            entries.extend(token_stream.take_logprobs())
-        text = "".join(pieces)
+        text, entries = _collect(token_stream)
         use = _responses.usage(token_stream.prompt_tokens or len(tokens), token_stream.completion_tokens or 0)
         lp = _chat_logprobs(entries) if top is not None else None
         reason = _finish_reason(token_stream)
@@ -591,13 +591,9 @@ class Llama:
     def _chat_tool_chunks(
         self, token_stream: TokenStream, id: str, created: int, name: str, with_logprobs: bool
     ) -> Iterator[CreateChatCompletionStreamResponse]:
-        pieces = []
-        entries: list = []
-        for piece in token_stream:
-            pieces.append(piece)
-            entries.extend(token_stream.take_logprobs())
+        text, entries = _collect(token_stream)
         reason = _finish_reason(token_stream)
-        content, calls = self._split_calls("".join(pieces))
+        content, calls = self._split_calls(text)
         if not calls:
             if content:
                 lp = _chat_logprobs(entries) if with_logprobs else None

@@ -35,6 +35,6 @@ pub use session::{ChatSession, ReplyIo, ReplySettings, SessionError, TurnStats, 
 pub use template::ChatTemplate;
 pub use template_limits::MAX_TEMPLATE_BYTES;
 pub use tools::{
-    ParsedReply, Tool, ToolCall, ToolChoice, ToolError, ToolFormat, parse_tool_calls,
-    tool_call_constraint,
+    MAX_TOOLS, ParsedReply, Tool, ToolCall, ToolChoice, ToolError, ToolFormat, ToolRequest,
+    ToolRequestError, parse_tool_calls, tool_call_constraint,
 };

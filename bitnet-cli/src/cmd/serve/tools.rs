@@ -3,77 +3,26 @@
 //! generic JSON answer), and the answer's calls in OpenAI's shape, whole
 //! (`message.tool_calls`) or streamed (`delta.tool_calls` fragments).
 
-use bitnet_core::chat::{Tool, ToolCall, ToolChoice, ToolFormat, tool_call_constraint};
+use bitnet_core::chat::{
+    ToolCall, ToolFormat, ToolRequest, ToolRequestError, tool_call_constraint,
+};
 use bitnet_core::constrain::ConstraintSpec;
 use bitnet_core::tokenizer::Tokenizer;
 use serde_json::{Map, Value, json};
 
 use super::error::{ApiError, ApiResult};
 
-/// Most tools one request may offer.
-const MAX_TOOLS: usize = 128;
-
-/// The tools of a request and how its answer is read.
-#[derive(Debug, Default)]
-pub struct ToolRequest {
-    pub tools: Vec<Tool>,
-    pub choice: ToolChoice,
-    pub parallel: bool,
-}
-
-impl ToolRequest {
-    /// Whether the answer may hold calls (and is read for them).
-    pub fn active(&self) -> bool {
-        !self.tools.is_empty() && self.choice != ToolChoice::None
-    }
-}
-
-/// Reads `tools`, `tool_choice`, `parallel_tool_calls`.
+/// Reads `tools`, `tool_choice`, `parallel_tool_calls` (see [`ToolRequest::from_fields`]);
+/// a fault is a 400 naming the field.
 pub fn tool_request(obj: &Map<String, Value>) -> ApiResult<ToolRequest> {
-    let field = |name: &str| obj.get(name).filter(|v| !v.is_null());
-    let tools: Vec<Tool> = match field("tools") {
-        None => Vec::new(),
-        Some(Value::Array(list)) => list
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                serde_json::from_value::<Tool>(t.clone()).map_err(|e| {
-                    ApiError::invalid(
-                        format!(
-                            "'tools[{i}]' must be {{\"type\": \"function\", \"function\": {{\"name\", \"description\", \"parameters\"}}}}: {e}"
-                        ),
-                        Some("tools"),
-                    )
-                })
-            })
-            .collect::<ApiResult<_>>()?,
-        Some(_) => return Err(ApiError::bad_field("tools", "a list of tools")),
-    };
-    if tools.len() > MAX_TOOLS {
-        return Err(ApiError::bad_field(
-            "tools",
-            &format!("a list of at most {MAX_TOOLS} tools"),
-        ));
-    }
-    let choice = match field("tool_choice") {
-        None => ToolChoice::Auto,
-        Some(v) => ToolChoice::from_openai(v)
-            .map_err(|e| ApiError::invalid(e.to_string(), Some("tool_choice")))?,
-    };
-    if field("tool_choice").is_some() && !matches!(choice, ToolChoice::Auto | ToolChoice::None) {
-        choice
-            .check(&tools)
-            .map_err(|e| ApiError::invalid(e.to_string(), Some("tool_choice")))?;
-    }
-    let parallel = match field("parallel_tool_calls") {
-        None => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(ApiError::bad_field("parallel_tool_calls", "true or false")),
-    };
-    Ok(ToolRequest {
-        tools,
-        choice,
-        parallel,
+    ToolRequest::from_fields(
+        obj.get("tools"),
+        obj.get("tool_choice"),
+        obj.get("parallel_tool_calls"),
+    )
+    .map_err(|e| match e {
+        ToolRequestError::BadField { field, expected } => ApiError::bad_field(field, &expected),
+        ToolRequestError::Invalid { field, message } => ApiError::invalid(message, Some(field)),
     })
 }
 

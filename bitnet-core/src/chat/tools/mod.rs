@@ -13,6 +13,7 @@
 mod grammar;
 mod parse;
 pub(super) mod render;
+mod request;
 mod wire;
 
 #[cfg(test)]
@@ -23,6 +24,7 @@ use thiserror::Error;
 
 pub use grammar::tool_call_constraint;
 pub use parse::{ParsedReply, parse_tool_calls};
+pub use request::{MAX_TOOLS, ToolRequest, ToolRequestError};
 pub(super) use wire::{content_text as wire_content, tool_calls_or_null as wire_tool_calls};
 
 /// A function the model may call (OpenAI's `{"type": "function", "function": {...}}`;
