@@ -445,6 +445,17 @@ def wait_reply(sess, before, timeout=WAIT_S):
     return reply
 
 
+def check_turns(sess, n):
+    """The page shows `n` turns (a message and its reply each), none of them failed."""
+    roles = [m[0] for m in messages(sess)]
+    if roles != ["user", "assistant"] * n:
+        raise Failure(f"after {n} turns the page shows {messages(sess)}")
+    errors = sess.js("return [...document.querySelectorAll('#messages .msg-error')]"
+                     ".map(e => e.textContent)")
+    if errors:
+        raise Failure(f"a reply failed: {errors}")
+
+
 def record_requests(sess):
     """From now on, keeps the body of every chat completion request the page sends."""
     sess.js("""window.__bodies = [];
@@ -908,13 +919,7 @@ class Run:
         if [len(b["messages"]) for b in bodies] != [1, 3, 5]:
             raise Failure(f"the requests carried {[len(b['messages']) for b in bodies]} "
                           f"messages, not the whole history (1, 3, 5)")
-        roles = [m[0] for m in messages(sess)]
-        if roles != ["user", "assistant"] * 3:
-            raise Failure(f"after three turns the page shows {messages(sess)}")
-        errors = sess.js("return [...document.querySelectorAll('#messages .msg-error')]"
-                         ".map(e => e.textContent)")
-        if errors:
-            raise Failure(f"a reply failed: {errors}")
+        check_turns(sess, 3)
         stats = sess.js(LAST_STATS_JS)
         reply = re.search(r"\+ (\d+) reply", stats)
         if not reply or int(reply.group(1)) > budget:
@@ -936,13 +941,7 @@ class Run:
             wait_reply(sess, send(sess, text))
         bodies = recorded_requests(sess)
         set_input(sess, "#max-tokens", "")
-        roles = [m[0] for m in messages(sess)]
-        if roles != ["user", "assistant"] * 5:
-            raise Failure(f"after five turns the page shows {messages(sess)}")
-        errors = sess.js("return [...document.querySelectorAll('#messages .msg-error')]"
-                         ".map(e => e.textContent)")
-        if errors:
-            raise Failure(f"a reply failed: {errors}")
+        check_turns(sess, 5)
         sent = [[m["content"] for m in b["messages"] if m["role"] == "user"] for b in bodies]
         if [s[-1] for s in sent] != turns:
             raise Failure(f"the requests asked {[s[-1] for s in sent]}, not {turns}")

@@ -17,14 +17,4 @@ missing=()
 command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 [ -d /usr/aarch64-linux-gnu/lib ] || missing+=(libc6-dev-arm64-cross)
 command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
-if [ ${#missing[@]} -gt 0 ]; then
-  if ! command -v apt-get >/dev/null; then
-    echo "error: the ARM pass needs ${missing[*]} (or your distribution's equivalents)" >&2
-    exit 1
-  fi
-  sudo=()
-  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-  echo "== installing ${missing[*]}"
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+"$(dirname "$0")/apt-install.sh" ARM ${missing[@]+"${missing[@]}"}

@@ -15,14 +15,4 @@ done
 missing=()
 command -v x86_64-w64-mingw32-gcc >/dev/null || missing+=(mingw-w64)
 [ -x /usr/lib/wine/wine64 ] || command -v wine64 >/dev/null || missing+=(wine64)
-if [ ${#missing[@]} -gt 0 ]; then
-  if ! command -v apt-get >/dev/null; then
-    echo "error: the Windows pass needs ${missing[*]} (or your distribution's equivalents)" >&2
-    exit 1
-  fi
-  sudo=()
-  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-  echo "== installing ${missing[*]}"
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+"$(dirname "$0")/apt-install.sh" Windows ${missing[@]+"${missing[@]}"}
