@@ -238,6 +238,34 @@ fn bad_templates_and_files_are_clear_errors() {
         stderr_of(&out)
     );
 
+    // Damaged rows beside a good conversation: the conversation loads, its KV is not used,
+    // and the next turn reads it afresh. `--no-kv` removes rows an earlier save left.
+    let good = dir.join("good.json");
+    let out = chat(
+        &["-n", "4", "-v"],
+        &format!("Hello\n/save {}\n", good.display()),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let rows = dir.join("good.json.kv");
+    let mut bytes = std::fs::read(&rows).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&rows, &bytes).unwrap();
+    let out = chat(
+        &["-n", "4", "-v"],
+        &format!("/load {}\nAgain\n", good.display()),
+    );
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("its KV was not used") && stderr_of(&out).contains("corrupt"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert_eq!(figures(&out)[0].1, 0, "read afresh: {}", stderr_of(&out));
+    let out = chat(&[], &format!("/save {} --no-kv\n", good.display()));
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(!rows.exists(), "stale rows removed");
+
     let roles = dir.join("roles.json");
     std::fs::write(&roles, r#"[{"role": "wizard", "content": "hi"}]"#).unwrap();
     let out = chat(&[], &format!("/load {}\n", roles.display()));
@@ -363,6 +391,27 @@ fn bitnet_template_turns_hold_the_whole_conversations_tokens() {
             "each turn keeps what the last one left: {f:?}"
         );
     }
+    // Loaded with the KV saved beside it: the third turn starts where the running chat's
+    // did, reads the same new tokens, and answers the same.
+    let rows = dir.join("conv.json.kv");
+    assert!(rows.is_file(), "/save wrote the KV beside the conversation");
+    let restored = chat(&args, &format!("/load {}\nAnd then?\n", saved.display()));
+    assert!(restored.status.success(), "{}", stderr_of(&restored));
+    let r = figures(&restored);
+    assert_eq!(r, vec![f[2]], "{}", stderr_of(&restored));
+    assert!(
+        stderr_of(&restored).contains(&format!("KV of {} tokens kept", f[2].1)),
+        "{}",
+        stderr_of(&restored)
+    );
+    let last_reply = stdout_of(&restored);
+    assert!(
+        !last_reply.trim().is_empty() && stdout_of(&turns).ends_with(&last_reply),
+        "the same reply: {last_reply:?} vs {:?}",
+        stdout_of(&turns)
+    );
+    // Without it, the conversation is read afresh.
+    std::fs::remove_file(&rows).unwrap();
     let fresh = chat(&args, &format!("/load {}\nAnd then?\n", saved.display()));
     assert!(fresh.status.success(), "{}", stderr_of(&fresh));
     let g = figures(&fresh);

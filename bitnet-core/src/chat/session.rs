@@ -22,7 +22,7 @@ use super::conversation::{continuation, tokenize_prompt};
 use super::{ChatError, Conversation, Message};
 use crate::engine::Engine;
 use crate::error::CoreError;
-use crate::kv::{KvError, SeqId};
+use crate::kv::{KvError, KvSnapshot, SeqId};
 use crate::model::Model;
 use crate::sampling::SamplerConfig;
 use crate::scheduler::{
@@ -399,6 +399,37 @@ impl ChatSession {
             .map_err(SessionError::LoadedConversation)?;
         self.conv = trial;
         self.cut_cache_to_conversation()
+    }
+
+    /// The conversation's KV rows, to save beside it (`None`: nothing was read yet).
+    /// Refused once a context shift or eviction removed positions: the rows then no longer
+    /// follow the conversation's text.
+    pub fn export_kv(&self) -> Result<Option<KvSnapshot>> {
+        let Some(seq) = self.seq else { return Ok(None) };
+        Ok(Some(self.sched.engine().kv().export(seq, usize::MAX)?))
+    }
+
+    /// Replaces the conversation (`/load`) and starts from rows saved with it: the
+    /// positions of `kv` the conversation still starts with are kept, so the next reply
+    /// reads only what follows them. Returns the positions kept. Refused rows (another
+    /// layout, too long for the context, no room) leave the conversation loaded and
+    /// nothing cached; the error says why.
+    pub fn load_messages_with_kv(
+        &mut self,
+        messages: Vec<Message>,
+        kv: &KvSnapshot,
+    ) -> Result<usize> {
+        self.load_messages(messages)?;
+        self.drop_sequence()?;
+        let seq = self.sched.engine_mut().kv_mut().import(kv)?;
+        self.seq = Some(seq);
+        if self.shifting() {
+            self.logical = kv.tokens().to_vec();
+            self.front = 0;
+            self.exact_tail = None;
+        }
+        self.cut_cache_to_conversation()?;
+        Ok(self.held().len())
     }
 
     fn drop_sequence(&mut self) -> Result<()> {

@@ -66,6 +66,19 @@ pub enum KvError {
     /// Reusing or sharing a prefix starts from an empty sequence.
     #[error("{action} needs an empty sequence, {seq} holds tokens")]
     NotEmpty { action: &'static str, seq: SeqId },
+    /// A snapshot of a sequence whose rows no longer follow its tokens' text.
+    #[error(
+        "sequence {seq} lost {removed} positions to a context shift or eviction: its rows \
+         are not a prefix of its text, so they are not saved"
+    )]
+    Shifted { seq: SeqId, removed: usize },
+    /// A snapshot made by a cache with other formats, rotation or shape.
+    #[error("the saved KV rows are {snapshot}; this cache stores {cache}")]
+    OtherLayout { snapshot: String, cache: String },
+    #[error(
+        "the saved KV holds {n} positions, more than a sequence may hold here ({max}): raise -c"
+    )]
+    SnapshotTooLong { n: usize, max: usize },
     /// A row asked for that the cache does not hold.
     #[error(
         "no K/V row at layer {layer}, position {pos} (the cache has {n_layer} layers, the \

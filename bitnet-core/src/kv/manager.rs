@@ -21,6 +21,7 @@ use super::sequence::{SeqId, Sequence};
 pub use super::stats::{KvStats, PoolStats};
 use super::storage::KvStorage;
 
+mod snapshot;
 mod write;
 
 #[derive(Debug, Default)]
@@ -410,6 +411,18 @@ impl KvManager {
     /// blocks by exact match, then the best partial match), leaving at least the last
     /// prompt token to evaluate. Returns how many prompt tokens the sequence now holds.
     pub fn reuse_prefix(&mut self, id: SeqId, prompt: &[u32]) -> Result<usize, KvError> {
+        // The last token is always evaluated: its logits start the generation.
+        self.attach_cached(id, prompt, prompt.len().saturating_sub(1))
+    }
+
+    /// Attaches to the empty sequence `id` the longest cached prefix of `tokens[..usable]`;
+    /// returns its length.
+    fn attach_cached(
+        &mut self,
+        id: SeqId,
+        tokens: &[u32],
+        usable: usize,
+    ) -> Result<usize, KvError> {
         let bt = self.block_tokens();
         if !self.sequence(id)?.is_empty() {
             return Err(KvError::NotEmpty {
@@ -417,8 +430,7 @@ impl KvManager {
                 seq: id,
             });
         }
-        // The last token is always evaluated: its logits start the generation.
-        let usable = prompt.len().saturating_sub(1);
+        let prompt = tokens;
         let (mut blocks, mut nodes) = (Vec::new(), Vec::new());
         let mut parent = ROOT_NODE;
         let mut n = 0;

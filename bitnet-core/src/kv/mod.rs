@@ -7,6 +7,8 @@
 //! - `manager`: the one owner of all three and of the sequences' block tables
 //!   (`sequence`); it answers admission questions (blocks needed, blocks available, a
 //!   cached prefix to reuse) so the scheduler never does block arithmetic.
+//! - `snapshot` and `snapshot_file`: a sequence's rows taken out (and put back), and
+//!   their file (a server's persistent prefix cache, a chat saved with its KV);
 //! - `stats`: the pool's occupancy and what live sequences hold, as the manager reports
 //!   them (and the "cache is full" error carries).
 
@@ -15,6 +17,8 @@ mod error;
 pub mod format;
 pub mod manager;
 mod sequence;
+mod snapshot;
+pub mod snapshot_file;
 mod stats;
 pub mod storage;
 
@@ -22,5 +26,6 @@ pub use error::KvError;
 pub use format::{FORMATS, KvFormat, KvRotate, KvType};
 pub use manager::KvManager;
 pub use sequence::{SeqId, Sequence};
+pub use snapshot::{KvLayout, KvSnapshot};
 pub use stats::{KvStats, PoolStats};
 pub use storage::KvStorage;

@@ -361,6 +361,44 @@ impl KvStorage {
         }
     }
 
+    /// Head `head`'s first `n_rows` K (`is_k`) or V rows of block `b` in `layer`, as stored
+    /// (a snapshot takes them without decoding).
+    pub(crate) fn stored_rows(
+        &self,
+        is_k: bool,
+        layer: usize,
+        head: usize,
+        b: u32,
+        n_rows: usize,
+    ) -> &[u8] {
+        let side = if is_k { &self.k } else { &self.v };
+        let start = side.at(self.n_blocks, layer, head, b);
+        &side.data[start..start + n_rows * side.head_bytes]
+    }
+
+    /// Puts rows taken with [`KvStorage::stored_rows`] (`bytes`, whole rows) at the start of
+    /// head `head`'s part of block `b` in `layer` (the caller makes sure the block is
+    /// writable).
+    pub(crate) fn put_stored_rows(
+        &mut self,
+        is_k: bool,
+        layer: usize,
+        head: usize,
+        b: u32,
+        bytes: &[u8],
+    ) {
+        let n_blocks = self.n_blocks;
+        let bt = self.block_tokens;
+        let side = if is_k { &mut self.k } else { &mut self.v };
+        // A real check: past the block, the rows would land in the next block of this head.
+        assert!(
+            bytes.len().is_multiple_of(side.head_bytes) && bytes.len() <= bt * side.head_bytes,
+            "rows past the block"
+        );
+        let start = side.at(n_blocks, layer, head, b);
+        side.data[start..start + bytes.len()].copy_from_slice(bytes);
+    }
+
     /// Copies the first `n_rows` rows of block `src` to block `dst`, every layer and head, K
     /// and V (a block copied before its first write, see `KvManager::make_writable`).
     pub(crate) fn copy_rows(&mut self, src: u32, dst: u32, n_rows: usize) {

@@ -41,6 +41,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::CoreError;
+use crate::kv::KvSnapshot;
 use crate::scheduler::Scheduler;
 
 use protocol::Command;
@@ -117,6 +118,38 @@ impl Handle {
             handle: self.clone(),
             answers_left: answers,
         }
+    }
+
+    /// Takes, between steps, the rows of the longest prefix of `tokens` the prefix cache
+    /// holds (`None`: none) and hands them to `done` on the engine thread (keep `done`
+    /// short: send the result on). A server saves a prompt's KV with it.
+    pub fn export_cached(
+        &self,
+        tokens: Vec<u32>,
+        done: impl FnOnce(Result<Option<KvSnapshot>, CoreError>) + Send + 'static,
+    ) -> Result<(), Stopped> {
+        self.commands
+            .send(Command::ExportKv {
+                tokens,
+                done: Box::new(done),
+            })
+            .map_err(|_| Stopped)
+    }
+
+    /// Puts saved rows into the prefix cache between steps (see
+    /// [`Scheduler::import_cached`]); `done` hears how many positions went back, or why
+    /// none did.
+    pub fn import_cached(
+        &self,
+        snapshot: KvSnapshot,
+        done: impl FnOnce(Result<usize, CoreError>) + Send + 'static,
+    ) -> Result<(), Stopped> {
+        self.commands
+            .send(Command::ImportKv {
+                snapshot: Box::new(snapshot),
+                done: Box::new(done),
+            })
+            .map_err(|_| Stopped)
     }
 
     /// Stops request `id` at the next step (a waiting one never starts); each of its

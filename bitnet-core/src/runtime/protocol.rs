@@ -8,6 +8,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::error::CoreError;
+use crate::kv::KvSnapshot;
 use crate::scheduler::{EmbedParams, GenParams, GenStats, Scheduler, TokenLogprobs};
 
 /// One request: `n` answers to one prompt.
@@ -193,6 +194,17 @@ pub(super) enum Command {
         reply: Box<dyn ReplySink>,
     },
     Cancel(RequestId),
+    /// Take the rows of the longest cached prefix of `tokens` (see
+    /// [`Scheduler::export_cached`]).
+    ExportKv {
+        tokens: Vec<u32>,
+        done: Box<dyn FnOnce(Result<Option<KvSnapshot>, CoreError>) + Send>,
+    },
+    /// Put saved rows into the prefix cache (see [`Scheduler::import_cached`]).
+    ImportKv {
+        snapshot: Box<KvSnapshot>,
+        done: Box<dyn FnOnce(Result<usize, CoreError>) + Send>,
+    },
     /// End every request now (a server's shutdown deadline).
     CancelAll,
     /// Cancel what is left and end the thread.

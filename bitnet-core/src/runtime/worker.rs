@@ -155,6 +155,10 @@ fn handle(
             }
             return matches!(cmd, Command::Exit);
         }
+        Command::ExportKv { tokens, done } => {
+            done(sched.export_cached(&tokens).map_err(Into::into));
+        }
+        Command::ImportKv { snapshot, done } => done(sched.import_cached(&snapshot)),
         Command::Cancel(id) => {
             for (&seq, l) in live.iter() {
                 if l.request == id {

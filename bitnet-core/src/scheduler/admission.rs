@@ -63,7 +63,7 @@ impl Queues<'_> {
     }
 
     /// Blocks a new request may take.
-    fn room(&self) -> usize {
+    pub(crate) fn room(&self) -> usize {
         self.engine
             .available_blocks()
             .saturating_sub(self.outstanding_blocks())

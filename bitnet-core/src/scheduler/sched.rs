@@ -18,7 +18,7 @@ use super::speculate::PassCosts;
 use super::validate::RequestError;
 use crate::engine::Engine;
 use crate::error::CoreError;
-use crate::kv::{KvError, SeqId};
+use crate::kv::{KvError, KvSnapshot, SeqId};
 
 /// Limits of a [`Scheduler`].
 #[derive(Clone, Debug)]
@@ -134,6 +134,36 @@ impl Scheduler {
     /// Forgets the prompts kept for reuse (a new conversation, a warm-up's leftovers).
     pub fn clear_prefix_cache(&mut self) {
         self.engine.clear_prefix_cache();
+    }
+
+    /// The rows of the longest prefix of `tokens` the prefix cache holds, to save
+    /// (`None`: it holds none); the cache is left as it was.
+    pub fn export_cached(&mut self, tokens: &[u32]) -> Result<Option<KvSnapshot>, KvError> {
+        self.engine.kv_mut().export_cached(tokens)
+    }
+
+    /// Puts saved rows into the prefix cache: a request whose prompt starts with their
+    /// tokens then evaluates only the rest. Refused (the cache unchanged) when the blocks
+    /// they need are not free of what running requests may still take. Returns the
+    /// positions put back.
+    pub fn import_cached(&mut self, snap: &KvSnapshot) -> Result<usize, CoreError> {
+        let room = Queues {
+            engine: &mut self.engine,
+            waiting: &mut self.waiting,
+            running: &mut self.running,
+        }
+        .room();
+        let kv = self.engine.kv_mut();
+        if snap.len().div_ceil(kv.block_tokens()) > room {
+            return Err(KvError::Full {
+                needed: snap.len(),
+                stats: kv.pool_stats(),
+            }
+            .into());
+        }
+        let seq = kv.import(snap)?;
+        kv.free_sequence(seq)?;
+        Ok(snap.len())
     }
 
     /// Queues a new request for `prompt`; its sequence id names it in events. A request

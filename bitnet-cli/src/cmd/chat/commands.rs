@@ -17,8 +17,9 @@ commands:
   /show info            architecture, parameters, weight types, context, template
   /show template        the chat template's text
   /show parameters      sampling settings, reply budget and stop texts
-  /save FILE            write the conversation as JSON messages (~/ is your home)
-  /load FILE            read a conversation saved with /save
+  /save FILE [--no-kv]  write the conversation as JSON messages (~/ is your home) and
+                        its KV cache beside it as FILE.kv (--no-kv: the messages only)
+  /load FILE            read a conversation saved with /save (and its KV, when it matches)
   /stats                figures after each reply: on/off
   /bye, /exit, /quit    quit (or Ctrl-D)
 input:
@@ -36,7 +37,11 @@ pub enum Command {
     System(Option<String>),
     Set(Setting),
     Show(Show),
-    Save(PathBuf),
+    /// The file, and whether the KV rows go beside it.
+    Save {
+        path: PathBuf,
+        kv: bool,
+    },
     Load(PathBuf),
     Stats,
     Bye,
@@ -131,8 +136,19 @@ pub fn parse(line: &str) -> Result<Option<Command>, String> {
         "stats" => Command::Stats,
         "bye" | "quit" | "exit" => Command::Bye,
         "save" => {
-            need("a file name")?;
-            Command::Save(expand_home(arg, std::env::var_os("HOME"))?)
+            let (arg, kv) = match arg.strip_suffix("--no-kv") {
+                Some(rest) if rest.is_empty() || rest.ends_with(char::is_whitespace) => {
+                    (rest.trim_end(), false)
+                }
+                _ => (arg, true),
+            };
+            if arg.is_empty() {
+                return Err("/save needs a file name".into());
+            }
+            Command::Save {
+                path: expand_home(arg, std::env::var_os("HOME"))?,
+                kv,
+            }
         }
         "load" => {
             need("a file name")?;
@@ -276,6 +292,21 @@ mod tests {
         assert_eq!(parse("hello"), Ok(None));
         assert_eq!(parse("//etc/passwd"), Ok(None));
         assert_eq!(parse(" /regen "), Ok(Some(Command::Regen)));
+        assert_eq!(
+            parse("/save a b.json --no-kv"),
+            Ok(Some(Command::Save {
+                path: "a b.json".into(),
+                kv: false
+            }))
+        );
+        assert_eq!(
+            parse("/save x--no-kv"),
+            Ok(Some(Command::Save {
+                path: "x--no-kv".into(),
+                kv: true
+            }))
+        );
+        assert!(parse("/save --no-kv").unwrap_err().contains("file name"));
         assert_eq!(parse("/system"), Ok(Some(Command::System(None))));
         assert_eq!(
             parse("/system Be brief.  "),

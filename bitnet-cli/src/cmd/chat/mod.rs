@@ -15,6 +15,7 @@ mod figures;
 mod input;
 mod quiet_tty;
 mod reply;
+mod saved_kv;
 mod screen;
 mod show;
 mod slash;
@@ -141,6 +142,7 @@ pub fn run(args: Args) -> Result<()> {
         speculate: args.speculate.params(),
     };
     let mut chat = ChatSession::new(sched, conv, settings).context("starting the chat")?;
+    let mut saved_kv = saved_kv::SavedKv::new(&args.model);
 
     let interactive = args.file.is_none() && io::stdin().is_terminal();
     let mut input = match &args.file {
@@ -204,7 +206,7 @@ pub fn run(args: Args) -> Result<()> {
                 if matches!(c, Command::Regen) {
                     screen.mark_turn(line.trim())?;
                 }
-                run_command(&mut chat, &mut screen, c)
+                run_command(&mut chat, &mut screen, &mut saved_kv, c)
             }
         };
         if let Err(e) = outcome {

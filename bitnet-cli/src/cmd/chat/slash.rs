@@ -8,12 +8,18 @@ use bitnet_core::chat::{ChatSession, Message};
 
 use super::commands::{self, Command, HELP};
 use super::reply::reply;
+use super::saved_kv::SavedKv;
 use super::screen::Screen;
 use super::show;
 use crate::output::count;
 use crate::output_file::OutputFile;
 
-pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Command) -> Result<()> {
+pub(super) fn run_command(
+    chat: &mut ChatSession,
+    screen: &mut Screen,
+    saved: &mut SavedKv,
+    cmd: Command,
+) -> Result<()> {
     match cmd {
         Command::Help => println!("{HELP}"),
         Command::Clear => {
@@ -49,14 +55,15 @@ pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Comm
             screen.info(&format!("({s})"));
         }
         Command::Show(what) => show::show(&mut std::io::stdout().lock(), chat, what)?,
-        Command::Save(path) => {
+        Command::Save { path, kv } => {
             let json = serde_json::to_string_pretty(chat.conversation().messages())?;
             let f = OutputFile::create(&path)?;
             f.file().write_all(json.as_bytes())?;
             f.file().write_all(b"\n")?;
             f.commit()?;
+            let rows = saved.save(chat, &path, kv)?;
             screen.info(&format!(
-                "(saved {} to {})",
+                "(saved {} to {}{rows})",
                 count(chat.conversation().messages().len(), "message"),
                 path.display()
             ));
@@ -64,9 +71,25 @@ pub(super) fn run_command(chat: &mut ChatSession, screen: &mut Screen, cmd: Comm
         Command::Load(path) => {
             let messages = load_messages(&path)?;
             let n = messages.len();
-            chat.load_messages(messages)?;
+            let rows = match saved.load(chat, &path) {
+                Ok(Some(snap)) => match chat.load_messages_with_kv(messages.clone(), &snap) {
+                    Ok(kept) => format!("; KV of {} kept", count(kept, "token")),
+                    Err(e) => {
+                        chat.load_messages(messages)?;
+                        format!("; its KV was not used: {e}")
+                    }
+                },
+                Ok(None) => {
+                    chat.load_messages(messages)?;
+                    String::new()
+                }
+                Err(why) => {
+                    chat.load_messages(messages)?;
+                    format!("; its KV was not used: {why}")
+                }
+            };
             screen.info(&format!(
-                "(loaded {} from {})",
+                "(loaded {} from {}{rows})",
                 count(n, "message"),
                 path.display()
             ));
