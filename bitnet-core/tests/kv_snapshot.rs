@@ -68,7 +68,7 @@ fn saved_rows_put_back_after_a_restart_read_only_the_new_tokens_and_answer_the_s
     run(&mut first, &system);
     let snap = first.export_cached(&system).unwrap().unwrap();
     assert_eq!(snap.tokens(), &system[..], "the whole prompt was cached");
-    let key = SnapshotKey::new(&path, first.engine()).unwrap();
+    let key = SnapshotKey::new(&path, &m).unwrap();
     let file = std::env::temp_dir().join(format!("bitnet-kv-{}.bkv", std::process::id()));
     write_snapshot(&file, &key, &snap).unwrap();
     let (warm, warm_probs) = run(&mut first, &turn);
@@ -76,7 +76,7 @@ fn saved_rows_put_back_after_a_restart_read_only_the_new_tokens_and_answer_the_s
 
     // A fresh engine (the restart): the key agrees, the rows go into its prefix cache.
     let mut restarted = sched(&m);
-    let key2 = SnapshotKey::new(&path, restarted.engine()).unwrap();
+    let key2 = SnapshotKey::new(&path, restarted.engine().model()).unwrap();
     assert_eq!(key, key2);
     let back = read_snapshot(&file, &key2, restarted.max_seq_len()).unwrap();
     assert_eq!(restarted.import_cached(&back).unwrap(), 150);
@@ -99,7 +99,7 @@ fn saved_rows_put_back_after_a_restart_read_only_the_new_tokens_and_answer_the_s
     spec.seed += 1;
     let (other, reseeded) = synth_model("kv-snapshot-reseeded", &spec, Some(Isa::Scalar));
     let o = sched(&other);
-    let key3 = SnapshotKey::new(&reseeded, o.engine()).unwrap();
+    let key3 = SnapshotKey::new(&reseeded, o.engine().model()).unwrap();
     assert!(matches!(
         read_snapshot(&file, &key3, 1024),
         Err(SnapshotError::OtherModel { .. })

@@ -18,7 +18,7 @@ use thiserror::Error;
 
 use super::format::KvType;
 use super::snapshot::{KvLayout, KvSnapshot};
-use crate::engine::Engine;
+use crate::model::Model;
 
 const MAGIC: &[u8; 8] = b"BITNETKV";
 const VERSION: u32 = 1;
@@ -38,13 +38,13 @@ pub struct SnapshotKey {
 }
 
 impl SnapshotKey {
-    /// The key of rows `engine` computes, its model read from `model_path`.
-    pub fn new(model_path: &Path, engine: &Engine) -> std::io::Result<SnapshotKey> {
+    /// The key of rows computed for `model`, loaded from `model_path`.
+    pub fn new(model_path: &Path, model: &Model) -> std::io::Result<SnapshotKey> {
         let mut h = Checksum::new();
-        h.update(format!("{:?}", engine.model().config()).as_bytes());
+        h.update(format!("{:?}", model.config()).as_bytes());
         Ok(SnapshotKey {
             model: model_file_digest(model_path)?,
-            kernels: engine.isa().name().to_owned(),
+            kernels: model.isa().name().to_owned(),
             config: format!("{:016x}", h.finish()),
         })
     }

@@ -38,7 +38,7 @@ impl SavedKv {
     /// Read once, at the first save or load (the model file's digest reads a few MiB).
     fn key(&mut self, chat: &ChatSession) -> Result<&SnapshotKey> {
         if self.key.is_none() {
-            self.key = Some(SnapshotKey::new(&self.model, chat.engine())?);
+            self.key = Some(SnapshotKey::new(&self.model, chat.model())?);
         }
         Ok(self.key.as_ref().expect("set above"))
     }
