@@ -1,6 +1,7 @@
 // The chat page of `bitnet serve`: the conversations (kept by store.js), replies streamed
 // from /v1/chat/completions (through api.js, which also asks for the API key), the model's
-// name and context from /v1/models and /props, settings, and the page's controls. Every
+// name and context from /v1/models and /props (a picker when the server serves several
+// models, the choice kept with the settings), settings, and the page's controls. Every
 // text shown (model output, stored and imported conversations, server errors) goes into the
 // page as text nodes or through markdown.js, never as HTML.
 
@@ -32,6 +33,7 @@ const ui = {
   maxTokens: $("max-tokens"),
   seed: $("seed"),
   modelName: $("model-name"),
+  modelSelect: $("model-select"),
   ctxSize: $("ctx-size"),
   ctxWarning: $("ctx-warning"),
   notice: $("notice"),
@@ -83,35 +85,80 @@ function addConversation() {
 async function loadServerInfo() {
   for (let tries = 0; tries < 60; tries++) {
     try {
-      const [props, models] = await Promise.all([api("/props"), api("/v1/models")]);
+      const models = await api("/v1/models");
+      const ids = models.ok ? modelIds(await models.json()) : [];
+      const chosen = ids.includes(store.settings.model) ? store.settings.model : ids[0] || null;
+      // One model: /props without a name, as a server of one model always answered it.
+      const props = await api(ids.length > 1 ? propsPath(chosen) : "/props");
       if (props.status === 503) {
         ui.modelName.textContent = "loading the model…";
         await new Promise((r) => setTimeout(r, 1000));
         continue;
       }
       if (!props.ok) throw new Error(await errorOf(props));
-      const p = await props.json();
-      server.nCtx = Number.isInteger(p.n_ctx) ? p.n_ctx : null;
-      server.model = typeof p.model === "string" ? p.model : null;
-      const params = (p.default_generation_settings && p.default_generation_settings.params) || {};
-      server.defaults = params;
-      if (models.ok) {
-        const m = await models.json();
-        const id = m && Array.isArray(m.data) && m.data[0] && m.data[0].id;
-        if (typeof id === "string") server.model = id;
-      }
-      ui.modelName.textContent = server.model || "(unnamed model)";
-      ui.ctxSize.textContent = server.nCtx === null ? "?" : String(server.nCtx);
-      setPlaceholder(ui.temperature, params.temperature);
-      setPlaceholder(ui.topP, params.top_p);
-      setPlaceholder(ui.maxTokens, params.n_predict);
-      updateCtxWarning();
+      showPicker(ids, chosen);
+      applyProps(await props.json(), chosen);
       return;
     } catch (e) {
       ui.modelName.textContent = "(server unavailable)";
       notify("Could not read the model's details: " + e.message);
       return;
     }
+  }
+}
+
+/// The model ids of a /v1/models answer.
+function modelIds(list) {
+  if (!list || !Array.isArray(list.data)) return [];
+  return list.data.map((m) => m && m.id).filter((id) => typeof id === "string");
+}
+
+function propsPath(model) {
+  return model ? "/props?model=" + encodeURIComponent(model) : "/props";
+}
+
+/// The model picker: shown only when there is a choice.
+function showPicker(ids, chosen) {
+  ui.modelSelect.replaceChildren();
+  for (const id of ids) {
+    const o = document.createElement("option");
+    o.value = id;
+    o.textContent = id;
+    ui.modelSelect.append(o);
+  }
+  const choice = ids.length > 1;
+  ui.modelSelect.hidden = !choice;
+  ui.modelName.hidden = choice;
+  if (choice && chosen) ui.modelSelect.value = chosen;
+}
+
+/// What /props says of the model in use: its name, context and defaults.
+function applyProps(p, chosen) {
+  server.nCtx = Number.isInteger(p.n_ctx) ? p.n_ctx : null;
+  server.model = chosen || (typeof p.model === "string" ? p.model : null);
+  const params = (p.default_generation_settings && p.default_generation_settings.params) || {};
+  server.defaults = params;
+  ui.modelName.textContent = server.model || "(unnamed model)";
+  ui.ctxSize.textContent = server.nCtx === null ? "?" : String(server.nCtx);
+  setPlaceholder(ui.temperature, params.temperature);
+  setPlaceholder(ui.topP, params.top_p);
+  setPlaceholder(ui.maxTokens, params.n_predict);
+  updateCtxWarning();
+}
+
+/// Another model picked: remembered, and its context read (the server loads it if need be).
+async function pickModel() {
+  const model = ui.modelSelect.value;
+  store.settings.model = model;
+  save();
+  server.model = model;
+  ui.ctxSize.textContent = "?";
+  try {
+    const props = await api(propsPath(model));
+    if (!props.ok) throw new Error(await errorOf(props));
+    if (ui.modelSelect.value === model) applyProps(await props.json(), model);
+  } catch (e) {
+    notify("Could not read the model's details: " + e.message);
   }
 }
 
@@ -803,6 +850,7 @@ ui.toggleSettings.addEventListener("click", () => {
   ui.settings.hidden = !ui.settings.hidden;
   ui.toggleSettings.setAttribute("aria-expanded", String(!ui.settings.hidden));
 });
+ui.modelSelect.addEventListener("change", pickModel);
 ui.noticeClose.addEventListener("click", () => {
   ui.notice.hidden = true;
 });

@@ -71,7 +71,7 @@ export function loadStore() {
     }
     if (typeof raw.current === "string") store.current = raw.current;
     if (raw.settings && typeof raw.settings === "object") {
-      for (const k of ["system", "temperature", "topP", "maxTokens", "seed"]) {
+      for (const k of ["system", "temperature", "topP", "maxTokens", "seed", "model"]) {
         if (typeof raw.settings[k] === "string") store.settings[k] = raw.settings[k].slice(0, MAX_CONTENT);
       }
     }

@@ -10,9 +10,32 @@ use crate::args::speculate::SpeculateArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The GGUF model file (models/shakespeare.gguf ships with the repository).
-    #[arg(short = 'm', long)]
-    pub model: PathBuf,
+    /// The GGUF model file (models/shakespeare.gguf ships with the repository). Repeat it
+    /// to serve several models, each named by its file stem: the first is the default, the
+    /// one a request that names no `model` gets.
+    #[arg(
+        short = 'm',
+        long,
+        value_name = "FILE",
+        required_unless_present = "models_dir"
+    )]
+    pub model: Vec<PathBuf>,
+    /// Serve every *.gguf in this directory too (subdirectories are not read); without -m
+    /// the first file by name is the default model.
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Another name a request may use for a model: STEM=NAME, STEM being the model's file
+    /// stem (repeatable). --alias names the default model.
+    #[arg(long, value_name = "STEM=NAME")]
+    pub model_alias: Vec<String>,
+    /// Models loaded at once when several are served (llama-server's flag); past it the
+    /// least recently used idle one is unloaded before the next loads. 0: no limit.
+    #[arg(long, default_value_t = 4)]
+    pub models_max: usize,
+    /// MiB the loaded models may take at once (each counted as its file's size plus its
+    /// KV cache), enforced as --models-max is. Default: no budget.
+    #[arg(long, value_name = "MIB")]
+    pub models_memory_max: Option<u64>,
     /// Address to listen on; loopback unless you mean to serve other machines.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -50,7 +73,8 @@ pub struct Args {
     /// context is full (llama-server's default).
     #[arg(short = 'n', long = "n-predict", allow_negative_numbers = true, value_parser = parse_n_predict)]
     pub n_predict: Option<usize>,
-    /// Model name in /v1/models and answers (default: the file name).
+    /// Model name in /v1/models and answers (default: the file name). With several models,
+    /// another name of the default model (see --model-alias for the others).
     #[arg(long)]
     pub alias: Option<String>,
     #[arg(long, value_name = "NAME|FILE", help = crate::args::chat_template::help())]

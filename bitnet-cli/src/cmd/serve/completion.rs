@@ -14,6 +14,7 @@ use bitnet_core::scheduler::StopReason;
 
 use super::engine::Replies;
 use super::error::{ApiError, ApiResult};
+use super::models::Served;
 use super::request::{Api, GenRequest};
 use super::response::{Choice, Head};
 use super::sse;
@@ -24,13 +25,14 @@ use super::state::AppState;
 /// prompt is blamed on.
 pub async fn complete(
     state: Arc<AppState>,
+    mut served: Served,
     api: Api,
     prompt: Vec<u32>,
     heal: String,
     mut req: GenRequest,
     prompt_param: &'static str,
 ) -> ApiResult<Response> {
-    let loaded = state.ready()?;
+    let loaded = served.loaded()?;
     let n_ctx = loaded.max_seq_len;
     let bos = loaded.model.tokenizer().is_some_and(|t| t.add_bos());
     req.params.context = state
@@ -51,7 +53,8 @@ pub async fn complete(
     req.params
         .check_context(0, prompt.len(), n_ctx, true)
         .map_err(|e| ApiError::refused(&e, prompt_param))?;
-    let guard = state.admit()?;
+    let guard = served.admit(&state.config)?;
+    let loaded = served.loaded()?;
     let (tx, rx) = mpsc::unbounded_channel();
     let request = Request {
         prompt: prompt.clone(),
@@ -61,13 +64,15 @@ pub async fn complete(
         heal: heal.clone(),
         strict_context: true,
     };
-    state
+    served
+        .running
         .engine
         .submit(request, Replies(tx))
         .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
-    let head = Head::new(api, &state.config.model_name).healed(&heal);
+    let head = Head::new(api, &served.entry.name).healed(&heal);
     if req.stream {
-        return Ok(sse::stream(state.clone(), guard, head, rx, req, prompt.len()).into_response());
+        let shared = served.running.shared.clone();
+        return Ok(sse::stream(state, shared, guard, head, rx, req, prompt.len()).into_response());
     }
     let timeout = state.config.timeout;
     let choices = tokio::time::timeout(timeout, collect(rx, req.n, req.logprobs.is_some()))

@@ -1,28 +1,29 @@
-//! The engine side of the server: the model is loaded, the engine made and warmed up on the
-//! runtime's own thread (`bitnet_core::runtime`), publishing readiness on the way; the
-//! runtime's observer keeps the Prometheus figures; and each request's replies travel back
-//! over a tokio channel, so the handlers await them without blocking.
+//! The engine side of the server: one model's runtime (`bitnet_core::runtime`) on a
+//! thread of its own, where the model is loaded, the engine made and warmed up, publishing
+//! each phase on the way ([`Phase`]); the runtime's observer keeps the model's Prometheus
+//! figures; and each request's replies travel back over a tokio channel, so the handlers
+//! await them without blocking. Several models are several of these (`models/`).
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bitnet_core::chat::ChatTemplate;
 use bitnet_core::embed::{Normalize, Pooling};
-use bitnet_core::runtime::{Observer, Reply, ReplySink, Runtime, RuntimeOptions};
+use bitnet_core::runtime::{Handle, Observer, Reply, ReplySink, Runtime, RuntimeOptions};
 use bitnet_core::scheduler::{
     EmbedParams, GenStats, Scheduler, SchedulerOptions, StopReason, warm_up, warm_up_embeddings,
 };
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::{mpsc::UnboundedSender, oneshot, watch};
 
 use super::args::Args;
 use super::state::{Loaded, Shared};
 use crate::args::pooling::choose_pooling;
-use crate::output::note;
+use crate::output::{error_chain, note};
 use crate::setup::{Setup, embedding_model};
 use crate::template_worker;
-
 /// A request's replies, sent to its handler.
 #[derive(Debug)]
 pub struct Replies(pub UnboundedSender<Reply>);
@@ -38,49 +39,135 @@ impl ReplySink for Replies {
     }
 }
 
-/// Starts the engine thread. `loaded` hears once the model is loaded and everything about
-/// it checked (the server then announces its address; only the short warm-up is left); a
-/// failure to load or start is sent to `failed` instead (the server then stops). Requests
-/// that arrive meanwhile get 503 from `AppState::ready`.
-pub fn spawn(
-    args: Args,
-    shared: Arc<Shared>,
-    parallel: usize,
-    loaded: tokio::sync::oneshot::Sender<()>,
-    failed: tokio::sync::oneshot::Sender<anyhow::Error>,
-) -> Result<Runtime<()>> {
-    let options = RuntimeOptions {
-        step_delay: Duration::from_millis(args.step_delay_ms),
-        observer: Box::new(Metrics(shared.clone())),
-    };
-    Runtime::spawn(options, move || {
-        start_engine(&args, parallel, &shared, loaded).map_err(|e| {
-            let _ = failed.send(e);
-        })
-    })
-    .context("starting the engine thread")
+/// How far a model's load has come, as its engine thread publishes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The file is being read and the engine made.
+    Loading,
+    /// Loaded and checked ([`Shared::model`] is set); the short warm-up is left.
+    WarmingUp,
+    /// Serving: `/health` says 200 from here on.
+    Ready,
+    /// The load failed: the error, causes included.
+    Failed(String),
 }
 
-/// Loads the model, makes the engine and warms it up, publishing readiness on the way.
+/// What to load and how: the server's flags, the file, and what applies to this model.
+#[derive(Clone, Debug)]
+pub struct LoadSpec {
+    pub args: Arc<Args>,
+    pub path: PathBuf,
+    /// Attach `--model-draft` (the default model only: the draft must share its vocabulary).
+    pub draft: bool,
+    /// Serve embeddings from an embedding model without `--embeddings` (several models: each
+    /// file says what it is).
+    pub embed_if_embedding_model: bool,
+    /// Put before the engine's notes (the model's name when there are several).
+    pub label: String,
+}
+
+/// One model's running engine: its handle, what its thread publishes, and the thread
+/// itself until it is shut down.
+#[derive(Debug)]
+pub struct Running {
+    pub shared: Arc<Shared>,
+    pub engine: Handle,
+    pub phase: watch::Receiver<Phase>,
+    runtime: Mutex<Option<Runtime<()>>>,
+}
+
+impl Running {
+    /// Waits until the model serves (`Ok`) or its load failed (the error's text).
+    pub async fn ready(&self) -> Result<(), String> {
+        let mut phase = self.phase.clone();
+        let seen = phase
+            .wait_for(|p| matches!(p, Phase::Ready | Phase::Failed(_)))
+            .await
+            .map(|p| p.clone());
+        match seen {
+            Ok(Phase::Failed(why)) => Err(why),
+            Ok(_) => Ok(()),
+            Err(_) => Err("the engine thread ended before the model was ready".to_owned()),
+        }
+    }
+
+    /// Cancels what is left, ends the engine thread and waits for it: the model's memory is
+    /// freed once the last handler holding [`Running::shared`] lets go.
+    pub fn shutdown(&self) {
+        self.engine.exit();
+        let runtime = self
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(r) = runtime {
+            let _ = r.shutdown();
+        }
+    }
+}
+
+/// Starts the engine thread of the model `spec` names, its figures kept in `shared`. Its
+/// phases are published on the returned [`Running::phase`]; a failure to load is also sent
+/// whole to `failed` when given (the server stops on its default model's failure at start).
+/// Requests that arrive meanwhile wait (the handlers see to that).
+pub fn spawn(
+    spec: LoadSpec,
+    shared: Arc<Shared>,
+    failed: Option<oneshot::Sender<anyhow::Error>>,
+) -> Result<Running> {
+    let options = RuntimeOptions {
+        step_delay: Duration::from_millis(spec.args.step_delay_ms),
+        observer: Box::new(Metrics(shared.clone())),
+    };
+    let (phase_tx, phase) = watch::channel(Phase::Loading);
+    let engine_shared = shared.clone();
+    let runtime = Runtime::spawn(options, move || {
+        start_engine(&spec, &engine_shared, &phase_tx).map_err(|e| {
+            phase_tx.send_replace(Phase::Failed(error_chain(&e)));
+            if let Some(failed) = failed {
+                let _ = failed.send(e);
+            }
+        })
+    })
+    .context("starting the engine thread")?;
+    Ok(Running {
+        shared,
+        engine: runtime.handle(),
+        phase,
+        runtime: Mutex::new(Some(runtime)),
+    })
+}
+
+/// Loads the model, makes the engine and warms it up, publishing each phase.
 fn start_engine(
-    args: &Args,
-    parallel: usize,
+    spec: &LoadSpec,
     shared: &Shared,
-    loaded: tokio::sync::oneshot::Sender<()>,
+    phase: &watch::Sender<Phase>,
 ) -> Result<Scheduler> {
-    let setup = Setup::load(&args.model, &args.model_args, Some(&args.attn_entropy))?;
+    let args = &*spec.args;
+    let label = &spec.label;
+    let parallel = args.parallel as usize;
+    let setup = Setup::load(&spec.path, &args.model_args, Some(&args.attn_entropy))?;
     let model = setup.model.clone();
     if model.tokenizer().is_none() {
         bail!("the model file has no tokenizer (tokenizer.ggml.* keys)");
     }
     setup.check_context()?;
-    args.speculate.check(setup.engine_opts.batch)?;
-    let draft = args.speculate.load(&args.model_args, &setup.engine_opts)?;
+    let speculate = spec.draft || args.speculate.model_draft.is_none();
+    if speculate {
+        args.speculate.check(setup.engine_opts.batch)?;
+    }
+    let draft = if spec.draft {
+        args.speculate.load(&args.model_args, &setup.engine_opts)?
+    } else {
+        None
+    };
     let template = ChatTemplate::for_model(&model, args.chat_template.as_deref())
         .context("choosing the chat template")?;
     let template = template_worker::confine(template)?;
     let engine = setup.engine()?;
     let max_seq_len = engine.max_seq_len();
+    let kv_bytes = engine.kv().bytes();
     // --keep and --kv-window checked against this context before anything is served.
     args.context
         .policy(true, 1)?
@@ -94,22 +181,25 @@ fn start_engine(
     );
     if let Some(d) = &draft {
         d.attach(&mut sched)?;
-        note!("draft model {} for speculative decoding", d.path.display());
+        note!(
+            "{label}draft model {} for speculative decoding",
+            d.path.display()
+        );
     }
-    let pooling = args
-        .embeddings
+    let embedding_model = embedding_model(model.config());
+    let embeds = args.embeddings || (spec.embed_if_embedding_model && embedding_model.is_some());
+    let pooling = embeds
         .then(|| choose_pooling(args.pooling.as_deref(), model.config()))
         .transpose()?;
-    let embedding_model = embedding_model(model.config());
     match (&pooling, &embedding_model) {
         (Some(p), None) => note!(
-            "warning: the file is not an embedding model (it names no pooling_type): its final \
-             hidden states are served as embeddings all the same ({} pooling)",
+            "{label}warning: the file is not an embedding model (it names no pooling_type): \
+             its final hidden states are served as embeddings all the same ({} pooling)",
             p.name()
         ),
         (None, Some(why)) => note!(
-            "warning: the file is an embedding model ({why}): chat and completion requests \
-             are refused; start the server with --embeddings to serve /v1/embeddings"
+            "{label}warning: the file is an embedding model ({why}): chat and completion \
+             requests are refused; start the server with --embeddings to serve /v1/embeddings"
         ),
         _ => {}
     }
@@ -117,12 +207,13 @@ fn start_engine(
     let _ = shared.model.set(Loaded {
         model,
         max_seq_len,
+        kv_bytes,
         template,
         pooling,
         embedding_model: embedding_model.clone(),
         n_embd,
     });
-    let _ = loaded.send(());
+    phase.send_replace(Phase::WarmingUp);
     let delay = Duration::from_millis(args.step_delay_ms);
     if pooling.is_some() || embedding_model.is_some() {
         // Completions are refused: warm the path requests will take (a model without a
@@ -135,9 +226,9 @@ fn start_engine(
     } else {
         warm_up(&mut sched, delay).context("warming up")?;
     }
-    shared.ready.store(true, SeqCst);
+    phase.send_replace(Phase::Ready);
     note!(
-        "ready: context {max_seq_len} tokens shared by up to {}, {}",
+        "{label}ready: context {max_seq_len} tokens shared by up to {}, {}",
         crate::output::count(parallel, "sequence"),
         crate::output::count(sched.engine().threads(), "thread")
     );

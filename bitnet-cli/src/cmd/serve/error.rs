@@ -189,6 +189,17 @@ impl ApiError {
         }
     }
 
+    /// 404 for a request naming a model this server does not serve: the names it does.
+    pub fn model_not_served(name: &str, served: &[String]) -> ApiError {
+        ApiError {
+            message: format!(
+                "the model '{name}' is not served here; the models: {}",
+                served.join(", ")
+            ),
+            ..ApiError::model_not_found(name)
+        }
+    }
+
     /// 501: what this server, as started, does not do (llama-server's answer to an
     /// embedding request without `--embeddings`, and to a completion with it).
     pub fn not_supported(message: impl Into<String>) -> ApiError {

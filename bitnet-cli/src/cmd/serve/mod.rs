@@ -4,11 +4,14 @@
 //! `--embeddings` it serves embeddings instead of completions, as llama-server does
 //! (`embeddings/`): each input a prefill-only sequence in the same passes as the rest.
 //!
-//! The HTTP side runs on tokio; the model runs on one engine thread of its own (the core's
-//! `runtime`, started in `engine.rs`), so the async runtime never blocks on model work. The listener is bound
-//! first, so `/health` answers 503 while the model loads and warms up; the address is
-//! announced (`listening on ...`, the line scripts wait for) only once the model has loaded,
-//! so a model that cannot load never gets one. Connections are
+//! The HTTP side runs on tokio; each model runs on an engine thread of its own (the core's
+//! `runtime`, started in `engine.rs`), so the async runtime never blocks on model work.
+//! Several models may be served (`-m` repeated, `--models-dir`): requests are routed by the
+//! `model` they name, each model loaded on first use, the least recently used idle one
+//! unloaded past `--models-max` (`models/`). The listener is bound first, so `/health`
+//! answers 503 while the default model loads and warms up; the address is announced
+//! (`listening on ...`, the line scripts wait for) only once it has loaded, so a default
+//! model that cannot load never gets one. Connections are
 //! capped and timed (`conn/`). SIGINT or SIGTERM stops accepting, lets requests in flight
 //! finish until `--shutdown-timeout`, cancels the rest (their answers end in an error),
 //! closes every connection left, and exits 0.
@@ -22,6 +25,8 @@ mod embeddings;
 mod engine;
 mod error;
 mod metrics;
+mod model_list;
+mod models;
 mod request;
 mod response;
 mod routes;
@@ -41,20 +46,16 @@ use anyhow::{Context, Result};
 
 use crate::output::note;
 pub use args::Args;
-use state::{AppState, Config, Shared};
+use engine::Phase;
+use state::{AppState, Config};
 
 pub fn run(args: Args) -> Result<()> {
     let api_keys = auth::load_keys(&args.api_key, args.api_key_file.as_deref())?;
     let cors = cors::CorsPolicy::parse(&args.cors_origin)?;
-    let model_name = args.alias.clone().unwrap_or_else(|| {
-        args.model
-            .file_stem()
-            .map_or_else(|| "model".to_owned(), |s| s.to_string_lossy().into_owned())
-    });
+    let catalog = models::Catalog::from_args(&args)?;
     let config = Config {
         api_keys,
         cors,
-        model_name,
         timeout: Duration::from_secs(args.timeout),
         parallel: args.parallel as usize,
         queue: args.queue,
@@ -62,6 +63,7 @@ pub fn run(args: Args) -> Result<()> {
         n_predict: args.n_predict,
         context: args.context.clone(),
         speculate: args.speculate.params(),
+        draft_model: args.speculate.model_draft.is_some(),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         embeddings: args.embeddings,
     };
@@ -70,10 +72,10 @@ pub fn run(args: Args) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(args, config))
+    runtime.block_on(serve(Arc::new(args), catalog, config))
 }
 
-async fn serve(args: Args, config: Config) -> Result<()> {
+async fn serve(args: Arc<Args>, catalog: models::Catalog, config: Config) -> Result<()> {
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -86,19 +88,32 @@ async fn serve(args: Args, config: Config) -> Result<()> {
         idle_timeout: Duration::from_secs(args.idle_timeout),
     };
     let webui = !args.no_webui;
-    let shared = Arc::new(Shared::default());
-    let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<()>();
+    if catalog.routed {
+        let names: Vec<&str> = catalog.models.iter().map(|m| m.name.as_str()).collect();
+        note!(
+            "serving {}: {} (default {})",
+            crate::output::count(names.len(), "model"),
+            names.join(", "),
+            names[0]
+        );
+    }
+    let models = Arc::new(models::Models::new(catalog, args.clone()));
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
-    let parallel = config.parallel;
-    let runtime = engine::spawn(args, shared.clone(), parallel, loaded_tx, fail_tx)?;
+    let default = models.start_default(fail_tx)?;
     tokio::spawn(async move {
-        // A failed load drops the sender: no address is announced for a server that stops.
-        if loaded_rx.await.is_ok() {
+        // A failed load never reaches these phases: no address is announced for a server
+        // that stops.
+        let mut phase = default.phase.clone();
+        let loaded = phase
+            .wait_for(|p| matches!(p, Phase::WarmingUp | Phase::Ready))
+            .await
+            .is_ok();
+        if loaded {
             announce(local, webui);
         }
     });
 
-    let state = Arc::new(AppState::new(shared.clone(), runtime.handle(), config));
+    let state = Arc::new(AppState::new(models.clone(), config));
     let app = routes::router(state.clone(), webui);
     let shutdown = conn::Shutdown {
         signal: {
@@ -110,17 +125,17 @@ async fn serve(args: Args, config: Config) -> Result<()> {
         },
         deadline: state.config.shutdown_timeout,
         cancel: {
-            let engine = state.engine.clone();
-            move || engine.cancel_all()
+            let models = models.clone();
+            move || models.cancel_all()
         },
     };
+    let connections = state.connections.clone();
     tokio::select! {
-        () = conn::serve(listener, app, limits, shared, shutdown) => {},
+        () = conn::serve(listener, app, limits, connections, shutdown) => {},
         Ok(e) = fail_rx => return Err(e),
     }
-    state.engine.exit();
     drop(state);
-    let _ = tokio::task::spawn_blocking(move || runtime.shutdown()).await;
+    let _ = tokio::task::spawn_blocking(move || models.shutdown()).await;
     note!("stopped");
     Ok(())
 }

@@ -49,6 +49,19 @@ pub struct GenRequest {
     pub tool_format: Option<ToolFormat>,
 }
 
+/// The model a request names (`model`), when the server routes by name (`routed`): `None`
+/// for the default. A server of one model reads no `model`, as it never has.
+pub fn model_name(obj: &Map<String, Value>, routed: bool) -> ApiResult<Option<&str>> {
+    if !routed {
+        return Ok(None);
+    }
+    match obj.get("model") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(ApiError::bad_field("model", "a string")),
+    }
+}
+
 /// The body as a JSON object: 400 for bytes that are not UTF-8, text that is not JSON, or
 /// JSON that is not an object.
 pub fn parse_body(body: &[u8]) -> ApiResult<Map<String, Value>> {

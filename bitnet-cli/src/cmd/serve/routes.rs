@@ -3,12 +3,13 @@
 //! size limit, and a 404 for anything else. The chat page's own files are in `webui.rs`.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -17,6 +18,7 @@ use bitnet_core::Model;
 use bitnet_core::chat::{HealedPrompt, ToolFormat, healed_prompt_tokens, tokenize_prompt};
 use bitnet_core::constrain::Constraint;
 use bitnet_core::sampling::SamplerConfig;
+use bitnet_core::scheduler::SpecParams;
 use serde_json::{Value, json};
 
 use super::auth::require_key;
@@ -27,6 +29,9 @@ use super::embeddings::{
     Route, embed, refuse_completions, refuse_embedding_model, refuse_unless_embedding,
 };
 use super::error::{ApiError, ApiResult, openai_shape};
+use super::metrics::{Labelled, ServerFigures, render as render_metrics};
+use super::model_list;
+use super::models::Served;
 use super::request::{Api, chat_messages, completion_prompt, gen_request, parse_body};
 use super::state::AppState;
 use super::structured::{OutputSpec, compile, constraint_error, output_spec};
@@ -43,11 +48,11 @@ pub fn router(state: Arc<AppState>, webui: bool) -> Router {
         .route("/v1/embeddings", post(embeddings_openai))
         .route("/embeddings", post(embeddings_llama))
         .route("/embedding", post(embeddings_llama))
-        .route("/v1/models", get(models))
-        .route("/models", get(models))
+        .route("/v1/models", get(model_list::models))
+        .route("/models", get(model_list::models))
         // A catch-all: an alias may hold a slash ("org/model").
-        .route("/v1/models/{*id}", get(model))
-        .route("/models/{*id}", get(model))
+        .route("/v1/models/{*id}", get(model_list::model))
+        .route("/models/{*id}", get(model_list::model))
         .route("/health", get(health))
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
@@ -105,7 +110,8 @@ async fn completions(
     refuse_completions(&state)?;
     let b = body(&state, b)?;
     let obj = parse_body(&b)?;
-    let loaded = state.ready()?;
+    let served = state.route_body(&obj).await?;
+    let loaded = served.loaded()?;
     refuse_embedding_model(loaded)?;
     let tok = loaded.tokenizer()?;
     let mut req = gen_request(
@@ -114,12 +120,13 @@ async fn completions(
         tok.n_vocab(),
         state.config.reply_budget(loaded.max_seq_len),
         fresh_seed(),
-        state.config.speculate.as_ref(),
+        speculate(&state, &served),
     )?;
     let prompt = completion_prompt(&obj, tok)?;
     req.params.constraint = constraint(&obj, &loaded.model)?;
     complete(
         state.clone(),
+        served,
         Api::Completion,
         prompt,
         String::new(),
@@ -136,7 +143,8 @@ async fn chat_completions(
     refuse_completions(&state)?;
     let b = body(&state, b)?;
     let obj = parse_body(&b)?;
-    let loaded = state.ready()?;
+    let served = state.route_body(&obj).await?;
+    let loaded = served.loaded()?;
     refuse_embedding_model(loaded)?;
     let tok = loaded.tokenizer()?;
     let mut req = gen_request(
@@ -145,7 +153,7 @@ async fn chat_completions(
         tok.n_vocab(),
         state.config.reply_budget(loaded.max_seq_len),
         fresh_seed(),
-        state.config.speculate.as_ref(),
+        speculate(&state, &served),
     )?;
     req.params.constraint = constraint(&obj, &loaded.model)?;
     let messages = chat_messages(&obj)?;
@@ -206,7 +214,16 @@ async fn chat_completions(
             req.params.stop.push(s.clone());
         }
     }
-    complete(state.clone(), Api::Chat, prompt, heal, req, "messages").await
+    complete(
+        state.clone(),
+        served,
+        Api::Chat,
+        prompt,
+        heal,
+        req,
+        "messages",
+    )
+    .await
 }
 
 /// `POST /v1/embeddings`: OpenAI's embeddings (see `embeddings/`).
@@ -243,53 +260,43 @@ fn constraint(
     compile(&out, &vocab).map(Some)
 }
 
-async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
-    Json(json!({
-        "object": "list",
-        "data": [model_object(&state)],
-    }))
-}
-
-/// `GET /v1/models/{id}`: the model, or 404 for an id this server does not serve.
-async fn model(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    if id != state.config.model_name {
-        return Err(ApiError::model_not_found(&id));
+/// The speculative decoding a model's requests get: `--model-draft` drafts for the default
+/// model only (a draft must share its target's vocabulary); `--lookup-ngram` needs no
+/// second model and applies to every one.
+fn speculate<'a>(state: &'a AppState, served: &Served) -> Option<&'a SpecParams> {
+    if state.config.draft_model && !served.entry.is_default {
+        return None;
     }
-    Ok(Json(model_object(&state)))
+    state.config.speculate.as_ref()
 }
 
-/// The one model this server serves, as OpenAI describes a model (llama.cpp's `meta`
-/// beside).
-fn model_object(state: &AppState) -> Value {
-    let loaded = state.shared.model.get();
-    json!({
-        "id": state.config.model_name,
-        "object": "model",
-        "created": 0,
-        "owned_by": "bitnet-rs",
-        "meta": loaded.map(|l| json!({
-            "n_ctx": l.max_seq_len,
-            "n_embd": l.n_embd,
-            "n_vocab": l.model.tokenizer().map_or(0, |t| t.n_vocab()),
-            "chat_template": l.template.name(),
-        })),
-    })
+/// The model a GET route names (`?model=NAME`; none: the default).
+#[derive(Debug, serde::Deserialize)]
+struct ModelQuery {
+    model: Option<String>,
+}
+
+impl ModelQuery {
+    fn name(&self, state: &AppState) -> Option<&str> {
+        self.model.as_deref().filter(|_| state.models.routed())
+    }
 }
 
 /// `GET /props` (llama-server's route): what a client needs to know before it asks, the
 /// model's name, its context, the slots, and the generation settings a request that names
 /// none gets.
-async fn props(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
-    let loaded = state.ready()?;
+async fn props(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<ModelQuery>,
+) -> ApiResult<Json<Value>> {
+    let served = state.route(query.name(&state)).await?;
+    let loaded = served.loaded()?;
     let d = SamplerConfig::default();
     // As typed (0.8), not as the f32 holds it (0.800000011920929).
     let f = |x: f32| (f64::from(x) * 1e6).round() / 1e6;
     let n_ctx = loaded.max_seq_len;
     Ok(Json(json!({
-        "model": state.config.model_name,
+        "model": served.entry.name,
         "n_ctx": n_ctx,
         "total_slots": state.config.parallel,
         "chat_template": loaded.template.name(),
@@ -319,16 +326,34 @@ async fn props(State(state): State<Arc<AppState>>) -> ApiResult<Json<Value>> {
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {
-    match state.ready() {
+    match state.check_serving() {
         Ok(_) => Json(json!({"status": "ok"})).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let models = &state.models;
+    let routed = models.routed();
+    let labelled: Vec<Labelled<'_>> = models
+        .entries()
+        .iter()
+        .map(|e| Labelled {
+            model: routed.then_some(e.name.as_str()),
+            metrics: &e.metrics,
+        })
+        .collect();
+    let f = &models.figures;
+    let server = ServerFigures {
+        connections: &state.connections,
+        models_loaded: models.n_resident(),
+        loads: f.loads.load(SeqCst),
+        unloads: f.unloads.load(SeqCst),
+        load_failures: f.failures.load(SeqCst),
+    };
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.shared.metrics.render(),
+        render_metrics(&labelled, &server),
     )
         .into_response()
 }
@@ -343,7 +368,8 @@ async fn tokenize(
 ) -> ApiResult<Json<Value>> {
     let b = body(&state, b)?;
     let obj = parse_body(&b)?;
-    let loaded = state.ready()?;
+    let served = state.route_body(&obj).await?;
+    let loaded = served.loaded()?;
     let tok = loaded.tokenizer()?;
     let content = match obj.get("content") {
         Some(Value::String(s)) => s,
@@ -382,7 +408,8 @@ async fn detokenize(
 ) -> ApiResult<Json<Value>> {
     let b = body(&state, b)?;
     let obj = parse_body(&b)?;
-    let loaded = state.ready()?;
+    let served = state.route_body(&obj).await?;
+    let loaded = served.loaded()?;
     let tok = loaded.tokenizer()?;
     let bad = || ApiError::bad_field("tokens", "a list of token ids");
     let n_vocab = tok.n_vocab();

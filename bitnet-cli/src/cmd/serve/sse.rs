@@ -19,14 +19,17 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use super::error::ApiError;
+use super::models::InFlight;
 use super::request::{Api, GenRequest};
 use super::response::Head;
-use super::state::{AppState, InFlight};
+use super::state::{AppState, Shared};
 use super::tools::call_deltas;
 use bitnet_core::runtime::{TokenEntry, TokenText};
 
 struct Streaming {
     state: Arc<AppState>,
+    /// The model's, for its tokenizer.
+    shared: Arc<Shared>,
     _guard: InFlight,
     head: Head,
     rx: UnboundedReceiver<Reply>,
@@ -50,6 +53,7 @@ struct Streaming {
 /// Streams the replies of `req` (its `n` answers, usage chunk, tool calls).
 pub fn stream(
     state: Arc<AppState>,
+    shared: Arc<Shared>,
     guard: InFlight,
     head: Head,
     rx: UnboundedReceiver<Reply>,
@@ -63,6 +67,7 @@ pub fn stream(
     let mut s = Streaming {
         deadline: Instant::now() + state.config.timeout,
         state,
+        shared,
         _guard: guard,
         head,
         rx,
@@ -126,8 +131,8 @@ impl Streaming {
                 return;
             }
         };
-        let state = self.state.clone();
-        let Some(loaded) = state.shared.model.get() else {
+        let shared = self.shared.clone();
+        let Some(loaded) = shared.model.get() else {
             return;
         };
         let Some(tok) = loaded.model.tokenizer() else {

@@ -1,38 +1,49 @@
-//! What the handlers share: the model once it is loaded, readiness, the figures, the
-//! handle of the engine thread, the server's settings, and the count of requests in flight
-//! that bounds the queue.
+//! What the handlers share: the models served (`models/`), the server's settings, the
+//! connection figures, and whether it is shutting down; and per model load, what its engine
+//! thread publishes ([`Shared`]: the model once loaded, readiness, the model's figures).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bitnet_core::chat::ChatTemplate;
 use bitnet_core::embed::Pooling;
 use bitnet_core::model::Model;
-use bitnet_core::runtime::Handle;
 use bitnet_core::scheduler::default_reply_budget;
 use bitnet_core::tokenizer::Tokenizer;
+use serde_json::{Map, Value};
 
 use super::cors::CorsPolicy;
 use super::error::{ApiError, ApiResult};
-use super::metrics::Metrics;
+use super::metrics::{ConnectionFigures, Metrics};
+use super::models::{Models, Served};
+use super::request::model_name;
 use crate::args::context::ContextArgs;
 
-/// Written by the engine thread, read by the handlers.
+/// Written by one model's engine thread, read by the handlers; a fresh one per load.
 #[derive(Debug, Default)]
 pub struct Shared {
-    /// Set once the model is loaded.
+    /// Set once the model is loaded (its warm-up follows: see `engine::Phase`).
     pub model: OnceLock<Loaded>,
-    /// Set after the warm-up: `/health` says 200 from then on.
-    pub ready: AtomicBool,
-    pub metrics: Metrics,
+    /// The model's figures: the same across its loads, so counters never run backwards.
+    pub metrics: Arc<Metrics>,
 }
 
+impl Shared {
+    pub fn new(metrics: Arc<Metrics>) -> Shared {
+        Shared {
+            model: OnceLock::new(),
+            metrics,
+        }
+    }
+}
 #[derive(Debug)]
 pub struct Loaded {
     pub model: Arc<Model>,
     /// Positions one sequence may reach (the shared KV pool's capacity).
     pub max_seq_len: usize,
+    /// Bytes of the KV cache (counted against `--models-memory-max`).
+    pub kv_bytes: u64,
     pub template: ChatTemplate,
     /// The pooling of embeddings (`--embeddings`; `None`: the server does not embed).
     pub pooling: Option<Pooling>,
@@ -50,7 +61,6 @@ pub struct Config {
     pub api_keys: Vec<String>,
     /// Origins whose pages may read the answers.
     pub cors: CorsPolicy,
-    pub model_name: String,
     pub timeout: Duration,
     /// Requests decoded together.
     pub parallel: usize,
@@ -62,8 +72,11 @@ pub struct Config {
     pub n_predict: Option<usize>,
     /// What a request does when its sequence fills the context.
     pub context: ContextArgs,
-    /// Speculative decoding of every request (`--model-draft`, `--lookup-ngram`).
+    /// Speculative decoding (`--model-draft`: the default model's requests; `--lookup-ngram`:
+    /// every model's).
     pub speculate: Option<bitnet_core::scheduler::SpecParams>,
+    /// Whether `--model-draft` was given (it applies to the default model only).
+    pub draft_model: bool,
     /// How long in-flight requests may finish after a shutdown signal.
     pub shutdown_timeout: Duration,
     /// Serve embeddings instead of completions (`--embeddings`).
@@ -82,57 +95,47 @@ impl Config {
 
 #[derive(Debug)]
 pub struct AppState {
-    pub shared: Arc<Shared>,
-    pub engine: Handle,
+    pub models: Arc<Models>,
     pub config: Config,
-    in_flight: AtomicUsize,
+    /// The connection layer's figures (server-wide; each model has its own others).
+    pub connections: Arc<ConnectionFigures>,
     pub shutting_down: AtomicBool,
 }
 
 impl AppState {
-    pub fn new(shared: Arc<Shared>, engine: Handle, config: Config) -> AppState {
+    pub fn new(models: Arc<Models>, config: Config) -> AppState {
         AppState {
-            shared,
-            engine,
+            models,
             config,
-            in_flight: AtomicUsize::new(0),
+            connections: Arc::default(),
             shutting_down: AtomicBool::new(false),
         }
     }
 
-    /// The model, or 503 while it loads and warms up.
-    pub fn ready(&self) -> ApiResult<&Loaded> {
+    /// 503 while the server is not serving: shutting down, or loading its default model
+    /// at start (`/health` says the same).
+    pub fn check_serving(&self) -> ApiResult<()> {
         if self.shutting_down.load(SeqCst) {
             return Err(ApiError::unavailable("the server is shutting down", None));
         }
-        match self.shared.model.get() {
-            Some(m) if self.shared.ready.load(SeqCst) => Ok(m),
-            _ => Err(ApiError::unavailable("Loading model", Some(1))),
+        if !self.models.started() {
+            return Err(ApiError::unavailable("Loading model", Some(1)));
         }
+        Ok(())
     }
 
-    /// A place for one generation request, or 503 with `Retry-After` when `--parallel`
-    /// running plus `--queue` waiting are taken. The place is given back when the guard
-    /// drops (answer sent, client gone, or failure).
-    pub fn admit(self: &Arc<Self>) -> ApiResult<InFlight> {
-        let cap = self.config.parallel + self.config.queue;
-        let taken = self
-            .in_flight
-            .fetch_update(SeqCst, SeqCst, |n| (n < cap).then_some(n + 1));
-        if taken.is_err() {
-            self.shared.metrics.rejected.fetch_add(1, SeqCst);
-            return Err(ApiError::unavailable(
-                format!(
-                    "the server is busy: {} running and {} waiting; retry later",
-                    crate::output::count(self.config.parallel, "request"),
-                    self.config.queue
-                ),
-                Some(1),
-            ));
-        }
-        Ok(InFlight {
-            state: Arc::clone(self),
-        })
+    /// The model a request names (`model`; none: the default), loaded: at once when it
+    /// serves, else after its load, waiting for it with a place in the model's queue (see
+    /// `models/`) and within `--timeout`.
+    pub async fn route(&self, name: Option<&str>) -> ApiResult<Served> {
+        self.check_serving()?;
+        let entry = self.models.find(name)?;
+        self.models.serve(&entry, &self.config).await
+    }
+
+    /// [`AppState::route`] for the model a request body names.
+    pub async fn route_body(&self, body: &Map<String, Value>) -> ApiResult<Served> {
+        self.route(model_name(body, self.models.routed())?).await
     }
 }
 
@@ -141,17 +144,5 @@ impl Loaded {
         self.model
             .tokenizer()
             .ok_or_else(|| ApiError::internal("the model has no tokenizer"))
-    }
-}
-
-/// One admitted request (see [`AppState::admit`]).
-#[derive(Debug)]
-pub struct InFlight {
-    state: Arc<AppState>,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.state.in_flight.fetch_sub(1, SeqCst);
     }
 }

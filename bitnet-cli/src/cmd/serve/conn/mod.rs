@@ -71,7 +71,7 @@ struct Hub {
     app: Router,
     limits: Limits,
     registry: Registry,
-    figures: Arc<super::state::Shared>,
+    figures: Arc<ConnectionFigures>,
     stage: watch::Receiver<Stage>,
     header_log: Throttled,
     cap_log: Throttled,
@@ -80,7 +80,7 @@ struct Hub {
 
 impl Hub {
     fn figures(&self) -> &ConnectionFigures {
-        &self.figures.metrics.connections
+        &self.figures
     }
 }
 
@@ -112,7 +112,7 @@ pub async fn serve<S, C>(
     listener: TcpListener,
     app: Router,
     limits: Limits,
-    shared: Arc<super::state::Shared>,
+    figures: Arc<ConnectionFigures>,
     shutdown: Shutdown<S, C>,
 ) where
     S: Future<Output = ()>,
@@ -123,7 +123,7 @@ pub async fn serve<S, C>(
         app,
         limits,
         registry: Registry::new(limits.max_connections),
-        figures: shared,
+        figures,
         stage: stage_rx,
         header_log: Throttled::default(),
         cap_log: Throttled::default(),

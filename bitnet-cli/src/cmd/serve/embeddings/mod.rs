@@ -9,7 +9,9 @@
 //! server started with `--embeddings` refuses completions (501, as llama-server), one
 //! started without it refuses embeddings (501), and a server over an embedding model (a
 //! file that names a pooling type, or a BitNet embedding model) refuses completions unless
-//! it embeds: such a model was not made to generate text.
+//! it embeds: such a model was not made to generate text. A server of several models
+//! embeds with each embedding model without the flag (each file says what it is), and
+//! refuses embeddings only from a model that is not one (unless `--embeddings`).
 //!
 //! Files: `request.rs` reads a request (inputs, fields, limits); `response.rs` writes the
 //! answer in either shape.
@@ -42,14 +44,26 @@ pub enum Route {
     Llama,
 }
 
-/// The 501 of an embedding route on a server started without `--embeddings`.
+/// The 501 of an embedding route on a server started without `--embeddings`. With several
+/// models, an embedding model embeds all the same: the model's own check
+/// ([`refuse_unless_embeds`]) answers once it is known.
 pub fn refuse_unless_embedding(state: &AppState) -> ApiResult<()> {
-    if state.config.embeddings {
+    if state.config.embeddings || state.models.routed() {
         return Ok(());
     }
-    Err(ApiError::not_supported(
-        "This server does not support embeddings. Start it with `--embeddings`",
-    ))
+    Err(not_embedding())
+}
+
+/// The 501 of an embedding request for a model that does not embed.
+fn refuse_unless_embeds(loaded: &Loaded) -> ApiResult<()> {
+    match loaded.pooling {
+        Some(_) => Ok(()),
+        None => Err(not_embedding()),
+    }
+}
+
+fn not_embedding() -> ApiError {
+    ApiError::not_supported("This server does not support embeddings. Start it with `--embeddings`")
 }
 
 /// The 501 of a completion route on a server started with `--embeddings` (checked before
@@ -66,9 +80,14 @@ pub fn refuse_completions(state: &AppState) -> ApiResult<()> {
 /// The 501 of a completion request to a server over an embedding model (it was started
 /// without `--embeddings`, or [`refuse_completions`] would have answered).
 pub fn refuse_embedding_model(loaded: &Loaded) -> ApiResult<()> {
-    match &loaded.embedding_model {
-        None => Ok(()),
-        Some(why) => Err(ApiError::not_supported(format!(
+    match (&loaded.embedding_model, loaded.pooling) {
+        (None, _) => Ok(()),
+        // Several models: an embedding model embeds without the flag.
+        (Some(why), Some(_)) => Err(ApiError::not_supported(format!(
+            "this model is an embedding model ({why}): it is not made to generate text. \
+             Use /v1/embeddings"
+        ))),
+        (Some(why), None) => Err(ApiError::not_supported(format!(
             "this model is an embedding model ({why}): it is not made to generate text. \
              Start the server with --embeddings and use /v1/embeddings"
         ))),
@@ -78,7 +97,9 @@ pub fn refuse_embedding_model(loaded: &Loaded) -> ApiResult<()> {
 /// Answers an embedding request whose body is `body`, on `route`.
 pub async fn embed(state: Arc<AppState>, body: Bytes, route: Route) -> ApiResult<Response> {
     let obj = parse_body(&body)?;
-    let loaded = state.ready()?;
+    let mut served = state.route_body(&obj).await?;
+    let loaded = served.loaded()?;
+    refuse_unless_embeds(loaded)?;
     let pooling = loaded
         .pooling
         .ok_or_else(|| ApiError::internal("the server embeds with no pooling set"))?;
@@ -94,13 +115,14 @@ pub async fn embed(state: Arc<AppState>, body: Bytes, route: Route) -> ApiResult
     } else {
         req.normalize
     };
-    let guard = state.admit()?;
+    let guard = served.admit(&state.config)?;
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
         inputs: req.inputs,
         params: EmbedParams { pooling, normalize },
     };
-    state
+    served
+        .running
         .engine
         .submit_embedding(job, Replies(tx))
         .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
@@ -116,7 +138,11 @@ pub async fn embed(state: Arc<AppState>, body: Bytes, route: Route) -> ApiResult
         }
     }
     let bytes = if req.openai {
-        let model = req.model.as_deref().unwrap_or(&state.config.model_name);
+        // Several models: the one that answered; one: the name asked for, as before.
+        let model = match &req.model {
+            Some(m) if !state.models.routed() => m,
+            _ => &served.entry.name,
+        };
         response::openai_body(&sets, req.base64, model, n_tokens)?
     } else {
         response::llama_body(&sets)?
