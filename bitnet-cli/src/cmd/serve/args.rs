@@ -109,6 +109,20 @@ pub struct Args {
     /// first token's) or last (default: the file's pooling_type, else last).
     #[arg(long, value_parser = POOLING_NAMES, requires = "embeddings")]
     pub pooling: Option<String>,
+    /// Keep the prefix cache on disk in this folder: after each answered request the rows
+    /// the cache holds of its prompt and answer are written there (unless a file holds
+    /// them already), and at start every file of the same model, kernel set and settings
+    /// is put back into the cache before the server says it is ready, so a restart does not
+    /// read long prompts again. Damaged files are reported and skipped.
+    #[arg(long, value_name = "DIR")]
+    pub prefix_cache_dir: Option<PathBuf>,
+    /// MiB of files --prefix-cache-dir keeps per model (the oldest go first).
+    #[arg(long, value_name = "MIB", default_value_t = 4096, requires = "prefix_cache_dir")]
+    pub prefix_cache_max_mib: u64,
+    /// Folder of llama-server's slot files: POST /slots/{id}?action=save|restore with
+    /// {"filename": NAME} writes a slot's KV there or puts it back into the cache.
+    #[arg(long, value_name = "DIR")]
+    pub slot_save_path: Option<PathBuf>,
     /// Sleep this many milliseconds after every engine step: makes a tiny test model as
     /// slow as a big one (tests of queueing and disconnects).
     #[arg(long, default_value_t = 0, hide = true)]

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use bitnet_core::runtime::{Reply, Request};
 use bitnet_core::scheduler::StopReason;
 
+use super::answer_record::Recording;
 use super::engine::Replies;
 use super::error::{ApiError, ApiResult};
 use super::models::Served;
@@ -55,6 +56,7 @@ pub async fn complete(
         .map_err(|e| ApiError::refused(&e, prompt_param))?;
     let guard = served.admit(&state.config)?;
     let loaded = served.loaded()?;
+    let slot = loaded.slots.take(req.id_slot, &prompt)?;
     let (tx, rx) = mpsc::unbounded_channel();
     let request = Request {
         prompt: prompt.clone(),
@@ -67,7 +69,18 @@ pub async fn complete(
     served
         .running
         .engine
-        .submit(request, Replies(tx))
+        .submit(
+            request,
+            Recording {
+                replies: Replies(tx),
+                prompt: prompt.clone(),
+                slot,
+                store: loaded
+                    .prefix_store
+                    .clone()
+                    .map(|s| (s, served.running.engine.clone())),
+            },
+        )
         .map_err(|_| ApiError::unavailable("the engine has stopped", None))?;
     let head = Head::new(api, &served.entry.name).healed(&heal);
     if req.stream {

@@ -19,6 +19,9 @@ use bitnet_core::scheduler::{
 use tokio::sync::{mpsc::UnboundedSender, oneshot, watch};
 
 use super::args::Args;
+use super::prefix_store::PrefixStore;
+use super::slots::Slots;
+use bitnet_core::kv::snapshot_file::SnapshotKey;
 use super::state::{Loaded, Shared};
 use crate::args::pooling::choose_pooling;
 use crate::output::{error_chain, note};
@@ -204,6 +207,7 @@ fn start_engine(
         _ => {}
     }
     let n_embd = model.config().n_embd;
+    let (slots, prefix_store) = saved_kv(args, &spec.path, &model)?;
     let _ = shared.model.set(Loaded {
         model,
         max_seq_len,
@@ -212,6 +216,8 @@ fn start_engine(
         pooling,
         embedding_model: embedding_model.clone(),
         n_embd,
+        slots,
+        prefix_store: prefix_store.clone(),
     });
     phase.send_replace(Phase::WarmingUp);
     let delay = Duration::from_millis(args.step_delay_ms);
@@ -226,6 +232,21 @@ fn start_engine(
     } else {
         warm_up(&mut sched, delay).context("warming up")?;
     }
+    if let Some(store) = &prefix_store {
+        let t0 = std::time::Instant::now();
+        let restored = store.restore(&mut sched);
+        for why in &restored.skipped {
+            note!("{label}warning: prefix cache: skipped {why}");
+        }
+        if restored.files > 0 {
+            note!(
+                "{label}prefix cache: {} restored from {} in {:.0} ms",
+                crate::output::count(restored.tokens, "token"),
+                crate::output::count(restored.files, "file"),
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+        }
+    }
     phase.send_replace(Phase::Ready);
     note!(
         "{label}ready: context {max_seq_len} tokens shared by up to {}, {}",
@@ -233,6 +254,28 @@ fn start_engine(
         crate::output::count(sched.engine().threads(), "thread")
     );
     Ok(sched)
+}
+
+/// The model's slots, and its persistent prefix cache with `--prefix-cache-dir`. Files of
+/// either are keyed by the model file's digest (read here, once a load).
+fn saved_kv(
+    args: &Args,
+    path: &std::path::Path,
+    model: &bitnet_core::model::Model,
+) -> Result<(Arc<Slots>, Option<Arc<PrefixStore>>)> {
+    let slots = Slots::new(args.parallel as usize, args.slot_save_path.clone());
+    if args.prefix_cache_dir.is_none() && args.slot_save_path.is_none() {
+        return Ok((slots, None));
+    }
+    let key = SnapshotKey::new(path, model)
+        .with_context(|| format!("reading {} for its digest", path.display()))?;
+    slots.set_key(key.clone());
+    let store = args
+        .prefix_cache_dir
+        .as_deref()
+        .map(|dir| PrefixStore::open(dir, key, args.prefix_cache_max_mib.saturating_mul(1 << 20)))
+        .transpose()?;
+    Ok((slots, store))
 }
 
 /// The runtime's observer: every figure `/metrics` shows that the engine thread sees.

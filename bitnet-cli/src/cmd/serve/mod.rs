@@ -16,6 +16,7 @@
 //! finish until `--shutdown-timeout`, cancels the rest (their answers end in an error),
 //! closes every connection left, and exits 0.
 
+mod answer_record;
 mod args;
 mod auth;
 mod completion;
@@ -27,6 +28,8 @@ mod error;
 mod metrics;
 mod model_list;
 mod models;
+mod prefix_store;
+mod slots;
 mod request;
 mod response;
 mod routes;

@@ -47,6 +47,9 @@ pub struct GenRequest {
     pub logprobs: Option<usize>,
     /// The answer is read for tool calls in this syntax (a chat request with tools).
     pub tool_format: Option<ToolFormat>,
+    /// llama-server's `id_slot`: the slot whose record the request takes (-1 or none: any;
+    /// see `slots.rs`).
+    pub id_slot: Option<i64>,
 }
 
 /// The model a request names (`model`), when the server routes by name (`routed`): `None`
@@ -247,7 +250,16 @@ pub fn gen_request(
             None => None,
         },
     };
+    let id_slot = match field(obj, "id_slot") {
+        None => None,
+        Some(v) => Some(
+            v.as_i64()
+                .filter(|&i| i >= -1)
+                .ok_or_else(|| ApiError::bad_field("id_slot", "a slot number, or -1 for any"))?,
+        ),
+    };
     Ok(GenRequest {
+        id_slot,
         params: GenParams {
             max_tokens: max_tokens.unwrap_or(n_predict),
             sampler,

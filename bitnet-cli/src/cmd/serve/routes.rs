@@ -57,6 +57,8 @@ pub fn router(state: Arc<AppState>, webui: bool) -> Router {
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
         .route("/props", get(props))
+        .route("/slots", get(slots_list))
+        .route("/slots/{id}", post(slot_action))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .fallback(|uri: Uri| async move { ApiError::not_found(uri.path()) })
@@ -323,6 +325,50 @@ async fn props(
             },
         },
     })))
+}
+
+/// `GET /slots` (llama-server's): each slot of the model (`?model=`), see `slots.rs`.
+async fn slots_list(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<ModelQuery>,
+) -> ApiResult<Json<Value>> {
+    let served = state.route(query.name(&state)).await?;
+    let loaded = served.loaded()?;
+    Ok(Json(loaded.slots.list(loaded.max_seq_len)))
+}
+
+#[derive(serde::Deserialize)]
+struct SlotQuery {
+    action: Option<String>,
+    model: Option<String>,
+}
+
+/// `POST /slots/{id}?action=save|restore|erase` (llama-server's), body `{"filename"}`.
+async fn slot_action(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    Query(query): Query<SlotQuery>,
+    b: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let b = body(&state, b)?;
+    let obj = if b.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Map::new()
+    } else {
+        parse_body(&b)?
+    };
+    let served = match query.model.as_deref().filter(|_| state.models.routed()) {
+        Some(name) => state.route(Some(name)).await?,
+        None => state.route_body(&obj).await?,
+    };
+    let loaded = served.loaded()?;
+    let action = query.action.as_deref().ok_or_else(|| {
+        ApiError::invalid("say ?action=save, restore or erase", Some("action"))
+    })?;
+    let answer = loaded
+        .slots
+        .act(&served.running.engine, &id, action, &Value::Object(obj))
+        .await?;
+    Ok(Json(answer))
 }
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {

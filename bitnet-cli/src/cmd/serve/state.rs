@@ -17,6 +17,8 @@ use super::cors::CorsPolicy;
 use super::error::{ApiError, ApiResult};
 use super::metrics::{ConnectionFigures, Metrics};
 use super::models::{Models, Served};
+use super::prefix_store::PrefixStore;
+use super::slots::Slots;
 use super::request::model_name;
 use crate::args::context::ContextArgs;
 
@@ -53,6 +55,10 @@ pub struct Loaded {
     pub embedding_model: Option<String>,
     /// Width of a hidden state (of an embedding before `dimensions`).
     pub n_embd: usize,
+    /// llama-server's slots: each request's record, saved and restored by `/slots`.
+    pub slots: Arc<Slots>,
+    /// `--prefix-cache-dir`: where answered requests' rows are kept.
+    pub prefix_store: Option<Arc<PrefixStore>>,
 }
 
 #[derive(Clone, Debug)]
