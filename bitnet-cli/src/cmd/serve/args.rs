@@ -117,7 +117,12 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub prefix_cache_dir: Option<PathBuf>,
     /// MiB of files --prefix-cache-dir keeps per model (the oldest go first).
-    #[arg(long, value_name = "MIB", default_value_t = 4096, requires = "prefix_cache_dir")]
+    #[arg(
+        long,
+        value_name = "MIB",
+        default_value_t = 4096,
+        requires = "prefix_cache_dir"
+    )]
     pub prefix_cache_max_mib: u64,
     /// Folder of llama-server's slot files: POST /slots/{id}?action=save|restore with
     /// {"filename": NAME} writes a slot's KV there or puts it back into the cache.

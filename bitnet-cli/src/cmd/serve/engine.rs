@@ -21,12 +21,12 @@ use tokio::sync::{mpsc::UnboundedSender, oneshot, watch};
 use super::args::Args;
 use super::prefix_store::PrefixStore;
 use super::slots::Slots;
-use bitnet_core::kv::snapshot_file::SnapshotKey;
 use super::state::{Loaded, Shared};
 use crate::args::pooling::choose_pooling;
 use crate::output::{error_chain, note};
 use crate::setup::{Setup, embedding_model};
 use crate::template_worker;
+use bitnet_core::kv::snapshot_file::SnapshotKey;
 /// A request's replies, sent to its handler.
 #[derive(Debug)]
 pub struct Replies(pub UnboundedSender<Reply>);

@@ -361,9 +361,10 @@ async fn slot_action(
         None => state.route_body(&obj).await?,
     };
     let loaded = served.loaded()?;
-    let action = query.action.as_deref().ok_or_else(|| {
-        ApiError::invalid("say ?action=save, restore or erase", Some("action"))
-    })?;
+    let action = query
+        .action
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("say ?action=save, restore or erase", Some("action")))?;
     let answer = loaded
         .slots
         .act(&served.running.engine, &id, action, &Value::Object(obj))

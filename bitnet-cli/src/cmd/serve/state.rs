@@ -18,8 +18,8 @@ use super::error::{ApiError, ApiResult};
 use super::metrics::{ConnectionFigures, Metrics};
 use super::models::{Models, Served};
 use super::prefix_store::PrefixStore;
-use super::slots::Slots;
 use super::request::model_name;
+use super::slots::Slots;
 use crate::args::context::ContextArgs;
 
 /// Written by one model's engine thread, read by the handlers; a fresh one per load.
