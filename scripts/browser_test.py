@@ -27,6 +27,8 @@ through the page:
                and no max_tokens, all answered within the server's default reply budget
   k  api-key   a server with --api-key: the page asks for the key, keeps it in the tab's
                session storage only, and chats with it; Esc stops a reply
+  n  models    a server of two models: #model-select lists both, the one picked (with a
+               click) answers and goes as `model` with each request, and a reload keeps it
 
 The page is reached only through the ids and data attributes it keeps stable for this test.
 After every step, the page's uncaught errors and Content-Security-Policy refusals fail it.
@@ -526,6 +528,7 @@ class Run:
         self.args = args
         self.server = None
         self.key_server = None
+        self.models_server = None
         self.driver = None
         self.sessions = []
         self.tmp = tempfile.mkdtemp(prefix="bitnet-browser-test-")
@@ -544,7 +547,7 @@ class Run:
     def close(self):
         for s in self.sessions:
             s.quit()
-        for thing in (self.driver, self.server, self.key_server):
+        for thing in (self.driver, self.server, self.key_server, self.models_server):
             if thing:
                 thing.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -1022,6 +1025,47 @@ class Run:
         return (f"a wrong key asked again; Enter and Save both close the dialog; Esc stopped a "
                 f"reply; a reply of {len(reply)} chars with the key")
 
+    def step_n_models(self, _sess):
+        tiny = os.path.join(self.tmp, "tiny.gguf")
+        subprocess.run([self.args.bin, "gen-model", "--preset", "tiny", "--vocab",
+                        self.args.model, "-o", tiny], check=True, capture_output=True,
+                       timeout=WAIT_S)
+        self.models_server = Server(self.args.bin, self.args.model, ("-m", tiny))
+        url = self.models_server.url
+        sess = self.session()
+        sess.get(url + "/")
+        picker = ("const s = document.querySelector('#model-select'); "
+                  "return s && !s.hidden && s.offsetParent !== null ? "
+                  "[...s.options].map(o => o.value) : null")
+        sess.wait(picker, "#model-select to show the models", WAIT_S)
+        ids = sess.js(picker)
+        if sorted(ids) != ["shakespeare", "tiny"]:
+            raise Failure(f"#model-select lists {ids}, not shakespeare and tiny")
+        sess.click(sess.find("#model-select"))
+        sess.click(sess.find("#model-select option[value='tiny']"))
+        sess.wait("return document.querySelector('#model-select').value === 'tiny'",
+                  "the picker to hold tiny", WAIT_S)
+        record_requests(sess)
+        set_input(sess, "#max-tokens", "12")
+        reply = wait_reply(sess, send(sess, "Good morrow."))
+        bodies = recorded_requests(sess)
+        if [b.get("model") for b in bodies] != ["tiny"]:
+            raise Failure(f"the request named {[b.get('model') for b in bodies]}, not tiny")
+        states = {m["id"]: m["status"]["value"]
+                  for m in self.models_server.get_json("/v1/models")["data"]}
+        if states.get("tiny") != "loaded":
+            raise Failure(f"after the reply /v1/models says {states}")
+        sess.refresh()
+        sess.wait("return document.querySelector('#model-select').value === 'tiny'",
+                  "the picker to keep tiny after a reload", WAIT_S)
+        if (problems := sess.problems()):
+            raise Failure(f"the page logged: {problems}")
+        sess.quit()
+        self.sessions.remove(sess)
+        self.models_server.stop()
+        self.models_server = None
+        return f"picked tiny from {ids}; it answered {len(reply)} chars; kept after a reload"
+
     @staticmethod
     def typing_reaches_prompt(sess, how):
         """When the page hands the focus to #prompt, what a person types must land there."""
@@ -1042,7 +1086,8 @@ STEPS = [("a", "load", Run.step_a_load), ("b", "stream", Run.step_b_stream),
          # Before the XSS step, so that the shots' list of conversations reads well.
          ("g", "screenshots", Run.step_g_shots), ("f", "xss", Run.step_f_xss),
          ("h", "manage", Run.step_h_manage), ("l", "budget", Run.step_l_budget),
-         ("m", "small context", Run.step_m_small_context), ("k", "api-key", Run.step_k_api_key)]
+         ("m", "small context", Run.step_m_small_context), ("k", "api-key", Run.step_k_api_key),
+         ("n", "models", Run.step_n_models)]
 
 
 def find_tool(given, names):
@@ -1068,7 +1113,7 @@ def main():
                     help="also copy the screenshots here (docs/img refreshes the README's)")
     ap.add_argument("--chromium", default=os.environ.get("CHROMIUM"))
     ap.add_argument("--chromedriver", default=os.environ.get("CHROMEDRIVER"))
-    ap.add_argument("--steps", default="abcdefghlmk", help="the steps to run, by letter")
+    ap.add_argument("--steps", default="abcdefghlmkn", help="the steps to run, by letter")
     args = ap.parse_args()
     args.chromium = find_tool(args.chromium, ["chromium", "chromium-browser", "google-chrome"])
     args.chromedriver = find_tool(args.chromedriver, ["chromedriver"])
@@ -1121,7 +1166,7 @@ def main():
                 break
             except (OSError, WebDriverError):
                 pass
-        server = run.key_server or run.server
+        server = run.models_server or run.key_server or run.server
         if server and server.log:
             print("     server log (last lines):\n       " +
                   "\n       ".join(server.log[-10:]), flush=True)
