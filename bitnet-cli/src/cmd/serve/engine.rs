@@ -19,9 +19,9 @@ use bitnet_core::scheduler::{
 use tokio::sync::{mpsc::UnboundedSender, oneshot, watch};
 
 use super::args::Args;
+use super::loaded::{Loaded, Shared};
 use super::prefix_store::PrefixStore;
 use super::slots::Slots;
-use super::state::{Loaded, Shared};
 use crate::args::pooling::choose_pooling;
 use crate::output::{error_chain, note};
 use crate::setup::{Setup, embedding_model};

@@ -20,11 +20,13 @@ mod answer_record;
 mod args;
 mod auth;
 mod completion;
+mod config;
 mod conn;
 mod cors;
 mod embeddings;
 mod engine;
 mod error;
+mod loaded;
 mod metrics;
 mod model_list;
 mod models;
@@ -49,8 +51,9 @@ use anyhow::{Context, Result};
 
 use crate::output::note;
 pub use args::Args;
+use config::Config;
 use engine::Phase;
-use state::{AppState, Config};
+use state::AppState;
 
 pub fn run(args: Args) -> Result<()> {
     let api_keys = auth::load_keys(&args.api_key, args.api_key_file.as_deref())?;

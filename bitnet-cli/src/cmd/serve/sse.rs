@@ -19,10 +19,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use super::error::ApiError;
+use super::loaded::Shared;
 use super::models::InFlight;
 use super::request::{Api, GenRequest};
 use super::response::Head;
-use super::state::{AppState, Shared};
+use super::state::AppState;
 use super::tools::call_deltas;
 use bitnet_core::runtime::{TokenEntry, TokenText};
 

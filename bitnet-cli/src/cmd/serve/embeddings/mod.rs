@@ -31,8 +31,9 @@ use tokio::sync::mpsc;
 
 use super::engine::Replies;
 use super::error::{ApiError, ApiResult};
+use super::loaded::Loaded;
 use super::request::parse_body;
-use super::state::{AppState, Loaded};
+use super::state::AppState;
 use request::EmbedRequest;
 
 /// The shape a route answers in.

@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
+use super::super::config::Config;
 use super::super::engine::Running;
 use super::super::error::{ApiError, ApiResult};
+use super::super::loaded::Loaded;
 use super::super::metrics::Metrics;
-use super::super::state::{Config, Loaded};
 
 /// Where a model stands.
 #[derive(Debug, Clone)]

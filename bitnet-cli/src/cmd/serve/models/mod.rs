@@ -25,9 +25,10 @@ use anyhow::Result;
 use tokio::sync::{Mutex as AsyncMutex, Notify, oneshot};
 
 use super::args::Args;
+use super::config::Config;
 use super::engine::{self, LoadSpec, Running};
 use super::error::{ApiError, ApiResult};
-use super::state::{Config, Shared};
+use super::loaded::Shared;
 use crate::output::note;
 pub use catalog::Catalog;
 pub use entry::{InFlight, ModelEntry, Served, State};
