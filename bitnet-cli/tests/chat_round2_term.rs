@@ -30,11 +30,14 @@ fn save_and_load_read_a_leading_tilde_as_home() {
     let (stdout, err) = succeeded(&out);
     let saved = home.join("conv.json");
     assert!(saved.is_file(), "{err}");
+    // The KV goes beside the conversation, at the expanded path too.
     assert!(
-        err.contains(&format!("(saved 2 messages to {})", saved.display())),
+        err.contains(&format!("(saved 2 messages to {}; KV of ", saved.display()))
+            && home.join("conv.json.kv").is_file(),
         "{err}"
     );
     assert!(err.contains("(loaded 2 messages from"), "{err}");
+    assert!(err.contains("tokens kept)"), "{err}");
     assert!(stdout.contains("conversation: 2 messages"), "{stdout}");
 
     // Without HOME, ~ means nothing: a clear error, not a file named "~".
