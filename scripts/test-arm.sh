@@ -17,11 +17,16 @@
 #      machine's (the float kernels sum in another order, and this relu2 model amplifies a
 #      last-bit difference: the x86 sets differ from each other in the 4th digit too; the full
 #      text takes minutes a set under emulation), with each ARM set;
-#   4. `cargo check` for aarch64-apple-darwin (macOS; nothing there can run it here).
-# Everything emulated runs one thread: under qemu-user 7.2 a two-thread run once hung with every
-# thread asleep in the pool's sleep/wake handshake (a SeqCst store-then-load on each side, which
-# needs store-load ordering the emulator's x86 translation may not give); this pass proves the
-# kernels, not the pool. Each emulated command also has a time limit, so a hang fails the pass.
+#   4. `cargo check` for aarch64-apple-darwin (macOS; nothing there can run it here);
+#   5. the thread pool on 2 and 4 threads: bitnet-core's pool tests (among them a stress test of
+#      14000 fork-joins that aborts with a message if a region stalls) and the shipped model's
+#      README sample and greedy text with -t 2 and -t 4, byte for byte as in 3.
+# The jobs of 1.-3. run one thread: they prove the kernels, and 5. proves the pool. qemu-user
+# (7.2, x86-64 host) lets an AArch64 store-release be passed by a later load-acquire (STLR then
+# LDAR: a SeqCst store then load), which ARMv8 forbids; the pool's handshakes once relied on that
+# order and hung here with every thread asleep. They now put a SeqCst fence (DMB, which qemu
+# keeps) between the store and the load (bench/2026-12-06-pool-loom-arm.md; scripts/loom.sh
+# model-checks them). Each emulated command also has a time limit, so a hang fails the pass.
 # So the builds come first (they use every core), then the emulated runs and the macOS check
 # run side by side, as many at once as there are cores (JOBS), each job's output printed
 # whole when it ends.
@@ -41,12 +46,12 @@ emulate() { timeout 900 qemu-aarch64 -L "$sysroot" "$@"; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-step "ARM builds: kernel tests, golden logits test, bitnet"
+step "ARM builds: kernel tests, golden logits and pool tests, bitnet"
 # Everything in ONE cargo invocation: the kernel tests (every integration test of
-# bitnet-kernels, by name), the golden logits test of bitnet-core and, through one test of
-# bitnet-cli, the `bitnet` binary. Separate invocations resolved features three ways and
-# compiled bitnet-kernels (at opt-level 3) three times, bitnet-core, serde, syn and a dozen
-# more twice or three times, for this target alone. The unit tests inside the libraries'
+# bitnet-kernels, by name), the golden logits and thread pool tests of bitnet-core and,
+# through one test of bitnet-cli, the `bitnet` binary. Separate invocations resolved features
+# three ways and compiled bitnet-kernels (at opt-level 3) three times, bitnet-core, serde, syn
+# and a dozen more twice or three times, for this target alone. The unit tests inside the libraries'
 # sources are left to the x86 pass (platform-independent code; the check that the emulated
 # CPU offers the expected sets is an integration test, tests/isa.rs).
 kernel_names=$(cd bitnet-kernels/tests && ls -- *.rs | sed 's/\.rs$//')
@@ -55,7 +60,7 @@ for t in $kernel_names; do test_args+=(--test "$t"); done
 built="$(
   cargo test --no-run -q -j "$jobs" --target "$target" --message-format=json \
     -p bitnet-kernels -p bitnet-core -p bitnet-cli "${test_args[@]}" --test golden_engine \
-    --test cli |
+    --test threadpool --test cli |
     python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -66,7 +71,9 @@ for line in sys.stdin:
 # By source path: bitnet-core has tests of the same names (kv_rotate).
 kernel_tests=$(echo "$built" | awk '$1 ~ /\/bitnet-kernels\/tests\/[^\/]*\.rs$/ { print $2 }')
 golden_test=$(echo "$built" | awk '$1 ~ /\/bitnet-core\/tests\/golden_engine\.rs$/ { print $2 }')
-[ "$(echo "$kernel_tests" | wc -w)" = "$(echo "$kernel_names" | wc -w)" ] && [ -n "$golden_test" ] ||
+pool_test=$(echo "$built" | awk '$1 ~ /\/bitnet-core\/tests\/threadpool\.rs$/ { print $2 }')
+[ "$(echo "$kernel_tests" | wc -w)" = "$(echo "$kernel_names" | wc -w)" ] &&
+  [ -n "$golden_test" ] && [ -n "$pool_test" ] ||
   { echo "error: the aarch64 tests were not all built" >&2; exit 1; }
 arm_bitnet="${CARGO_TARGET_DIR:-target}/$target/debug/bitnet"
 # scripts/test.sh passes the binary its tests built (a plain `cargo build -p bitnet-cli`
@@ -133,9 +140,34 @@ shipped_job() { # SET
   echo "$isa: README sample and greedy text identical; perplexity $(cat "$out.ppl")"
 }
 
+# 5. The pool on several threads (the jobs above run one): its tests, the stress test's figures
+# printed, then the shipped model's two texts with 2 and 4 threads against this machine's
+# single-threaded ones (this machine writes the same text with 1, 2 and 4 threads).
+pool_job() {
+  (cd bitnet-core && emulate -cpu max "$pool_test" --skip stress_fork_join_runs_every_part_once &&
+    emulate -cpu max "$pool_test" --exact stress_fork_join_runs_every_part_once --nocapture) ||
+    return 1
+  local threads out kind
+  for threads in 2 4; do
+    out="$tmp/threads-$threads"
+    emulate -cpu max "$arm_bitnet" generate -t "$threads" -m "$model" -p "ROMEO:" -n 80 -s 1 \
+      2>/dev/null >"$out.sampled"
+    emulate -cpu max "$arm_bitnet" generate -t "$threads" -m "$model" -p "ROMEO:" -n 80 --temp 0 \
+      2>/dev/null >"$out.greedy"
+    for kind in sampled greedy; do
+      if ! cmp -s "$tmp/host.$kind" "$out.$kind"; then
+        echo "error: -t $threads ($kind) differs from this machine's single-threaded output:"
+        diff "$tmp/host.$kind" "$out.$kind" || true
+        return 1
+      fi
+    done
+    echo "-t $threads: README sample and greedy text identical"
+  done
+}
+
 # 4. macOS: nothing here can run it, so it is compiled only. It is the longest job (a check
 # of the whole dependency tree for another target): it starts first, with every core cargo
-# can have (the emulated jobs beside it are single-threaded).
+# can have (the emulated jobs beside it are single-threaded, but for the pool's few seconds).
 apple_job() { cargo check -q -j "$jobs" --workspace --target aarch64-apple-darwin; }
 
 outputs_of "$tmp/host" "$host_bitnet"
@@ -157,10 +189,11 @@ launch() { # NAME COMMAND...
     cat "$tmp/job-$name.log"
   ) &
 }
-step "ARM runs: kernel tests on 3 CPUs, golden logits ($golden_sets), shipped model, macOS check"
+step "ARM runs: kernels on 3 CPUs, golden logits ($golden_sets), shipped model, pool, macOS check"
 launch apple-check apple_job
 for set in ${golden_sets//,/ }; do launch "golden-$set" golden_job "$set"; done
 for isa in neon dotprod i8mm; do launch "shipped-$isa" shipped_job "$isa"; done
+launch pool-threads pool_job
 # `max`: NEON + dotprod + i8mm (all three sets tested in that one run); `cortex-a76`: the
 # Raspberry Pi 5's core (NEON + dotprod); `cortex-a57`: NEON only.
 launch kernels-max kernel_job max scalar,neon,dotprod,i8mm

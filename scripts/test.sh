@@ -8,7 +8,8 @@
 # embedding examples of bitnet-core run on the shipped model (they exit non-zero when they
 # fail), the server's fault drill (python3) and the chat page's test in headless Chromium
 # (scripts/browser-test.sh installs Debian's chromium and chromium-driver where missing),
-# every command README.md and docs/ show (scripts/doc-commands.py);
+# every command README.md and docs/ show (scripts/doc-commands.py), the thread pool's loom
+# model check (scripts/loom.sh);
 # then, on an x86-64 Linux machine, the AArch64 pass under emulation
 # (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
 # shipped model's text; it installs the cross tools it needs) and the Windows pass under wine
@@ -60,6 +61,10 @@ done
 # tests against the shipped model and the CLI the tests above built.
 step "Python package"
 BITNET_BIN="${CARGO_TARGET_DIR:-target}/debug/bitnet" JOBS="$jobs" ./python/test.sh
+# The thread pool's sleep/wake and done handshakes model-checked with loom (every interleaving
+# of a caller and one or two workers, up to 3 preemptions): scripts/loom.sh.
+step "thread pool model check (loom)"
+JOBS="$jobs" ./scripts/loom.sh
 # The scalar kernels again, without the doc examples (they do not depend on the set). The
 # same package selection as the first pass: a narrower one would resolve features anew and
 # rebuild half the dependency tree.

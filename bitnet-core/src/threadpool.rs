@@ -10,6 +10,10 @@
 //! Inside a region, [`ChunkQueue`] shares a product's rows out in chunks to whichever thread
 //! is running, so a thread that is descheduled mid-region holds back one chunk, not a share.
 //!
+//! The sleep/wake and done handshakes take their atomics, locks and threads from
+//! `threadpool/sync.rs`, which swaps in loom's under `--cfg loom`: `scripts/loom.sh`
+//! model-checks this very code (`threadpool/loom_models.rs`).
+//!
 //! Besides the SIGBUS guard (`model/sigbus.rs`) and the loader's memory map, this is the module of
 //! `bitnet-core` that uses `unsafe`: the job closure borrows from
 //! the caller's stack (it is not `'static`), so workers reach it through a raw pointer that is
@@ -26,9 +30,8 @@ use std::cell::Cell;
 use std::fmt;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -36,11 +39,18 @@ use thiserror::Error;
 mod affinity;
 mod chunks;
 mod disjoint;
+#[cfg(all(test, loom))]
+mod loom_models;
+mod sync;
 
 use affinity::CallerPin;
 pub use affinity::{core_order, physical_core_count};
 pub use chunks::ChunkQueue;
 pub use disjoint::{DisjointError, DisjointSlice};
+use sync::{
+    Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Barrier, Condvar, JoinHandle, Mutex, fence,
+    lock, spin_until, thread,
+};
 
 /// Upper bound on the thread count accepted by [`ThreadPool::new`].
 pub const MAX_THREADS: usize = 1024;
@@ -111,10 +121,18 @@ pub struct WaitStats {
 #[derive(Debug, Default)]
 struct CachePadded<T>(T);
 
+#[cfg(not(loom))]
 thread_local! {
     /// True while this thread executes a pool job (of any pool): a nested `run` then executes
     /// inline instead of deadlocking on a pool that is waiting for this very thread.
     static IN_POOL_JOB: Cell<bool> = const { Cell::new(false) };
+}
+
+// Loom runs every model thread on one OS thread, so std's thread-locals would be shared by
+// the caller and the workers there (a worker's flag would make the caller run inline).
+#[cfg(loom)]
+loom::thread_local! {
+    static IN_POOL_JOB: Cell<bool> = Cell::new(false);
 }
 
 /// Sets [`IN_POOL_JOB`] for its lifetime, restoring the previous value even on unwind.
@@ -176,34 +194,23 @@ struct Shared {
     pinned: Box<[AtomicUsize]>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned lock only means a panic happened while it was held; the data it guards
-    // (unit, or an Option we overwrite) is still consistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl Shared {
     /// Spins, then sleeps, until the generation differs from `seen`; returns the new one.
     fn wait_for_generation(&self, seen: u64) -> u64 {
-        if !self.spin.is_zero() {
-            let start = Instant::now();
-            let mut spins = 0u32;
-            loop {
-                let g = generation_of(self.state.0.load(Ordering::Acquire));
-                if g != seen {
-                    return g;
-                }
-                spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(64) && start.elapsed() >= self.spin {
-                    break;
-                }
-                std::hint::spin_loop();
-            }
+        let mut g = seen;
+        if spin_until(self.spin, || {
+            g = generation_of(self.state.0.load(Ordering::Acquire));
+            g != seen
+        }) {
+            return g;
         }
         let mut guard = lock(&self.sleep_lock);
-        // SeqCst pairs with the caller's `state` store then `sleepers` load: either the
-        // caller sees us counted (and notifies under the lock) or we see the new generation.
+        // Pairs with `publish` (a store to `state`, a fence, a load of `sleepers`): with a
+        // SeqCst fence between the store and the load on both sides, either the caller sees
+        // us counted (and notifies under the lock) or we see the new generation. See
+        // `publish` for why the fences and not SeqCst accesses alone.
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         loop {
             let g = generation_of(self.state.0.load(Ordering::SeqCst));
             if g != seen {
@@ -227,6 +234,14 @@ impl Shared {
         self.state
             .0
             .store((generation << PART_BITS) | 1, Ordering::SeqCst);
+        // The store above and the load of `sleepers` in `wake_sleepers` are a Dekker pair
+        // with the worker's `sleepers` increment and `state` load: one side must see the
+        // other's write, or the caller skips the notify while the worker sleeps through the
+        // region. SeqCst accesses alone promise that in C11, but loom models them as AcqRel
+        // (and then finds this very lost wake-up), and qemu-user on x86-64 does reorder an
+        // AArch64 STLR with a later LDAR (bench/2026-12-06-pool-loom-arm.md); SeqCst fences
+        // (DMB ISH, MFENCE) are kept by both, and cost one barrier per region and per sleep.
+        fence(Ordering::SeqCst);
         self.wake_sleepers();
     }
 
@@ -291,32 +306,28 @@ impl Shared {
 
     /// Marks one part done; the job must not be touched after.
     fn finish_one(&self) {
-        if self.pending.0.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.caller_waiting.load(Ordering::SeqCst)
-        {
-            let _guard = lock(&self.done_lock);
-            self.done.notify_one();
+        if self.pending.0.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // The last part's Dekker pair with `wait_done`: see there.
+            fence(Ordering::SeqCst);
+            if self.caller_waiting.load(Ordering::SeqCst) {
+                let _guard = lock(&self.done_lock);
+                self.done.notify_one();
+            }
         }
     }
 
     /// Caller side: spins, then sleeps, until every part has finished.
     fn wait_done(&self) {
-        if !self.spin.is_zero() {
-            let start = Instant::now();
-            let mut spins = 0u32;
-            loop {
-                if self.pending.0.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(64) && start.elapsed() >= self.spin {
-                    break;
-                }
-                std::hint::spin_loop();
-            }
+        if spin_until(self.spin, || self.pending.0.load(Ordering::Acquire) == 0) {
+            return;
         }
         let mut guard = lock(&self.done_lock);
         self.caller_waiting.store(true, Ordering::SeqCst);
+        // A Dekker pair with `finish_one` (a `pending` decrement, a fence, a load of
+        // `caller_waiting`): either the last part sees the caller waiting and notifies under
+        // the lock, or the caller sees `pending` at zero. Without the fences (SeqCst accesses
+        // only) loom finds both asleep, and qemu-user lets it happen: see `publish`.
+        fence(Ordering::SeqCst);
         while self.pending.0.load(Ordering::SeqCst) != 0 {
             guard = self
                 .done

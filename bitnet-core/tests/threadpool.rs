@@ -2,12 +2,13 @@
 //! regions neither deadlock nor lose wake-ups, panics propagate and leave the pool usable.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bitnet_core::threadpool::{
-    ChunkQueue, DisjointError, DisjointSlice, PinPolicy, PoolError, ThreadPool, split_range,
+    ChunkQueue, DEFAULT_SPIN, DisjointError, DisjointSlice, PinPolicy, PoolError, ThreadPool,
+    split_range,
 };
 
 /// Runs `f` on a helper thread and fails (instead of hanging the suite) if it takes longer
@@ -517,4 +518,100 @@ fn chunk_queue_hands_out_every_chunk_once_across_threads() {
         let mut short = vec![0u8; 9];
         assert!(ChunkQueue::new(&mut short, 5, 2, 2, 1).is_none());
     });
+}
+
+/// How long the stress test lets a region go without finishing before it calls the pool hung.
+/// Native regions take microseconds and emulated ones (qemu-user, `scripts/test-arm.sh`)
+/// well under a millisecond; a pool that lost a wake-up never finishes one.
+const STRESS_STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Fork-join stress, the pool's handshakes thousands of times: 5000 regions on 2 threads and
+/// 2000 on 4, each with no spin (every wait sleeps on a condvar, where a lost wake-up hangs)
+/// and with the default spin. In every other region part 0 waits until every other part has
+/// started, so workers must wake (the caller cannot steal their parts) and the caller then
+/// waits for them to finish: both handshakes run each time. In the rest the caller may steal.
+/// Every region checks that each part ran exactly once. A hang
+/// does not hang the suite: a watchdog aborts the process, saying where it stalled, once no
+/// region has finished for [`STRESS_STALL_LIMIT`]. The ARM pass runs this under qemu.
+#[test]
+fn stress_fork_join_runs_every_part_once() {
+    let progress = Arc::new(AtomicU64::new(0));
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let watchdog = {
+        let progress = Arc::clone(&progress);
+        thread::spawn(move || {
+            let mut last = progress.load(Ordering::SeqCst);
+            let mut stalled = Duration::ZERO;
+            let tick = Duration::from_millis(250);
+            loop {
+                match done_rx.recv_timeout(tick) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                let now = progress.load(Ordering::SeqCst);
+                stalled = if now == last {
+                    stalled + tick
+                } else {
+                    Duration::ZERO
+                };
+                last = now;
+                if stalled >= STRESS_STALL_LIMIT {
+                    // Panicking here would not stop the stuck threads (and the harness would
+                    // wait for the test forever): end the process with the reason.
+                    eprintln!(
+                        "stress_fork_join_runs_every_part_once: no region finished for {:?} \
+                         (regions done so far: {}): the pool hung",
+                        STRESS_STALL_LIMIT, now,
+                    );
+                    std::process::abort();
+                }
+            }
+        })
+    };
+    let mut total = 0u64;
+    let start = Instant::now();
+    for (threads, regions) in [(2usize, 5000u64), (4, 2000)] {
+        for spin in [Duration::ZERO, DEFAULT_SPIN] {
+            let t0 = Instant::now();
+            let pool = ThreadPool::with_spin(threads, PinPolicy::None, spin).unwrap();
+            let runs: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
+            for r in 0..regions {
+                let wait_for_workers = r % 2 == 0;
+                pool.run(&|tid, n| {
+                    assert_eq!(n, threads);
+                    runs[tid].fetch_add(1, Ordering::Relaxed);
+                    if tid == 0 && wait_for_workers {
+                        while runs[1..].iter().any(|c| c.load(Ordering::Relaxed) <= r) {
+                            thread::yield_now();
+                        }
+                    }
+                    // A little work, of lengths that drift against each other from region
+                    // to region, so the parts end in every order and at nearly the same
+                    // time: the last worker's done-notification races the caller going to
+                    // sleep in every way.
+                    let work = if tid == 0 { r % 89 } else { r % 97 } * 8;
+                    for i in 0..work {
+                        std::hint::black_box(i);
+                    }
+                });
+                for (tid, count) in runs.iter().enumerate() {
+                    assert_eq!(
+                        count.load(Ordering::Relaxed),
+                        r + 1,
+                        "{threads} threads, spin {spin:?}: part {tid} after region {r}"
+                    );
+                }
+                progress.fetch_add(1, Ordering::SeqCst);
+            }
+            drop(pool);
+            total += regions;
+            eprintln!(
+                "pool stress: {regions} regions, {threads} threads, spin {spin:?}: {:?}",
+                t0.elapsed()
+            );
+        }
+    }
+    eprintln!("pool stress: {total} regions in {:?}", start.elapsed());
+    drop(done_tx);
+    watchdog.join().expect("watchdog");
 }

@@ -10,11 +10,11 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::Range;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use thiserror::Error;
 
-use super::{lock, split_range};
+use super::split_range;
 
 /// Errors of [`DisjointSlice::try_slice_mut`].
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -126,7 +126,7 @@ impl<'a, T> DisjointSlice<'a, T> {
             });
         }
         if start < end {
-            let mut claims = lock(&self.claims);
+            let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(&(hs, he)) = claims.iter().find(|&&(hs, he)| start < he && hs < end) {
                 return Err(DisjointError::Overlap {
                     start,
