@@ -17,7 +17,8 @@ fn rewrite(f: &GgufFile) -> Vec<u8> {
     for t in f.tensors() {
         let data = f.tensor_data(t);
         assert_eq!(data.len() as u64, t.n_bytes);
-        w.write_tensor_data(data).expect("tensor data of the declared size");
+        w.write_tensor_data(data)
+            .expect("tensor data of the declared size");
     }
     w.finish().expect("all tensors written")
 }
@@ -28,7 +29,11 @@ fuzz_target!(|data: &[u8]| {
     };
     // Exercise the getters over everything present.
     for (k, v) in f.metadata().iter() {
-        let _ = (f.metadata().get_u64(k), f.metadata().get_str(k), v.type_name());
+        let _ = (
+            f.metadata().get_u64(k),
+            f.metadata().get_str(k),
+            v.type_name(),
+        );
     }
     let once = rewrite(&f);
     let g = GgufFile::from_bytes(&once).expect("our own output must parse");
