@@ -7,17 +7,16 @@
 use std::sync::OnceLock;
 
 use bitnet_core::kv::snapshot_file::{SnapshotKey, read_snapshot};
-use bitnet_core::{LoadOptions, Model};
 use libfuzzer_sys::fuzz_target;
+
+mod shipped;
 
 /// The shipped model's key, so that seeds saved by `bitnet chat` (`/save F` writes `F.kv`)
 /// get past the key check into the sizes and rows.
 fn key() -> &'static SnapshotKey {
     static KEY: OnceLock<SnapshotKey> = OnceLock::new();
     KEY.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shakespeare.gguf");
-        let model = Model::load(path, &LoadOptions::default()).expect("the shipped model loads");
-        SnapshotKey::new(path.as_ref(), &model).expect("its digest")
+        SnapshotKey::new(shipped::PATH.as_ref(), shipped::model()).expect("its digest")
     })
 }
 

@@ -4,22 +4,13 @@
 //! arbitrary ids are decoded without a panic (out-of-range ones included).
 #![no_main]
 
-use std::sync::OnceLock;
-
 use bitnet_core::tokenizer::Tokenizer;
-use bitnet_core::{LoadOptions, Model};
 use libfuzzer_sys::fuzz_target;
 
-fn model() -> &'static Model {
-    static MODEL: OnceLock<Model> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shakespeare.gguf");
-        Model::load(path, &LoadOptions::default()).expect("the shipped model loads")
-    })
-}
+mod shipped;
 
 fn tokenizer() -> &'static Tokenizer {
-    model()
+    shipped::model()
         .tokenizer()
         .expect("the shipped model has a tokenizer")
 }
