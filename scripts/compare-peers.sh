@@ -453,6 +453,8 @@ def bench_samples(path, engine):
             res.setdefault(key, []).extend(row['samples'])
             if row.get('bound_share') is not None:
                 res.setdefault(key + ('bound_share',), []).append(row['bound_share'])
+            if row.get('read_share_paired') is not None:
+                res.setdefault(key + ('paired',), []).append(row['read_share_paired'])
     else:
         for t in d:
             key = ('pp', t['n_prompt']) if t['n_prompt'] > 0 else ('tg', t['n_gen'])
@@ -496,7 +498,9 @@ def fmt(s, unit=''):
 
 print('Throughput: tokens per second over all repetitions of all rounds; ours/peer > 1: ours faster.')
 print('"of read": ours\' decode against an in-place plain read of the bytes a token streams, on')
-print('the same threads (`read_gbs` of its bench; median over the rounds).')
+print('the same threads (`read_gbs` of its bench; median over the rounds): the mean against the best')
+print('read of the round, and in brackets each repetition against the read just before it (its')
+print('`read_share_paired`), which a host whose bandwidth drifts between repetitions does not skew.')
 print()
 print('| engine | weights | test | t/s median | spread (min - max) | samples | of read | ours/peer |')
 print('| ------ | ------- | ---- | ---------: | ------------------ | ------: | ------: | --------: |')
@@ -516,7 +520,10 @@ for p in targets:
         for kern in kernels:
             so = stat(per['ours'].get((t, n, kern), []))
             share = stat(per['ours'].get((t, n, kern, 'bound_share'), []))
+            paired = stat(per['ours'].get((t, n, kern, 'paired'), []))
             of_read = f'{share[0] * 100:.0f}%' if share and t == 'tg' else ''
+            if paired and t == 'tg':
+                of_read += f' ({paired[0] * 100:.0f}%)'
             ratio = f'{so[0] / sp[0]:.2f}' if so and sp and p != 'none' else ''
             print(f'| ours ({kern}) | {ours_weights[p]} `{ours_name}` | {t}{n} | ' + ' | '.join(fmt(so))
                   + f' | {of_read} | {ratio} |')

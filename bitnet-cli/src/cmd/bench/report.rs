@@ -47,6 +47,12 @@ pub struct BenchRow {
     /// decoded token streams, one read before each repetition (GB/s).
     #[serde(default)]
     pub read_gbs: Option<f64>,
+    /// Tg rows: the median over repetitions of each repetition's tokens/s against the bound
+    /// of the read just before it. Where the machine's bandwidth drifts between repetitions
+    /// (a shared host), `bound_share` sets the mean against the best read and understates;
+    /// this pairs each decode with its own moment.
+    #[serde(default)]
+    pub read_share_paired: Option<f64>,
     /// Batched tg rows: tokens/s of each sequence (`mean_tps / batch`).
     #[serde(default)]
     pub per_seq_tps: Option<f64>,
@@ -310,6 +316,12 @@ fn row_notes(r: &BenchRow) -> String {
     if let Some(p) = &r.paired {
         notes.push(p.describe());
     }
+    if let Some(s) = r.read_share_paired {
+        notes.push(format!(
+            "{:.0}% of the read beside each repetition",
+            s * 100.0
+        ));
+    }
     if let (Some(us), Some(share)) = (r.mask_us, r.mask_share) {
         notes.push(format!(
             "JSON-schema mask {us:.1} us/token, {:.2}% of the step",
@@ -382,6 +394,7 @@ pub(crate) mod tests {
             bound_tps: (test == TestKind::Tg).then_some(40.0),
             bound_share: (test == TestKind::Tg).then_some(mean_tps / 40.0),
             read_gbs: None,
+            read_share_paired: None,
             per_seq_tps: None,
             pp_share: None,
             n_prompt: None,

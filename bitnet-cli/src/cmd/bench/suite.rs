@@ -169,6 +169,7 @@ impl Config {
             bound_tps,
             bound_share: bound_tps.map(|b| mean_tps / b),
             read_gbs,
+            read_share_paired: None,
             per_seq_tps: (test == TestKind::Tg && batch > 1).then_some(mean_tps / batch as f64),
             pp_share: None,
             n_prompt: None,
@@ -341,6 +342,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                 }
                 let mut samples = vec![Vec::with_capacity(args.reps); cfgs.len()];
                 let mut best_read = vec![0.0f64; cfgs.len()];
+                let mut reads = vec![Vec::with_capacity(args.reps); cfgs.len()];
                 let mut mask_secs = vec![0.0f64; cfgs.len()];
                 let mut step_secs = vec![0.0f64; cfgs.len()];
                 for rep in 0..total {
@@ -363,7 +365,8 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                         let profiled = args.profile && rep + 1 == total;
                         // The bound, measured beside each repetition (the machine's speed
                         // drifts): one plain read of the weights this decode streams.
-                        best_read[i] = best_read[i].max(engine.read_streamed_weights().gbs());
+                        let read = engine.read_streamed_weights().gbs();
+                        best_read[i] = best_read[i].max(read);
                         engine.set_profiling(profiled);
                         let t = Instant::now();
                         let masks = decode(engine, &seqs[i], n, n_vocab, cfg.constraint.as_ref())?;
@@ -375,6 +378,7 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                         back_to_depth(engine, &seqs[i], depth)?;
                         if rep >= args.warmup {
                             samples[i].push((b * n) as f64 / secs);
+                            reads[i].push(read);
                         }
                         if profiled {
                             let heading = format!(
@@ -399,6 +403,8 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
                         .then(|| paired::paired(&samples[i], &base, &base_label))
                         .flatten();
                     let mut row = cfg.row(TestKind::Tg, n, b, std::mem::take(&mut samples[i]));
+                    row.read_share_paired =
+                        paired_read_share(&row.samples, &reads[i], b, cfg.bytes_per_token);
                     row.n_depth = depth;
                     row.paired = paired;
                     if cfg.constraint.is_some() && step_secs[i] > 0.0 {
@@ -415,6 +421,32 @@ pub fn run_tg(args: &Args, cfgs: &mut [Config], rows: &mut Vec<BenchRow>) -> Res
         }
     }
     Ok(())
+}
+
+/// The median over repetitions of `tps / bound`, each repetition's bound from the read
+/// (GB/s) just before it; `None` without reads or bytes.
+fn paired_read_share(
+    tps: &[f64],
+    reads: &[f64],
+    batch: usize,
+    bytes_per_token: u64,
+) -> Option<f64> {
+    let mut shares: Vec<f64> = tps
+        .iter()
+        .zip(reads)
+        .filter(|&(_, &g)| g > 0.0 && bytes_per_token > 0)
+        .map(|(&t, &g)| t / (batch as f64 * g * 1e9 / bytes_per_token as f64))
+        .collect();
+    if shares.is_empty() {
+        return None;
+    }
+    shares.sort_by(f64::total_cmp);
+    let m = shares.len();
+    Some(if m % 2 == 1 {
+        shares[m / 2]
+    } else {
+        (shares[m / 2 - 1] + shares[m / 2]) / 2.0
+    })
 }
 
 /// llama-batched-bench's shape on `cfg` for every (-p, -n, -b): B prompts prefilled, then
@@ -671,5 +703,21 @@ mod tests {
         assert_eq!(a, pseudo_tokens(500, 1000, 1));
         assert_ne!(a, pseudo_tokens(500, 1000, 2));
         assert!(a.iter().all(|&t| t < 1000));
+    }
+
+    #[test]
+    fn paired_read_share_pairs_each_repetition_with_its_own_read() {
+        // 1 GB a token: a 40 GB/s read bounds decode at 40 t/s. The machine slowed to half
+        // for the second repetition, and decode with it: each repetition ran at 90% of its
+        // own bound, where the mean against the best read says 67%.
+        let gb = 1_000_000_000;
+        let s = paired_read_share(&[36.0, 18.0, 36.0], &[40.0, 20.0, 40.0], 1, gb).unwrap();
+        assert!((s - 0.9).abs() < 1e-12, "{s}");
+        // Even counts take the middle pair's mean; a batch of 4 has four times the bound.
+        let s = paired_read_share(&[36.0, 30.0], &[40.0, 40.0], 4, gb).unwrap();
+        assert!((s - 33.0 / 160.0).abs() < 1e-12, "{s}");
+        // No read (or no bytes): no figure.
+        assert_eq!(paired_read_share(&[36.0], &[0.0], 1, gb), None);
+        assert_eq!(paired_read_share(&[36.0], &[40.0], 1, 0), None);
     }
 }

@@ -44,8 +44,12 @@ unsafe fn sb<const T: usize>(
         for b in 0..4 {
             let dw = _mm512_cvtph_ps(_mm256_load_si256(p.add(32 * b).cast()));
             let col = s * Q8R_SB_COLS + b * QK8_0;
-            let mut dot: [__m512i; T] =
-                std::array::from_fn(|t| _mm512_set1_epi32(x.bias(t0 + t, s * 4 + b)));
+            // Two chains of `vpdpbusd` (even and odd lines), joined before the conversion:
+            // integer sums, so the same bits, and half the latency chain one token waits on.
+            let mut dot: [[__m512i; T]; 2] = [
+                std::array::from_fn(|t| _mm512_set1_epi32(x.bias(t0 + t, s * 4 + b))),
+                [_mm512_setzero_si512(); T],
+            ];
             for k in 0..8 {
                 let line = p.add(Q8R_SCALE_BYTES + Q8R_LINE * (8 * b + k));
                 if pf {
@@ -54,12 +58,13 @@ unsafe fn sb<const T: usize>(
                 let wu = _mm512_xor_si512(_mm512_load_si512(line.cast()), flip);
                 for t in 0..T {
                     let xb = _mm512_set1_epi32(x.quad(t0 + t, col + 4 * k));
-                    dot[t] = _mm512_dpbusd_epi32(dot[t], wu, xb);
+                    dot[k % 2][t] = _mm512_dpbusd_epi32(dot[k % 2][t], wu, xb);
                 }
             }
             for t in 0..T {
                 let d = _mm512_mul_ps(dw, _mm512_set1_ps(x.scale(t0 + t, s * 4 + b)));
-                let p = _mm512_mul_ps(d, _mm512_cvtepi32_ps(dot[t]));
+                let dot = _mm512_add_epi32(dot[0][t], dot[1][t]);
+                let p = _mm512_mul_ps(d, _mm512_cvtepi32_ps(dot));
                 acc[t] = _mm512_add_ps(acc[t], p);
             }
         }
