@@ -8,9 +8,10 @@
 //! AVX2 runs at a `maddubs` and an `add` per 32 multiply-adds (`examples/madd_ceiling.rs`),
 //! `q8q8` and `q8r`, the Q8_0 head of batched decode, and `q6kr`, the grouped Q6_K head. Every other op is the AVX2 kernel: `AvxVnni`'s
 //! level below is [`Avx2`], the one link to that tree.
-//! Single-token decode, at the memory bandwidth wall, gains nothing from fewer instructions
-//! and keeps the AVX2 kernels too (as do ternary products of one or two token rows, whose
-//! 4-row group kernel keeps each weight block in registers for both).
+//! Single-token ternary decode has its own kernel here too (`ternary::raw_dots`): on Zen 5
+//! one core reads 38 GB/s, more than AVX2's unpacking reaches (0.75 of a plain read on one
+//! thread; with `vpdpbusd` 0.85, `bench/2026-12-07-issue50-zen5.md`). Products of two token
+//! rows keep AVX2's 4-row group kernel, which keeps each weight block in registers for both.
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -72,6 +73,19 @@ impl Kernels for AvxVnni {
     ) {
         // SAFETY: `self` proves the set's features; the kernel checks the shapes.
         unsafe { q4q8::matmul_q4_0_q8_0(w, row_len, xq, n_tok, rows, out) }
+    }
+
+    fn ternary_raw_dots(
+        self,
+        w: &TernaryMatrix,
+        q: &[i8],
+        rows: Range<usize>,
+        blocks: Range<usize>,
+        out: &mut [i32],
+    ) {
+        crate::layout::ternary::check_raw_dots(w, q, 1, &rows, &blocks, out);
+        // SAFETY: `self` proves AVX2 and AVX-VNNI; shapes checked above.
+        unsafe { ternary::raw_dots(w, q, rows, blocks, out) }
     }
 
     fn ternary_raw_dots_multi(

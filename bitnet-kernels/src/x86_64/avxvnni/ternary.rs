@@ -1,5 +1,6 @@
-//! AVX-VNNI ternary kernels over the repacked layout of [`crate::layout::ternary`], for products of
-//! several token rows (prefill, batched decode, speculative verification).
+//! AVX-VNNI ternary kernels over the repacked layout of [`crate::layout::ternary`]: one-token
+//! decode ([`raw_dots`]) and products of several token rows (prefill, batched decode,
+//! speculative verification).
 //!
 //! The layout and the code unpacking are the AVX2 tree's (`(x >> 2l) & 3` gives the code
 //! vector lined up with the activation run `64 l + 32 h` of half `h`); what changes is the
@@ -12,13 +13,124 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
-use crate::x86_64::hsum::add_lane_sums;
+use crate::x86_64::hsum::{add_lane_sums, hsum_epi32};
 
 /// Bytes from one block of a row to its next (the row group's blocks are interleaved).
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// Token rows per register tile at most: their i32 sums stay in registers (8 of the 16, beside
 /// the weight half, the code vector and the mask).
 const TILE_TOKENS: usize = 8;
+
+/// How far ahead of the current block one-token decode prefetches weights (as AVX-512's).
+const PREFETCH_BYTES: usize = 4096;
+
+/// Raw dots of two rows of a group (`w` at the first one's first block to use; the other is
+/// `BLOCK_BYTES` further) over `nblk` blocks, against one token's activations at `q`. With
+/// `pf`, prefetches the whole group's blocks `PREFETCH_BYTES` ahead (the first pair's pass
+/// does it for both pairs: the second pair's lines are then in L1).
+///
+/// Code vector `l` of half `h` is taken as `x & (3 << 2l)` = `4^l c` (at most 192, still a
+/// valid unsigned byte for `vpdpbusd`), summed separately per `l` and scaled back by exact
+/// shifts at the end, as AVX-512 does: four `vpand` and four `vpdpbusd` for 128 weights where
+/// AVX2 spends seven unpacking operations, four `maddubs`, adds and a widening. Eight sums
+/// and four masks are 12 of the 16 registers, so the group runs as two passes of two rows
+/// (their lines are disjoint: each row's block is one line), the activations read from L1
+/// as memory operands.
+///
+/// # Safety
+/// AVX2 and AVX-VNNI; `nblk` blocks readable for both rows and `nblk * BLOCK` activations.
+#[target_feature(enable = "avx2,avxvnni")]
+#[inline]
+unsafe fn row_pair(w: *const u8, q: *const i8, nblk: usize, pf: bool) -> [i32; 2] {
+    let m = [
+        _mm256_set1_epi8(0x03),
+        _mm256_set1_epi8(0x0C),
+        _mm256_set1_epi8(0x30),
+        _mm256_set1_epi8(0xC0u8 as i8),
+    ];
+    let mut acc = [[_mm256_setzero_si256(); 4]; 2];
+    for b in 0..nblk {
+        // SAFETY: block `b` lies inside the caller's `nblk` readable blocks; prefetches
+        // never fault.
+        unsafe {
+            let wb = w.add(b * BLOCK_STRIDE);
+            let qb = q.add(b * BLOCK);
+            if pf {
+                let at = wb.wrapping_add(PREFETCH_BYTES);
+                for line in 0..ROW_GROUP {
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line * BLOCK_BYTES).cast());
+                }
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                for h in 0..2 {
+                    let x = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES + 32 * h).cast());
+                    for (l, a) in acc.iter_mut().enumerate() {
+                        let act = _mm256_loadu_si256(qb.add(64 * l + 32 * h).cast());
+                        *a = _mm256_dpbusd_avx_epi32(*a, _mm256_and_si256(x, m[l]), act);
+                    }
+                }
+            }
+        }
+    }
+    acc.map(|[a0, a1, a2, a3]| {
+        let s = _mm256_add_epi32(
+            _mm256_add_epi32(a0, _mm256_srai_epi32::<2>(a1)),
+            _mm256_add_epi32(_mm256_srai_epi32::<4>(a2), _mm256_srai_epi32::<6>(a3)),
+        );
+        hsum_epi32(s)
+    })
+}
+
+/// See the reference `raw_dots` (`scalar/ternary.rs`): one token row, 4-row groups as two
+/// passes of [`row_pair`].
+///
+/// # Safety
+/// AVX2 and AVX-VNNI; shapes as checked by `crate::layout::ternary::check_raw_dots`.
+#[target_feature(enable = "avx2,avxvnni")]
+pub unsafe fn raw_dots(
+    w: &TernaryMatrix,
+    q: &[i8],
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
+    if rows.is_empty() || blocks.is_empty() {
+        out.fill(0);
+        return;
+    }
+    let g0 = rows.start / ROW_GROUP;
+    let g1 = rows.end.div_ceil(ROW_GROUP);
+    for g in g0..g1 {
+        // SAFETY: group `g` exists (rows.end <= padded rows) and the blocks lie inside the
+        // row; `q` holds padded_cols values.
+        let (base, qb) = unsafe {
+            (
+                w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start)),
+                q.as_ptr().add(blocks.start * BLOCK),
+            )
+        };
+        for pair in 0..2 {
+            let r0 = g * ROW_GROUP + 2 * pair;
+            if !rows.contains(&r0) && !rows.contains(&(r0 + 1)) {
+                continue;
+            }
+            // SAFETY: as above; rows `r0` and `r0 + 1` are in the padded group.
+            let d = unsafe {
+                row_pair(
+                    base.add(2 * pair * BLOCK_BYTES),
+                    qb,
+                    blocks.len(),
+                    pair == 0,
+                )
+            };
+            for (i, &v) in d.iter().enumerate() {
+                if rows.contains(&(r0 + i)) {
+                    out[r0 + i - rows.start] = v;
+                }
+            }
+        }
+    }
+}
 
 /// Adds one 256-column block of one row, against the `T` activation runs of the block at
 /// `q` (token `t` at `t * BLOCK`, as `tile_plan::PackedActs` packs them), to the i32 sums
