@@ -19,6 +19,7 @@ use crate::aarch64::{dotprod::Dotprod, i8mm::I8mm, neon::Neon};
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
+use crate::layout::q4r::Q4R;
 use crate::layout::q6kr::Q6KR;
 use crate::layout::q8k::Q8KActs;
 use crate::layout::q8r::{Q8Acts, Q8R};

@@ -32,6 +32,7 @@ use crate::scalar::float as scalar;
 pub use crate::layout::rows as formats;
 
 pub use crate::layout::half::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+pub use crate::layout::q4r::{Q4R, Q4R_ROWS};
 pub use crate::layout::q6kr::{Q6KR, Q6KR_ROWS};
 pub use crate::layout::q8k::Q8KActs;
 pub use crate::layout::q8r::{Q8Acts, Q8R, Q8R_ROWS};
@@ -288,6 +289,31 @@ pub fn matmul_q8r(
         return;
     }
     kernels(isa).matmul_q8r(w, x, n_tok, rows, out)
+}
+
+/// The Q4_0 head in its grouped layout ([`Q4R`]) times `n_tok` Q8_0 activation rows
+/// ([`Q8Acts`]): `out[t * rows.len() + i]` is row `rows.start + i` dotted with token row `t`.
+/// Each block's dot is an exact integer, combined in f32 in block order as the Q8_0 head's
+/// (`(d_w * d_x) * dot`, no FMA); every kernel set gives the scalar reference's bits, and a
+/// token's result does not depend on its batch. `rows` is whole groups of [`Q4R_ROWS`] (it
+/// may end at the last row).
+///
+/// # Panics
+/// If the widths differ, `n_tok` exceeds the activations' capacity, `rows` is not a range
+/// of whole groups inside the matrix, or `out.len() != n_tok * rows.len()`.
+pub fn matmul_q4r(
+    isa: Isa,
+    w: &Q4R,
+    x: &Q8Acts,
+    n_tok: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
+    crate::layout::q4r::check_matmul(w, x, n_tok, &rows, out);
+    if rows.is_empty() || n_tok == 0 {
+        return;
+    }
+    kernels(isa).matmul_q4r(w, x, n_tok, rows, out)
 }
 
 /// Q6_K weight rows (a file's Q6_K output head, rows of `row_len`) times `n_tok` Q8_K

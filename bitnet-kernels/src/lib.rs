@@ -6,7 +6,8 @@
 //! ```text
 //! src/layout/       the data layouts every kernel set reads: repacked ternary (ternary.rs,
 //!                   built by repack.rs) and 1-bit (binary.rs) matrices, weight rows
-//!                   (rows.rs), the Q8_0 head in 16-row groups (q8r.rs), KV rows (kv.rs),
+//!                   (rows.rs), the Q8_0, Q6_K and Q4_0 heads in 16-row groups (q8r.rs,
+//!                   q6kr.rs, q4r.rs), KV rows (kv.rs),
 //!                   f16/bf16 (half.rs), file formats (files.rs)
 //! src/shared/       what every kernel set agrees on: shape checks, per-value definitions
 //! src/ops.rs        the one declaration of the operations: the Kernels trait and Scalar
@@ -27,8 +28,8 @@
 //! ```
 //!
 //! Op families and their files (in `scalar/`, `x86_64/avx2/`, `aarch64/neon/`, ...): `act`,
-//! `ternary`, `binary`, `float` (dense float), `qrows` (quantized rows), `q8q8`, `q8r` (the
-//! grouped Q8_0 head), `rope`,
+//! `ternary`, `binary`, `float` (dense float), `qrows` (quantized rows), `q8q8`, `q8r`, `q6kr`,
+//! `q4r` (the grouped Q8_0, Q6_K and Q4_0 heads), `rope`,
 //! `attn`, `attn_group` (grouped-query attention over f16), `kv`, `kv_int8`, `kv_q4_wsum`,
 //! `kv_b1_xnor`, `hadamard`, `requant`.
 //!

@@ -24,6 +24,7 @@ use std::ops::Range;
 
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
+use crate::layout::q4r::Q4R;
 use crate::layout::q6kr::Q6KR;
 use crate::layout::q8k::Q8KActs;
 use crate::layout::q8r::{Q8Acts, Q8R};
@@ -54,6 +55,7 @@ macro_rules! for_each_op {
             fn matmul_q8_0_q8_0(self, w: &[u8], row_len: usize, xq: &[u8], n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q8q8::matmul_q8_0_q8_0;
             fn matmul_q4_0_q8_0(self, w: &[u8], row_len: usize, xq: &[u8], n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q4q8::matmul_q4_0_q8_0;
             fn matmul_q8r(self, w: &Q8R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q8r::matmul_q8r;
+            fn matmul_q4r(self, w: &Q4R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q4r::matmul_q4r;
             fn matmul_q6k_q8k(self, w: &[u8], row_len: usize, x: &Q8KActs, n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q6k_q8k::matmul_q6k_q8k;
             fn matmul_q6kr(self, w: &Q6KR, x: &Q8KActs, n_tok: usize, rows: Range<usize>, out: &mut [f32]) => q6kr::matmul_q6kr;
             fn rmsnorm(self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) => float::rmsnorm;

@@ -1,11 +1,11 @@
 //! The head's activations: the final normed hidden states as the head's kernel reads them,
 //! made once per row that wants logits. A float head reads the f32 states themselves; a Q8_0
-//! head ([`Head::Q8`]) their Q8_0 rows, a Q6_K one ([`Head::Q6`]: a file's Q6_K head or
-//! `--head q6_k`) their Q8_K rows, a Q4_0 one (`--head q4_0`) their Q8_0 rows, for the integer
-//! products that read those heads at memory speed.
+//! head ([`Head::Q8`]) and a Q4_0 one ([`Head::Q4`]: a file's Q4_0 head or `--head q4_0`)
+//! their Q8_0 rows, a Q6_K one ([`Head::Q6`]: a file's Q6_K head or `--head q6_k`) their Q8_K
+//! rows, for the integer products that read those heads at memory speed.
 //! Allocated with the workspace, and only for the head that needs them.
 
-use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, Q8Acts, Q8KActs, QK8_0, RowFormat};
+use bitnet_kernels::float::{self, Q8_0_BLOCK_BYTES, Q8Acts, Q8KActs, QK8_0};
 
 use crate::model::Head;
 
@@ -14,31 +14,22 @@ use crate::model::Head;
 pub(super) enum HeadActs {
     /// A float-product head: the f32 states are its input.
     Float,
-    /// A Q8_0 head: one Q8_0 row at a time (`row`) on its way into `acts`.
+    /// A Q8_0 or Q4_0 head: one Q8_0 row at a time (`row`) on its way into `acts`.
     Q8 { row: Vec<u8>, acts: Q8Acts },
     /// A Q6_K head.
     Q8K(Q8KActs),
-    /// A Q4_0 head: `rows` Q8_0 rows of `row_bytes`, one a token.
-    Q8Rows { rows: Vec<u8>, row_bytes: usize },
 }
 
 impl HeadActs {
     /// The activations `head` reads, `n_embd` wide, room for `rows` rows.
     pub(super) fn for_head(head: &Head, n_embd: usize, rows: usize) -> HeadActs {
         match head {
-            Head::Q8(_) => HeadActs::Q8 {
+            Head::Q8(_) | Head::Q4(_) => HeadActs::Q8 {
                 row: vec![0; n_embd.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES],
                 acts: Q8Acts::new(n_embd, rows),
             },
             // A Q6_K row is whole blocks of 256, so its width suits Q8_K.
             Head::Q6(_) => HeadActs::Q8K(Q8KActs::new(n_embd, rows)),
-            Head::Rows(f) if f.fmt == RowFormat::Q4_0 => {
-                let row_bytes = n_embd.div_ceil(QK8_0) * Q8_0_BLOCK_BYTES;
-                HeadActs::Q8Rows {
-                    rows: vec![0; rows * row_bytes],
-                    row_bytes,
-                }
-            }
             Head::Rows(_) => HeadActs::Float,
         }
     }
@@ -52,9 +43,6 @@ impl HeadActs {
                 acts.set_row(j, row);
             }
             HeadActs::Q8K(acts) => acts.quantize_row(j, h),
-            HeadActs::Q8Rows { rows, row_bytes } => {
-                float::quantize_row_q8_0(h, &mut rows[j * *row_bytes..(j + 1) * *row_bytes]);
-            }
         }
     }
 }

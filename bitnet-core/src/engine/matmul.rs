@@ -8,7 +8,7 @@
 
 use std::ops::Range;
 
-use bitnet_kernels::float::{self, Q8R_ROWS, RowFormat};
+use bitnet_kernels::float::{self, Q8R_ROWS};
 use bitnet_kernels::{Isa, MATMUL_CALL_ROWS};
 
 use super::head_acts::HeadActs;
@@ -192,10 +192,8 @@ pub(super) fn head_rows(
         (Head::Q8(_), _) => unreachable!("the workspace holds Q8_0 activations for a Q8_0 head"),
         (Head::Q6(q), HeadActs::Q8K(acts)) => float::matmul_q6kr(isa, q, acts, n, r, dst),
         (Head::Q6(_), _) => unreachable!("the workspace holds Q8_K activations for a Q6_K head"),
-        (Head::Rows(f), HeadActs::Q8Rows { rows, row_bytes }) if f.fmt == RowFormat::Q4_0 => {
-            let data = store.bytes(&f.blob);
-            float::matmul_q4_0_q8_0(isa, data, f.cols, &rows[..n * row_bytes], n, r, dst)
-        }
+        (Head::Q4(q), HeadActs::Q8 { acts, .. }) => float::matmul_q4r(isa, q, acts, n, r, dst),
+        (Head::Q4(_), _) => unreachable!("the workspace holds Q8_0 activations for a Q4_0 head"),
         (Head::Rows(f), _) => {
             let data = store.bytes(&f.blob);
             float::matmul_f32(isa, f.fmt, data, f.cols, &hn[..n * f.cols], n, r, dst)
@@ -231,6 +229,7 @@ pub(super) fn head_chunks(head: &Head, nt: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bitnet_kernels::float::RowFormat;
 
     #[test]
     fn batch_chunks_are_whole_calls_where_the_rows_allow() {
@@ -373,14 +372,11 @@ mod tests {
     }
 
     #[test]
-    fn a_q4_0_head_runs_the_integer_product_on_q8_0_rows() {
-        use crate::model::{Blob, FloatRows};
-        use bitnet_kernels::AlignedVec;
-        use bitnet_kernels::float::{Q4_0_BLOCK_BYTES, f32_to_f16, quantize_row_q8_0};
+    fn a_q4_0_head_runs_the_grouped_product_on_q8_0_activations() {
+        use bitnet_kernels::float::{Q4_0_BLOCK_BYTES, Q4R, f32_to_f16};
         // A vocabulary off the chunk granule, 16 Q4_0 blocks a row.
         let (vocab, cols) = (1000usize, 512usize);
         let rb = RowFormat::Q4_0.row_bytes(cols).unwrap();
-        let q8_rb = RowFormat::Q8_0.row_bytes(cols).unwrap();
         let mut state = 11u64;
         let mut next = || {
             state = state
@@ -393,28 +389,26 @@ mod tests {
             let d = 1e-3 + (next() % 1000) as f32 * 1e-5;
             blk[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
         }
-        let head = Head::Rows(FloatRows {
-            fmt: RowFormat::Q4_0,
-            blob: Blob::Owned(0),
-            rows: vocab,
-            cols,
-            row_bytes: rb,
-        });
+        let q = Q4R::from_q4_0_rows(&w, vocab, cols).unwrap();
+        let head = Head::Q4(q.clone());
         let store = Store {
             file: None,
-            owned: vec![AlignedVec::from_slice(&w)],
+            owned: Vec::new(),
         };
         for n in [1usize, 3, 32] {
             let hn: Vec<f32> = (0..n * cols).map(|_| next() as f32 / 2e9 - 1.0).collect();
             let mut acts = HeadActs::for_head(&head, cols, 32);
-            let mut xq = vec![0u8; n * q8_rb];
             for (t, h) in hn.chunks_exact(cols).enumerate() {
                 acts.set_row(t, h);
-                quantize_row_q8_0(h, &mut xq[t * q8_rb..(t + 1) * q8_rb]);
             }
-            assert!(matches!(acts, HeadActs::Q8Rows { .. }));
+            let HeadActs::Q8 {
+                acts: want_acts, ..
+            } = &acts
+            else {
+                panic!("a Q4_0 head reads Q8_0 activations");
+            };
             let mut want = vec![0.0f32; n * vocab];
-            float::matmul_q4_0_q8_0(Isa::Scalar, &w, cols, &xq, n, 0..vocab, &mut want);
+            float::matmul_q4r(Isa::Scalar, &q, want_acts, n, 0..vocab, &mut want);
             assert_head_bits(&store, &head, &hn, &acts, n, &want);
         }
     }

@@ -8,7 +8,7 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use bitnet_kernels::float::{self, Q6KR, Q6KR_ROWS, Q8R, Q8R_ROWS, RowFormat};
+use bitnet_kernels::float::{self, Q4R, Q4R_ROWS, Q6KR, Q6KR_ROWS, Q8R, Q8R_ROWS, RowFormat};
 use bitnet_kernels::{AlignedVec, Isa, KernelError};
 
 use super::FloatRows;
@@ -18,6 +18,7 @@ use super::FloatRows;
 const HEAD_CHUNK_ROWS: usize = 1024;
 const _: () = assert!(HEAD_CHUNK_ROWS.is_multiple_of(Q8R_ROWS));
 const _: () = assert!(HEAD_CHUNK_ROWS.is_multiple_of(Q6KR_ROWS));
+const _: () = assert!(HEAD_CHUNK_ROWS.is_multiple_of(Q4R_ROWS));
 /// Bytes copied per chunk.
 const COPY_CHUNK: usize = 16 << 20;
 
@@ -170,42 +171,38 @@ fn fill_groups(
     });
 }
 
-/// The head re-quantized to `fmt` rows (Q6_K or Q4_0): each row of `head` (any row format)
-/// decoded to f32 and encoded again, [`HEAD_CHUNK_ROWS`] rows a chunk. `release(range)` is
-/// told each source byte range once its rows are written.
-pub(crate) fn head_requant(
+/// The head as Q4_0 in the kernels' grouped layout ([`Q4R`]): a Q4_0 head's rows as they
+/// are, any other re-quantized row by row (decoded to f32, encoded by
+/// `float::quantize_row_q4_0`; [`fill_groups`]).
+pub(crate) fn head_q4r(
     src: &[u8],
     head: &FloatRows,
-    fmt: RowFormat,
     threads: usize,
     release: &(dyn Fn(Range<usize>) + Sync),
-) -> AlignedVec<u8> {
-    let rb = fmt.row_bytes(head.cols).unwrap_or(0);
-    let mut out = AlignedVec::<u8>::zeroed_huge(head.rows * rb);
-    if rb == 0 {
-        return out;
-    }
-    let encode = match fmt {
-        RowFormat::Q4_0 => float::quantize_row_q4_0,
-        RowFormat::Q6K => float::quantize_row_q6_k,
-        _ => unreachable!("the head is re-quantized only to Q6_K or Q4_0"),
+) -> Result<Q4R, KernelError> {
+    let mut out = Q4R::zeroed(head.rows, head.cols)?;
+    let gb = out.group_bytes();
+    let layout = Grouped {
+        fmt: RowFormat::Q4_0,
+        rows: Q4R_ROWS,
+        group_bytes: gb,
+        write: &|rows, group| Q4R::write_group(head.cols, rows, group),
     };
-    par_chunks_mut(&mut out, HEAD_CHUNK_ROWS * rb, threads, &|k, dst| {
-        let first = k * HEAD_CHUNK_ROWS;
-        let n = dst.len() / rb;
-        let mut x = vec![0f32; head.cols];
-        for (i, row) in dst.chunks_exact_mut(rb).enumerate() {
-            let r = first + i;
-            float::dequantize_row(
-                head.fmt,
-                &src[r * head.row_bytes..(r + 1) * head.row_bytes],
-                &mut x,
-            );
-            encode(&x, row);
-        }
-        release(first * head.row_bytes..(first + n) * head.row_bytes);
-    });
-    out
+    let convert = |b: &[u8], q: &mut [u8], f: &mut Vec<f32>| {
+        f.resize(head.cols, 0.0);
+        float::dequantize_row(head.fmt, b, f);
+        float::quantize_row_q4_0(f, q);
+    };
+    fill_groups(
+        out.data_mut(),
+        &layout,
+        src,
+        head,
+        threads,
+        &convert,
+        release,
+    );
+    Ok(out)
 }
 
 /// An aligned copy of `src`; `release(range)` is told each byte range of `src` once copied.

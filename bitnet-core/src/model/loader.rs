@@ -23,7 +23,7 @@ use bitnet_kernels::float::RowFormat;
 use bitnet_kernels::{BinaryMatrix, Isa, TernaryMatrix, TernarySource};
 
 use super::linear::{Linear, LinearKind, padded};
-use super::load_steps::{copy_out, head_q6kr, head_q8r, head_requant};
+use super::load_steps::{copy_out, head_q4r, head_q6kr, head_q8r};
 use super::ternarize::absmean_trits;
 use super::{
     Blob, Embedding, FloatRows, Head, HeadMode, Layer, LoadMode, LoadOptions, LoadPhase, LoadStats,
@@ -281,6 +281,7 @@ fn weight_memory(
     let head_copy = match head {
         Head::Q8(q) => q.bytes().len() as u64,
         Head::Q6(q) => q.bytes().len() as u64,
+        Head::Q4(q) => q.bytes().len() as u64,
         Head::Rows(_) => 0,
     };
     let copied = 4 * norm_floats as u64
@@ -316,7 +317,7 @@ fn blobs_read_whole(layers: &[Layer], head: &Head) -> Vec<Range<usize>> {
     let mut out: Vec<Range<usize>> = Vec::new();
     let head_blob = match head {
         Head::Rows(f) => Some(&f.blob),
-        Head::Q8(_) | Head::Q6(_) => None,
+        Head::Q8(_) | Head::Q6(_) | Head::Q4(_) => None,
     };
     for b in head_blob.into_iter().chain(float_blobs) {
         if let Blob::File(r) = b
@@ -626,13 +627,16 @@ impl Model {
         // A tied Q8_0 embedding of a Q8_0 head, or a tied Q6_K one of a Q6_K head (both
         // taken into their grouped layouts), is read from the head's copy (the same bytes),
         // so the file's is not kept.
-        let q6k_native = head_mode == HeadMode::Native
-            && head_rows.fmt == RowFormat::Q6K
-            && !(cfg.is_embedding_model() && opts.head.is_none());
+        let runs_head = !(cfg.is_embedding_model() && opts.head.is_none());
+        let q6k_native =
+            head_mode == HeadMode::Native && head_rows.fmt == RowFormat::Q6K && runs_head;
+        let q4_0_native =
+            head_mode == HeadMode::Native && head_rows.fmt == RowFormat::Q4_0 && runs_head;
         let embed_in_head = cfg.tied_head
             && match head_rows.fmt {
                 RowFormat::Q8_0 => head_mode == HeadMode::Q8,
                 RowFormat::Q6K => q6k_native,
+                RowFormat::Q4_0 => q4_0_native,
                 _ => false,
             };
         let mut embed_blob = (!embed_in_head).then(|| embed.blob.clone());
@@ -667,26 +671,20 @@ impl Model {
                 phases.end("head_q6k");
                 Head::Q6(q6)
             }
-            HeadMode::Q6K | HeadMode::Q4_0 => {
+            // A Q4_0 head (the file's, or re-quantized) runs in the grouped layout.
+            HeadMode::Q4_0 | HeadMode::Native if head_mode == HeadMode::Q4_0 || q4_0_native => {
                 let Blob::File(r) = &head_rows.blob else {
                     unreachable!("blobs point into the file until it is dropped")
                 };
-                let fmt = head_mode.row_format().unwrap_or(RowFormat::Q8_0);
-                let row_bytes = fmt.row_bytes(head_rows.cols).unwrap_or(0);
-                // Read whole once, as for Q8_0 above; a tied embedding keeps reading the
-                // file's rows of the tokens it looks up.
                 let base = r.start;
                 let release = |rr: Range<usize>| file.release_pages(base + rr.start..base + rr.end);
                 let src = &file.as_bytes()[r.clone()];
-                let rows = head_requant(src, &head_rows, fmt, threads, &release);
-                phases.end("head_requant");
-                store.owned.push(rows);
-                Head::Rows(FloatRows {
-                    fmt,
-                    blob: Blob::Owned(store.owned.len() - 1),
-                    row_bytes,
-                    ..head_rows
-                })
+                let q4 = head_q4r(src, &head_rows, threads, &release)?;
+                phases.end("head_q4_0");
+                Head::Q4(q4)
+            }
+            HeadMode::Q6K | HeadMode::Q4_0 => {
+                unreachable!("a Q6_K or Q4_0 head takes its grouped layout above")
             }
             HeadMode::Native => Head::Rows(head_rows),
         };
@@ -776,6 +774,7 @@ impl Model {
                 match &head {
                     Head::Q8(q) => mlock(q.bytes(), path)?,
                     Head::Q6(q) => mlock(q.bytes(), path)?,
+                    Head::Q4(q) => mlock(q.bytes(), path)?,
                     Head::Rows(_) => {}
                 }
             } else {

@@ -19,7 +19,7 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use bitnet_gguf::FileData;
-use bitnet_kernels::float::{self, Q6KR, Q8R, QK8_0, RowFormat};
+use bitnet_kernels::float::{self, Q4R, Q6KR, Q8R, QK8_0, RowFormat};
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::{ModelConfig, Proj};
@@ -54,7 +54,8 @@ pub enum HeadMode {
     /// are), in the kernels' grouped layout (`bitnet_kernels::float::Q6KR`), as a file's own
     /// Q6_K head runs too; `n_embd` a multiple of 256.
     Q6K,
-    /// Re-quantized to Q4_0 rows at load (4.5 bits a weight); `n_embd` a multiple of 32.
+    /// Re-quantized to Q4_0 at load (4.5 bits a weight), run in the kernels' grouped layout;
+    /// `n_embd` a multiple of 32.
     Q4_0,
 }
 
@@ -243,6 +244,9 @@ pub(crate) enum Head {
     /// Q6_K in the kernels' grouped layout (a file's Q6_K head, or [`HeadMode::Q6K`]), a
     /// private copy.
     Q6(Q6KR),
+    /// Q4_0 in the kernels' grouped layout (a file's Q4_0 head, or [`HeadMode::Q4_0`]), a
+    /// private copy.
+    Q4(Q4R),
 }
 
 impl Head {
@@ -251,6 +255,7 @@ impl Head {
             Head::Rows(f) => f.rows,
             Head::Q8(q) => q.rows(),
             Head::Q6(q) => q.rows(),
+            Head::Q4(q) => q.rows(),
         }
     }
 
@@ -260,6 +265,7 @@ impl Head {
             Head::Rows(f) => &store.bytes(&f.blob)[..f.rows * f.row_bytes],
             Head::Q8(q) => q.bytes(),
             Head::Q6(q) => q.bytes(),
+            Head::Q4(q) => q.bytes(),
         }
     }
 
@@ -269,6 +275,7 @@ impl Head {
             Head::Rows(f) => f.rows * f.row_bytes,
             Head::Q8(q) => q.bytes().len(),
             Head::Q6(q) => q.bytes().len(),
+            Head::Q4(q) => q.bytes().len(),
         }
     }
 }
@@ -409,6 +416,7 @@ impl Model {
             (Embedding::Rows(f), _) | (Embedding::Head, Head::Rows(f)) => f,
             (Embedding::Head, Head::Q8(q)) => return q.dequantize_row(tok, out),
             (Embedding::Head, Head::Q6(q)) => return q.dequantize_row(tok, out),
+            (Embedding::Head, Head::Q4(q)) => return q.dequantize_row(tok, out),
         };
         let rb = rows.row_bytes;
         let row = &self.store.bytes(&rows.blob)[tok * rb..(tok + 1) * rb];

@@ -9,6 +9,7 @@ pub mod binary;
 pub mod files;
 pub mod half;
 pub mod kv;
+pub mod q4r;
 pub mod q6kr;
 pub mod q8k;
 pub mod q8r;

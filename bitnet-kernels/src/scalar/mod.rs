@@ -21,6 +21,7 @@ pub mod kv_b1_xnor;
 pub mod kv_int8;
 pub mod kv_q4_wsum;
 pub mod q4q8;
+pub mod q4r;
 pub mod q6k_q8k;
 pub mod q6kr;
 pub mod q8q8;

@@ -15,8 +15,7 @@ use crate::layout::q8r::Q8Acts;
 pub(crate) struct ActPtrs {
     q: *const i8,
     s: *const f32,
-    // Read by the `vpdpbusd` kernels only (the ARM ones multiply signed bytes).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    // Read by the kernels that multiply unsigned bytes: `vpdpbusd` and the Q4R ones.
     bias: *const i32,
     pc: usize,
     pb: usize,

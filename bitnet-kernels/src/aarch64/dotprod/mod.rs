@@ -2,8 +2,8 @@
 //! as in the Raspberry Pi 5, Neoverse N1 and later). [`Dotprod`] is the proof that the CPU
 //! has it. The files here are the integer products that `SDOT` (four int8 products summed
 //! into each i32 lane, one instruction) speeds up, under the names of `scalar/`: `ternary`,
-//! `binary` (1-bit weights x int8), `q8q8`, `q4q8`, the grouped heads `q8r` and
-//! `q6kr`, and `kv_int8`. Every other op is the NEON kernel: `Dotprod`'s level below is
+//! `binary` (1-bit weights x int8), `q8q8`, `q4q8`, the grouped heads `q8r`, `q4r`
+//! and `q6kr`, and `kv_int8`. Every other op is the NEON kernel: `Dotprod`'s level below is
 //! [`Neon`], the one link to that tree.
 
 use std::ops::Range;
@@ -13,6 +13,7 @@ use crate::aarch64::neon::Neon;
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
+use crate::layout::q4r::Q4R;
 use crate::layout::q6kr::Q6KR;
 use crate::layout::q8k::Q8KActs;
 use crate::layout::q8r::{Q8Acts, Q8R};
@@ -22,6 +23,7 @@ use crate::ops::Kernels;
 mod binary;
 mod kv_int8;
 mod q4q8;
+mod q4r;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -135,6 +137,15 @@ impl Kernels for Dotprod {
         }
         // SAFETY: `self` proves NEON and DotProd; shapes checked above, rows not empty.
         unsafe { q8r::matmul_q8r(w, x, n_tok, rows, out) }
+    }
+
+    fn matmul_q4r(self, w: &Q4R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
+        crate::layout::q4r::check_matmul(w, x, n_tok, &rows, out);
+        if rows.is_empty() || n_tok == 0 {
+            return;
+        }
+        // SAFETY: `self` proves NEON and DotProd; shapes checked above, rows not empty.
+        unsafe { q4r::matmul_q4r(w, x, n_tok, rows, out) }
     }
 
     fn matmul_q6kr(self, w: &Q6KR, x: &Q8KActs, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {

@@ -5,7 +5,7 @@
 //! level below is the scalar reference, which no op reaches today but short Hadamard rows.
 //!
 //! One file per op family, the names of `scalar/`: `act`, `ternary`, `binary`, `float`,
-//! `qrows`, `q8q8`, `q4q8`, the grouped heads `q8r` and `q6kr`, `rope`, `attn`,
+//! `qrows`, `q8q8`, `q4q8`, the grouped heads `q8r`, `q4r` and `q6kr`, `rope`, `attn`,
 //! `attn_group`, `kv`, `kv_int8`, `kv_q4_wsum`, `kv_b1_xnor`, `hadamard`, `requant`. Integer
 //! products here use the baseline widening multiplies (`SMULL`/`SMLAL` + `SADALP`); the
 //! `dotprod` and `i8mm` trees replace the ones their instructions speed up.
@@ -16,6 +16,8 @@ use std::sync::OnceLock;
 use crate::isa::Isa;
 use crate::layout::binary::BinaryMatrix;
 use crate::layout::kv::KvQuant;
+use crate::layout::q4r::Q4R;
+use crate::layout::q8r::Q8Acts;
 use crate::ops::{Kernels, Scalar};
 
 mod act;
@@ -29,6 +31,7 @@ mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
 mod q4q8;
+mod q4r;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -78,6 +81,15 @@ impl Kernels for Neon {
     ) {
         // SAFETY: `self` proves the set's features; the kernel checks the shapes.
         unsafe { q4q8::matmul_q4_0_q8_0(w, row_len, xq, n_tok, rows, out) }
+    }
+
+    fn matmul_q4r(self, w: &Q4R, x: &Q8Acts, n_tok: usize, rows: Range<usize>, out: &mut [f32]) {
+        crate::layout::q4r::check_matmul(w, x, n_tok, &rows, out);
+        if rows.is_empty() || n_tok == 0 {
+            return;
+        }
+        // SAFETY: `self` proves NEON; shapes checked above, rows not empty.
+        unsafe { q4r::matmul_q4r(w, x, n_tok, rows, out) }
     }
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).

@@ -33,6 +33,7 @@ mod kv_b1_xnor;
 mod kv_int8;
 mod kv_q4_wsum;
 mod q4q8;
+mod q4r;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -86,6 +87,22 @@ impl Kernels for Avx2 {
 
     // The ops every full SIMD tree has (`src/token_entries.rs`).
     crate::token_entries::token_entries!();
+
+    fn matmul_q4r(
+        self,
+        w: &crate::layout::q4r::Q4R,
+        x: &crate::layout::q8r::Q8Acts,
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        crate::layout::q4r::check_matmul(w, x, n_tok, &rows, out);
+        if rows.is_empty() || n_tok == 0 {
+            return;
+        }
+        // SAFETY: `self` proves the set's features; shapes checked above, rows not empty.
+        unsafe { q4r::matmul_q4r(w, x, n_tok, rows, out) }
+    }
 
     fn binary_xor_popcounts(
         self,

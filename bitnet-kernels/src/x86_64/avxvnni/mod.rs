@@ -25,6 +25,7 @@ use crate::ops::Kernels;
 use crate::x86_64::avx2::Avx2;
 
 mod q4q8;
+mod q4r;
 mod q6kr;
 mod q8q8;
 mod q8r;
@@ -143,5 +144,21 @@ impl Kernels for AvxVnni {
         // SAFETY: `self` proves AVX2/FMA/F16C and AVX-VNNI; shapes checked above, rows not
         // empty.
         unsafe { q8r::matmul_q8r(w, x, n_tok, rows, out) }
+    }
+
+    fn matmul_q4r(
+        self,
+        w: &crate::layout::q4r::Q4R,
+        x: &crate::layout::q8r::Q8Acts,
+        n_tok: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        crate::layout::q4r::check_matmul(w, x, n_tok, &rows, out);
+        if rows.is_empty() || n_tok == 0 {
+            return;
+        }
+        // SAFETY: `self` proves the set's features; shapes checked above, rows not empty.
+        unsafe { q4r::matmul_q4r(w, x, n_tok, rows, out) }
     }
 }
