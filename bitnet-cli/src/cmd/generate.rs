@@ -19,6 +19,7 @@ use bitnet_core::scheduler::{
 use bitnet_core::tokenizer::Tokenizer;
 
 use crate::args::attn_entropy::{AttnEntropyArgs, entropy_figures};
+use crate::args::clean_input::{self, CleanInputArgs};
 use crate::args::context::ContextArgs;
 use crate::args::grammar::GrammarArgs;
 use crate::args::model::ModelArgs;
@@ -38,6 +39,8 @@ pub struct Args {
     pub model: PathBuf,
     #[command(flatten)]
     pub prompt: PromptArgs,
+    #[command(flatten)]
+    pub clean: CleanInputArgs,
     /// Tokens to generate at most; -1: until the context is full.
     #[arg(
         short = 'n',
@@ -117,11 +120,19 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(n) = args.parallel {
         return run_parallel(&args, n);
     }
-    let prompt = args.prompt.required_text()?;
+    let original = args.prompt.required_text()?;
+    let (prompt, cleaned) = args.clean.apply(&original);
     let (setup, mut encoded, draft) = prepare(&args, std::slice::from_ref(&prompt), false)?;
     let prompt_tokens = encoded.remove(0);
     let model = &setup.model;
     let tokenizer = setup.tokenizer()?;
+    if let Some(mode) = args.clean.clean_input {
+        let (before, _) = clean_input::token_counts(tokenizer, &original, &prompt);
+        eprintln!(
+            "{}",
+            clean_input::describe(mode, &cleaned, before, prompt_tokens.len())
+        );
+    }
     let constraint = args.grammar.constraint(model)?;
     let engine_t0 = std::time::Instant::now();
     let mut engine = setup.engine()?;
@@ -351,8 +362,21 @@ fn run_parallel(args: &Args, parallel: usize) -> Result<()> {
     if parallel == 0 {
         bail!("--parallel must be at least 1");
     }
-    let prompts = args.prompt.texts()?;
+    let originals = args.prompt.texts()?;
+    let prompts: Vec<String> = originals.iter().map(|p| args.clean.apply(p).0).collect();
     let (setup, encoded, draft) = prepare(args, &prompts, true)?;
+    if let Some(mode) = args.clean.clean_input {
+        let tok = setup.tokenizer()?;
+        for (i, (o, p)) in originals.iter().zip(&prompts).enumerate() {
+            let (before, after) = clean_input::token_counts(tok, o, p);
+            let r = args.clean.apply(o).1;
+            eprintln!(
+                "prompt {}: {}",
+                i + 1,
+                clean_input::describe(mode, &r, before, after)
+            );
+        }
+    }
     let model = &setup.model;
     let tokenizer = setup.tokenizer()?;
     let constraint = args.grammar.constraint(model)?;

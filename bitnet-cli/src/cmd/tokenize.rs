@@ -1,8 +1,10 @@
 //! `bitnet tokenize -m MODEL.gguf "text"`: the token ids of a text, as llama.cpp's
 //! `llama-tokenize --ids` prints them; `--pieces` prints `id -> 'piece'` per token (llama-
 //! tokenize's default). The text comes as an argument, `-p TEXT`, `-f FILE` or `--stdin`, as
-//! llama-tokenize takes it; `--show-count` adds its `Total number of tokens: N` line. Only the
-//! tokenizer metadata is read, so vocab-only GGUFs work.
+//! llama-tokenize takes it; `--show-count` adds its `Total number of tokens: N` line,
+//! `--show-unknown` an `Unknown tokens: N` line. `--clean-input` cleans the
+//! text first and says on stderr what it saved. Only the tokenizer metadata is read, so
+//! vocab-only GGUFs work.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use anyhow::{Context, Result, bail};
 use bitnet_core::tokenizer::Tokenizer;
 use bitnet_gguf::LoadMode;
 
+use crate::args::clean_input::{self, CleanInputArgs};
 use crate::args::prompt::{PromptArgs, read_text};
 use crate::setup::{open_gguf, watch_mapped_file};
 
@@ -46,6 +49,11 @@ pub struct Args {
     /// Recognise special tokens written in the text (e.g. `<|eot_id|>`).
     #[arg(long)]
     pub parse_special: bool,
+    /// Also print `Unknown tokens: N` (0 for a vocabulary without an unknown token).
+    #[arg(long)]
+    pub show_unknown: bool,
+    #[command(flatten)]
+    pub clean: CleanInputArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -61,7 +69,18 @@ pub fn run(args: Args) -> Result<()> {
     let file = open_gguf(&args.model, LoadMode::Mmap)?;
     let tok = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("building the tokenizer of {}", args.model.display()))?;
+    let original = text;
+    let (text, cleaned) = args.clean.apply(&original);
     let ids = tok.encode(&text, !args.no_bos, args.parse_special);
+    if let Some(mode) = args.clean.clean_input {
+        let before = tok
+            .encode(&original, !args.no_bos, args.parse_special)
+            .len();
+        eprintln!(
+            "{}",
+            clean_input::describe(mode, &cleaned, before, ids.len())
+        );
+    }
     let mut out = io::stdout().lock();
     if args.pieces {
         for id in &ids {
@@ -74,6 +93,12 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.show_count {
         writeln!(out, "Total number of tokens: {}", ids.len())?;
+    }
+    if args.show_unknown {
+        let n = tok
+            .unk_id()
+            .map_or(0, |unk| ids.iter().filter(|&&i| i == unk).count());
+        writeln!(out, "Unknown tokens: {n}")?;
     }
     out.flush()?;
     Ok(())

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod bpe;
+pub mod clean;
 mod error;
 mod pretokenize;
 mod spm;

@@ -81,6 +81,8 @@ pub struct Args {
     #[command(flatten)]
     pub grammar: GrammarArgs,
     #[command(flatten)]
+    pub clean: crate::args::clean_input::CleanInputArgs,
+    #[command(flatten)]
     pub context: ContextArgs,
     #[command(flatten)]
     pub attn_entropy: AttnEntropyArgs,
@@ -197,7 +199,19 @@ pub fn run(args: Args) -> Result<()> {
                     .strip_prefix('/')
                     .filter(|t| t.starts_with('/'))
                     .unwrap_or(&line);
-                let text = text.to_owned();
+                let (text, cleaned) = args.clean.apply(text);
+                if let Some(mode) = args.clean.clean_input
+                    && cleaned.changed()
+                {
+                    let tok = chat.tokenizer();
+                    let original = line.strip_prefix('/').filter(|t| t.starts_with('/'));
+                    let original = original.unwrap_or(&line);
+                    let (before, after) =
+                        crate::args::clean_input::token_counts(tok, original, &text);
+                    screen.info(&crate::args::clean_input::describe(
+                        mode, &cleaned, before, after,
+                    ));
+                }
                 screen.mark_turn(&text)?;
                 reply(&mut chat, &screen, |c, io| c.send(&text, io))
             }

@@ -132,6 +132,9 @@ pub struct Args {
     /// slow as a big one (tests of queueing and disconnects).
     #[arg(long, default_value_t = 0, hide = true)]
     pub step_delay_ms: u64,
+    /// The default clean-up of requests that do not set their `clean_input` field.
+    #[command(flatten)]
+    pub clean: crate::args::clean_input::CleanInputArgs,
     #[command(flatten)]
     pub context: ContextArgs,
     #[command(flatten)]

@@ -33,6 +33,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Serve embeddings instead of completions (`--embeddings`).
     pub embeddings: bool,
+    /// The clean-up of a request that names none (`--clean-input`).
+    pub clean_input: Option<bitnet_core::tokenizer::clean::CleanMode>,
 }
 
 impl Config {

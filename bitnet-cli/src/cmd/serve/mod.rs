@@ -19,6 +19,7 @@
 mod answer_record;
 mod args;
 mod auth;
+mod clean_input;
 mod completion;
 mod config;
 mod conn;
@@ -72,6 +73,7 @@ pub fn run(args: Args) -> Result<()> {
         draft_model: args.speculate.model_draft.is_some(),
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout),
         embeddings: args.embeddings,
+        clean_input: args.clean.clean_input,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -22,6 +22,7 @@ use bitnet_core::scheduler::SpecParams;
 use serde_json::{Value, json};
 
 use super::auth::require_key;
+use super::clean_input;
 use super::completion::complete;
 use super::conn::stall;
 use super::cors::cors;
@@ -111,11 +112,12 @@ async fn completions(
 ) -> ApiResult<Response> {
     refuse_completions(&state)?;
     let b = body(&state, b)?;
-    let obj = parse_body(&b)?;
+    let mut obj = parse_body(&b)?;
     let served = state.route_body(&obj).await?;
     let loaded = served.loaded()?;
     refuse_embedding_model(loaded)?;
     let tok = loaded.tokenizer()?;
+    let cleaned = clean_input::apply(&mut obj, Api::Completion, state.config.clean_input, tok)?;
     let mut req = gen_request(
         &obj,
         Api::Completion,
@@ -126,7 +128,7 @@ async fn completions(
     )?;
     let prompt = completion_prompt(&obj, tok)?;
     req.params.constraint = constraint(&obj, &loaded.model)?;
-    complete(
+    let resp = complete(
         state.clone(),
         served,
         Api::Completion,
@@ -135,7 +137,11 @@ async fn completions(
         req,
         "prompt",
     )
-    .await
+    .await?;
+    Ok(match &cleaned {
+        Some(c) => c.tag(resp),
+        None => resp,
+    })
 }
 
 async fn chat_completions(
@@ -144,11 +150,12 @@ async fn chat_completions(
 ) -> ApiResult<Response> {
     refuse_completions(&state)?;
     let b = body(&state, b)?;
-    let obj = parse_body(&b)?;
+    let mut obj = parse_body(&b)?;
     let served = state.route_body(&obj).await?;
     let loaded = served.loaded()?;
     refuse_embedding_model(loaded)?;
     let tok = loaded.tokenizer()?;
+    let cleaned = clean_input::apply(&mut obj, Api::Chat, state.config.clean_input, tok)?;
     let mut req = gen_request(
         &obj,
         Api::Chat,
@@ -216,7 +223,7 @@ async fn chat_completions(
             req.params.stop.push(s.clone());
         }
     }
-    complete(
+    let resp = complete(
         state.clone(),
         served,
         Api::Chat,
@@ -225,7 +232,11 @@ async fn chat_completions(
         req,
         "messages",
     )
-    .await
+    .await?;
+    Ok(match &cleaned {
+        Some(c) => c.tag(resp),
+        None => resp,
+    })
 }
 
 /// `POST /v1/embeddings`: OpenAI's embeddings (see `embeddings/`).
