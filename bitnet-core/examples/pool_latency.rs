@@ -50,7 +50,7 @@ fn main() {
     let work = Duration::from_micros(50);
     for pin in [PinPolicy::None, PinPolicy::Cores] {
         for &n in &counts {
-            let pool = match ThreadPool::new(n, pin) {
+            let pool = match ThreadPool::new(n, pin.clone()) {
                 Ok(p) => p,
                 Err(e) => {
                     eprintln!("pool with {n} threads: {e}");

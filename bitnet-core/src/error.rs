@@ -36,6 +36,8 @@ pub enum CoreError {
     /// The thread pool could not be started.
     #[error(transparent)]
     Pool(#[from] crate::threadpool::PoolError),
+    #[error(transparent)]
+    Numa(#[from] crate::numa::NumaError),
     /// An I/O error outside the GGUF reader (locking memory, ...).
     #[error("{path}: {what}: {source}")]
     Io {

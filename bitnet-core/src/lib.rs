@@ -64,6 +64,7 @@ pub mod error;
 pub mod health;
 pub mod kv;
 pub mod model;
+pub mod numa;
 pub mod runtime;
 pub mod sampling;
 pub mod scheduler;

@@ -44,7 +44,7 @@ mod loom_models;
 mod sync;
 
 use affinity::CallerPin;
-pub use affinity::{core_order, physical_core_count};
+pub use affinity::{core_order, current_cpu, physical_core_count};
 pub use chunks::ChunkQueue;
 pub use disjoint::{DisjointError, DisjointSlice};
 use sync::{
@@ -81,7 +81,7 @@ pub enum PoolError {
 }
 
 /// Whether pool threads are pinned to CPU cores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PinPolicy {
     /// Leave scheduling to the OS.
     #[default]
@@ -92,6 +92,9 @@ pub enum PinPolicy {
     /// see one CPU and pin every thread to it). Pinning failures are not errors: see
     /// [`ThreadPool::pinned_cores`].
     Cores,
+    /// Pin thread `i` to CPU `cpus[i % cpus.len()]` (a NUMA placement: `crate::numa::plan`),
+    /// with the caller's thread put back as for `Cores`.
+    Cpus(Vec<usize>),
 }
 
 /// Busy and wait time of one part (`tid`) of the regions, summed over profiled regions.
@@ -435,6 +438,10 @@ impl ThreadPool {
         let cores = match pin {
             PinPolicy::None => Vec::new(),
             PinPolicy::Cores => core_order(),
+            PinPolicy::Cpus(cpus) => cpus
+                .into_iter()
+                .map(|id| core_affinity::CoreId { id })
+                .collect(),
         };
         let core_for = |tid: usize| (!cores.is_empty()).then(|| cores[tid % cores.len()]);
         let shared = Arc::new(Shared {

@@ -222,6 +222,40 @@ fn nested_run_executes_inline_instead_of_deadlocking() {
 }
 
 #[test]
+fn a_numa_placement_pins_each_thread_to_its_planned_cpu() {
+    with_timeout(Duration::from_secs(30), || {
+        let topo = bitnet_core::numa::Topology::current().unwrap();
+        assert!(!topo.nodes.is_empty());
+        for mode in [
+            bitnet_core::numa::NumaMode::Distribute,
+            bitnet_core::numa::NumaMode::Isolate,
+            bitnet_core::numa::NumaMode::Numactl,
+        ] {
+            let plan = bitnet_core::numa::placement(mode, 2).unwrap();
+            assert_eq!(plan.cpus.len(), 2);
+            for (&c, &n) in plan.cpus.iter().zip(&plan.nodes) {
+                assert_eq!(topo.node_of(c), Some(n), "{mode:?}: CPU {c} on node {n}");
+            }
+            let pool = ThreadPool::new(2, PinPolicy::Cpus(plan.cpus.clone())).unwrap();
+            let pinned = pool.pinned_cores();
+            assert_eq!(
+                pinned,
+                plan.cpus.iter().map(|&c| Some(c)).collect::<Vec<_>>()
+            );
+            let mut sum = 0usize;
+            {
+                let total = std::sync::atomic::AtomicUsize::new(0);
+                pool.run(&|tid, _| {
+                    total.fetch_add(tid + 1, std::sync::atomic::Ordering::Relaxed);
+                });
+                sum += total.into_inner();
+            }
+            assert_eq!(sum, 3);
+        }
+    });
+}
+
+#[test]
 fn pinned_pool_computes_the_same_and_reports_cores() {
     // Pin on a helper thread so the test harness thread keeps its affinity.
     with_timeout(Duration::from_secs(30), || {

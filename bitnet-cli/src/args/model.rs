@@ -66,6 +66,11 @@ pub struct ModelArgs {
     /// Do not pin threads to cores.
     #[arg(long)]
     pub no_pin: bool,
+    /// Place threads by NUMA node: distribute (over every node, in proportion to its
+    /// CPUs), isolate (the node the process started on), numactl (the CPUs an outer
+    /// numactl or taskset left). Off by default.
+    #[arg(long, value_name = "MODE", value_parser = parse_numa)]
+    pub numa: Option<bitnet_core::numa::NumaMode>,
     /// K cache type (llama.cpp's -ctk): f16, f32, q8_0, q8_r, fp8, q4_0, b1.
     #[arg(long = "cache-type-k", value_name = "TYPE", value_parser = parse_kv_type,
           default_value = "f16")]
@@ -155,6 +160,7 @@ impl ModelArgs {
         EngineOptions {
             threads,
             pin: !self.no_pin,
+            numa: self.numa,
             n_ctx: self.ctx.unwrap_or(0),
             batch: self
                 .batch_size
@@ -203,4 +209,8 @@ pub fn warn_threads(threads: usize) {
              share cores and run slower than -t {cpus}"
         );
     }
+}
+
+pub fn parse_numa(s: &str) -> Result<bitnet_core::numa::NumaMode, String> {
+    bitnet_core::numa::NumaMode::parse(s).map_err(|e| e.to_string())
 }

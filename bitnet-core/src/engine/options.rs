@@ -13,6 +13,9 @@ pub struct EngineOptions {
     pub threads: usize,
     /// Pin pool threads to cores.
     pub pin: bool,
+    /// Place the pool's threads by NUMA node (`--numa`; `None`: [`Self::pin`]'s order,
+    /// distinct physical cores first). Pins even without `pin`.
+    pub numa: Option<crate::numa::NumaMode>,
     /// KV tokens in total, shared by all sequences (llama.cpp's unified cache); 0 = the
     /// model's training context, at most 4096.
     pub n_ctx: usize,
@@ -42,6 +45,7 @@ impl Default for EngineOptions {
         EngineOptions {
             threads: 0,
             pin: true,
+            numa: None,
             n_ctx: 0,
             batch: 256,
             k_type: KvType::F16,

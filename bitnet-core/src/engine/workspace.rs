@@ -64,10 +64,10 @@ impl Workspace {
     ) -> Result<Workspace, CoreError> {
         let cfg = &model.config;
         let threads = opts.thread_count();
-        let pin = if opts.pin {
-            PinPolicy::Cores
-        } else {
-            PinPolicy::None
+        let pin = match opts.numa {
+            Some(mode) => PinPolicy::Cpus(crate::numa::placement(mode, threads)?.cpus),
+            None if opts.pin => PinPolicy::Cores,
+            None => PinPolicy::None,
         };
         let pool = ThreadPool::new(threads, pin)?;
         let max_pos = kv.max_seq_len();

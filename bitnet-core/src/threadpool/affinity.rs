@@ -47,6 +47,20 @@ pub fn core_order() -> Vec<core_affinity::CoreId> {
     first
 }
 
+/// The CPU the calling thread runs on now (Linux; `None` elsewhere).
+pub fn current_cpu() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sched_getcpu takes no argument and returns a CPU number or -1.
+        let c = unsafe { libc::sched_getcpu() };
+        usize::try_from(c).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// Number of distinct physical cores available to this process (at least 1).
 pub fn physical_core_count() -> usize {
     let ids = thread_cpus();

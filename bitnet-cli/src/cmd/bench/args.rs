@@ -74,6 +74,9 @@ pub struct Args {
     /// Do not pin threads to cores.
     #[arg(long)]
     pub no_pin: bool,
+    /// Place threads by NUMA node: distribute, isolate or numactl (see `generate --help`).
+    #[arg(long, value_name = "MODE", value_parser = crate::args::model::parse_numa)]
+    pub numa: Option<bitnet_core::numa::NumaMode>,
     /// KV cache size in tokens (default, or 0: what the largest test needs); a test that
     /// does not fit is refused before anything is measured.
     #[arg(short = 'c', long = "ctx-size", visible_alias = "ctx", value_name = "N",
@@ -198,6 +201,7 @@ pub(super) fn model_args(args: &Args, threads: Option<usize>, kernel: Option<Str
         ctx: args.ctx,
         batch_size: args.batch_size,
         no_pin: args.no_pin,
+        numa: args.numa,
         cache_type_k: KvType::F16,
         cache_type_v: KvType::F16,
         kv_rotate: KvRotate::Off,

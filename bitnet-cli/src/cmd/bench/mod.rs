@@ -204,6 +204,7 @@ pub fn run(args: Args) -> Result<()> {
                     gbs: b.gbs,
                 })
                 .collect(),
+            numa: Some(numa_layout(args.numa)),
         },
         rows,
     };
@@ -347,6 +348,18 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// The node layout the run saw, and the `--numa` mode (`bench` reports both).
+fn numa_layout(mode: Option<bitnet_core::numa::NumaMode>) -> String {
+    let nodes = match bitnet_core::numa::Topology::current() {
+        Ok(t) => t.describe(),
+        Err(e) => format!("unknown ({e})"),
+    };
+    match mode {
+        Some(m) => format!("{nodes}; --numa {}", m.name()),
+        None => nodes,
+    }
 }
 
 #[cfg(test)]

@@ -165,6 +165,9 @@ pub struct MachineInfo {
     /// The probe at every thread count of the run (each tg row's bound uses its own).
     #[serde(default)]
     pub membw_by_threads: Vec<ThreadBandwidth>,
+    /// The NUMA nodes the run saw (`1 node: 0 (CPUs 0-1)`), and the `--numa` mode if any.
+    #[serde(default)]
+    pub numa: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -294,6 +297,9 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
                 ""
             },
         )?;
+    }
+    if let Some(numa) = &report.machine.numa {
+        writeln!(out, "NUMA: {numa}")?;
     }
     Ok(())
 }
@@ -425,6 +431,7 @@ pub(crate) mod tests {
                     threads: 2,
                     gbs: 40.0,
                 }],
+                numa: Some("1 node: 0 (CPUs 0-1)".into()),
             },
             rows,
         }
@@ -461,6 +468,7 @@ pub(crate) mod tests {
         let cells = |l: &str| l.matches('|').count();
         assert!(lines[..4].iter().all(|l| cells(l) == cells(lines[0])));
         assert!(text.contains("measured read bandwidth: 40.0 GB/s with 2 thread(s)"));
+        assert!(text.contains("NUMA: 1 node: 0 (CPUs 0-1)"));
         assert!(text.contains("bound = bandwidth at the row's thread count"));
     }
 

@@ -63,6 +63,7 @@ impl Config {
         let engine_opts = EngineOptions {
             threads,
             pin: !args.no_pin,
+            numa: args.numa,
             n_ctx: context_size(args)?,
             batch: batch_size(args)?,
             block_tokens: args.kv_block,
