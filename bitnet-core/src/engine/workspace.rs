@@ -70,6 +70,14 @@ impl Workspace {
             None => PinPolicy::None,
         };
         let pool = ThreadPool::new(threads, pin)?;
+        // A placement asked for by name must hold: a thread the OS would not pin (a
+        // container's CPU policy, a CPU taken away) is refused, not left to float.
+        if opts.numa.is_some() {
+            let unpinned = pool.pinned_cores().iter().filter(|c| c.is_none()).count();
+            if unpinned > 0 {
+                return Err(crate::numa::NumaError::PinRefused { unpinned, threads }.into());
+            }
+        }
         let max_pos = kv.max_seq_len();
         let chunk = opts.batch.min(max_pos).max(1);
         let rope = RopeTable::new(cfg.rope_dim, cfg.rope_theta, max_pos);

@@ -11,4 +11,10 @@ pub enum NumaError {
     NothingToIsolate { cpu: usize },
     #[error("--numa {mode}: the process may use no CPU of the machine's nodes")]
     NoCpus { mode: &'static str },
+    #[error(
+        "--numa: the system refused to pin {unpinned} of {threads} threads to their CPUs \
+         (a container or cgroup CPU policy?); run without --numa, or with --numa numactl \
+         inside the CPUs allowed"
+    )]
+    PinRefused { unpinned: usize, threads: usize },
 }
