@@ -9,7 +9,10 @@
 # fail), the server's fault drill (python3) and the chat page's test in headless Chromium
 # (scripts/browser-test.sh installs Debian's chromium and chromium-driver where missing),
 # every command README.md and docs/ show (scripts/doc-commands.py), the thread pool's loom
-# model check (scripts/loom.sh);
+# model check (scripts/loom.sh), the unsafe code under AddressSanitizer (scripts/asan.sh: the
+# kernel tests with every set this CPU has, the engine, pool, mmap loader and tokenizer tests)
+# and under valgrind's memcheck (scripts/memcheck.sh: the kernel tests' scalar and AVX2 sets,
+# with the binaries the first pass built);
 # then, on an x86-64 Linux machine, the AArch64 pass under emulation
 # (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
 # shipped model's text; it installs the cross tools it needs) and the Windows pass under wine
@@ -65,6 +68,17 @@ BITNET_BIN="${CARGO_TARGET_DIR:-target}/debug/bitnet" JOBS="$jobs" ./python/test
 # of a caller and one or two workers, up to 3 preemptions): scripts/loom.sh.
 step "thread pool model check (loom)"
 JOBS="$jobs" ./scripts/loom.sh
+# Reads past a buffer, use after free, leaks: the kernel tests (every set this CPU has) and
+# bitnet-core's engine, pool, loader and tokenizer tests built with AddressSanitizer, in
+# target/asan (about 5.5 min cold on 2 cores, 1 min warm): scripts/asan.sh.
+step "unsafe code under AddressSanitizer"
+JOBS="$jobs" ./scripts/asan.sh
+# Uninitialised reads (and what ASan cannot see: inline asm): the kernel tests, scalar and AVX2
+# (what valgrind emulates), the pool, the in-place weight read and one engine test under
+# valgrind's memcheck, with the test binaries the first pass built (about 40 s):
+# scripts/memcheck.sh.
+step "unsafe code under valgrind memcheck"
+JOBS="$jobs" ./scripts/memcheck.sh
 # The scalar kernels again, without the doc examples (they do not depend on the set). The
 # same package selection as the first pass: a narrower one would resolve features anew and
 # rebuild half the dependency tree.
