@@ -97,11 +97,7 @@ pub(crate) fn head_q6kr(
         group_bytes: gb,
         write: &|rows, group| Q6KR::write_group(head.cols, rows, group),
     };
-    let convert = |b: &[u8], q: &mut [u8], f: &mut Vec<f32>| {
-        f.resize(head.cols, 0.0);
-        float::dequantize_row(head.fmt, b, f);
-        float::quantize_row_q6_k(f, q);
-    };
+    let convert = reencode(head, float::quantize_row_q6_k);
     fill_groups(
         out.data_mut(),
         &layout,
@@ -112,6 +108,19 @@ pub(crate) fn head_q6kr(
         release,
     );
     Ok(out)
+}
+
+/// A head row of any format decoded to f32 and encoded again by `encode` (the grouped
+/// layouts' conversion of a head not already in their format).
+fn reencode(
+    head: &FloatRows,
+    encode: fn(&[f32], &mut [u8]),
+) -> impl Fn(&[u8], &mut [u8], &mut Vec<f32>) + Sync + '_ {
+    move |b, q, f| {
+        f.resize(head.cols, 0.0);
+        float::dequantize_row(head.fmt, b, f);
+        encode(f, q);
+    }
 }
 
 /// One source row to the layout's format (`row`, `out`, scratch floats).
@@ -188,11 +197,7 @@ pub(crate) fn head_q4r(
         group_bytes: gb,
         write: &|rows, group| Q4R::write_group(head.cols, rows, group),
     };
-    let convert = |b: &[u8], q: &mut [u8], f: &mut Vec<f32>| {
-        f.resize(head.cols, 0.0);
-        float::dequantize_row(head.fmt, b, f);
-        float::quantize_row_q4_0(f, q);
-    };
+    let convert = reencode(head, float::quantize_row_q4_0);
     fill_groups(
         out.data_mut(),
         &layout,
