@@ -12,7 +12,7 @@
 # model check (scripts/loom.sh), the unsafe code under AddressSanitizer (scripts/asan.sh: the
 # kernel tests with every set this CPU has, the engine, pool, mmap loader and tokenizer tests)
 # and under valgrind's memcheck (scripts/memcheck.sh: the kernel tests' scalar and AVX2 sets,
-# with the binaries the first pass built);
+# with the binaries the first pass built), a short run of every fuzz target (scripts/fuzz-ci.sh);
 # then, on an x86-64 Linux machine, the AArch64 pass under emulation
 # (scripts/test-arm.sh: the ARM kernel sets against the reference, the golden logits, the
 # shipped model's text; it installs the cross tools it needs) and the Windows pass under wine
@@ -79,6 +79,11 @@ JOBS="$jobs" ./scripts/asan.sh
 # scripts/memcheck.sh.
 step "unsafe code under valgrind memcheck"
 JOBS="$jobs" ./scripts/memcheck.sh
+# Every fuzz target (the GGUF parser, the tokenizer, GBNF, JSON Schema, chat templates, saved
+# KV files, the server's request bodies, the converter's inputs) for 20 s from its seeds under
+# AddressSanitizer (about 4 min cold to build, 1.5 min to run): scripts/fuzz-ci.sh.
+step "fuzz targets, short runs"
+JOBS="$jobs" ./scripts/fuzz-ci.sh
 # The scalar kernels again, without the doc examples (they do not depend on the set). The
 # same package selection as the first pass: a narrower one would resolve features anew and
 # rebuild half the dependency tree.
