@@ -43,6 +43,33 @@ pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
     ActScale { scale, sum }
 }
 
+/// The 4-bit activation scale (BitNet a4.8's attention and FFN inputs) for a row whose
+/// largest magnitude is `absmax`.
+pub fn act_scale_int4_from_absmax(absmax: f32) -> f32 {
+    7.0 / absmax.max(ACT_MIN_ABSMAX)
+}
+
+/// 4-bit activations in int8 lanes: `s = 7 / max(max|x|, 1e-5)`,
+/// `q = round_half_even(x * s)`, every value in `-7..=7`, laid out as [`quantize_act`]'s
+/// (so every int8 product kernel takes them as they are). The same kernels as the int8
+/// quantizer with a smaller scale, so each set's output is bit-identical to the scalar one.
+/// No kernel multiplies 4-bit lanes: x86's `vpdpbusd`/`vpmaddubsw` and ARM's `sdot` take
+/// bytes at the same rate whatever their range, and packing two values a byte would add an
+/// unpacking step to products that are already bound by their instructions or by the
+/// weights' bytes.
+pub fn quantize_act_int4(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
+    assert!(
+        q.len() >= x.len(),
+        "quantize_act_int4: output shorter than input"
+    );
+    let (head, tail) = q.split_at_mut(x.len());
+    tail.fill(0);
+    let k = kernels(isa);
+    let scale = act_scale_int4_from_absmax(k.absmax(x));
+    let sum = k.quantize_i8(x, scale, head);
+    ActScale { scale, sum }
+}
+
 /// 1-bit activations: bit `j % 64` of `bits[j / 64]` is 1 where `x[j] > 0` (sign +1) and 0
 /// otherwise (-1); bits past `x.len()` are zeroed, matching the zero padding of binary weight
 /// rows. Returns the row scale `mean|x|` (`x ≈ sign * scale`).

@@ -109,7 +109,7 @@ mod token_entries;
 #[cfg(target_arch = "x86_64")]
 pub mod x86_64;
 
-pub use act::{ActScale, quantize_act, quantize_act_binary};
+pub use act::{ActScale, quantize_act, quantize_act_binary, quantize_act_int4};
 pub use aligned::AlignedVec;
 pub use binary::{BinaryActs, BinaryMatrix, binary_binary_matvec, binary_matmul, binary_matvec};
 pub use error::KernelError;

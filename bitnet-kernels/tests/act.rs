@@ -1,7 +1,7 @@
 //! Activation quantization: every kernel set bit-identical to the scalar reference, and the
 //! reference checked against the definition.
 
-use bitnet_kernels::{Isa, quantize_act, quantize_act_binary};
+use bitnet_kernels::{Isa, quantize_act, quantize_act_binary, quantize_act_int4};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -55,6 +55,42 @@ fn int8_edge_cases() {
         let a = quantize_act(isa, &zeros, &mut q);
         assert_eq!((a.sum, a.scale), (0, 127.0 / 1e-5));
         assert!(q.iter().all(|&v| v == 0));
+    }
+}
+
+#[test]
+fn int4_quantization_is_identical_across_isas_and_stays_in_range() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for len in [0usize, 1, 15, 33, 256, 257, 2560, 6913] {
+        let mut x: Vec<f32> = (0..len).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+        if len > 2 {
+            // An exact half after scaling (absmax 7: scale 1) and the extremes.
+            x[0] = 7.0;
+            x[1] = 2.5;
+            x[2] = -7.0;
+        }
+        let padded = len.div_ceil(256) * 256 + 256;
+        let mut want = vec![9i8; padded];
+        let a = quantize_act_int4(Isa::Scalar, &x, &mut want);
+        assert!(want[len..].iter().all(|&v| v == 0), "padding zeroed");
+        assert!(
+            want.iter().all(|v| (-7..=7).contains(v)),
+            "len {len}: out of -7..=7"
+        );
+        let absmax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(a.scale, 7.0 / absmax.max(1e-5));
+        assert_eq!(a.sum, want.iter().map(|&v| v as i32).sum::<i32>());
+        for (&xi, &qi) in x.iter().zip(&want) {
+            assert_eq!(qi as f32, (xi * a.scale).round_ties_even());
+        }
+        if len > 2 {
+            assert_eq!(&want[..3], &[7, 2, -7], "half to even, extremes kept");
+        }
+        for isa in Isa::available() {
+            let mut got = vec![5i8; padded];
+            assert_eq!(quantize_act_int4(isa, &x, &mut got), a, "{isa} len {len}");
+            assert_eq!(got, want, "{isa} len {len}");
+        }
     }
 }
 
