@@ -145,8 +145,8 @@ fn the_pool_stores_rotated_rows_and_reads_plain_ones() {
     let (hd, n_kv) = (64, 2);
     let mut pool =
         KvStorage::new(1, n_kv, hd, (KvType::F32, KvType::F32), 16, 16, Isa::Scalar).unwrap();
-    pool.set_rotation(true, false).unwrap();
-    assert!(pool.k_rotated() && !pool.v_rotated());
+    pool.set_rotation(&[(true, false)]).unwrap();
+    assert!(pool.k_rotated(0) && !pool.v_rotated(0));
     // The storage knows rows, not owners: any block will do.
     let b = 0;
     let k: Vec<f32> = (0..hd * n_kv).map(|i| (i as f32 * 0.37).sin()).collect();

@@ -18,11 +18,10 @@ const ANNOUNCE_BYTES: u64 = 512 << 20;
 /// whole blocks), the per-thread attention score rows and the rope table.
 pub fn context_bytes(model: &Model, opts: &EngineOptions, n_ctx: usize) -> (u64, u64) {
     let cfg = model.config();
-    let kv = KvStorage::bytes_for(
-        cfg.n_layer,
+    let kv = KvStorage::bytes_for_layers(
         cfg.n_head_kv,
         cfg.head_dim,
-        (opts.k_type, opts.v_type),
+        &opts.layer_kv_types(cfg.n_layer),
         n_ctx,
         opts.block_tokens,
     );

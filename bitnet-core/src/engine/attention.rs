@@ -78,7 +78,7 @@ pub(super) fn attention(
 ) {
     let n_tok = batch.tokens.len();
     let hd = sh.head_dim;
-    let (kf, vf) = (kv.storage.k_format(), kv.storage.v_format());
+    let (kf, vf) = (kv.rows.k_format(), kv.rows.v_format());
     let xnor = if sh.xnor { kf.xnor_scores } else { None };
     let int8 = if xnor.is_none() { kf.int8_scores } else { None };
     let gs = sh.group;

@@ -234,26 +234,33 @@ impl Workspace {
         }
         profile.stop(OpKind::Embed, t);
 
-        // One KV head's rows of a block are next to each other: `[pos][head_dim]` in the
-        // format's bytes (see `KvStorage`).
-        let attn = AttnShape {
-            n_head,
-            group: cfg.gqa_group(),
-            head_dim: hd,
-            k_stride: kv.k_head_bytes(),
-            v_stride: kv.v_head_bytes(),
-            scale: 1.0 / (hd as f32).sqrt(),
-            max_pos: kv.capacity_tokens(),
-            block_tokens: kv.block_tokens(),
-            v_rotated: kv.v_rotated(),
-            xnor: *kv_xnor,
-        };
-        // Keys stored rotated are scored by queries rotated the same way (H is orthonormal:
-        // the scores do not change in exact arithmetic).
-        let q_rotated = kv.k_rotated();
+        let (max_pos, block_tokens) = (kv.capacity_tokens(), kv.block_tokens());
         let tm: &SubTimer = timer;
 
         for (l, layer) in m.layers.iter().enumerate() {
+            // Each layer's K and V have their own formats and rotation. One KV head's rows
+            // of a block are next to each other: `[pos][head_dim]` in the format's bytes
+            // (see `KvStorage`).
+            let attn = {
+                let rows = kv.layer(l);
+                AttnShape {
+                    n_head,
+                    group: cfg.gqa_group(),
+                    head_dim: hd,
+                    k_stride: rows.k_head_bytes(),
+                    v_stride: rows.v_head_bytes(),
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    max_pos,
+                    block_tokens,
+                    v_rotated: rows.v_rotated(),
+                    // Only B1 keys have an XNOR kernel: other layers score as usual.
+                    xnor: *kv_xnor,
+                }
+            };
+            // Keys stored rotated are scored by queries rotated the same way (H is
+            // orthonormal: the scores do not change in exact arithmetic).
+            let q_rotated = kv.k_rotated(l);
+
             // 1. residual add of the previous down projection, attn_norm, quantize (or,
             // where each projection has its own input norm, the normed rows kept in `h`).
             let qkv = [&layer.q, &layer.k, &layer.v];
@@ -370,10 +377,7 @@ impl Workspace {
                 pool,
                 isa,
                 &attn,
-                &KvView {
-                    storage: kv,
-                    layer: l,
-                },
+                &KvView { rows: kv.layer(l) },
                 batch,
                 &bufs.q[..n * qd],
                 &mut bufs.att[..n * qd],

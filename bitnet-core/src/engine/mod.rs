@@ -115,43 +115,23 @@ impl Engine {
                 cfg.rope_freq_scale
             )));
         }
-        for (option, t) in [("k_type", opts.k_type), ("v_type", opts.v_type)] {
-            let f = t.format();
-            if !cfg.head_dim.is_multiple_of(f.block_len) {
-                return Err(CoreError::InvalidOption {
-                    option,
-                    reason: format!(
-                        "the {} KV cache type stores blocks of {} values: the model's head \
-                         dimension {} is not a multiple of {} (choose another cache type)",
-                        f.name, f.block_len, cfg.head_dim, f.block_len
-                    ),
-                });
-            }
-        }
-        if opts.kv_xnor && opts.k_type.format().xnor_scores.is_none() {
-            return Err(CoreError::InvalidOption {
-                option: "kv_xnor",
-                reason: format!(
-                    "XNOR/popcount scoring reads sign-bit keys: it needs the b1 K cache type \
-                     (K is {})",
-                    opts.k_type.name()
-                ),
-            });
-        }
-        let mut kv = KvManager::new(
-            cfg.n_layer,
+        let layer_types = opts.checked_layer_kv_types(cfg.n_layer, cfg.head_dim)?;
+        let mut kv = KvManager::with_layers(
             cfg.n_head_kv,
             cfg.head_dim,
-            (opts.k_type, opts.v_type),
+            &layer_types,
             n_ctx,
             opts.block_tokens,
             model.isa,
         )?;
-        let (rot_k, rot_v) = opts.kv_rotate.sides(opts.k_type, opts.v_type);
         let auto_skips = opts.kv_rotate == KvRotate::Auto
             && !bitnet_kernels::float::hadamard_supported(cfg.head_dim);
         if !auto_skips {
-            kv.set_rotation(rot_k, rot_v)?;
+            let sides: Vec<(bool, bool)> = layer_types
+                .iter()
+                .map(|&(k, v)| opts.kv_rotate.sides(k, v))
+                .collect();
+            kv.set_rotation(&sides)?;
         }
         let work = Workspace::new(&model, opts, &kv)?;
         let batch = Batch::with_capacity(work.max_batch(), kv.storage().n_blocks());

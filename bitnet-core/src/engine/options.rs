@@ -1,7 +1,8 @@
 //! The run-time settings of an engine (threads, context, KV formats): none of them is part
-//! of the model.
+//! of the model. The KV formats of every layer are checked here against the model's shape.
 
-use crate::kv::{KvRotate, KvType};
+use crate::error::CoreError;
+use crate::kv::{KvRotate, KvType, describe_layer_types};
 
 /// Positions per KV block by default (`bitnet bench --kv-block` measures other sizes).
 pub const DEFAULT_BLOCK_TOKENS: usize = 16;
@@ -26,12 +27,18 @@ pub struct EngineOptions {
     pub k_type: KvType,
     /// Element format of the V cache (`-ctv`), chosen independently of K's.
     pub v_type: KvType,
+    /// The K and V formats of each layer, `(k, v)` for layer `l` at index `l` (a
+    /// calibration's choice). Empty: every layer uses `k_type` and `v_type`; otherwise it
+    /// has one entry per layer of the model and overrides them.
+    pub kv_layers: Vec<(KvType, KvType)>,
     /// Which of K and V are stored Hadamard-rotated (`--kv-rotate`; see
-    /// [`crate::kv::KvStorage::set_rotation`]). An explicit side with a head dimension that
-    /// is not a power of two is an error; `Auto` then rotates nothing.
+    /// [`crate::kv::KvStorage::set_rotation`]), decided per layer from that layer's
+    /// formats ([`KvRotate::sides`]: `Auto` rotates the low-bit ones). An explicit side
+    /// with a head dimension that is not a power of two is an error; `Auto` then rotates
+    /// nothing.
     pub kv_rotate: KvRotate,
     /// Score `b1` keys by XNOR/popcount against a sign-quantized query (`--kv-xnor`)
-    /// instead of the float query; needs `k_type` B1.
+    /// instead of the float query, in the layers whose K is B1; needs at least one.
     pub kv_xnor: bool,
     /// Positions per KV block (a power of two).
     pub block_tokens: usize,
@@ -50,10 +57,86 @@ impl Default for EngineOptions {
             batch: 256,
             k_type: KvType::F16,
             v_type: KvType::F16,
+            kv_layers: Vec::new(),
             kv_rotate: KvRotate::Off,
             kv_xnor: false,
             block_tokens: DEFAULT_BLOCK_TOKENS,
             attn_entropy_every: 0,
         }
+    }
+}
+
+impl EngineOptions {
+    /// The K and V formats of each of `n_layer` layers: [`Self::kv_layers`], or
+    /// `(k_type, v_type)` for every layer when it is empty. (A `kv_layers` of another
+    /// length comes back as it is; [`super::Engine::new`] refuses it.)
+    pub fn layer_kv_types(&self, n_layer: usize) -> Vec<(KvType, KvType)> {
+        if self.kv_layers.is_empty() {
+            vec![(self.k_type, self.v_type); n_layer]
+        } else {
+            self.kv_layers.clone()
+        }
+    }
+
+    /// [`EngineOptions::layer_kv_types`] checked for a model of `n_layer` layers of head
+    /// dimension `head_dim`: one entry per layer, each format's blocks dividing the head
+    /// dimension, and b1 keys somewhere if XNOR scoring is asked for. Errors name the option
+    /// (and the layer, for a per-layer list).
+    pub(super) fn checked_layer_kv_types(
+        &self,
+        n_layer: usize,
+        head_dim: usize,
+    ) -> Result<Vec<(KvType, KvType)>, CoreError> {
+        let per_layer = !self.kv_layers.is_empty();
+        if per_layer && self.kv_layers.len() != n_layer {
+            return Err(CoreError::InvalidOption {
+                option: "kv_layers",
+                reason: format!(
+                    "{} per-layer K/V formats given, the model has {n_layer} layers",
+                    self.kv_layers.len()
+                ),
+            });
+        }
+        let whole_blocks = |t: KvType| {
+            let f = t.format();
+            if head_dim.is_multiple_of(f.block_len) {
+                return Ok(());
+            }
+            Err(format!(
+                "the {} KV cache type stores blocks of {} values: the model's head dimension \
+                 {head_dim} is not a multiple of {} (choose another cache type)",
+                f.name, f.block_len, f.block_len
+            ))
+        };
+        if per_layer {
+            for (l, &(k, v)) in self.kv_layers.iter().enumerate() {
+                for (side, t) in [("K", k), ("V", v)] {
+                    whole_blocks(t).map_err(|reason| CoreError::InvalidOption {
+                        option: "kv_layers",
+                        reason: format!("layer {l} {side}: {reason}"),
+                    })?;
+                }
+            }
+        } else {
+            for (option, t) in [("k_type", self.k_type), ("v_type", self.v_type)] {
+                whole_blocks(t).map_err(|reason| CoreError::InvalidOption { option, reason })?;
+            }
+        }
+        let types = self.layer_kv_types(n_layer);
+        if self.kv_xnor && !types.iter().any(|(k, _)| k.format().xnor_scores.is_some()) {
+            let keys = if per_layer {
+                format!("no layer's K is b1: {}", describe_layer_types(&types))
+            } else {
+                format!("K is {}", self.k_type.name())
+            };
+            return Err(CoreError::InvalidOption {
+                option: "kv_xnor",
+                reason: format!(
+                    "XNOR/popcount scoring reads sign-bit keys: it needs the b1 K cache type \
+                     ({keys})"
+                ),
+            });
+        }
+        Ok(types)
     }
 }

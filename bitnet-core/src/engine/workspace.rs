@@ -50,7 +50,8 @@ pub(super) struct Workspace {
     pub(super) timer: SubTimer,
     /// Attention entropy and received mass, when asked for.
     pub(super) attn_stats: AttnStats,
-    /// B1 keys scored by XNOR/popcount (`EngineOptions::kv_xnor`).
+    /// B1 keys scored by XNOR/popcount, in the layers whose K is B1
+    /// (`EngineOptions::kv_xnor`).
     pub(super) kv_xnor: bool,
 }
 
@@ -104,15 +105,23 @@ impl Workspace {
             AlignedVec::zeroed(chunk * kvd),
         ];
         let group = cfg.gqa_group();
-        // Sized for the cache's whole blocks, as the attention pass lays rows out.
-        let per_thread = attention::attention_scratch(
-            group,
-            cfg.head_dim,
-            kv.capacity_tokens(),
-            kv.block_tokens(),
-            opts.kv_xnor,
-            opts.k_type.format().int8_scores.is_some(),
-        );
+        // Sized for the cache's whole blocks, as the attention pass lays rows out, and for
+        // the layer whose K format's query needs the most room.
+        let per_thread = (0..cfg.n_layer)
+            .map(|l| {
+                let kf = kv.k_format(l);
+                let xnor = opts.kv_xnor && kf.xnor_scores.is_some();
+                attention::attention_scratch(
+                    group,
+                    cfg.head_dim,
+                    kv.capacity_tokens(),
+                    kv.block_tokens(),
+                    xnor,
+                    !xnor && kf.int8_scores.is_some(),
+                )
+            })
+            .max()
+            .unwrap_or(0);
         let attn_stats = AttnStats::new(
             opts.attn_entropy_every,
             cfg.n_layer,

@@ -32,6 +32,24 @@ pub enum KvError {
         block: usize,
         head_dim: usize,
     },
+    /// As `HeadDim`, for one layer of a cache whose layers have their own formats.
+    #[error(
+        "layer {layer}'s {format} KV cache type stores blocks of {block} values: the model's \
+         head dimension {head_dim} is not a multiple of {block} (choose another cache type)"
+    )]
+    LayerHeadDim {
+        layer: usize,
+        format: &'static str,
+        block: usize,
+        head_dim: usize,
+    },
+    /// A per-layer setting whose list is not one entry per layer.
+    #[error("{given} per-layer KV {what} settings for a cache of {n_layer} layers")]
+    LayerCount {
+        what: &'static str,
+        given: usize,
+        n_layer: usize,
+    },
     #[error(
         "a KV cache of {tokens} tokens needs {bytes} bytes, more than this machine's memory \
          ({limit} bytes): lower -c"

@@ -16,6 +16,7 @@ use bitnet_kernels::Isa;
 use super::blocks::{BlockPool, ROOT_NODE};
 use super::error::KvError;
 use super::format::{KvFormat, KvType};
+use super::layer_types::uniform_layer_types;
 use super::sequence::{SeqId, Sequence};
 // Re-exported where they were defined before (`kv::manager` is public).
 pub use super::stats::{KvStats, PoolStats};
@@ -44,8 +45,8 @@ pub struct KvManager {
 
 impl KvManager {
     /// A cache of `n_ctx` positions in all (rounded up to whole blocks of `block_tokens`),
-    /// K stored as `k_type` and V as `v_type`, every byte allocated now. One sequence holds
-    /// at most `n_ctx` positions.
+    /// K stored as `k_type` and V as `v_type` in every layer, every byte allocated now. One
+    /// sequence holds at most `n_ctx` positions.
     pub fn new(
         n_layer: usize,
         n_kv_heads: usize,
@@ -64,21 +65,42 @@ impl KvManager {
             block_tokens,
             isa,
         )?;
+        Ok(Self::over(storage, n_ctx, block_tokens))
+    }
+
+    /// As [`KvManager::new`], with layer `l` storing K and V as `layer_types[l]` (one
+    /// entry per layer).
+    pub fn with_layers(
+        n_kv_heads: usize,
+        head_dim: usize,
+        layer_types: &[(KvType, KvType)],
+        n_ctx: usize,
+        block_tokens: usize,
+        isa: Isa,
+    ) -> Result<KvManager, KvError> {
+        let storage =
+            KvStorage::with_layers(n_kv_heads, head_dim, layer_types, n_ctx, block_tokens, isa)?;
+        Ok(Self::over(storage, n_ctx, block_tokens))
+    }
+
+    /// The manager of `storage`, every block free.
+    fn over(storage: KvStorage, n_ctx: usize, block_tokens: usize) -> KvManager {
         let blocks = BlockPool::new(storage.n_blocks(), block_tokens);
         let max_pos = n_ctx.min(storage.capacity_tokens());
-        Ok(KvManager {
+        KvManager {
             storage,
             blocks,
             slots: Vec::new(),
             free_slots: Vec::new(),
             max_pos,
-        })
+        }
     }
 
-    /// Stores K and/or V rows Hadamard-rotated (see [`KvStorage::set_rotation`]); refused
-    /// once any block was used.
-    pub fn set_rotation(&mut self, k: bool, v: bool) -> Result<(), KvError> {
-        if (k || v) && !bitnet_kernels::float::hadamard_supported(self.storage.head_dim()) {
+    /// Stores K and/or V rows of each layer Hadamard-rotated, `sides[l]` = `(k, v)` for
+    /// layer `l` (see [`KvStorage::set_rotation`]); refused once any block was used.
+    pub fn set_rotation(&mut self, sides: &[(bool, bool)]) -> Result<(), KvError> {
+        let any = sides.iter().any(|&(k, v)| k || v);
+        if any && !bitnet_kernels::float::hadamard_supported(self.storage.head_dim()) {
             return Err(KvError::RotateHeadDim {
                 head_dim: self.storage.head_dim(),
             });
@@ -86,7 +108,7 @@ impl KvManager {
         if !self.blocks.all_free() {
             return Err(KvError::RotateInUse);
         }
-        self.storage.set_rotation(k, v)
+        self.storage.set_rotation(sides)
     }
 
     /// The rows (read-only): formats, layout, runs of blocks.
@@ -113,23 +135,40 @@ impl KvManager {
         self.blocks.block_tokens()
     }
 
-    /// The K cache's element format.
-    pub fn k_type(&self) -> KvType {
-        self.storage.k_type()
+    /// The element format of `layer`'s K cache.
+    pub fn k_type(&self, layer: usize) -> KvType {
+        self.storage.k_type(layer)
     }
 
-    /// The V cache's element format.
-    pub fn v_type(&self) -> KvType {
-        self.storage.v_type()
+    /// The element format of `layer`'s V cache.
+    pub fn v_type(&self, layer: usize) -> KvType {
+        self.storage.v_type(layer)
     }
 
-    pub fn k_format(&self) -> &'static KvFormat {
-        self.storage.k_format()
+    pub fn k_format(&self, layer: usize) -> &'static KvFormat {
+        self.storage.k_format(layer)
     }
 
-    /// Whether K and whether V rows are stored Hadamard-rotated.
-    pub fn rotated(&self) -> (bool, bool) {
-        (self.storage.k_rotated(), self.storage.v_rotated())
+    /// The K and V formats of every layer, in layer order.
+    pub fn layer_types(&self) -> Vec<(KvType, KvType)> {
+        self.storage.layer_types()
+    }
+
+    /// The K and V formats, when every layer stores the same ones.
+    pub fn uniform_types(&self) -> Option<(KvType, KvType)> {
+        uniform_layer_types(&self.storage.layer_types())
+    }
+
+    /// Whether K and whether V rows of `layer` are stored Hadamard-rotated.
+    pub fn rotated(&self, layer: usize) -> (bool, bool) {
+        (self.storage.k_rotated(layer), self.storage.v_rotated(layer))
+    }
+
+    /// Whether K and whether V rows are stored Hadamard-rotated, for every layer in order.
+    pub fn layer_rotations(&self) -> Vec<(bool, bool)> {
+        (0..self.storage.n_layer())
+            .map(|l| self.rotated(l))
+            .collect()
     }
 
     /// Bytes of K and V for every block.
@@ -501,14 +540,31 @@ mod tests {
     #[test]
     fn rotation_is_chosen_before_any_block_is_used() {
         let mut kv = manager(64);
-        kv.set_rotation(true, false).unwrap();
+        kv.set_rotation(&[(true, false)]).unwrap();
+        assert_eq!(kv.rotated(0), (true, false));
+        // One entry per layer, no more.
+        assert_eq!(
+            kv.set_rotation(&[(true, false); 2]),
+            Err(KvError::LayerCount {
+                what: "rotation",
+                given: 2,
+                n_layer: 1
+            })
+        );
+        assert_eq!(kv.rotated(0), (true, false));
         let s = kv.new_sequence();
         kv.reserve(s, 3).unwrap();
-        assert_eq!(kv.set_rotation(false, false), Err(KvError::RotateInUse));
+        assert_eq!(
+            kv.set_rotation(&[(false, false)]),
+            Err(KvError::RotateInUse)
+        );
         // Freed, the block stays in the prefix cache (its rows are rotated): still refused.
         kv.commit(s, &[1, 2, 3], |_| {}).unwrap();
         kv.free_sequence(s).unwrap();
-        assert_eq!(kv.set_rotation(false, false), Err(KvError::RotateInUse));
+        assert_eq!(
+            kv.set_rotation(&[(false, false)]),
+            Err(KvError::RotateInUse)
+        );
     }
 
     #[test]

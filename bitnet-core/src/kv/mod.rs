@@ -1,7 +1,8 @@
 //! The paged KV cache, split by concern:
 //!
 //! - `format`: the element formats as a table (bytes per row, encoder, attention kernels);
-//! - `storage`: the K and V bytes of every block, and row encode/decode;
+//! - `storage`: the K and V bytes of every block, and row encode/decode, one K and one V
+//!   format per layer (`layer_types`: such a list checked uniform and summarized);
 //! - `blocks`: who holds which block (reference counts, free list, LRU) and the prefix
 //!   index of blocks that hold a known token prefix;
 //! - `manager`: the one owner of all three and of the sequences' block tables
@@ -15,6 +16,7 @@
 mod blocks;
 mod error;
 pub mod format;
+mod layer_types;
 pub mod manager;
 mod sequence;
 mod snapshot;
@@ -24,8 +26,9 @@ pub mod storage;
 
 pub use error::KvError;
 pub use format::{FORMATS, KvFormat, KvRotate, KvType};
+pub use layer_types::{describe_layer_types, uniform_layer_types};
 pub use manager::KvManager;
 pub use sequence::{SeqId, Sequence};
-pub use snapshot::{KvLayout, KvSnapshot};
+pub use snapshot::{KvLayerLayout, KvLayout, KvSnapshot};
 pub use stats::{KvStats, PoolStats};
-pub use storage::KvStorage;
+pub use storage::{KvLayer, KvStorage};

@@ -8,6 +8,12 @@
 //! the K rows then the V rows (`[layer][head][position]`, as the cache stores them), and a
 //! 64-bit checksum of every byte before it. Files are written to a temporary name and
 //! renamed, so a reader never sees half a file.
+//!
+//! A cache with one K and one V format for every layer writes version 1, the formats in
+//! the header's `k_type`, `v_type`, `k_rotated` and `v_rotated`. One whose layers differ
+//! writes version 2 with a `layers` array of those four fields per layer: a build that
+//! reads only version 1 refuses the file as made for another version instead of reading
+//! rows in the wrong format (q8_0 and fp8 rows have the same size).
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -17,13 +23,20 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::format::KvType;
-use super::snapshot::{KvLayout, KvSnapshot};
+use super::snapshot::{KvLayerLayout, KvLayout, KvSnapshot};
 use crate::model::Model;
 
 const MAGIC: &[u8; 8] = b"BITNETKV";
-const VERSION: u32 = 1;
-/// A header is a few hundred bytes; anything near this is not one of ours.
+/// The version of a file whose layers share their formats.
+const VERSION_UNIFORM: u32 = 1;
+/// The version of a file with formats per layer (its header has `layers`).
+const VERSION_PER_LAYER: u32 = 2;
+/// A header is a few hundred bytes (a few KiB with formats per layer); anything near this
+/// is not one of ours.
 const MAX_HEADER: u32 = 64 << 10;
+/// Far more layers than any model has: a header claiming more is not one of ours (its
+/// layout would be a list that long before the file's size is checked).
+const MAX_LAYERS: usize = 1 << 16;
 
 /// What rows were computed by: a file's rows are only valid for an equal key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,7 +73,10 @@ pub enum SnapshotError {
     },
     #[error("{path}: not a saved KV file")]
     NotSnapshot { path: PathBuf },
-    #[error("{path}: saved KV format version {found}; this build reads version {VERSION}")]
+    #[error(
+        "{path}: saved KV format version {found}; this build reads versions \
+         {VERSION_UNIFORM} to {VERSION_PER_LAYER}"
+    )]
     Version { path: PathBuf, found: u32 },
     #[error("{path}: corrupt saved KV file ({why}); it was not loaded")]
     Corrupt { path: PathBuf, why: String },
@@ -103,6 +119,40 @@ struct Header {
     n_kv_heads: usize,
     head_dim: usize,
     n_tokens: usize,
+    /// Each layer's formats, when the layers differ (the four fields above then hold
+    /// layer 0's); absent when every layer stores what the fields above say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    layers: Vec<LayerHeader>,
+}
+
+/// One layer's formats in a [`Header`].
+#[derive(Serialize, Deserialize)]
+struct LayerHeader {
+    k_type: String,
+    v_type: String,
+    k_rotated: bool,
+    v_rotated: bool,
+}
+
+impl LayerHeader {
+    fn of(l: &KvLayerLayout) -> LayerHeader {
+        LayerHeader {
+            k_type: l.k_type.name().to_owned(),
+            v_type: l.v_type.name().to_owned(),
+            k_rotated: l.k_rotated,
+            v_rotated: l.v_rotated,
+        }
+    }
+
+    /// The layout it names (`None`: a type this build does not know).
+    fn layout(&self) -> Option<KvLayerLayout> {
+        Some(KvLayerLayout {
+            k_type: KvType::parse(&self.k_type)?,
+            v_type: KvType::parse(&self.v_type)?,
+            k_rotated: self.k_rotated,
+            v_rotated: self.v_rotated,
+        })
+    }
 }
 
 /// Writes `snap` to `path` (through a temporary file in the same folder, then renamed);
@@ -117,16 +167,27 @@ pub fn write_snapshot(
         source,
     };
     let l = snap.layout();
+    // A uniform cache writes the header it always did (old readers, old seeds).
+    let (version, layers) = match l.uniform() {
+        Some(_) => (VERSION_UNIFORM, Vec::new()),
+        None => (
+            VERSION_PER_LAYER,
+            l.layers.iter().map(LayerHeader::of).collect(),
+        ),
+    };
+    // Every cache has a layer, and so has every file read (`header_layout`).
+    let first = LayerHeader::of(&l.layers[0]);
     let header = serde_json::to_vec(&Header {
         key: key.clone(),
-        k_type: l.k_type.name().to_owned(),
-        v_type: l.v_type.name().to_owned(),
-        k_rotated: l.k_rotated,
-        v_rotated: l.v_rotated,
-        n_layer: l.n_layer,
+        k_type: first.k_type,
+        v_type: first.v_type,
+        k_rotated: first.k_rotated,
+        v_rotated: first.v_rotated,
+        n_layer: l.n_layer(),
         n_kv_heads: l.n_kv_heads,
         head_dim: l.head_dim,
         n_tokens: snap.len(),
+        layers,
     })
     .expect("a header serializes");
     let mut tmp_name = path.as_os_str().to_owned();
@@ -139,14 +200,14 @@ pub fn write_snapshot(
             n: 0,
         };
         out.write_all(MAGIC)?;
-        out.write_all(&VERSION.to_le_bytes())?;
+        out.write_all(&version.to_le_bytes())?;
         out.write_all(&(header.len() as u32).to_le_bytes())?;
         out.write_all(&header)?;
         for t in snap.tokens() {
             out.write_all(&t.to_le_bytes())?;
         }
-        out.write_all(snap.side(true).0)?;
-        out.write_all(snap.side(false).0)?;
+        out.write_all(snap.side(true))?;
+        out.write_all(snap.side(false))?;
         let sum = out.sum.finish();
         let n = out.n + 8;
         let mut inner = out.inner;
@@ -184,7 +245,7 @@ pub fn read_snapshot(
         return Err(SnapshotError::NotSnapshot { path: p() });
     }
     let version = u32::from_le_bytes(fixed[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
+    if !(VERSION_UNIFORM..=VERSION_PER_LAYER).contains(&version) {
         return Err(SnapshotError::Version {
             path: p(),
             found: version,
@@ -211,16 +272,7 @@ pub fn read_snapshot(
     if h.key.config != key.config {
         return Err(SnapshotError::OtherSettings { path: p() });
     }
-    let kv_type = |name: &str| KvType::parse(name).ok_or_else(|| corrupt("KV type"));
-    let layout = KvLayout {
-        k_type: kv_type(&h.k_type)?,
-        v_type: kv_type(&h.v_type)?,
-        k_rotated: h.k_rotated,
-        v_rotated: h.v_rotated,
-        n_layer: h.n_layer,
-        n_kv_heads: h.n_kv_heads,
-        head_dim: h.head_dim,
-    };
+    let layout = header_layout(&h, version).map_err(corrupt)?;
     if h.n_tokens > max_tokens {
         return Err(SnapshotError::TooLong {
             path: p(),
@@ -266,6 +318,42 @@ pub fn read_snapshot(
         .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
         .collect();
     KvSnapshot::from_parts(layout, tokens, k, v).ok_or_else(|| corrupt("sizes"))
+}
+
+/// The layout a header names, checked against its version: a version 1 header has no
+/// `layers` and its formats hold for all `n_layer` layers; a version 2 header has exactly
+/// `n_layer` of them. `Err` says what is wrong.
+fn header_layout(h: &Header, version: u32) -> Result<KvLayout, &'static str> {
+    let uniform = LayerHeader {
+        k_type: h.k_type.clone(),
+        v_type: h.v_type.clone(),
+        k_rotated: h.k_rotated,
+        v_rotated: h.v_rotated,
+    }
+    .layout()
+    .ok_or("KV type")?;
+    let layers = match version {
+        VERSION_UNIFORM if h.layers.is_empty() => {
+            // Layers are counted before a list of them is made for the count (a cache has
+            // at least one).
+            if h.n_layer == 0 || h.n_layer > MAX_LAYERS {
+                return Err("layer count");
+            }
+            vec![uniform; h.n_layer]
+        }
+        VERSION_PER_LAYER if h.layers.len() == h.n_layer => h
+            .layers
+            .iter()
+            .map(LayerHeader::layout)
+            .collect::<Option<Vec<_>>>()
+            .ok_or("KV type")?,
+        _ => return Err("per-layer formats"),
+    };
+    Ok(KvLayout {
+        layers,
+        n_kv_heads: h.n_kv_heads,
+        head_dim: h.head_dim,
+    })
 }
 
 /// A digest of a model file that tells files apart without reading all of it: its size,
@@ -395,14 +483,19 @@ mod tests {
     }
 
     fn snapshot(n: u32) -> KvSnapshot {
-        let mut kv =
-            KvManager::new(2, 1, 32, (KvType::Q8_0, KvType::F16), 64, 8, Isa::Scalar).unwrap();
+        snapshot_of(n, &[(KvType::Q8_0, KvType::F16); 2])
+    }
+
+    /// A snapshot of `n` positions of a cache of one KV head of 32 whose layers store
+    /// `layers`.
+    fn snapshot_of(n: u32, layers: &[(KvType, KvType)]) -> KvSnapshot {
+        let mut kv = KvManager::with_layers(1, 32, layers, 64, 8, Isa::Scalar).unwrap();
         let id = kv.new_sequence();
         kv.reserve(id, n as usize).unwrap();
         let bt = kv.block_tokens();
         for p in 0..n as usize {
             let b = kv.sequence(id).unwrap().blocks()[p / bt];
-            for layer in 0..2 {
+            for layer in 0..layers.len() {
                 let row: Vec<f32> = (0..32).map(|j| (p + j + layer) as f32 * 0.1).collect();
                 kv.storage_mut().write_rows(layer, b, p % bt, &row, &row);
             }
@@ -424,6 +517,105 @@ mod tests {
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         let err = read_snapshot(&path, &key(), 20).unwrap_err();
         assert!(matches!(err, SnapshotError::TooLong { n: 21, .. }), "{err}");
+    }
+
+    /// The header of the file at `path` as JSON, and its version.
+    fn header_of(path: &Path) -> (u32, serde_json::Value) {
+        let b = std::fs::read(path).unwrap();
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+        (version, serde_json::from_slice(&b[16..16 + len]).unwrap())
+    }
+
+    /// The file at `path` with its version and header replaced (checksum made again).
+    fn rewritten(path: &Path, version: u32, header: &serde_json::Value) -> Vec<u8> {
+        let b = std::fs::read(path).unwrap();
+        let len = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+        let header = serde_json::to_vec(header).unwrap();
+        let mut out = MAGIC.to_vec();
+        out.extend(version.to_le_bytes());
+        out.extend((header.len() as u32).to_le_bytes());
+        out.extend(&header);
+        out.extend(&b[16 + len..b.len() - 8]);
+        let mut sum = Checksum::new();
+        sum.update(&out);
+        out.extend(sum.finish().to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn a_cache_with_formats_per_layer_writes_version_2_and_reads_back_equal() {
+        let dir = tempdir();
+        let path = dir.join("mixed.bkv");
+        let layers = [(KvType::Q8_0, KvType::F16), (KvType::F16, KvType::Q4_0)];
+        let snap = snapshot_of(9, &layers);
+        write_snapshot(&path, &key(), &snap).unwrap();
+        let (version, header) = header_of(&path);
+        assert_eq!(version, 2);
+        assert_eq!(header["layers"].as_array().unwrap().len(), 2);
+        assert_eq!(header["layers"][1]["v_type"], "q4_0");
+        assert_eq!(read_snapshot(&path, &key(), 64).unwrap(), snap);
+        // One pair for every layer writes the header it always did.
+        let uniform = dir.join("uniform.bkv");
+        write_snapshot(&uniform, &key(), &snapshot(9)).unwrap();
+        let (version, header) = header_of(&uniform);
+        assert_eq!(version, 1);
+        assert!(header.get("layers").is_none(), "{header}");
+        // Every damaged byte is refused here too.
+        let good = std::fs::read(&path).unwrap();
+        let bad = dir.join("bad.bkv");
+        for i in 0..good.len() {
+            let mut b = good.clone();
+            b[i] ^= 0x20;
+            std::fs::write(&bad, &b).unwrap();
+            assert!(read_snapshot(&bad, &key(), 64).is_err(), "byte {i} flipped");
+        }
+    }
+
+    #[test]
+    fn a_header_whose_layers_do_not_match_its_version_or_count_is_refused() {
+        let dir = tempdir();
+        let path = dir.join("mixed.bkv");
+        let layers = [(KvType::Q8_0, KvType::F16), (KvType::F16, KvType::Q4_0)];
+        write_snapshot(&path, &key(), &snapshot_of(5, &layers)).unwrap();
+        let (_, header) = header_of(&path);
+        let bad = dir.join("bad.bkv");
+        let refused = |version: u32, h: &serde_json::Value| {
+            std::fs::write(&bad, rewritten(&path, version, h)).unwrap();
+            read_snapshot(&bad, &key(), 64).unwrap_err()
+        };
+        // The same header made again reads: the helper is sound.
+        std::fs::write(&bad, rewritten(&path, 2, &header)).unwrap();
+        read_snapshot(&bad, &key(), 64).unwrap();
+        // Per-layer formats under version 1, and version 2 without them.
+        let e = refused(1, &header);
+        assert!(matches!(e, SnapshotError::Corrupt { .. }), "{e}");
+        let mut plain = header.clone();
+        plain.as_object_mut().unwrap().remove("layers");
+        let e = refused(2, &plain);
+        assert!(matches!(e, SnapshotError::Corrupt { .. }), "{e}");
+        // A list of another length than the layer count, an unknown type.
+        let mut short = header.clone();
+        short["layers"].as_array_mut().unwrap().pop();
+        assert!(matches!(refused(2, &short), SnapshotError::Corrupt { .. }));
+        let mut unknown = header.clone();
+        unknown["layers"][0]["k_type"] = "q3_x".into();
+        assert!(matches!(
+            refused(2, &unknown),
+            SnapshotError::Corrupt { .. }
+        ));
+        // No layers at all, or absurdly many, under version 1.
+        for n in [0, usize::MAX] {
+            let mut h = plain.clone();
+            h["n_layer"] = n.into();
+            assert!(
+                matches!(refused(1, &h), SnapshotError::Corrupt { .. }),
+                "{n}"
+            );
+        }
+        // A version this build does not know.
+        let e = refused(3, &header);
+        assert!(matches!(e, SnapshotError::Version { found: 3, .. }) && e.is_mismatch());
     }
 
     #[test]

@@ -77,7 +77,9 @@ impl Config {
         let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
         let threads = engine.threads();
         let kv_extra = {
-            let (rk, rv) = engine.kv().rotated();
+            // A side counts as rotated when any layer's is (layers may differ).
+            let (rk, rv) = (engine.kv().layer_rotations().into_iter())
+                .fold((false, false), |(rk, rv), (k, v)| (rk || k, rv || v));
             let rot = match (rk, rv) {
                 (true, true) => Some("rotate kv"),
                 (true, false) => Some("rotate k"),

@@ -135,7 +135,7 @@ impl AttnCtx<'_> {
         // into and out of the score rows, as over a contiguous cache). Otherwise a run is
         // one block. Runs are `(first block, blocks, first position - lo, positions)`.
         let blocks = &blocks[lo / bt..hi.div_ceil(bt)];
-        let joinable = self.kv.storage.blocks_are_contiguous();
+        let joinable = self.kv.rows.blocks_are_contiguous();
         let runs = || {
             let mut i = 0;
             std::iter::from_fn(move || {
@@ -152,9 +152,8 @@ impl AttnCtx<'_> {
             })
         };
         let single = heads == 1 || blocks.len() == 1 || runs().nth(1).is_none();
-        let layer = self.kv.layer;
         for (b, count, p0, m) in runs() {
-            let k = self.kv.storage.k_run(layer, kvh, b, count);
+            let k = self.kv.rows.k_run(kvh, b, count);
             if single && p0 == 0 && m == n {
                 score(k, heads, qg, m, sc);
             } else if heads == 1 {
@@ -175,7 +174,7 @@ impl AttnCtx<'_> {
         // The weighted values, accumulated run by run (the kernels add onto `out`).
         out.fill(0.0);
         for (b, count, p0, m) in runs() {
-            let v = self.kv.storage.v_run(layer, kvh, b, count);
+            let v = self.kv.rows.v_run(kvh, b, count);
             if single && p0 == 0 && m == n {
                 (vf.wsum)(isa, sc, heads, v, sh.v_stride, m, out);
             } else if heads == 1 {

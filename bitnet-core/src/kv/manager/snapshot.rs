@@ -6,18 +6,21 @@
 use super::KvManager;
 use crate::kv::error::KvError;
 use crate::kv::sequence::SeqId;
-use crate::kv::snapshot::{KvLayout, KvSnapshot};
+use crate::kv::snapshot::{KvLayerLayout, KvLayout, KvSnapshot};
 
 impl KvManager {
     /// What a snapshot of this cache holds, and what one must match to come back.
     pub fn layout(&self) -> KvLayout {
         let s = self.storage();
         KvLayout {
-            k_type: s.k_type(),
-            v_type: s.v_type(),
-            k_rotated: s.k_rotated(),
-            v_rotated: s.v_rotated(),
-            n_layer: s.n_layer(),
+            layers: (0..s.n_layer())
+                .map(|l| KvLayerLayout {
+                    k_type: s.k_type(l),
+                    v_type: s.v_type(l),
+                    k_rotated: s.k_rotated(l),
+                    v_rotated: s.v_rotated(l),
+                })
+                .collect(),
             n_kv_heads: s.n_kv_heads(),
             head_dim: s.head_dim(),
         }
@@ -40,13 +43,16 @@ impl KvManager {
         let s = self.storage();
         let mut sides = [Vec::new(), Vec::new()];
         for (side, is_k) in sides.iter_mut().zip([true, false]) {
-            let row = if is_k {
-                s.k_head_bytes()
-            } else {
-                s.v_head_bytes()
+            let row = |layer| {
+                if is_k {
+                    s.k_head_bytes(layer)
+                } else {
+                    s.v_head_bytes(layer)
+                }
             };
-            side.reserve_exact(layout.n_layer * layout.n_kv_heads * n * row);
-            for layer in 0..layout.n_layer {
+            let bytes: usize = (0..layout.n_layer()).map(row).sum();
+            side.reserve_exact(layout.n_kv_heads * n * bytes);
+            for layer in 0..layout.n_layer() {
                 for head in 0..layout.n_kv_heads {
                     for (j, &b) in seq.blocks.iter().enumerate().take(n.div_ceil(bt)) {
                         let rows = (n - j * bt).min(bt);
@@ -84,10 +90,7 @@ impl KvManager {
     pub fn import(&mut self, snap: &KvSnapshot) -> Result<SeqId, KvError> {
         let ours = self.layout();
         if snap.layout != ours {
-            return Err(KvError::OtherLayout {
-                snapshot: snap.layout.describe(),
-                cache: ours.describe(),
-            });
+            return Err(snap.layout.mismatch(&ours));
         }
         let n = snap.len();
         if n > self.max_seq_len() {
@@ -107,8 +110,8 @@ impl KvManager {
         }
         let blocks = self.sequence(id)?.blocks.clone();
         for is_k in [true, false] {
-            let (_, row) = snap.side(is_k);
-            for layer in 0..ours.n_layer {
+            for layer in 0..ours.n_layer() {
+                let row = ours.head_bytes(is_k, layer).expect("the cache's own rows");
                 for head in 0..ours.n_kv_heads {
                     let rows = snap.rows(is_k, layer, head);
                     for (&b, chunk) in blocks.iter().zip(rows.chunks(bt * row)) {
