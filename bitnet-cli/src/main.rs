@@ -57,6 +57,8 @@ enum Command {
     Logits(cmd::logits::Args),
     /// Perplexity of a text, llama.cpp's method; KL divergence against a saved run.
     Perplexity(cmd::perplexity::Args),
+    /// Choose each layer's KV formats under a KL-divergence budget; writes a --plan file.
+    Calibrate(cmd::calibrate::Args),
     /// Embeddings of texts: pooled, normalized final hidden states (llama-embedding's).
     Embed(cmd::embed::Args),
     /// Measure prompt and generation throughput, llama-bench style.
@@ -90,6 +92,7 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Logits(args) => cmd::logits::run(args),
         Command::Perplexity(args) => cmd::perplexity::run(args),
+        Command::Calibrate(args) => cmd::calibrate::run(args),
         Command::Embed(args) => cmd::embed::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::GenModel(args) => cmd::gen_model::run(args),

@@ -65,6 +65,7 @@ pub mod health;
 pub mod kv;
 pub mod model;
 pub mod numa;
+pub mod plan;
 pub mod runtime;
 pub mod sampling;
 pub mod scheduler;

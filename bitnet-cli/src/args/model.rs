@@ -2,12 +2,14 @@
 //! `--head`, `-c`, `-b`, `-ctk`, `-ctv`, `--kv-rotate`, `--kv-xnor`), turning them into
 //! [`LoadOptions`] (how the model is loaded) and [`EngineOptions`] (how it runs).
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
 use bitnet_core::engine::EngineOptions;
 use bitnet_core::kv::{KvRotate, KvType};
-use bitnet_core::model::{HeadMode, LoadMode, LoadOptions};
+use bitnet_core::model::{HeadMode, LoadMode, LoadOptions, Model};
+use bitnet_core::plan::PrecisionPlan;
 use bitnet_kernels::Isa;
 
 use crate::output::note;
@@ -87,6 +89,11 @@ pub struct ModelArgs {
     /// Score b1 keys by XNOR/popcount against a sign-quantized query (needs -ctk b1).
     #[arg(long = "kv-xnor")]
     pub kv_xnor: bool,
+    /// Run a precision plan written by `bitnet calibrate -o PLAN`: each layer's K and V
+    /// cache formats and activation precision (instead of -ctk, -ctv and --kv-rotate).
+    #[arg(long, value_name = "PLAN",
+          conflicts_with_all = ["cache_type_k", "cache_type_v", "kv_rotate"])]
+    pub plan: Option<PathBuf>,
 }
 
 /// The most threads `-t` takes.
@@ -172,6 +179,29 @@ impl ModelArgs {
             ..EngineOptions::default()
         }
     }
+}
+
+impl ModelArgs {
+    /// Applies `--plan` (if given) to `opts` for `model` (a plan is for one model's layers,
+    /// so it waits for the model), saying once what it runs.
+    pub fn apply_plan(&self, model: &Model, opts: &mut EngineOptions) -> Result<()> {
+        let Some(path) = &self.plan else {
+            return Ok(());
+        };
+        let plan = read_plan(path)?;
+        plan.apply(model.config().n_layer, opts)
+            .with_context(|| format!("--plan {}", path.display()))?;
+        static SAID: AtomicBool = AtomicBool::new(false);
+        if !SAID.swap(true, Ordering::Relaxed) {
+            note!("plan {}: {}", path.display(), plan.describe());
+        }
+        Ok(())
+    }
+}
+
+/// Reads a plan file, with the path in the error.
+pub fn read_plan(path: &std::path::Path) -> Result<PrecisionPlan> {
+    PrecisionPlan::read(path).with_context(|| format!("reading the plan {}", path.display()))
 }
 
 /// Says (once per process) that a 0 given to `-t` or `-c` means the default, and which: a

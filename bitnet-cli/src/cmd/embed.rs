@@ -107,6 +107,7 @@ pub fn run(args: Args) -> Result<()> {
     let opts = args.model_args.load_options()?;
     let mut engine_opts = args.model_args.engine_options();
     let model = load_model(&args.model, &opts)?;
+    args.model_args.apply_plan(&model, &mut engine_opts)?;
     let tok = model
         .tokenizer()
         .context("the model has no tokenizer: it cannot embed text")?;

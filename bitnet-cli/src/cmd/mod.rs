@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod calibrate;
 pub mod chat;
 pub mod embed;
 pub mod gen_model;

@@ -36,10 +36,9 @@ impl Setup {
         if let Some(a) = attn {
             a.apply(&mut engine_opts)?;
         }
-        Ok(Setup {
-            model: load_model(path, &opts)?,
-            engine_opts,
-        })
+        let model = load_model(path, &opts)?;
+        args.apply_plan(&model, &mut engine_opts)?;
+        Ok(Setup { model, engine_opts })
     }
 
     /// The model's tokenizer, or an error naming the keys it lacks.

@@ -23,7 +23,7 @@
 use std::time::{Duration, Instant};
 
 use bitnet_kernels::float;
-use bitnet_kernels::{AlignedVec, Isa, quantize_act, quantize_act_binary};
+use bitnet_kernels::{AlignedVec, Isa, quantize_act, quantize_act_binary, quantize_act_int4};
 
 use super::attention::{self, AttnShape, KvView};
 use super::batch::Batch;
@@ -77,7 +77,13 @@ fn prep(
     };
     if needs.int8 {
         let xq = &mut p.xq[i * pc..(i + 1) * pc];
-        p.acts[i] = tm.time(OpKind::ActQuant, || quantize_act(isa, x, xq));
+        p.acts[i] = tm.time(OpKind::ActQuant, || {
+            if needs.int4 {
+                quantize_act_int4(isa, x, xq)
+            } else {
+                quantize_act(isa, x, xq)
+            }
+        });
     }
     if needs.bits {
         let bits = &mut p.bits[i * w..(i + 1) * w];
@@ -193,6 +199,7 @@ impl Workspace {
             timer,
             attn_stats,
             kv_xnor,
+            int4_layers,
             ..
         } = self;
         let (isa, pool) = (*isa, &*pool);
@@ -264,7 +271,9 @@ impl Workspace {
             // 1. residual add of the previous down projection, attn_norm, quantize (or,
             // where each projection has its own input norm, the normed rows kept in `h`).
             let qkv = [&layer.q, &layer.k, &layer.v];
-            let needs = group_needs(&qkv, binary);
+            // A plan's int4 layers quantize the inputs of q/k/v and of gate/up to 4 bits.
+            let int4 = int4_layers[l];
+            let needs = group_needs(&qkv, binary).with_int4(int4);
             let own_norms = layer.norm_in.is_some();
             {
                 let prev =
@@ -304,6 +313,7 @@ impl Workspace {
                 blk,
                 layer,
                 &group,
+                int4,
             );
 
             // 3. rope; k and v into the cache.
@@ -409,7 +419,7 @@ impl Workspace {
             // 7. residual add (through the post-attention norm, if any), ffn_norm, quantize
             // (or keep the normed rows in `h`, as in step 1).
             let gu = [&layer.gate, &layer.up];
-            let needs = group_needs(&gu, binary);
+            let needs = group_needs(&gu, binary).with_int4(int4);
             {
                 let bo = matmul::blocked(pool, &layer.o, &blk[0], n);
                 let step = ResidualNorm {
@@ -438,6 +448,7 @@ impl Workspace {
                 blk,
                 layer,
                 &group,
+                int4,
             );
 
             // 9. act(gate) * up, ffn_sub_norm, quantize.
@@ -615,6 +626,7 @@ fn group_products(
     blk: &mut [AlignedVec<f32>; 3],
     layer: &Layer,
     group: &[(Proj, &Linear)],
+    int4: bool,
 ) {
     if layer.norm_in.is_none() {
         // A group has three projections at most: no allocation in the decode step.
@@ -634,6 +646,7 @@ fn group_products(
             lin,
             norm: layer.norm_in(p).unwrap_or(&[]),
             slot,
+            int4,
         };
         step.run(
             pool, isa, store, binary, tm, profile, bufs, strides, n, eps, blk,
@@ -648,6 +661,8 @@ struct OwnNorm<'a> {
     lin: &'a Linear,
     norm: &'a [f32],
     slot: usize,
+    /// Quantize to 4 bits (a plan's int4 layer).
+    int4: bool,
 }
 
 impl OwnNorm<'_> {
@@ -666,7 +681,7 @@ impl OwnNorm<'_> {
         eps: f32,
         blk: &mut [AlignedVec<f32>; 3],
     ) {
-        let (e, needs) = (strides.embd, self.lin.needs(binary));
+        let (e, needs) = (strides.embd, self.lin.needs(binary).with_int4(self.int4));
         let t = profile.start();
         buffers::per_token(pool, bufs, strides, n, |r, tb| {
             for i in 0..r.len() {

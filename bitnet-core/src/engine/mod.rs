@@ -44,7 +44,7 @@ use crate::model::Model;
 pub use attn_stats::ENTROPY_EMA_WEIGHT;
 use batch::Batch;
 pub use batch::{BatchItem, Logits};
-pub use options::{DEFAULT_BLOCK_TOKENS, EngineOptions};
+pub use options::{ActPrecision, DEFAULT_BLOCK_TOKENS, EngineOptions};
 pub use profile::{OpKind, Profile, ProfileRow};
 pub use session::Session;
 pub use weight_read::WeightRead;

@@ -4,6 +4,41 @@
 use crate::error::CoreError;
 use crate::kv::{KvRotate, KvType, describe_layer_types};
 
+/// The precision a layer's attention and FFN inputs are quantized to before their ternary
+/// products (the inputs of q/k/v and of gate/up; the attention output and the FFN's
+/// intermediate state stay int8, as BitNet a4.8 keeps them at 8 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ActPrecision {
+    /// Per-token absmax to -127..=127 (BitNet b1.58).
+    #[default]
+    Int8,
+    /// Per-token absmax to -7..=7 (BitNet a4.8's 4-bit inputs), run by the int8 kernels.
+    Int4,
+}
+
+impl ActPrecision {
+    pub const ALL: [ActPrecision; 2] = [ActPrecision::Int8, ActPrecision::Int4];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ActPrecision::Int8 => "int8",
+            ActPrecision::Int4 => "int4",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ActPrecision> {
+        ActPrecision::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The largest magnitude a quantized value takes (127 or 7).
+    pub fn levels(self) -> i32 {
+        match self {
+            ActPrecision::Int8 => 127,
+            ActPrecision::Int4 => 7,
+        }
+    }
+}
+
 /// Positions per KV block by default (`bitnet bench --kv-block` measures other sizes).
 pub const DEFAULT_BLOCK_TOKENS: usize = 16;
 
@@ -40,6 +75,9 @@ pub struct EngineOptions {
     /// Score `b1` keys by XNOR/popcount against a sign-quantized query (`--kv-xnor`)
     /// instead of the float query, in the layers whose K is B1; needs at least one.
     pub kv_xnor: bool,
+    /// Per-layer precision of the attention and FFN inputs (`--plan`; empty: int8 on every
+    /// layer, else one entry a layer).
+    pub act_layers: Vec<ActPrecision>,
     /// Positions per KV block (a power of two).
     pub block_tokens: usize,
     /// Sample the per-layer attention entropy every this many decode passes (see
@@ -60,6 +98,7 @@ impl Default for EngineOptions {
             kv_layers: Vec::new(),
             kv_rotate: KvRotate::Off,
             kv_xnor: false,
+            act_layers: Vec::new(),
             block_tokens: DEFAULT_BLOCK_TOKENS,
             attn_entropy_every: 0,
         }
@@ -138,5 +177,29 @@ impl EngineOptions {
             });
         }
         Ok(types)
+    }
+}
+
+impl EngineOptions {
+    /// Which layers quantize their attention and FFN inputs to 4 bits, one entry a layer of
+    /// `n_layer`: [`Self::act_layers`] checked (empty: none).
+    pub(super) fn checked_int4_layers(&self, n_layer: usize) -> Result<Vec<bool>, CoreError> {
+        if self.act_layers.is_empty() {
+            return Ok(vec![false; n_layer]);
+        }
+        if self.act_layers.len() != n_layer {
+            return Err(CoreError::InvalidOption {
+                option: "act_layers",
+                reason: format!(
+                    "{} per-layer activation precisions given, the model has {n_layer} layers",
+                    self.act_layers.len()
+                ),
+            });
+        }
+        Ok(self
+            .act_layers
+            .iter()
+            .map(|&a| a == ActPrecision::Int4)
+            .collect())
     }
 }

@@ -53,6 +53,9 @@ pub(super) struct Workspace {
     /// B1 keys scored by XNOR/popcount, in the layers whose K is B1
     /// (`EngineOptions::kv_xnor`).
     pub(super) kv_xnor: bool,
+    /// Per layer: its attention and FFN inputs are quantized to 4 bits
+    /// (`EngineOptions::act_layers`).
+    pub(super) int4_layers: Vec<bool>,
 }
 
 impl Workspace {
@@ -145,6 +148,7 @@ impl Workspace {
             timer: SubTimer::default(),
             attn_stats,
             kv_xnor: opts.kv_xnor,
+            int4_layers: opts.checked_int4_layers(cfg.n_layer)?,
         })
     }
 

@@ -63,6 +63,8 @@ pub(crate) struct Needs {
     pub(crate) f32: bool,
     pub(crate) int8: bool,
     pub(crate) bits: bool,
+    /// The int8 lanes hold 4-bit values (-7..=7; a precision plan's `int4` layers).
+    pub(crate) int4: bool,
 }
 
 impl Needs {
@@ -71,6 +73,15 @@ impl Needs {
             f32: self.f32 || o.f32,
             int8: self.int8 || o.int8,
             bits: self.bits || o.bits,
+            int4: self.int4 || o.int4,
+        }
+    }
+
+    /// These needs, with the int8 activations at 4-bit precision where `int4`.
+    pub(crate) fn with_int4(self, int4: bool) -> Needs {
+        Needs {
+            int4: int4 && self.int8,
+            ..self
         }
     }
 }

@@ -185,6 +185,15 @@ pub enum ConvertError {
     /// options the runtime cannot load).
     #[error("the converted model would not load: {0}")]
     Validate(#[from] ConfigError),
+    /// `--calibration`'s plan is for another number of layers.
+    #[error(
+        "the calibration plan has {plan_layers} layers and the checkpoint {model_layers}: \
+         calibrate this model"
+    )]
+    Calibration {
+        plan_layers: usize,
+        model_layers: usize,
+    },
     /// A weight encoder refused its input.
     #[error("{tensor}: {source}")]
     Encode {

@@ -54,6 +54,9 @@ pub struct Options {
     pub pre: Option<String>,
     /// `general.name`; default: the checkpoint directory's name.
     pub name: Option<String>,
+    /// A precision plan (`bitnet calibrate -o PLAN`) to keep in the file's metadata, where
+    /// `--plan MODEL.gguf` finds it. It must be for the checkpoint's number of layers.
+    pub calibration: Option<bitnet_core::plan::PrecisionPlan>,
 }
 
 impl Default for Options {
@@ -66,6 +69,7 @@ impl Default for Options {
             },
             pre: None,
             name: None,
+            calibration: None,
         }
     }
 }
@@ -199,10 +203,22 @@ pub fn plan(dir: &Path, opts: &Options) -> Result<Plan, ConvertError> {
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| "model".into())
     });
-    let meta = match &pooling {
+    let mut meta = match &pooling {
         Some(p) => metadata::build_embedding(&cfg, &name, types.weights, p.pooling_type, &vocab),
         None => metadata::build(&cfg, &name, types.weights, &vocab),
     };
+    if let Some(plan) = &opts.calibration {
+        if plan.n_layer() != cfg.n_layer {
+            return Err(ConvertError::Calibration {
+                plan_layers: plan.n_layer(),
+                model_layers: cfg.n_layer,
+            });
+        }
+        meta.insert(
+            bitnet_core::plan::PLAN_METADATA_KEY,
+            plan.to_json().as_str(),
+        );
+    }
     let infos: Vec<TensorInfo> = jobs.iter().map(|j| j.info.clone()).collect();
     let config = ModelConfig::from_parts(&meta, &infos)?;
     let mut inputs = vec![dir.join("config.json")];

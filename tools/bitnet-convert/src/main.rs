@@ -43,6 +43,10 @@ struct Args {
     /// `general.name` (default: the checkpoint directory's name).
     #[arg(long)]
     name: Option<String>,
+    /// Keep a precision plan (`bitnet calibrate -o PLAN`) in the file's metadata;
+    /// `bitnet ... --plan OUT.gguf` runs it.
+    #[arg(long, value_name = "PLAN")]
+    calibration: Option<PathBuf>,
     /// Print the tensor mapping and the metadata, write nothing.
     #[arg(long)]
     dry_run: bool,
@@ -102,6 +106,14 @@ fn run(args: Args) -> Result<()> {
         },
         pre: args.pre,
         name: args.name,
+        calibration: args
+            .calibration
+            .as_deref()
+            .map(|p| {
+                bitnet_core::plan::PrecisionPlan::read(p)
+                    .with_context(|| format!("--calibration {}", p.display()))
+            })
+            .transpose()?,
     };
     if !args.dry_run && args.output.is_none() {
         bail!("-o OUT.gguf is required (or --dry-run)");

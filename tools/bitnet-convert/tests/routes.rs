@@ -20,6 +20,7 @@ fn opts(weights: TensorType) -> Options {
         },
         pre: None,
         name: Some("tiny".into()),
+        calibration: None,
     }
 }
 

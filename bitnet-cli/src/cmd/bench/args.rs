@@ -127,6 +127,11 @@ pub struct Args {
     /// Score b1 keys by XNOR/popcount (needs -ctk b1), as on the other commands.
     #[arg(long = "kv-xnor")]
     pub kv_xnor: bool,
+    /// Run a precision plan (`bitnet calibrate -o PLAN`; each layer's K and V formats and
+    /// activations) instead of -ctk, -ctv and --kv-rotate, as on the other commands.
+    #[arg(long, value_name = "PLAN",
+          conflicts_with_all = ["cache_type_k", "cache_type_v", "kv_rotate"])]
+    pub plan: Option<std::path::PathBuf>,
     /// Positions per KV cache block (a power of two).
     #[arg(long, default_value_t = bitnet_core::engine::DEFAULT_BLOCK_TOKENS)]
     pub kv_block: usize,
@@ -206,5 +211,6 @@ pub(super) fn model_args(args: &Args, threads: Option<usize>, kernel: Option<Str
         cache_type_v: KvType::F16,
         kv_rotate: KvRotate::Off,
         kv_xnor: false,
+        plan: None,
     }
 }

@@ -40,8 +40,9 @@ pub struct Config {
     /// The best in-place read of a token's weights during the test being measured (GB/s):
     /// the decode bound's numerator when there is one.
     read_gbs: Option<f64>,
-    type_k: KvType,
-    type_v: KvType,
+    /// K's and V's format names (`per-layer` under a plan).
+    type_k: String,
+    type_v: String,
     kv_extra: Option<String>,
     /// The best pp figure at depth 0, which batched tg rows are compared with.
     best_pp: Option<f64>,
@@ -60,7 +61,7 @@ impl Config {
         (type_k, type_v): (KvType, KvType),
         bandwidths: &[membw::Bandwidth],
     ) -> Result<Self> {
-        let engine_opts = EngineOptions {
+        let mut engine_opts = EngineOptions {
             threads,
             pin: !args.no_pin,
             numa: args.numa,
@@ -72,6 +73,18 @@ impl Config {
             kv_rotate: args.kv_rotate,
             kv_xnor: args.kv_xnor,
             ..EngineOptions::default()
+        };
+        let plan = match &args.plan {
+            Some(path) => {
+                let plan = crate::args::model::read_plan(path)?;
+                plan.apply(model.config().n_layer, &mut engine_opts)
+                    .with_context(|| format!("--plan {}", path.display()))?;
+                Some(path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                ))
+            }
+            None => None,
         };
         check_context(model, &engine_opts)?;
         let engine = Engine::new(model.clone(), &engine_opts).context("creating the engine")?;
@@ -86,8 +99,11 @@ impl Config {
                 (false, true) => Some("rotate v"),
                 (false, false) => None,
             };
-            let parts: Vec<&str> = rot
+            let plan = plan.as_ref().map(|p| format!("plan {p}"));
+            let parts: Vec<&str> = plan
+                .as_deref()
                 .into_iter()
+                .chain(rot)
                 .chain(engine.kv_xnor().then_some("xnor"))
                 .collect();
             (!parts.is_empty()).then(|| parts.join(" "))
@@ -105,8 +121,16 @@ impl Config {
             mmap: !args.no_mmap,
             bandwidth: bandwidths.iter().find(|b| b.threads == threads).copied(),
             read_gbs: None,
-            type_k,
-            type_v,
+            type_k: if plan.is_some() {
+                "per-layer".into()
+            } else {
+                type_k.name().to_owned()
+            },
+            type_v: if plan.is_some() {
+                "per-layer".into()
+            } else {
+                type_v.name().to_owned()
+            },
             kv_extra,
             best_pp: None,
             constraint: match &args.json_schema {
@@ -125,9 +149,7 @@ impl Config {
             .map_or(String::new(), |e| format!(" {e}"));
         format!(
             "t{} K {} V {}{extra}",
-            self.threads,
-            self.type_k.name(),
-            self.type_v.name()
+            self.threads, self.type_k, self.type_v
         )
     }
 
@@ -178,8 +200,8 @@ impl Config {
             n_prompt: None,
             prefill_tps: None,
             decode_tps: None,
-            type_k: self.type_k.name().to_owned(),
-            type_v: self.type_v.name().to_owned(),
+            type_k: self.type_k.clone(),
+            type_v: self.type_v.clone(),
             kv_extra: self.kv_extra.clone(),
             n_depth: 0,
             paired: None,

@@ -153,6 +153,7 @@ pub fn run(args: Args) -> Result<()> {
         _ => None,
     };
     let model = load_model(&args.model, &opts)?;
+    args.model_args.apply_plan(&model, &mut engine_opts)?;
     let tok = model
         .tokenizer()
         .context("the model file has no tokenizer (tokenizer.ggml.* keys)")?;
