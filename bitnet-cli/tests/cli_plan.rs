@@ -257,3 +257,44 @@ fn bad_plans_and_conflicting_flags_are_clear_errors() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A plan with a format of each kind, as `calibrate` could write it.
+fn mixed_plan(dir: &Path) -> PathBuf {
+    let l = |k: &str, v: &str| format!(r#"{{"k": "{k}", "v": "{v}", "acts": "int8"}}"#);
+    let path = dir.join("mixed.json");
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"format": "bitnet-precision-plan", "version": 1, "kv_rotate": "auto", "layers": [{}, {}, {}, {}]}}"#,
+            l("q8_0", "q8_0"),
+            l("q4_0", "q8_0"),
+            l("q8_0", "q4_0"),
+            l("q4_0", "q4_0")
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn chat_and_serve_run_a_plan() {
+    let dir = scratch("chat-serve");
+    let plan = mixed_plan(&dir);
+    let plan_arg = plan.to_str().unwrap();
+    let out = common::chat::chat(&["--plan", plan_arg, "-n", "12"], "Good morrow\n");
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(err.contains("K q8_0 x2, q4_0 x2"), "{err}");
+    assert!(!stdout_of(&out).trim().is_empty());
+
+    let (s, log) = common::server::Server::start_logged(&["--plan", plan_arg]);
+    let (status, body) = s.post(
+        "/v1/completions",
+        &serde_json::json!({"prompt": "ROMEO:", "max_tokens": 8, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{body}");
+    assert!(log.text().contains("K q8_0 x2, q4_0 x2"), "{}", log.text());
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
