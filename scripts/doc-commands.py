@@ -34,6 +34,7 @@ from pathlib import Path
 
 PROGRAMS = ("bitnet", "bitnet-convert", "bitnet-loadtest")
 SUBCOMMANDS = ("inspect", "chat", "generate", "tokenize", "logits", "embed", "perplexity", "bench",
+               "calibrate",
                "gen-model", "serve")
 SOURCES = ["README.md", "docs/*.md", "tools/*/README.md", "bitnet-kernels/README.md", "fuzz/README.md"]
 

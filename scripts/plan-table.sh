@@ -82,7 +82,10 @@ EOF
   echo
   echo "## Per-layer sensitivity (calibration text: the first $samples windows of 256 tokens of tinyshakespeare.txt)"
   echo
-  sed -n '/^per-layer sensitivity/,/^$/p' "$work/calibrate-${budgets[0]}.md" | tail -n +2
+  echo "Mean KL divergence (nats a scored token) from the all-f16, int8 run when only that layer"
+  echo "takes the setting, and in brackets the share of tokens whose most likely successor is"
+  echo "unchanged ($(grep -o '[0-9]* scored tokens' "$work/calibrate-${budgets[0]}.md" | head -1))."
+  echo
   sed -n '/^| layer/,/^$/p' "$work/calibrate-${budgets[0]}.md"
   echo "## Plans"
   echo
