@@ -1,5 +1,6 @@
 //! The workspace of the forward pass: everything a pass computes in, allocated once with
-//! the engine and sized for its largest batch: the thread pool (one, pinned), the rope
+//! the engine and sized for its largest batch: the thread pool (one, pinned; under `--numa`
+//! its threads grouped by node, each node's share of the weight rows bound to it), the rope
 //! table, the per-token activation buffers, the blocked outputs of a projection group, the
 //! attention scratch, the head's buffers, the profile and the attention statistics.
 

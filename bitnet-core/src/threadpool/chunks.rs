@@ -92,7 +92,9 @@ impl ChunkShares {
 // that borrow, which is sound when `T: Send` (as for `&mut [T]`).
 unsafe impl<T: Send> Send for ChunkQueue<'_, T> {}
 // SAFETY: shared access only hands out `&mut` to distinct chunks (each chunk index is taken
-// once, by an atomic counter), and distinct chunks are disjoint ranges: threads sharing it
+// once, by an atomic counter: the queue's, or with `ChunkShares` the counter of the one group
+// whose run of indices holds it; the runs partition the chunks), and distinct chunks are
+// disjoint ranges: threads sharing it
 // each get exclusive access to distinct `T`s, i.e. `&mut T` sent across threads (`T: Send`).
 unsafe impl<T: Send> Sync for ChunkQueue<'_, T> {}
 
@@ -279,6 +281,11 @@ mod tests {
         let want: Vec<usize> = (0..n).collect();
         assert_eq!(claims(&plain, 0, units, n), want);
         assert_eq!(claims(&grouped, 1, units, n), want);
+        // Groups of no thread at all still hand every chunk out.
+        let mut c = vec![0.0f32; units * 3];
+        let mut shares = ChunkShares::new(&ThreadGroups::new(&[]), units, n, 4);
+        let empty = ChunkQueue::with_shares(&mut c, units, 3, n, 4, Some(&mut shares)).unwrap();
+        assert_eq!(claims(&empty, 0, units, n), want);
     }
 
     #[test]

@@ -116,8 +116,11 @@ impl ThreadGroups {
     ) -> [usize; MAX_GROUPS + 1] {
         let blocks = units.div_ceil(align.max(1));
         let n_chunks = n_chunks.max(1);
+        // Group 0 from chunk 0 (also with no group at all), the last to the end: the runs
+        // partition the chunks, each handed out by one counter.
         let mut bounds = [n_chunks; MAX_GROUPS + 1];
-        for (g, b) in bounds.iter_mut().enumerate().take(self.len()) {
+        bounds[0] = 0;
+        for (g, b) in bounds.iter_mut().enumerate().take(self.len()).skip(1) {
             *b = first_chunk_from(blocks, n_chunks, self.share_start_block(blocks, g));
         }
         bounds
