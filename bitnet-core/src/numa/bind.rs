@@ -289,4 +289,29 @@ mod tests {
         );
         assert!(bytes.iter().all(|&b| b == 7), "binding changes no byte");
     }
+
+    /// A node the machine does not have: the kernel refuses, and the error names the call
+    /// and its errno.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_refused_binding_names_the_call_and_errno() {
+        let bytes = vec![7u8; 1 << 20];
+        let e = bind_shares(NumaMode::Isolate, [(&bytes[..], &[1000usize][..])]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                NumaError::BindRefused {
+                    call: "mbind",
+                    errno: libc::EINVAL,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("refused mbind (errno 22") && text.contains("node(s) 1000"),
+            "{text}"
+        );
+    }
 }
