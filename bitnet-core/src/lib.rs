@@ -51,7 +51,8 @@
 
 // `unsafe` is allowed only where a module opts in with a reason: the thread pool (sharing a
 // job across workers, CPU affinity), the loader (`mlock`), the SIGBUS message handler
-// (`model/sigbus.rs`) and, on Windows, the memory figures (`windows_memory.rs`). Everything
+// (`model/sigbus.rs`), the NUMA binding of weight pages (`numa/bind.rs`: `mbind`,
+// `get_mempolicy`) and, on Windows, the memory figures (`windows_memory.rs`). Everything
 // else is safe Rust.
 #![deny(unsafe_code)]
 

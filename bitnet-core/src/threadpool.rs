@@ -9,6 +9,8 @@
 //! has not scheduled costs nothing on an oversubscribed machine), then waits for the rest.
 //! Inside a region, [`ChunkQueue`] shares a product's rows out in chunks to whichever thread
 //! is running, so a thread that is descheduled mid-region holds back one chunk, not a share.
+//! A pool whose threads sit on several NUMA nodes is told their [`ThreadGroups`]
+//! (`threadpool/groups.rs`): each group then claims the chunks of its own node's rows first.
 //!
 //! The sleep/wake and done handshakes take their atomics, locks and threads from
 //! `threadpool/sync.rs`, which swaps in loom's under `--cfg loom`: `scripts/loom.sh`
@@ -39,14 +41,16 @@ use thiserror::Error;
 mod affinity;
 mod chunks;
 mod disjoint;
+mod groups;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod sync;
 
 use affinity::CallerPin;
 pub use affinity::{core_order, current_cpu, physical_core_count};
-pub use chunks::ChunkQueue;
+pub use chunks::{ChunkQueue, ChunkShares};
 pub use disjoint::{DisjointError, DisjointSlice};
+pub use groups::{MAX_GROUPS, ThreadGroups};
 use sync::{
     Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Barrier, Condvar, JoinHandle, Mutex, fence,
     lock, spin_until, thread,
@@ -78,6 +82,8 @@ pub enum PoolError {
     },
     #[error("pool job panicked on thread {thread}: {message}")]
     Panicked { thread: usize, message: String },
+    #[error("thread groups for {groups} threads given to a pool of {threads}")]
+    GroupsMismatch { groups: usize, threads: usize },
 }
 
 /// Whether pool threads are pinned to CPU cores.
@@ -129,6 +135,10 @@ thread_local! {
     /// True while this thread executes a pool job (of any pool): a nested `run` then executes
     /// inline instead of deadlocking on a pool that is waiting for this very thread.
     static IN_POOL_JOB: Cell<bool> = const { Cell::new(false) };
+    /// The pool thread this OS thread is: its worker index, 0 on any other thread (a pool's
+    /// caller is its thread 0). A part the caller steals runs on the caller's CPU, so the
+    /// thread, not the part (`tid`), says which node's rows to claim first.
+    static POOL_THREAD: Cell<usize> = const { Cell::new(0) };
 }
 
 // Loom runs every model thread on one OS thread, so std's thread-locals would be shared by
@@ -136,6 +146,7 @@ thread_local! {
 #[cfg(loom)]
 loom::thread_local! {
     static IN_POOL_JOB: Cell<bool> = Cell::new(false);
+    static POOL_THREAD: Cell<usize> = Cell::new(0);
 }
 
 /// Sets [`IN_POOL_JOB`] for its lifetime, restoring the previous value even on unwind.
@@ -369,6 +380,7 @@ fn worker_main(
     core: Option<core_affinity::CoreId>,
     start: Arc<Barrier>,
 ) {
+    POOL_THREAD.with(|t| t.set(index));
     if let Some(core) = core
         && core_affinity::set_for_current(core)
     {
@@ -407,6 +419,8 @@ pub struct ThreadPool {
     profiling: AtomicBool,
     /// The pin [`PinPolicy::Cores`] put on the creating thread, taken off on drop.
     caller_pin: Option<CallerPin>,
+    /// The threads' groups (NUMA nodes), when there are two or more.
+    groups: Option<ThreadGroups>,
 }
 
 impl fmt::Debug for ThreadPool {
@@ -489,6 +503,7 @@ impl ThreadPool {
             }),
             profiling: AtomicBool::new(false),
             caller_pin,
+            groups: None,
         };
         for tid in 1..n_threads {
             let (shared, start, core) = (Arc::clone(&shared), Arc::clone(&start), core_for(tid));
@@ -527,6 +542,34 @@ impl ThreadPool {
                 id => Some(id),
             })
             .collect()
+    }
+
+    /// Puts the threads in groups (thread `t`, as pinned, in group `groups.of_thread(t)`):
+    /// products then share their rows out by group ([`ChunkShares`]). One group is no
+    /// grouping: [`ThreadPool::groups`] stays `None` and claims stay those of a plain pool.
+    pub fn set_groups(&mut self, groups: ThreadGroups) -> Result<(), PoolError> {
+        if groups.n_threads() != self.n_threads() {
+            return Err(PoolError::GroupsMismatch {
+                groups: groups.n_threads(),
+                threads: self.n_threads(),
+            });
+        }
+        self.groups = (groups.len() > 1).then_some(groups);
+        Ok(())
+    }
+
+    /// The threads' groups, if there are two or more.
+    pub fn groups(&self) -> Option<&ThreadGroups> {
+        self.groups.as_ref()
+    }
+
+    /// The group of the pool thread calling this (inside a job: the thread running it);
+    /// 0 without groups.
+    pub fn current_group(&self) -> usize {
+        match &self.groups {
+            None => 0,
+            Some(g) => g.of_thread(POOL_THREAD.with(Cell::get)),
+        }
     }
 
     /// Turns per-thread busy/wait accounting on or off (off by default; when off a region

@@ -7,8 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bitnet_core::threadpool::{
-    ChunkQueue, DEFAULT_SPIN, DisjointError, DisjointSlice, PinPolicy, PoolError, ThreadPool,
-    split_range,
+    ChunkQueue, DEFAULT_SPIN, DisjointError, DisjointSlice, PinPolicy, PoolError, ThreadGroups,
+    ThreadPool, split_range,
 };
 
 /// Runs `f` on a helper thread and fails (instead of hanging the suite) if it takes longer
@@ -252,6 +252,41 @@ fn a_numa_placement_pins_each_thread_to_its_planned_cpu() {
             }
             assert_eq!(sum, 3);
         }
+    });
+}
+
+#[test]
+fn each_thread_of_a_grouped_pool_knows_its_group() {
+    with_timeout(Duration::from_secs(30), || {
+        let mut pool = ThreadPool::new(4, PinPolicy::None).unwrap();
+        assert!(matches!(
+            pool.set_groups(ThreadGroups::new(&[0, 1])),
+            Err(PoolError::GroupsMismatch {
+                groups: 2,
+                threads: 4
+            })
+        ));
+        assert_eq!(pool.current_group(), 0);
+        let groups = ThreadGroups::new(&[4, 4, 4, 7]);
+        pool.set_groups(groups.clone()).unwrap();
+        assert_eq!(pool.groups(), Some(&groups));
+        for _ in 0..50 {
+            let seen = std::sync::Mutex::new(Vec::new());
+            pool.run(&|_, _| {
+                // A part the caller steals runs in the caller's group (thread 0's).
+                let worker = thread::current()
+                    .name()
+                    .and_then(|n| n.strip_prefix("bitnet-pool-"))
+                    .map_or(0, |i| i.parse().unwrap());
+                seen.lock().unwrap().push((worker, pool.current_group()));
+            });
+            for (worker, group) in seen.into_inner().unwrap() {
+                assert_eq!(group, usize::from(worker == 3), "thread {worker}");
+            }
+        }
+        // One node is no grouping.
+        pool.set_groups(ThreadGroups::new(&[1, 1, 1, 1])).unwrap();
+        assert!(pool.groups().is_none());
     });
 }
 

@@ -5,6 +5,12 @@
 //! block `[n][rows of the chunk]` (the layout the kernels produce); [`Blocked`] reads a
 //! token's row back out of those blocks. Each row is computed whole by one thread, so the
 //! results do not depend on the thread count.
+//!
+//! A pool whose threads sit on several NUMA nodes (`--numa`) has them in groups: each
+//! product's rows are then split into one share per node, in proportion to its threads
+//! (`ThreadGroups::share_rows`), the same chunks are claimed by the node's threads first
+//! (`ChunkQueue::claim_from`), and [`weight_shares`] lists the bytes of each share, which the
+//! engine binds to the node (`numa::bind`). Without groups, claiming is a plain pool's.
 
 use std::ops::Range;
 
@@ -13,8 +19,8 @@ use bitnet_kernels::{Isa, MATMUL_CALL_ROWS};
 
 use super::head_acts::HeadActs;
 use crate::model::linear::{LinInput, Linear};
-use crate::model::{Head, Store};
-use crate::threadpool::{ChunkQueue, ThreadPool, split_range};
+use crate::model::{Head, Model, Store};
+use crate::threadpool::{ChunkQueue, ChunkShares, ThreadGroups, ThreadPool, split_range};
 
 /// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
 #[derive(Copy, Clone, Debug)]
@@ -113,8 +119,9 @@ const BATCH_TOKENS: usize = 16;
 const BATCH_CHUNKS_PER_THREAD: usize = 16;
 
 /// The products of one group of projections sharing an input (q/k/v, gate/up, ...), each
-/// cut into chunks of rows ([`n_chunks`]) that the pool's threads claim as they go.
-/// `outs[i]` receives projection `i`'s blocked output (at least `n_tok * rows` long).
+/// cut into chunks of rows ([`n_chunks`]) that the pool's threads claim as they go (with
+/// thread groups, their own node's share first). `outs[i]` receives projection `i`'s blocked
+/// output (at least `n_tok * rows` long).
 pub(super) fn matmul_group(
     pool: &ThreadPool,
     isa: Isa,
@@ -126,18 +133,34 @@ pub(super) fn matmul_group(
 ) {
     let n = inp.n_tok;
     let nt = pool.n_threads();
-    let queues: [Option<ChunkQueue<'_, f32>>; 3] = {
-        let mut it = lins.iter().zip(outs.iter_mut());
+    let groups = pool.groups();
+    let mut shares: [Option<ChunkShares>; 3] = {
+        let mut it = lins.iter();
         std::array::from_fn(|_| {
-            it.next().map(|(lin, o)| {
-                ChunkQueue::new(&mut o[..], lin.rows, n, lin_chunks(lin, nt, n), lin.align())
+            let lin = it.next()?;
+            let g = groups?;
+            Some(ChunkShares::new(
+                g,
+                lin.rows,
+                lin_chunks(lin, nt, n),
+                lin.align(),
+            ))
+        })
+    };
+    let queues: [Option<ChunkQueue<'_, f32>>; 3] = {
+        let mut it = lins.iter().zip(outs.iter_mut()).zip(shares.iter_mut());
+        std::array::from_fn(|_| {
+            it.next().map(|((lin, o), sh)| {
+                let chunks = lin_chunks(lin, nt, n);
+                ChunkQueue::with_shares(&mut o[..], lin.rows, n, chunks, lin.align(), sh.as_mut())
                     .expect("projection output buffer holds n_tok * rows")
             })
         })
     };
     let job = |_tid: usize, _nt: usize| {
+        let group = pool.current_group();
         for (lin, q) in lins.iter().zip(queues.iter().flatten()) {
-            while let Some((r, dst)) = q.claim() {
+            while let Some((r, dst)) = q.claim_from(group) {
                 lin.compute(isa, store, binary_acts, inp, r, dst);
             }
         }
@@ -147,6 +170,26 @@ pub(super) fn matmul_group(
     } else {
         pool.run(&job);
     }
+}
+
+/// Each thread group's share of every weight matrix a pass streams, as `(group, bytes)`:
+/// every layer projection's rows ([`Linear::align`]-aligned shares, the rows
+/// [`matmul_group`]'s groups claim first) and the head's ([`HEAD_ALIGN`]).
+pub(super) fn weight_shares<'a>(model: &'a Model, groups: &ThreadGroups) -> Vec<(usize, &'a [u8])> {
+    let store = &model.store;
+    let mut out = Vec::new();
+    for lin in model.layers.iter().flat_map(|l| l.linears()) {
+        for g in 0..groups.len() {
+            let rows = groups.share_rows(lin.rows, lin.align(), g);
+            out.push((g, lin.row_bytes(store, rows)));
+        }
+    }
+    let head = &model.head;
+    for g in 0..groups.len() {
+        let rows = groups.share_rows(head.rows(), HEAD_ALIGN, g);
+        out.push((g, head.row_bytes(store, rows)));
+    }
+    out
 }
 
 /// The blocked view of projection output `data` as [`matmul_group`] wrote it.
@@ -205,10 +248,14 @@ pub(super) fn head_rows(
         return;
     }
     let chunks = head_chunks(head, nt);
-    let q = ChunkQueue::new(&mut out[..], rows, n, chunks, HEAD_ALIGN)
+    let mut shares = pool
+        .groups()
+        .map(|g| ChunkShares::new(g, rows, chunks, HEAD_ALIGN));
+    let q = ChunkQueue::with_shares(&mut out[..], rows, n, chunks, HEAD_ALIGN, shares.as_mut())
         .expect("head output buffer holds n * vocab");
     pool.run(&|_, _| {
-        while let Some((r, dst)) = q.claim() {
+        let group = pool.current_group();
+        while let Some((r, dst)) = q.claim_from(group) {
             job(r, dst);
         }
     });
@@ -266,8 +313,12 @@ mod tests {
         want: &[f32],
     ) {
         let vocab = head.rows();
-        for threads in [1, 2, 3] {
-            let pool = ThreadPool::new(threads, crate::threadpool::PinPolicy::None).unwrap();
+        // The last pool has its threads on two fake nodes, 2 + 1: the same chunks.
+        for (threads, nodes) in [(1, None), (2, None), (3, None), (3, Some([0, 0, 1]))] {
+            let mut pool = ThreadPool::new(threads, crate::threadpool::PinPolicy::None).unwrap();
+            if let Some(nodes) = nodes {
+                pool.set_groups(ThreadGroups::new(&nodes)).unwrap();
+            }
             let mut out = vec![f32::NAN; n * vocab];
             head_rows(&pool, Isa::best(), store, head, hn, acts, n, &mut out);
             let b = Blocked {
@@ -288,7 +339,7 @@ mod tests {
                 assert_eq!(
                     bits(&row),
                     bits(&want[t * vocab..(t + 1) * vocab]),
-                    "{n} tokens, {threads} threads, token {t}"
+                    "{n} tokens, {threads} threads ({nodes:?}), token {t}"
                 );
             }
         }
@@ -410,6 +461,106 @@ mod tests {
             let mut want = vec![0.0f32; n * vocab];
             float::matmul_q4r(Isa::Scalar, &q, want_acts, n, 0..vocab, &mut want);
             assert_head_bits(&store, &head, &hn, &acts, n, &want);
+        }
+    }
+
+    /// A ternary projection of `rows x cols` random trits.
+    fn ternary(rows: usize, cols: usize, seed: u64) -> Linear {
+        use crate::model::linear::LinearKind;
+        let mut state = seed;
+        let trits: Vec<i8> = (0..rows * cols)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 33) % 3) as i8 - 1
+            })
+            .collect();
+        let m = bitnet_kernels::TernaryMatrix::from_trits(&trits, rows, cols, 0.5).unwrap();
+        Linear {
+            kind: LinearKind::Ternary(m),
+            rows,
+            cols,
+            scale: None,
+        }
+    }
+
+    #[test]
+    fn threads_grouped_by_node_write_the_same_blocks_as_a_plain_pool() {
+        use crate::model::linear::padded;
+        use bitnet_kernels::ActScale;
+        let cols = 512;
+        let lins = [
+            ternary(1000, cols, 1),
+            ternary(260, cols, 2),
+            ternary(36, cols, 3),
+        ];
+        let refs: Vec<&Linear> = lins.iter().collect();
+        let store = Store {
+            file: None,
+            owned: Vec::new(),
+        };
+        for n in [1usize, 3, BATCH_TOKENS + 4] {
+            let q: Vec<i8> = (0..n * padded(cols)).map(|i| (i % 7) as i8 - 3).collect();
+            let acts: Vec<ActScale> = (0..n)
+                .map(|t| ActScale {
+                    scale: 1.0 + t as f32,
+                    sum: q[t * padded(cols)..(t + 1) * padded(cols)]
+                        .iter()
+                        .map(|&x| x as i32)
+                        .sum(),
+                })
+                .collect();
+            let inp = LinInput {
+                n_tok: n,
+                x: &[],
+                q: &q,
+                acts: &acts,
+                bits: &[],
+                bit_scales: &[],
+            };
+            let run = |nodes: Option<&[usize]>| {
+                let mut pool = ThreadPool::new(4, crate::threadpool::PinPolicy::None).unwrap();
+                if let Some(nodes) = nodes {
+                    pool.set_groups(ThreadGroups::new(nodes)).unwrap();
+                    // One node is no grouping.
+                    assert_eq!(
+                        pool.groups().is_some(),
+                        nodes.iter().any(|&x| x != nodes[0])
+                    );
+                }
+                let mut bufs: Vec<Vec<f32>> = lins.iter().map(|l| vec![0.0; n * l.rows]).collect();
+                let mut outs: Vec<&mut [f32]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                matmul_group(&pool, Isa::best(), &store, false, &refs, &inp, &mut outs);
+                bufs.iter()
+                    .map(|b| b.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()
+            };
+            let want = run(None);
+            for nodes in [&[0usize, 0, 0, 1][..], &[0, 1, 1, 2], &[1, 1, 1, 1]] {
+                assert_eq!(run(Some(nodes)), want, "{n} tokens, nodes {nodes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_shares_of_each_matrix_tile_its_bytes_in_group_order() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shakespeare.gguf");
+        let model = Model::load(path, &crate::LoadOptions::default()).unwrap();
+        let groups = ThreadGroups::new(&[0, 0, 0, 1, 2]);
+        let shares = weight_shares(&model, &groups);
+        let whole = model.streamed_weights();
+        assert_eq!(shares.len(), whole.len() * groups.len());
+        for (bytes, per_group) in whole.iter().zip(shares.chunks(groups.len())) {
+            let mut at = bytes.as_ptr() as usize;
+            for (g, (group, share)) in per_group.iter().enumerate() {
+                assert_eq!((*group, share.as_ptr() as usize), (g, at));
+                at += share.len();
+            }
+            assert_eq!(at, bytes.as_ptr() as usize + bytes.len());
+            // Three fifths of the rows go to the first node, give or take an align block.
+            let first = per_group[0].1.len() as f64 / bytes.len() as f64;
+            assert!((first - 0.6).abs() < 0.1, "{first}");
         }
     }
 

@@ -1,5 +1,6 @@
 //! The workspace of the forward pass: everything a pass computes in, allocated once with
-//! the engine and sized for its largest batch: the thread pool (one, pinned), the rope
+//! the engine and sized for its largest batch: the thread pool (one, pinned; under `--numa`
+//! its threads grouped by node, each node's share of the weight rows bound to it), the rope
 //! table, the per-token activation buffers, the blocked outputs of a projection group, the
 //! attention scratch, the head's buffers, the profile and the attention statistics.
 
@@ -11,6 +12,7 @@ use super::attn_stats::AttnStats;
 use super::batch::Batch;
 use super::buffers::Bufs;
 use super::head_acts::HeadActs;
+use super::matmul;
 use super::options::EngineOptions;
 use super::profile::{Profile, SubTimer};
 use crate::error::CoreError;
@@ -68,19 +70,32 @@ impl Workspace {
     ) -> Result<Workspace, CoreError> {
         let cfg = &model.config;
         let threads = opts.thread_count();
-        let pin = match opts.numa {
-            Some(mode) => PinPolicy::Cpus(crate::numa::placement(mode, threads)?.cpus),
+        let placement = match opts.numa {
+            Some(mode) => Some((mode, crate::numa::placement(mode, threads)?)),
+            None => None,
+        };
+        let pin = match &placement {
+            Some((_, p)) => PinPolicy::Cpus(p.cpus.clone()),
             None if opts.pin => PinPolicy::Cores,
             None => PinPolicy::None,
         };
-        let pool = ThreadPool::new(threads, pin)?;
-        // A placement asked for by name must hold: a thread the OS would not pin (a
-        // container's CPU policy, a CPU taken away) is refused, not left to float.
-        if opts.numa.is_some() {
+        let mut pool = ThreadPool::new(threads, pin)?;
+        if let Some((mode, placement)) = placement {
+            // A placement asked for by name must hold: a thread the OS would not pin (a
+            // container's CPU policy, a CPU taken away) is refused, not left to float.
             let unpinned = pool.pinned_cores().iter().filter(|c| c.is_none()).count();
             if unpinned > 0 {
                 return Err(crate::numa::NumaError::PinRefused { unpinned, threads }.into());
             }
+            // Each node's threads claim its share of every product's rows first, and that
+            // share's weights are bound to the node's memory.
+            let groups = placement.thread_groups();
+            let shares = matmul::weight_shares(model, &groups);
+            crate::numa::bind::bind_shares(
+                mode,
+                shares.iter().map(|&(g, bytes)| (bytes, groups.labels(g))),
+            )?;
+            pool.set_groups(groups)?;
         }
         let max_pos = kv.max_seq_len();
         let chunk = opts.batch.min(max_pos).max(1);
@@ -174,5 +189,67 @@ impl Workspace {
     pub(super) fn begin_pass(&mut self, batch: &Batch, track: bool, block_tokens: usize) {
         let nt = self.pool.n_threads();
         self.attn_stats.begin_pass(batch, track, nt, block_tokens);
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::LoadOptions;
+    use crate::numa::NumaMode;
+    use crate::numa::bind::{PolicyMode, bound_pages, policy_of};
+
+    /// The workspace of an engine made with `--numa distribute` (what `Engine::new` makes
+    /// after the KV cache) binds its projections' rows: one node here, so every share to
+    /// node 0. Read back with `get_mempolicy` on the first and the last page of a matrix.
+    #[test]
+    fn numa_distribute_binds_every_projections_rows_to_their_node() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/shakespeare.gguf");
+        let model = Arc::new(Model::load(path, &LoadOptions::default()).unwrap());
+        let opts = EngineOptions {
+            threads: 2,
+            numa: Some(NumaMode::Distribute),
+            ..EngineOptions::default()
+        };
+        let cfg = &model.config;
+        let kv = KvManager::new(
+            cfg.n_layer,
+            cfg.n_head_kv,
+            cfg.head_dim,
+            (opts.k_type, opts.v_type),
+            64,
+            opts.block_tokens,
+            model.isa,
+        )
+        .unwrap();
+        // A helper thread: the pool pins the thread that makes it.
+        let m = Arc::clone(&model);
+        std::thread::spawn(move || drop(Workspace::new(&m, &opts, &kv).unwrap()))
+            .join()
+            .unwrap();
+        // 4096: the smallest page size Linux has; a matrix this long holds a page start.
+        let page = 4096;
+        let mut checked = 0;
+        for lin in model.layers.iter().flat_map(|l| l.linears()) {
+            let rows = lin.row_bytes(&model.store, 0..lin.rows);
+            let addr = rows.as_ptr() as usize;
+            let pages = bound_pages(addr, rows.len(), page);
+            if rows.len() < 2 * page {
+                continue;
+            }
+            for at in [pages.start - addr, rows.len() - 1] {
+                let p = policy_of(&rows[at]).unwrap();
+                assert_eq!(
+                    (p.mode, &p.nodes[..], p.page_node),
+                    (PolicyMode::Bind, &[0][..], 0),
+                    "byte {at} of {}",
+                    rows.len()
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked > 0, "no projection of several pages");
     }
 }

@@ -146,6 +146,30 @@ impl Linear {
         }
     }
 
+    /// The weight bytes of rows `rows` (`rows.start` a multiple of [`Linear::align`],
+    /// `rows.end` too or the last row), where they lie: the rows are stored one after
+    /// another (ternary ones four at a time, interleaved), so a range of them is one stretch.
+    /// Per-block scales, a few KiB kept apart, are not part of it.
+    pub(crate) fn row_bytes<'a>(&'a self, store: &'a Store, rows: Range<usize>) -> &'a [u8] {
+        let all = self.streamed(store);
+        let stored_rows = match &self.kind {
+            LinearKind::Ternary(_) => self.rows.div_ceil(self.align()) * self.align(),
+            _ => self.rows,
+        };
+        let stride = match &self.kind {
+            LinearKind::Float { fmt, .. } => fmt.row_bytes(self.cols).unwrap_or(0),
+            _ => all.len() / stored_rows.max(1),
+        };
+        let at = |r: usize| {
+            if r >= self.rows {
+                all.len()
+            } else {
+                (r * stride).min(all.len())
+            }
+        };
+        &all[at(rows.start)..at(rows.end).max(at(rows.start))]
+    }
+
     /// Rows `rows` of the product for every token: `out[t * rows.len() + i]`.
     pub(crate) fn compute(
         &self,

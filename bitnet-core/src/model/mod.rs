@@ -19,7 +19,9 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use bitnet_gguf::FileData;
-use bitnet_kernels::float::{self, Q4R, Q6KR, Q8R, QK8_0, RowFormat};
+use bitnet_kernels::float::{
+    self, Q4R, Q4R_ROWS, Q6KR, Q6KR_ROWS, Q8R, Q8R_ROWS, QK8_0, RowFormat,
+};
 use bitnet_kernels::{AlignedVec, Isa};
 
 use crate::config::{ModelConfig, Proj};
@@ -267,6 +269,27 @@ impl Head {
             Head::Q6(q) => q.bytes(),
             Head::Q4(q) => q.bytes(),
         }
+    }
+
+    /// The bytes of rows `rows` of the head (`rows.start` a multiple of 16, `rows.end` too
+    /// or the last row), where they lie: float rows one after another, the grouped layouts
+    /// 16 rows a group, a group one stretch.
+    pub(crate) fn row_bytes<'a>(&'a self, store: &'a Store, rows: Range<usize>) -> &'a [u8] {
+        let all = self.streamed(store);
+        let (group_rows, group_bytes) = match self {
+            Head::Rows(f) => (1, f.row_bytes),
+            Head::Q8(q) => (Q8R_ROWS, q.group_bytes()),
+            Head::Q6(q) => (Q6KR_ROWS, q.group_bytes()),
+            Head::Q4(q) => (Q4R_ROWS, q.group_bytes()),
+        };
+        let at = |r: usize| {
+            if r >= self.rows() {
+                all.len()
+            } else {
+                (r / group_rows * group_bytes).min(all.len())
+            }
+        };
+        &all[at(rows.start)..at(rows.end).max(at(rows.start))]
     }
 
     /// Bytes a product over the whole head reads.

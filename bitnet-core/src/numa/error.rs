@@ -17,4 +17,28 @@ pub enum NumaError {
          inside the CPUs allowed"
     )]
     PinRefused { unpinned: usize, threads: usize },
+    #[error(
+        "--numa: the system refused {call} (errno {errno}: {reason}) binding {bytes} bytes of \
+         weights to node(s) {nodes} (a container without CAP_SYS_NICE, a seccomp policy, a \
+         cpuset without those nodes, or a kernel without NUMA?); run without --numa, or with \
+         --numa numactl"
+    )]
+    BindRefused {
+        call: &'static str,
+        errno: i32,
+        reason: String,
+        bytes: usize,
+        nodes: String,
+    },
+    #[error(
+        "--numa {mode} binds each node's weight rows to its memory (mbind), which only Linux \
+         has; run without --numa, or with --numa numactl"
+    )]
+    BindUnsupported { mode: &'static str },
+    #[error("--numa: reading the memory policy with {call} failed (errno {errno}: {reason})")]
+    PolicyUnreadable {
+        call: &'static str,
+        errno: i32,
+        reason: String,
+    },
 }

@@ -1,15 +1,16 @@
 //! NUMA placement (`--numa`): which CPUs the thread pool runs on when memory sits on several
-//! nodes (two sockets, or one EPYC in NPS2/NPS4 mode), as llama.cpp's `--numa` chooses them.
+//! nodes (two sockets, or one EPYC in NPS2/NPS4 mode), as llama.cpp's `--numa` chooses them,
+//! and where the weights live.
 //!
 //! - [`topology`] reads the nodes, their CPUs and distances from sysfs (any root, so tests
 //!   read fake trees);
 //! - [`plan`] turns a mode, the topology, the CPUs the process may use and a thread count
-//!   into each thread's CPU and node ([`Placement`]).
-//!
-//! What this round does not do yet: bind each thread's weight rows to its node (the pool's
-//! threads claim row chunks as they finish, so a thread's rows are not fixed; the chunks
-//! would first have to be claimed node by node). The record says what was measured.
+//!   into each thread's CPU and node ([`Placement`]), and the threads into groups by node
+//!   ([`Placement::thread_groups`]: the pool claims each node's share of a product's rows on
+//!   that node's threads first, `threadpool/groups.rs`);
+//! - [`bind`] binds each node's share of every weight matrix to the node (`mbind`).
 
+pub mod bind;
 mod error;
 pub mod plan;
 pub mod topology;

@@ -2,6 +2,7 @@
 
 use super::Topology;
 use super::error::NumaError;
+use crate::threadpool::ThreadGroups;
 
 /// llama.cpp's `--numa` modes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -33,6 +34,13 @@ impl NumaMode {
             NumaMode::Numactl => "numactl",
         }
     }
+
+    /// Whether the engine binds each node's weight rows to that node (`numa::bind`).
+    /// `numactl` leaves memory to the outer `numactl` (its `--membind` or `--interleave`
+    /// stays in force); the other two bind.
+    pub fn binds_memory(self) -> bool {
+        !matches!(self, NumaMode::Numactl)
+    }
 }
 
 /// Each thread's CPU and node.
@@ -54,6 +62,13 @@ impl Placement {
         }
         out.sort_unstable();
         out
+    }
+
+    /// The threads grouped by node (one group per node with threads, at most
+    /// [`crate::threadpool::MAX_GROUPS`]; a group's labels are its nodes): how the pool
+    /// shares rows out and how the weights are bound.
+    pub fn thread_groups(&self) -> ThreadGroups {
+        ThreadGroups::new(&self.nodes)
     }
 }
 
@@ -202,6 +217,27 @@ mod tests {
         // More threads than CPUs go round again.
         let p = plan(NumaMode::Distribute, &t, &[0, 4], 4, 0).unwrap();
         assert_eq!(p.cpus, vec![0, 0, 4, 4]);
+    }
+
+    #[test]
+    fn groups_follow_the_nodes_with_threads_and_skip_a_memory_only_node() {
+        let t = two_nodes();
+        // 6 CPUs on node 0, 2 on node 1: 4 threads go 3 + 1; node 2 has memory only.
+        let mask = [0, 1, 2, 3, 8, 9, 12, 13];
+        let g = plan(NumaMode::Distribute, &t, &mask, 4, 0)
+            .unwrap()
+            .thread_groups();
+        assert_eq!((g.len(), g.threads(0), g.threads(1)), (2, 3, 1));
+        assert_eq!((g.labels(0), g.labels(1)), (&[0][..], &[1][..]));
+        assert_eq!(
+            (0..4).map(|t| g.of_thread(t)).collect::<Vec<_>>(),
+            [0, 0, 0, 1]
+        );
+        let g = plan(NumaMode::Isolate, &t, &mask, 4, 13)
+            .unwrap()
+            .thread_groups();
+        assert_eq!((g.len(), g.labels(0)), (1, &[1][..]));
+        assert!(NumaMode::Distribute.binds_memory() && !NumaMode::Numactl.binds_memory());
     }
 
     #[test]
