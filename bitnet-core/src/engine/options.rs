@@ -50,7 +50,9 @@ pub struct EngineOptions {
     /// Pin pool threads to cores.
     pub pin: bool,
     /// Place the pool's threads by NUMA node (`--numa`; `None`: [`Self::pin`]'s order,
-    /// distinct physical cores first). Pins even without `pin`.
+    /// distinct physical cores first). Pins even without `pin`. `distribute` and `isolate`
+    /// also bind each node's share of every weight matrix to that node's memory, and the
+    /// node's threads claim that share's chunks first (`crate::numa`).
     pub numa: Option<crate::numa::NumaMode>,
     /// KV tokens in total, shared by all sequences (llama.cpp's unified cache); 0 = the
     /// model's training context, at most 4096.
