@@ -8,9 +8,9 @@
 #      divergence and top-1 agreement against the f16 run, and KV bytes a token;
 #   3. the same plans' formats laid over the BitNet b1.58 2B-4T shape (30 layers, each takes
 #      the format of the shipped model's layer at the same relative depth, scripts/
-#      plan-stretch.py): KV bytes a token, peak RSS with a 4,096- and a 32,768-token context,
-#      pp512 and tg128 (`bench`, THREADS threads, REPS repetitions, one process per plan and
-#      context, plans alternated within each context).
+#      plan-stretch.py): KV bytes a token, pp512 and tg128 on an empty cache (REPS
+#      repetitions), and peak RSS and decode speed with a 4,096- and a 32,768-token context
+#      filled (`bench -d`; THREADS threads, one process per plan and step, plans alternated).
 #
 # Environment: BUDGETS (default "0.0005 0.002 0.01"), SAMPLES (16), REPS (3), THREADS (2),
 # JOBS, BIG (the 2B-4T-shaped file; generated if missing), SKIP_BENCH=1 (accuracy only).
@@ -125,28 +125,41 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo
     echo "## The plans' formats on the 2B-4T shape ($big: 30 layers, 5 KV heads of 128)"
     echo
-    echo "Each process: \`bench -m $big -p 512 -n 128 -r $reps -t $threads -c CTX --plan PLAN\`;"
-    echo "peak RSS is the process's (weights, KV pool at CTX, buffers)."
+    echo "Per plan, one process for speed on an empty cache (\`bench -m $big -p 512 -n 128 -r $reps"
+    echo "-t $threads -c 4096 --plan PLAN\`), and one per context size with the cache filled"
+    echo "(\`bench ... -c CTX -d CTX-64 -p 0 -n 32 -r 1\`: the fill is untimed, then 32 tokens are"
+    echo "decoded at that depth); peak RSS is that process's (weights, the KV rows written, buffers)."
+    echo "Plans alternate within each step."
     echo
-    echo "| plan | KV bytes/token | ctx | peak RSS | pp512 t/s | tg128 t/s |"
-    echo "|---|---:|---:|---:|---:|---:|"
+    echo "| plan | KV bytes/token | pp512 t/s | tg128 t/s | peak RSS, 4,096 filled | tg32 @ d4032 | peak RSS, 32,768 filled | tg32 @ d32704 |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
   } >>"$out"
+  for name in "${names[@]}"; do
+    "$bin" bench -m "$big" -p 512 -n 128 -r "$reps" -t "$threads" -c 4096 \
+      --plan "$work/big-$name.json" -o json >"$work/bench-$name-empty.json" 2>"$work/bench-$name-empty.log"
+  done
   for ctx in 4096 32768; do
     for name in "${names[@]}"; do
-      plan="$work/big-$name.json"
-      "$bin" bench -m "$big" -p 512 -n 128 -r "$reps" -t "$threads" -c "$ctx" --plan "$plan" \
-        -o json >"$work/bench-$name-$ctx.json" 2>"$work/bench-$name-$ctx.log"
-      python3 - "$work/bench-$name-$ctx.json" "$name" "$ctx" "$(bytes_of "$plan" 5 128)" >>"$out" <<'EOF'
-import json, sys
-rep = json.load(open(sys.argv[1]))
-rows = {r["test"]: r for r in rep["rows"]}
-pp = next(r for t, r in rows.items() if t.startswith("pp"))
-tg = next(r for t, r in rows.items() if t.startswith("tg"))
-rss = max(r["peak_rss_bytes"] for r in rep["rows"]) / 2**30
-print(f"| {sys.argv[2]} | {sys.argv[4]} | {sys.argv[3]} | {rss:.2f} GiB | "
-      f"{pp['mean_tps']:.1f} ± {pp['stddev_tps']:.1f} | {tg['mean_tps']:.2f} ± {tg['stddev_tps']:.2f} |")
-EOF
+      "$bin" bench -m "$big" -p 0 -n 32 -r 1 -t "$threads" -c "$ctx" -d "$((ctx - 64))" \
+        --plan "$work/big-$name.json" -o json >"$work/bench-$name-$ctx.json" 2>"$work/bench-$name-$ctx.log"
     done
+  done
+  for name in "${names[@]}"; do
+    python3 - "$work" "$name" "$(bytes_of "$work/big-$name.json" 5 128)" >>"$out" <<'EOF2'
+import json, sys
+work, name, kv = sys.argv[1:4]
+def rows(tag):
+    return json.load(open(f"{work}/bench-{name}-{tag}.json"))["rows"]
+empty = rows("empty")
+pp = next(r for r in empty if r["test"] == "pp")
+tg = next(r for r in empty if r["test"] == "tg")
+cells = [f"{pp['mean_tps']:.1f} ± {pp['stddev_tps']:.1f}", f"{tg['mean_tps']:.2f} ± {tg['stddev_tps']:.2f}"]
+for ctx in (4096, 32768):
+    r = rows(str(ctx))
+    deep = next(x for x in r if x["test"] == "tg")
+    cells += [f"{max(x['peak_rss_bytes'] for x in r) / 2**30:.2f} GiB", f"{deep['mean_tps']:.2f}"]
+print(f"| {name} | {kv} | " + " | ".join(cells) + " |")
+EOF2
   done
 fi
 echo "wrote $out"
