@@ -53,9 +53,19 @@ pub fn bind_shares<'a>(
     #[cfg(target_os = "linux")]
     {
         let page = sys::page_size();
+        let with_memory = super::topology::nodes_with_memory();
         let mut bound = 0;
+        let mut kept = Vec::new();
         for (bytes, nodes) in shares {
-            bound += bind_range(bytes, nodes, page)?;
+            // A node of CPUs without memory cannot hold pages (mbind would refuse it with
+            // EINVAL): its share keeps the default policy, the nearest node's memory.
+            kept.clear();
+            kept.extend(nodes.iter().copied().filter(|n| {
+                with_memory
+                    .as_ref()
+                    .is_none_or(|m| m.binary_search(n).is_ok())
+            }));
+            bound += bind_range(bytes, &kept, page)?;
         }
         Ok(bound)
     }
@@ -291,12 +301,15 @@ mod tests {
     }
 
     /// A node the machine does not have: the kernel refuses, and the error names the call
-    /// and its errno.
+    /// and its errno. (`bind_shares` leaves out nodes without memory first, such a node
+    /// among them: it binds nothing there.)
     #[cfg(target_os = "linux")]
     #[test]
     fn a_refused_binding_names_the_call_and_errno() {
         let bytes = vec![7u8; 1 << 20];
-        let e = bind_shares(NumaMode::Isolate, [(&bytes[..], &[1000usize][..])]).unwrap_err();
+        let none = bind_shares(NumaMode::Isolate, [(&bytes[..], &[1000usize][..])]);
+        assert_eq!(none.unwrap(), 0, "a node without memory is left out");
+        let e = bind_range(&bytes, &[1000], sys::page_size()).unwrap_err();
         assert!(
             matches!(
                 e,

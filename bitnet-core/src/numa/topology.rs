@@ -24,6 +24,18 @@ pub struct Topology {
     pub nodes: Vec<Node>,
 }
 
+/// The nodes that have memory (`/sys/devices/system/node/has_memory`), ascending; `None`
+/// where the file is missing or unreadable (then every node is taken to have some).
+pub fn nodes_with_memory() -> Option<Vec<usize>> {
+    nodes_with_memory_in(Path::new("/sys/devices/system"))
+}
+
+/// [`nodes_with_memory`] under `root` (a copy of `/sys/devices/system`).
+pub fn nodes_with_memory_in(root: &Path) -> Option<Vec<usize>> {
+    let text = std::fs::read_to_string(root.join("node/has_memory")).ok()?;
+    parse_cpulist(text.trim()).ok()
+}
+
 impl Topology {
     /// The machine's topology (`/sys/devices/system`).
     pub fn current() -> Result<Topology, NumaError> {
@@ -255,6 +267,11 @@ pub(crate) mod tests {
             t.describe(),
             "3 nodes: 0 (CPUs 0-3,8-11), 1 (CPUs 4-5,12-15), 2 (memory only)"
         );
+        // No has_memory file: unknown, so binding keeps every node.
+        assert_eq!(nodes_with_memory_in(&root), None);
+        // Node 1 has CPUs but no memory: its share is left unbound.
+        std::fs::write(root.join("node/has_memory"), "0,2\n").unwrap();
+        assert_eq!(nodes_with_memory_in(&root), Some(vec![0, 2]));
     }
 
     #[test]
