@@ -293,7 +293,12 @@ fn chat_and_serve_run_a_plan() {
         &serde_json::json!({"prompt": "ROMEO:", "max_tokens": 8, "temperature": 0}),
     );
     assert_eq!(status, 200, "{body}");
-    assert!(body["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()), "{body}");
+    assert!(
+        body["choices"][0]["text"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{body}"
+    );
     assert!(log.text().contains("K q8_0 x2, q4_0 x2"), "{}", log.text());
     drop(s);
     std::fs::remove_dir_all(&dir).unwrap();
