@@ -9,11 +9,14 @@
 #   3. the same plans' formats laid over the BitNet b1.58 2B-4T shape (30 layers, each takes
 #      the format of the shipped model's layer at the same relative depth, scripts/
 #      plan-stretch.py): KV bytes a token, pp512 and tg128 on an empty cache (REPS
-#      repetitions), and peak RSS and decode speed with a 4,096- and a 32,768-token context
-#      filled (`bench -d`; THREADS threads, one process per plan and step, plans alternated).
+#      repetitions); peak RSS and decode speed with a 4,096-token context filled (`bench -d`);
+#      the KV pool of a 32,768-token context and the peak RSS with it reserved (FILL_32K=1
+#      also fills it: about 20 minutes a plan on 2 cores). THREADS threads, one process per
+#      plan and step, plans alternated.
 #
 # Environment: BUDGETS (default "0.0005 0.002 0.01"), SAMPLES (16), REPS (3), THREADS (2),
-# JOBS, BIG (the 2B-4T-shaped file; generated if missing), SKIP_BENCH=1 (accuracy only).
+# JOBS, BIG (the 2B-4T-shaped file; generated if missing), SKIP_BENCH=1 (accuracy only),
+# FILL_32K=1 (fill the 32,768-token context too).
 # Writes bench/YYYY-MM-DD-COMMIT-plans.md; logs and plans go to target/plan-table/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -121,29 +124,42 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     python3 scripts/plan-stretch.py "$work/plan-$b.json" 30 >"$work/big-plan-$b.json"
     names+=("plan-$b")
   done
+  fill_32k="${FILL_32K:-0}"
   {
     echo
     echo "## The plans' formats on the 2B-4T shape ($big: 30 layers, 5 KV heads of 128)"
     echo
-    echo "Per plan, one process for speed on an empty cache (\`bench -m $big -p 512 -n 128 -r $reps"
-    echo "-t $threads -c 4096 --plan PLAN\`), and one per context size with the cache filled"
-    echo "(\`bench ... -c CTX -d CTX-64 -p 0 -n 32 -r 1\`: the fill is untimed, then 32 tokens are"
-    echo "decoded at that depth, on a copy of the file whose metadata allows 32,768 tokens); peak"
-    echo "RSS is that process's (weights, the KV rows written, buffers)."
-    echo "Plans alternate within each step."
+    echo "Per plan: speed on an empty cache (\`bench -m $big -p 512 -n 128 -r $reps -t $threads -c 4096"
+    echo "--plan PLAN\`); the 4,096-token context filled (\`bench ... -c 4096 -d 4032 -p 0 -n 32 -r 1\`:"
+    echo "the fill is untimed, then 32 tokens are decoded at that depth), its peak RSS and that"
+    echo "speed; and a 32,768-token context: the pool's bytes when full (KV bytes a token x 32,768:"
+    echo "the pool is allocated zeroed and its pages are committed as rows are written, which the"
+    echo "4,096-token figures check), and the process's peak RSS with the 32,768-token pool"
+    echo "reserved after the pp512 and tg128 tests$( [ "$fill_32k" = 1 ] && echo ", then filled (FILL_32K=1: \`-d 32704 -p 0 -n 32\`, on a copy of the file whose metadata allows 32,768 tokens)")."
+    echo "Plans alternate within each step. Peak RSS is the process's: weights, KV rows written, buffers."
     echo
-    echo "| plan | KV bytes/token | pp512 t/s | tg128 t/s | peak RSS, 4,096 filled | tg32 @ d4032 | peak RSS, 32,768 filled | tg32 @ d32704 |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| plan | KV bytes/token | pp512 t/s | tg128 t/s | peak RSS, 4,096 filled | tg32 @ d4032 | KV pool at 32,768 | peak RSS, 32,768 reserved |$( [ "$fill_32k" = 1 ] && echo " peak RSS, 32,768 filled | tg32 @ d32704 |")"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|$( [ "$fill_32k" = 1 ] && echo "---:|---:|")"
   } >>"$out"
   for name in "${names[@]}"; do
     "$bin" bench -m "$big" -p 512 -n 128 -r "$reps" -t "$threads" -c 4096 \
       --plan "$work/big-$name.json" -o json >"$work/bench-$name-empty.json" 2>"$work/bench-$name-empty.log"
   done
-  # The 2B-4T shape was trained for 4,096 tokens and bench refuses a deeper test: a copy
-  # whose metadata says 32,768 (same weights; the speed and memory at a depth do not depend
-  # on what the model learned) runs the filled contexts.
-  long="$work/2b4t-ctx32k.gguf"
-  python3 - "$big" "$long" <<'EOF2'
+  for name in "${names[@]}"; do
+    "$bin" bench -m "$big" -p 0 -n 32 -r 1 -t "$threads" -c 4096 -d 4032 \
+      --plan "$work/big-$name.json" -o json >"$work/bench-$name-4096.json" 2>"$work/bench-$name-4096.log"
+  done
+  for name in "${names[@]}"; do
+    "$bin" bench -m "$big" -p 512 -n 128 -r 1 -t "$threads" -c 32768 \
+      --plan "$work/big-$name.json" -o json >"$work/bench-$name-32768r.json" 2>"$work/bench-$name-32768r.log"
+  done
+  if [ "$fill_32k" = 1 ]; then
+    # The 2B-4T shape was trained for 4,096 tokens and bench refuses a deeper test: a copy
+    # whose metadata says 32,768 (same weights; the speed and memory at a depth do not
+    # depend on what the model learned). About 20 minutes a plan on 2 cores (the fill's
+    # attention grows with the square of the depth).
+    long="$work/2b4t-ctx32k.gguf"
+    python3 - "$big" "$long" <<'EOF2'
 import shutil, struct, sys
 src, dst = sys.argv[1:3]
 shutil.copyfile(src, dst)
@@ -155,26 +171,29 @@ with open(dst, "r+b") as f:
     f.seek(at + len(key) + 4)
     f.write(struct.pack("<I", 32768))
 EOF2
-  for ctx in 4096 32768; do
     for name in "${names[@]}"; do
-      "$bin" bench -m "$long" -p 0 -n 32 -r 1 -t "$threads" -c "$ctx" -d "$((ctx - 64))" \
-        --plan "$work/big-$name.json" -o json >"$work/bench-$name-$ctx.json" 2>"$work/bench-$name-$ctx.log"
+      "$bin" bench -m "$long" -p 0 -n 32 -r 1 -t "$threads" -c 32768 -d 32704 \
+        --plan "$work/big-$name.json" -o json >"$work/bench-$name-32768.json" 2>"$work/bench-$name-32768.log"
     done
-  done
+  fi
   for name in "${names[@]}"; do
-    python3 - "$work" "$name" "$(bytes_of "$work/big-$name.json" 5 128)" >>"$out" <<'EOF2'
+    python3 - "$work" "$name" "$(bytes_of "$work/big-$name.json" 5 128)" "$fill_32k" >>"$out" <<'EOF2'
 import json, sys
-work, name, kv = sys.argv[1:4]
+work, name, kv, fill = sys.argv[1:5]
 def rows(tag):
     return json.load(open(f"{work}/bench-{name}-{tag}.json"))["rows"]
+def rss(r):
+    return f"{max(x['peak_rss_bytes'] for x in r) / 2**30:.3f} GiB"
 empty = rows("empty")
 pp = next(r for r in empty if r["test"] == "pp")
 tg = next(r for r in empty if r["test"] == "tg")
-cells = [f"{pp['mean_tps']:.1f} ± {pp['stddev_tps']:.1f}", f"{tg['mean_tps']:.2f} ± {tg['stddev_tps']:.2f}"]
-for ctx in (4096, 32768):
-    r = rows(str(ctx))
-    deep = next(x for x in r if x["test"] == "tg")
-    cells += [f"{max(x['peak_rss_bytes'] for x in r) / 2**30:.2f} GiB", f"{deep['mean_tps']:.2f}"]
+filled = rows("4096")
+cells = [f"{pp['mean_tps']:.1f} ± {pp['stddev_tps']:.1f}", f"{tg['mean_tps']:.2f} ± {tg['stddev_tps']:.2f}",
+         rss(filled), f"{next(x for x in filled if x['test'] == 'tg')['mean_tps']:.2f}",
+         f"{int(kv) * 32768 / 2**30:.3f} GiB", rss(rows("32768r"))]
+if fill == "1":
+    deep = rows("32768")
+    cells += [rss(deep), f"{next(x for x in deep if x['test'] == 'tg')['mean_tps']:.2f}"]
 print(f"| {name} | {kv} | " + " | ".join(cells) + " |")
 EOF2
   done
