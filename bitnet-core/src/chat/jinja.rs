@@ -21,6 +21,30 @@ use super::time;
 /// Instructions one render may execute: a real template needs a few dozen per message.
 const FUEL: u64 = 20_000_000;
 
+/// The longest text one render may write: a prompt past this is no prompt a model takes.
+pub const MAX_RENDER_BYTES: usize = 16 << 20;
+
+/// The render's output, refusing to grow past [`MAX_RENDER_BYTES`].
+struct Bounded {
+    out: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len() + buf.len() > MAX_RENDER_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("render output cap"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Everything one render needs: the template, its special-token texts and its inputs, the
 /// messages and tools in the shape the template is given them (JSON, in order).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -50,14 +74,35 @@ impl RenderJob {
             .tools
             .as_ref()
             .map_or(Value::UNDEFINED, Value::from_serialize);
-        tmpl.render(context! {
-            messages => Value::from_serialize(&self.messages),
-            tools => tools,
-            add_generation_prompt => self.add_generation_prompt,
-            bos_token => &self.bos_token,
-            eos_token => &self.eos_token,
+        let mut out = Bounded {
+            out: Vec::new(),
+            overflowed: false,
+        };
+        let written = tmpl.render_captured_to(
+            context! {
+                messages => Value::from_serialize(&self.messages),
+                tools => tools,
+                add_generation_prompt => self.add_generation_prompt,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+            },
+            &mut out,
+        );
+        if out.overflowed {
+            return Err(ChatError::Render {
+                name: self.name.clone(),
+                detail: format!(
+                    "its output passed {} MiB (a sequence or string repeated without end?)",
+                    MAX_RENDER_BYTES >> 20
+                ),
+            });
+        }
+        written.map_err(render_err)?;
+        // minijinja writes whole `str`s: the bytes are UTF-8.
+        String::from_utf8(out.out).map_err(|_| ChatError::Render {
+            name: self.name.clone(),
+            detail: "its output is not UTF-8".into(),
         })
-        .map_err(render_err)
     }
 }
 
@@ -129,6 +174,44 @@ mod tests {
         let want = r#"<s>role=user;content=Hi;zeta=1;alpha=None;[{"type":"function","function":{"name":"f"}}]>"#;
         assert_eq!(j.render().unwrap(), want);
         assert_eq!(back.render().unwrap(), want);
+    }
+
+    /// Fuzz finding (chat_template, 2026-12-07): `{{7777777772*m[::]}}` printed the messages
+    /// repeated 7.8 billion times (a lazy sequence: no fuel is spent per item) and ran past
+    /// the fuzzer's 10 s. Printing, joining or listing more than `MAX_ITEMS` is refused, and
+    /// the output is capped.
+    #[test]
+    fn printing_a_sequence_repeated_billions_of_times_is_refused_quickly() {
+        let t0 = std::time::Instant::now();
+        let j = job(
+            "{% set m = messages %}{{7777777772*m[::]}}",
+            serde_json::json!([{"role": "user", "content": "Hi"}]),
+        );
+        let e = j.render().unwrap_err().to_string();
+        assert!(e.contains("sequence of 7777777772 items"), "{e}");
+        for joined in [
+            "{{ (messages * 7777777772)|join(',') }}",
+            "{{ (messages * 7777777772)|list }}",
+        ] {
+            let e = job(joined, serde_json::json!([{"content": "x"}]))
+                .render()
+                .unwrap_err();
+            assert!(e.to_string().contains("items is longer"), "{joined}: {e}");
+        }
+        // A long string printed many times in a loop meets the output cap.
+        let big = job(
+            "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+            serde_json::json!([]),
+        );
+        let e = big.render().unwrap_err().to_string();
+        assert!(e.contains("output passed 16 MiB"), "{e}");
+        assert!(t0.elapsed().as_secs() < 5, "{:?}", t0.elapsed());
+        // Ordinary output is unchanged.
+        let ok = job(
+            "{{ messages[0].content * 3 }}",
+            serde_json::json!([{"content": "ab"}]),
+        );
+        assert_eq!(ok.render().unwrap(), "ababab");
     }
 
     #[test]

@@ -24,6 +24,23 @@ pub const MAX_WIDTH: usize = 1024;
 /// Puts the capped filters and string `format` method in `env` (after minijinja-contrib's
 /// Python method callback, which they wrap).
 pub fn install(env: &mut Environment<'_>) {
+    // A sequence times an integer is repeated lazily, and printing it or joining it walks
+    // every item in Rust, spending no fuel: `{{ messages * 7777777772 }}` ran for minutes.
+    env.set_formatter(|out, state, value| {
+        check_items(value)?;
+        minijinja::escape_formatter(out, state, value)
+    });
+    env.add_filter(
+        "join",
+        |state: &State, value: &Value, joiner: Option<StringInput<'_>>| {
+            check_items(value)?;
+            minijinja::filters::join(state, value, joiner)
+        },
+    );
+    env.add_filter("list", |state: &State, value: Value| {
+        check_items(&value)?;
+        minijinja::filters::list(state, value)
+    });
     env.add_filter("indent", indent);
     env.add_filter("tojson", tojson);
     env.add_filter("format", format);
@@ -37,6 +54,24 @@ pub fn install(env: &mut Environment<'_>) {
         }
         minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
     });
+}
+
+/// The most items a template may print, join or list at once (a chat has hundreds).
+pub const MAX_ITEMS: usize = 1 << 20;
+
+fn check_items(value: &Value) -> Result<(), Error> {
+    match value.kind() {
+        ValueKind::Seq | ValueKind::Iterable => match value.len() {
+            Some(n) if n > MAX_ITEMS => Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "a sequence of {n} items is longer than a template may print (at most {MAX_ITEMS})"
+                ),
+            )),
+            _ => Ok(()),
+        },
+        _ => Ok(()),
+    }
 }
 
 fn too_wide(what: &str, n: impl std::fmt::Display) -> Error {

@@ -54,8 +54,11 @@ fn bad(path: &Path, reason: impl Into<String>) -> ConvertError {
     }
 }
 
-/// Parses an already-read `tokenizer.json`.
-pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
+/// Parses an already-read `tokenizer.json` for a vocabulary of `n_vocab` ids (config.json's
+/// `vocab_size`, the embedding's rows): an id at or past it is refused as it is read, before
+/// the token table grows to it (a hostile id of millions would otherwise cost seconds and
+/// hundreds of MiB before the size check refused it).
+pub fn parse(path: &Path, v: &Value, n_vocab: usize) -> Result<BpeJson, ConvertError> {
     let model = v.get("model").ok_or_else(|| bad(path, "no \"model\""))?;
     let ty = model.get("type").and_then(Value::as_str).unwrap_or("BPE");
     if ty != "BPE" {
@@ -97,6 +100,15 @@ pub fn parse(path: &Path, v: &Value) -> Result<BpeJson, ConvertError> {
             .ok()
             .filter(|&i| i < (1 << 24))
             .ok_or_else(|| bad(path, format!("token {text:?} has id {id}, out of range")))?;
+        if id >= n_vocab {
+            return Err(bad(
+                path,
+                format!(
+                    "token {text:?} has id {id}, but config.json vocab_size (the embedding's \
+                     rows) is {n_vocab}"
+                ),
+            ));
+        }
         if id >= tokens.len() {
             tokens.resize(id + 1, None);
             types.resize(id + 1, TYPE_USER_DEFINED);
@@ -363,6 +375,44 @@ mod tests {
         assert!(detect_pre(None, None).is_err());
         let prefixed = json!({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true});
         assert!(detect_pre(Some(&prefixed), None).is_err());
+    }
+
+    /// Fuzz finding (convert_config, 2026-12-07): one vocabulary id of 9,999,255 in a
+    /// 1,024-token checkpoint grew the token table to ten million entries (12 s under ASan)
+    /// before the size check refused it. Now the id is refused as it is read, and a bad added
+    /// token's id too.
+    #[test]
+    fn an_id_past_the_vocab_size_is_refused_as_it_is_read() {
+        let tj = |vocab: Value, added: Value| {
+            json!({"model": {"type": "BPE", "vocab": vocab, "merges": []},
+                   "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+                   "added_tokens": added})
+        };
+        let path = Path::new("tokenizer.json");
+        let ok = parse(path, &tj(json!({"a": 0, "b": 1}), json!([])), 2).unwrap();
+        assert_eq!(ok.tokens.len(), 2);
+        let t0 = std::time::Instant::now();
+        let e = parse(
+            path,
+            &tj(json!({"a": 0, "\u{0140}": 9_999_255}), json!([])),
+            1024,
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("has id 9999255, but config.json vocab_size") && e.contains("1024"),
+            "{e}"
+        );
+        assert!(
+            t0.elapsed().as_secs() < 1,
+            "refused before growing the table"
+        );
+        let added = json!([{"id": 4096, "content": "<x>", "special": true}]);
+        let e = parse(path, &tj(json!({"a": 0}), added), 1024)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("has id 4096"), "{e}");
     }
 
     #[test]

@@ -106,7 +106,7 @@ fn qwen3_vocab(
     pre_override: Option<&str>,
     warnings: &mut Vec<String>,
 ) -> Result<VocabSpec, ConvertError> {
-    let b = bpe_json::parse(path, tj)?;
+    let b = bpe_json::parse(path, tj, n)?;
     warnings.extend(b.warnings.iter().cloned());
     let pre = match (pre_override, &b.pre) {
         (Some(p), _) => p.to_owned(),

@@ -109,7 +109,7 @@ pub fn convert(
     } else if crate::files::is_present(&json_path)? {
         inputs.push(json_path.clone());
         let v = hf::read_json(&json_path)?;
-        let b = bpe_json::parse(&json_path, &v)?;
+        let b = bpe_json::parse(&json_path, &v, cfg.n_vocab)?;
         warnings.extend(b.warnings.iter().cloned());
         let pre = match (pre_override, &b.pre) {
             (Some(p), _) => p.to_owned(),
