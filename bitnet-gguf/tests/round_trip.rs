@@ -267,3 +267,44 @@ fn pad_tail_off_reproduces_unpadded_files() {
     assert!(!f.tail_padded());
     assert_eq!(f.metadata().get_str("k").unwrap(), "abc");
 }
+
+/// Fuzz finding (`parse`, 2026-12-07): a file whose tensor infos list their data out of
+/// order (a tensor at offset 4096 after one that ends at 14534) is a valid GGUF and reads,
+/// but the streaming writer cannot keep its offsets (it writes data in info order). The
+/// target's property was too strong, not the reader wrong: the writer refuses `keep_offsets`
+/// with a typed error and lays the file out anew without it, and every tensor's bytes survive.
+#[test]
+fn out_of_order_offsets_read_and_are_rewritten_packed() {
+    let bytes = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/out-of-order-offsets.gguf"),
+    )
+    .unwrap();
+    let f = GgufFile::from_bytes(&bytes).unwrap();
+    let offsets: Vec<u64> = f.tensors().iter().map(|t| t.offset).collect();
+    assert!(offsets.windows(2).any(|w| w[1] < w[0]), "{offsets:?}");
+    let keep = WriteOptions {
+        keep_offsets: true,
+        pad_tail: f.tail_padded(),
+    };
+    let refused =
+        GgufWriter::with_options(Vec::new(), f.version(), f.metadata(), f.tensors(), keep);
+    assert!(matches!(refused, Err(GgufError::InvalidLayout { .. })));
+    let packed = WriteOptions {
+        keep_offsets: false,
+        pad_tail: f.tail_padded(),
+    };
+    let mut w =
+        GgufWriter::with_options(Vec::new(), f.version(), f.metadata(), f.tensors(), packed)
+            .unwrap();
+    for t in f.tensors() {
+        w.write_tensor_data(f.tensor_data(t)).unwrap();
+    }
+    let out = w.finish().unwrap();
+    let g = GgufFile::from_bytes(&out).unwrap();
+    assert_eq!(g.metadata().len(), f.metadata().len());
+    for (a, b) in f.tensors().iter().zip(g.tensors()) {
+        assert_eq!((&a.name, a.n_bytes), (&b.name, b.n_bytes));
+        assert_eq!(f.tensor_data(a), g.tensor_data(b), "{}", a.name);
+    }
+}

@@ -198,6 +198,12 @@ mod tests {
                 .unwrap_err();
             assert!(e.to_string().contains("items is longer"), "{joined}: {e}");
         }
+        // The fuzzer's own input: `m` is undefined, so `m[::]` is empty, and the empty
+        // sequence repeated 7.8 billion times prints as one: `[]`, at once.
+        let empty = job("{{7777777772*m[::]}}en", serde_json::json!([]));
+        assert_eq!(empty.render().unwrap(), "[]en");
+        let both = "{{ (7777777772*m[::])|join(',') }}|{{ (7777777772*m[::])|list }}";
+        assert_eq!(job(both, serde_json::json!([])).render().unwrap(), "|[]");
         // A long string printed many times in a loop meets the output cap.
         let big = job(
             "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",

@@ -26,19 +26,29 @@ pub const MAX_WIDTH: usize = 1024;
 pub fn install(env: &mut Environment<'_>) {
     // A sequence times an integer is repeated lazily, and printing it or joining it walks
     // every item in Rust, spending no fuel: `{{ messages * 7777777772 }}` ran for minutes.
+    // An empty sequence repeated n times is walked n times over nothing: an empty one is
+    // answered here without walking it.
     env.set_formatter(|out, state, value| {
-        check_items(value)?;
+        if check_items(value)? {
+            return out
+                .write_str("[]")
+                .map_err(|_| Error::new(ErrorKind::WriteFailure, "writing []"));
+        }
         minijinja::escape_formatter(out, state, value)
     });
     env.add_filter(
         "join",
         |state: &State, value: &Value, joiner: Option<StringInput<'_>>| {
-            check_items(value)?;
+            if check_items(value)? {
+                return Ok(Value::from(""));
+            }
             minijinja::filters::join(state, value, joiner)
         },
     );
     env.add_filter("list", |state: &State, value: Value| {
-        check_items(&value)?;
+        if check_items(&value)? {
+            return Ok(Value::from(Vec::<Value>::new()));
+        }
         minijinja::filters::list(state, value)
     });
     env.add_filter("indent", indent);
@@ -59,18 +69,22 @@ pub fn install(env: &mut Environment<'_>) {
 /// The most items a template may print, join or list at once (a chat has hundreds).
 pub const MAX_ITEMS: usize = 1 << 20;
 
-fn check_items(value: &Value) -> Result<(), Error> {
+/// Refuses a sequence of more than [`MAX_ITEMS`]; `Ok(true)` for an empty one (which the
+/// caller answers without walking it).
+fn check_items(value: &Value) -> Result<bool, Error> {
     match value.kind() {
         ValueKind::Seq | ValueKind::Iterable => match value.len() {
             Some(n) if n > MAX_ITEMS => Err(Error::new(
                 ErrorKind::InvalidOperation,
                 format!(
-                    "a sequence of {n} items is longer than a template may print (at most {MAX_ITEMS})"
+                    "a sequence of {n} items is longer than a template may print (at most \
+                     {MAX_ITEMS})"
                 ),
             )),
-            _ => Ok(()),
+            Some(0) => Ok(true),
+            _ => Ok(false),
         },
-        _ => Ok(()),
+        _ => Ok(false),
     }
 }
 
