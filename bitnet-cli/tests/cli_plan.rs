@@ -28,6 +28,24 @@ fn text_file(dir: &Path, n: usize) -> PathBuf {
     path
 }
 
+/// Writes a plan of `layers` (K, V, activations) stored with `rotate` to `path`, as a user
+/// would by hand.
+fn write_plan(path: &Path, rotate: &str, layers: &[(&str, &str, &str)]) -> PathBuf {
+    let layers: Vec<String> = layers
+        .iter()
+        .map(|(k, v, a)| format!(r#"{{"k": "{k}", "v": "{v}", "acts": "{a}"}}"#))
+        .collect();
+    std::fs::write(
+        path,
+        format!(
+            r#"{{"format": "bitnet-precision-plan", "version": 1, "kv_rotate": "{rotate}", "layers": [{}]}}"#,
+            layers.join(", ")
+        ),
+    )
+    .unwrap();
+    path.to_owned()
+}
+
 fn calibrate(dir: &Path, text: &Path, budget: &str) -> (PathBuf, String) {
     let plan = dir.join(format!("plan-{budget}.json"));
     let out = run_ok(
@@ -134,43 +152,28 @@ fn calibrate_writes_a_plan_within_budget_that_every_front_end_runs() {
     // perplexity with the plan against the f16 base on the calibration text reports about
     // what calibrate measured (same windows: -c 128, the first 4).
     let base = dir.join("base.kld");
-    run_ok(
-        bitnet()
-            .args(["perplexity", "-m"])
-            .arg(shipped_model())
-            .arg("-f")
-            .arg(&text)
-            .args([
-                "-c",
-                "128",
-                "--chunks",
-                "4",
-                "-t",
-                "2",
-                "--kl-divergence-base",
-            ])
-            .arg(&base),
-    );
-    let out = run_ok(
-        bitnet()
-            .args(["perplexity", "-m"])
-            .arg(shipped_model())
-            .arg("-f")
-            .arg(&text)
-            .args([
-                "-c",
-                "128",
-                "--chunks",
-                "4",
-                "-t",
-                "2",
-                "--kl-divergence",
-                "--kl-divergence-base",
-            ])
-            .arg(&base)
-            .arg("--plan")
-            .arg(&mid),
-    );
+    let perplexity = |extra: &[&str]| {
+        run_ok(
+            bitnet()
+                .args(["perplexity", "-m"])
+                .arg(shipped_model())
+                .arg("-f")
+                .arg(&text)
+                .args([
+                    "-c",
+                    "128",
+                    "--chunks",
+                    "4",
+                    "-t",
+                    "2",
+                    "--kl-divergence-base",
+                ])
+                .arg(&base)
+                .args(extra),
+        )
+    };
+    perplexity(&[]);
+    let out = perplexity(&["--kl-divergence", "--plan", mid.to_str().unwrap()]);
     let stdout = stdout_of(&out);
     let kld: f64 = stdout
         .lines()
@@ -216,33 +219,23 @@ fn bad_plans_and_conflicting_flags_are_clear_errors() {
     let garbage = dir.join("garbage.json");
     std::fs::write(&garbage, "{\"format\": 3").unwrap();
     assert!(generate(&garbage, &[]).contains("not a precision plan"));
-    let layer = r#"{"k": "q8_0", "v": "q4_0", "acts": "int8"}"#;
-    let two = dir.join("two.json");
-    std::fs::write(
-        &two,
-        format!(
-            r#"{{"format": "bitnet-precision-plan", "version": 1, "kv_rotate": "auto", "layers": [{layer}, {layer}]}}"#
-        ),
-    )
-    .unwrap();
+    let q = ("q8_0", "q4_0", "int8");
+    let two = write_plan(&dir.join("two.json"), "auto", &[q, q]);
     let err = generate(&two, &[]);
     assert!(err.contains("2 layers and the model 4"), "{err}");
     let err = generate(&two, &["-ctk", "q8_0"]);
     assert!(err.contains("cannot be used with"), "{err}");
     // A hand-written plan with int4 activations and unusual formats on each layer runs.
-    let four = dir.join("four.json");
-    let l = |k: &str, v: &str, a: &str| format!(r#"{{"k": "{k}", "v": "{v}", "acts": "{a}"}}"#);
-    std::fs::write(
-        &four,
-        format!(
-            r#"{{"format": "bitnet-precision-plan", "version": 1, "kv_rotate": "off", "layers": [{}, {}, {}, {}]}}"#,
-            l("f32", "fp8", "int4"),
-            l("q8_r", "b1", "int8"),
-            l("q4_0", "q8_0", "int4"),
-            l("f16", "f16", "int8")
-        ),
-    )
-    .unwrap();
+    let four = write_plan(
+        &dir.join("four.json"),
+        "off",
+        &[
+            ("f32", "fp8", "int4"),
+            ("q8_r", "b1", "int8"),
+            ("q4_0", "q8_0", "int4"),
+            ("f16", "f16", "int8"),
+        ],
+    );
     let out = run_ok(
         bitnet()
             .args(["generate", "-m"])
@@ -260,20 +253,17 @@ fn bad_plans_and_conflicting_flags_are_clear_errors() {
 
 /// A plan with a format of each kind, as `calibrate` could write it.
 fn mixed_plan(dir: &Path) -> PathBuf {
-    let l = |k: &str, v: &str| format!(r#"{{"k": "{k}", "v": "{v}", "acts": "int8"}}"#);
-    let path = dir.join("mixed.json");
-    std::fs::write(
-        &path,
-        format!(
-            r#"{{"format": "bitnet-precision-plan", "version": 1, "kv_rotate": "auto", "layers": [{}, {}, {}, {}]}}"#,
-            l("q8_0", "q8_0"),
-            l("q4_0", "q8_0"),
-            l("q8_0", "q4_0"),
-            l("q4_0", "q4_0")
-        ),
+    let int8 = |k, v| (k, v, "int8");
+    write_plan(
+        &dir.join("mixed.json"),
+        "auto",
+        &[
+            int8("q8_0", "q8_0"),
+            int8("q4_0", "q8_0"),
+            int8("q8_0", "q4_0"),
+            int8("q4_0", "q4_0"),
+        ],
     )
-    .unwrap();
-    path
 }
 
 #[test]

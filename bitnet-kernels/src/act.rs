@@ -31,14 +31,20 @@ pub fn act_scale_from_absmax(absmax: f32) -> f32 {
 /// `q = clamp(round_half_even(x * s), -128, 127)`. `q.len() >= x.len()`; `q[x.len()..]` is
 /// zeroed (the padding the matrix kernels expect).
 pub fn quantize_act(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
+    quantize_scaled(isa, x, q, act_scale_from_absmax)
+}
+
+/// Quantizes `x` into `q` with the scale `scale_of(max|x|)` (the int8 and the 4-bit
+/// activations differ only there), zeroing the padding `q[x.len()..]`.
+fn quantize_scaled(isa: Isa, x: &[f32], q: &mut [i8], scale_of: fn(f32) -> f32) -> ActScale {
     assert!(
         q.len() >= x.len(),
-        "quantize_act: output shorter than input"
+        "activation quantization: output shorter than input"
     );
     let (head, tail) = q.split_at_mut(x.len());
     tail.fill(0);
     let k = kernels(isa);
-    let scale = act_scale_from_absmax(k.absmax(x));
+    let scale = scale_of(k.absmax(x));
     let sum = k.quantize_i8(x, scale, head);
     ActScale { scale, sum }
 }
@@ -58,16 +64,7 @@ pub fn act_scale_int4_from_absmax(absmax: f32) -> f32 {
 /// unpacking step to products that are already bound by their instructions or by the
 /// weights' bytes.
 pub fn quantize_act_int4(isa: Isa, x: &[f32], q: &mut [i8]) -> ActScale {
-    assert!(
-        q.len() >= x.len(),
-        "quantize_act_int4: output shorter than input"
-    );
-    let (head, tail) = q.split_at_mut(x.len());
-    tail.fill(0);
-    let k = kernels(isa);
-    let scale = act_scale_int4_from_absmax(k.absmax(x));
-    let sum = k.quantize_i8(x, scale, head);
-    ActScale { scale, sum }
+    quantize_scaled(isa, x, q, act_scale_int4_from_absmax)
 }
 
 /// 1-bit activations: bit `j % 64` of `bits[j / 64]` is 1 where `x[j] > 0` (sign +1) and 0

@@ -86,15 +86,7 @@ pub fn run(args: Args) -> Result<()> {
     let tok = model
         .tokenizer()
         .context("the model file has no tokenizer (tokenizer.ggml.* keys)")?;
-    let n_ctx = if engine.n_ctx == 0 {
-        512.min(model.config().n_ctx_train)
-    } else {
-        engine.n_ctx
-    };
-    if n_ctx < 4 {
-        bail!("-c {n_ctx}: a window needs at least 4 tokens to score its second half");
-    }
-    engine.n_ctx = n_ctx;
+    let n_ctx = super::perplexity::window_size(&model, &mut engine)?;
     let tokens = tok.encode(&text, true, false);
     let windows = windows_of(&tokens, n_ctx, args.samples, tok.bos_id());
     if windows.is_empty() {

@@ -80,6 +80,25 @@ pub struct Args {
     pub model_args: ModelArgs,
 }
 
+/// The window `-c` asks for (default 512, or the trained context if shorter), set as the
+/// engine's context; refused under 4 tokens (no second half to score). `perplexity` and
+/// `calibrate` cut their texts alike, so a calibration budget is what perplexity reports.
+pub fn window_size(
+    model: &bitnet_core::Model,
+    engine_opts: &mut bitnet_core::EngineOptions,
+) -> Result<usize> {
+    let n_ctx = if engine_opts.n_ctx == 0 {
+        512.min(model.config().n_ctx_train)
+    } else {
+        engine_opts.n_ctx
+    };
+    if n_ctx < 4 {
+        bail!("-c {n_ctx}: a window needs at least 4 tokens to score its second half");
+    }
+    engine_opts.n_ctx = n_ctx;
+    Ok(n_ctx)
+}
+
 const KLD_MAGIC: &[u8; 8] = b"BNKLD\x00\x01\x00";
 
 /// Log-probabilities of one logits row: `(log-sum-exp, max index)`.
@@ -158,15 +177,7 @@ pub fn run(args: Args) -> Result<()> {
         .tokenizer()
         .context("the model file has no tokenizer (tokenizer.ggml.* keys)")?;
     let n_vocab = model.n_vocab();
-    let n_ctx = if engine_opts.n_ctx == 0 {
-        512.min(model.config().n_ctx_train)
-    } else {
-        engine_opts.n_ctx
-    };
-    if n_ctx < 4 {
-        bail!("-c {n_ctx}: a window needs at least 4 tokens to score its second half");
-    }
-    engine_opts.n_ctx = n_ctx;
+    let n_ctx = window_size(&model, &mut engine_opts)?;
     let tokens = tok.encode(&text, true, false);
     let sinks = args.kv_sinks;
     if let Some(window) = args.kv_window {
