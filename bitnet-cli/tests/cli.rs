@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{bitnet, run_ok, testdata, tiny_model, tmp_dir};
+use common::{bitnet, run_err, run_ok, stdout_of, testdata, tiny_model, tmp_dir};
 use serde_json::Value;
 
 fn inspect_json(path: &Path, extra: &[&str]) -> Value {
@@ -503,6 +503,45 @@ fn inspect_names_the_kernel_set_and_what_the_cpu_runs() {
     let r = inspect_json_env(model, foreign);
     let selected = r["kernels"]["selected"].as_str().unwrap();
     assert!(selected.starts_with("none (BITNET_KERNEL"), "{selected}");
+}
+
+#[test]
+fn decode_prefetch_policy_is_reported_and_a_bad_one_refused() {
+    let model = tiny_model();
+    for (set, name) in [("l2", "l2"), ("OFF", "off"), ("tuned", "tuned")] {
+        let out = run_ok(
+            bitnet()
+                .arg("inspect")
+                .arg(model)
+                .arg("--json")
+                .env("BITNET_PREFETCH", set),
+        );
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["kernels"]["decode_prefetch"], name);
+    }
+    let err = run_err(
+        bitnet()
+            .args(["generate", "-m"])
+            .arg(model)
+            .args(["-p", "Hi", "-n", "2"])
+            .env("BITNET_PREFETCH", "t0"),
+    );
+    assert!(err.contains("unknown prefetch policy \"t0\""), "{err}");
+    // And a run under each policy writes the same text (prefetching is only a hint).
+    let text = |policy: &str| {
+        stdout_of(&run_ok(
+            bitnet()
+                .args(["generate", "-m"])
+                .arg(model)
+                .args(["-p", "Hi", "-n", "8", "--temp", "0"])
+                .env("BITNET_PREFETCH", policy),
+        ))
+    };
+    let off = text("off");
+    assert!(!off.trim().is_empty());
+    for policy in ["l1", "l2", "tuned"] {
+        assert_eq!(text(policy), off, "{policy}");
+    }
 }
 
 fn inspect_json_env(path: &Path, kernel: &str) -> Value {

@@ -9,6 +9,10 @@ pub enum KernelError {
         "unknown kernel set {name:?} (expected one of: scalar, avx2, avxvnni, avx512, neon, dotprod, i8mm)"
     )]
     UnknownIsa { name: String },
+    #[error(
+        "unknown prefetch policy {name:?} in BITNET_PREFETCH (expected one of: auto, tuned, off, l1, l2)"
+    )]
+    UnknownPrefetch { name: String },
     #[error("kernel set {isa} was requested but this CPU lacks {missing}")]
     IsaUnavailable {
         isa: &'static str,

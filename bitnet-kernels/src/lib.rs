@@ -99,7 +99,7 @@ pub mod float;
 pub mod isa;
 pub mod layout;
 pub mod ops;
-mod prefetch;
+pub mod prefetch;
 pub mod probe;
 pub mod scalar;
 mod shared;

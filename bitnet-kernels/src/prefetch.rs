@@ -1,6 +1,109 @@
 //! Cache-line prefetch hints for loops whose source the hardware prefetchers lose (at 4 KiB
-//! page boundaries). Not a kernel: x86-64's prefetch is baseline SSE and AArch64's `PRFM` is
-//! in the base ISA, so neither needs a token.
+//! page boundaries), and the process's policy for the one-token ternary kernels' weight
+//! stream ([`stream_prefetch`]). Not a kernel: x86-64's prefetch is baseline SSE and
+//! AArch64's `PRFM` is in the base ISA, so neither needs a token.
+
+use std::sync::OnceLock;
+
+use crate::error::KernelError;
+
+/// Environment variable that sets [`stream_prefetch`]: `auto` (the default), `tuned`,
+/// `off`, `l1` or `l2`.
+pub const PREFETCH_ENV: &str = "BITNET_PREFETCH";
+
+/// How the x86-64 one-token ternary kernels (decode's weight stream) prefetch their weights.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StreamPrefetch {
+    /// Each kernel set's own measured choice (AVX-512 and AVX-VNNI into L1, AVX2 into L2,
+    /// 4 KiB ahead).
+    Tuned,
+    /// No software prefetch: the hardware prefetchers alone.
+    Off,
+    /// 4 KiB ahead into L1.
+    L1,
+    /// 4 KiB ahead into L2.
+    L2,
+}
+
+impl StreamPrefetch {
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamPrefetch::Tuned => "tuned",
+            StreamPrefetch::Off => "off",
+            StreamPrefetch::L1 => "l1",
+            StreamPrefetch::L2 => "l2",
+        }
+    }
+
+    /// A policy by name; `auto` is this CPU's ([`StreamPrefetch::for_cpu`]).
+    pub fn parse(name: &str) -> Result<StreamPrefetch, KernelError> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => Ok(StreamPrefetch::for_cpu()),
+            "tuned" => Ok(StreamPrefetch::Tuned),
+            "off" | "none" => Ok(StreamPrefetch::Off),
+            "l1" => Ok(StreamPrefetch::L1),
+            "l2" => Ok(StreamPrefetch::L2),
+            _ => Err(KernelError::UnknownPrefetch {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// `BITNET_PREFETCH` if set (an error if unknown), else this CPU's policy.
+    pub fn from_env() -> Result<StreamPrefetch, KernelError> {
+        match std::env::var(PREFETCH_ENV) {
+            Ok(v) => StreamPrefetch::parse(&v),
+            Err(_) => Ok(StreamPrefetch::for_cpu()),
+        }
+    }
+
+    /// The policy measured best on this CPU: off on AMD family 19h (Zen 4 measured; its
+    /// hardware prefetchers keep up with the stream, and software requests slowed decode to
+    /// 0.70 of a plain read), the kernels' own choice elsewhere (Zen 5, Intel).
+    pub fn for_cpu() -> StreamPrefetch {
+        if amd_family() == Some(0x19) {
+            StreamPrefetch::Off
+        } else {
+            StreamPrefetch::Tuned
+        }
+    }
+}
+
+/// The process's stream prefetch policy: [`StreamPrefetch::from_env`], read once (an unknown
+/// `BITNET_PREFETCH` falls back to this CPU's policy here; the model loader refuses it).
+pub fn stream_prefetch() -> StreamPrefetch {
+    static POLICY: OnceLock<StreamPrefetch> = OnceLock::new();
+    *POLICY.get_or_init(|| StreamPrefetch::from_env().unwrap_or_else(|_| StreamPrefetch::for_cpu()))
+}
+
+/// The CPU family of an AMD x86-64 CPU (base family plus extended family, as AMD counts it).
+fn amd_family() -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // Leaves 0 and 1 exist on every x86-64 CPU.
+        let (vendor, sig) = (__cpuid(0), __cpuid(1));
+        let mut name = [0u8; 12];
+        name[..4].copy_from_slice(&vendor.ebx.to_le_bytes());
+        name[4..8].copy_from_slice(&vendor.edx.to_le_bytes());
+        name[8..].copy_from_slice(&vendor.ecx.to_le_bytes());
+        if &name != b"AuthenticAMD" {
+            return None;
+        }
+        Some(family_of(sig.eax))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+/// The family of a CPUID leaf 1 signature (EAX): the base family, plus the extended family
+/// where the base is 0Fh.
+#[cfg_attr(not(any(test, target_arch = "x86_64")), allow(dead_code))]
+fn family_of(eax: u32) -> u32 {
+    let base = (eax >> 8) & 0xF;
+    let ext = (eax >> 20) & 0xFF;
+    if base == 0xF { base + ext } else { base }
+}
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched;
 /// nothing on targets without a hint here.
@@ -31,4 +134,44 @@ pub(crate) fn prefetch_lines(bytes: &[u8], at: usize, n: usize) {
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = (bytes, at, n);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse_by_name_and_unknown_ones_are_refused() {
+        for p in [
+            StreamPrefetch::Tuned,
+            StreamPrefetch::Off,
+            StreamPrefetch::L1,
+            StreamPrefetch::L2,
+        ] {
+            assert_eq!(StreamPrefetch::parse(p.name()).unwrap(), p);
+        }
+        assert_eq!(
+            StreamPrefetch::parse(" NONE ").unwrap(),
+            StreamPrefetch::Off
+        );
+        assert_eq!(
+            StreamPrefetch::parse("auto").unwrap(),
+            StreamPrefetch::for_cpu()
+        );
+        let e = StreamPrefetch::parse("t0").unwrap_err();
+        assert!(
+            e.to_string().contains("\"t0\"") && e.to_string().contains("BITNET_PREFETCH"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn amd_families_decode_from_the_cpuid_signature() {
+        // Zen 4 (EPYC 9004: 00A10F11), Zen 5 (EPYC 9005: 00B00F21), Zen 2 (00830F10).
+        assert_eq!(family_of(0x00A1_0F11), 0x19);
+        assert_eq!(family_of(0x00B0_0F21), 0x1A);
+        assert_eq!(family_of(0x0083_0F10), 0x17);
+        // Below family 0Fh the extended family is not added.
+        assert_eq!(family_of(0x0000_0661), 6);
+    }
 }

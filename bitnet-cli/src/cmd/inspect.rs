@@ -15,6 +15,7 @@ use bitnet_core::kv::KvType;
 use bitnet_gguf::{GgufFile, LoadMode, Metadata, TensorInfo, TensorType, Value};
 use bitnet_kernels::Isa;
 use bitnet_kernels::isa::KERNEL_ENV;
+use bitnet_kernels::prefetch::{PREFETCH_ENV, StreamPrefetch};
 use bitnet_kernels::ternary::{TernaryMatrix, TernarySource};
 use serde::Serialize;
 
@@ -79,6 +80,9 @@ struct KernelSummary {
     /// `BITNET_KERNEL` if set (or why it cannot run here), else the best set.
     selected: String,
     available: Vec<&'static str>,
+    /// How one-token decode prefetches its weights: `BITNET_PREFETCH` if set (or why it is
+    /// refused), else this CPU's policy.
+    decode_prefetch: String,
 }
 
 fn kernel_summary() -> KernelSummary {
@@ -88,6 +92,10 @@ fn kernel_summary() -> KernelSummary {
             Err(e) => format!("none ({KERNEL_ENV}: {e})"),
         },
         available: Isa::available().into_iter().map(Isa::name).collect(),
+        decode_prefetch: match StreamPrefetch::from_env() {
+            Ok(p) => p.name().to_owned(),
+            Err(e) => format!("refused ({e})"),
+        },
     }
 }
 
@@ -538,6 +546,12 @@ fn print_report(out: &mut impl Write, r: &Report, show_template: bool) -> io::Re
         "kernels: {} (this CPU runs: {}; `--kernel` or {KERNEL_ENV} chooses)",
         r.kernels.selected,
         r.kernels.available.join(", ")
+    )?;
+    writeln!(
+        out,
+        "decode prefetch: {} (this CPU's: {}; {PREFETCH_ENV} chooses)",
+        r.kernels.decode_prefetch,
+        StreamPrefetch::for_cpu().name()
     )?;
     if !r.hyper_parameters.is_empty() {
         writeln!(out, "\nhyper-parameters:")?;

@@ -473,6 +473,8 @@ impl Model {
             Some(i) => i.require()?,
             None => Isa::from_env()?,
         };
+        // A misspelt BITNET_PREFETCH is refused here rather than ignored by the kernels.
+        bitnet_kernels::prefetch::StreamPrefetch::from_env()?;
         // Repacking uses every core; the engine's thread count is its own option.
         let threads = physical_core_count().max(1);
         // Both modes read the file through a map while loading: tensors that are repacked

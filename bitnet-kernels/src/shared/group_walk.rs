@@ -16,7 +16,7 @@ pub(crate) const PASS: usize = 32;
 /// prefetch)` adding each super-block's products to the tokens' accumulators (`$zero` at
 /// the start of a group), and `$lanes(acc) -> [f32; group_rows]` giving a token's 16 row sums at the
 /// end. Only the first tile of a super-block asks for prefetches (the later ones read it
-/// from L1). Rows past `$rows.end` (the padding of the last group) are not stored.
+/// from L1), and none does where the stream prefetch policy is off. Rows past `$rows.end` (the padding of the last group) are not stored.
 ///
 /// A macro, not a function, so that it expands inside the set's `#[target_feature]` entry,
 /// where `$sb` and `$lanes` inline. The caller checked the shapes
@@ -32,6 +32,9 @@ macro_rules! group_walk {
         const TILE: usize = { let mut m = 0; $(if $t > m { m = $t; })+ m };
         let xp = <$Ptrs>::new(x);
         let (gb, n_sb, base, nr) = (w.group_bytes(), w.super_blocks(), w.bytes().as_ptr(), rows.len());
+        // Zen 4 streams the head faster with its hardware prefetchers alone
+        // (`crate::prefetch::StreamPrefetch::for_cpu`).
+        let prefetch = $crate::prefetch::stream_prefetch() != $crate::prefetch::StreamPrefetch::Off;
         let mut acc = [$zero; PASS];
         for g in rows.start / Q8R_ROWS..rows.end.div_ceil(Q8R_ROWS) {
             let r0 = g * Q8R_ROWS;
@@ -47,7 +50,7 @@ macro_rules! group_walk {
                     let mut t0 = 0;
                     while t0 < pn {
                         let tt = (pn - t0).min(TILE);
-                        let pf = t0 == 0;
+                        let pf = prefetch && t0 == 0;
                         // SAFETY: the super-block is whole; tokens p0 + t0.. p0 + t0 + tt are
                         // below n_tok <= the activations' capacity, and s below their
                         // super-blocks (same width); shapes checked by the caller.

@@ -33,4 +33,5 @@ mod q6k;
 mod q6kr;
 mod q8_tiles;
 mod rows;
+mod stream;
 mod tile_plan;

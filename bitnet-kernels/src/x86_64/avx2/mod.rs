@@ -40,7 +40,7 @@ mod q8r;
 mod qrows;
 mod requant;
 mod rope;
-mod ternary;
+pub(super) mod ternary;
 
 /// Proof that AVX2, FMA and F16C were detected.
 #[derive(Copy, Clone, Debug)]

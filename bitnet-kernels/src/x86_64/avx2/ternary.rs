@@ -3,8 +3,10 @@
 //! Each 64-byte row block is read as two 32-byte halves; half `h` gives four code vectors
 //! (`(x >> 2l) & 3`) lined up with the activation runs `64 l + 32 h ..`. `maddubs` (unsigned
 //! codes x signed int8, pair sums <= 512 so no saturation) feeds i16 sums of the four code
-//! vectors (<= 2048), kept in i16 over both halves of a block (decode) or eight blocks (the
-//! register tile of prefill and batched decode) and then widened with `madd` against ones.
+//! vectors (<= 2048), kept in i16 over eight blocks (the register tile of prefill and batched
+//! decode) and then widened with `madd` against ones. One-token decode ([`raw_dots`]) unpacks
+//! with masks and one shift instead (see [`group4`]) and prefetches as `x86_64/stream.rs`
+//! says for the CPU.
 //!
 //! Without VNNI, 32 multiply-adds cost at least a `maddubs` and an `add` (the instruction
 //! bound `examples/madd_ceiling.rs` measures); the tile spends 2 + 7 / 32 vector operations
@@ -15,6 +17,7 @@ use std::ops::Range;
 
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 use crate::x86_64::hsum::{add_lane_sums, hsum_epi32 as hsum};
+use crate::x86_64::stream;
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 const PREFETCH_BYTES: usize = 4096;
@@ -56,37 +59,105 @@ unsafe fn half_dot16(c: &[__m256i; 4], a: *const i8) -> __m256i {
     }
 }
 
-/// Raw dots of the 4 rows of one group over `nblk` blocks.
+/// One half of one row's block for [`group4`]: the 32 code bytes at `w`, the four activation
+/// runs at `a + 64 l`; adds the unscaled products (vectors 0 and 2) to `e`, the products of
+/// the vectors scaled by 4 (1 and 3) to `o`. In `asm!` so the activations stay memory
+/// operands: as intrinsics the compiler loaded the block's eight runs once for the four
+/// rows, which does not fit the 16 registers beside the eight sums, and spilled.
+///
+/// # Safety
+/// AVX2; 32 bytes at `w` and 32 at each `a + 64 l` (l < 4) readable.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn half_step(
+    w: *const u8,
+    a: *const i8,
+    m_lo: __m256i,
+    m_hi: __m256i,
+    e: &mut __m256i,
+    o: &mut __m256i,
+) {
+    // SAFETY: reads the 32 + 4 * 32 bytes the caller guarantees; registers otherwise.
+    unsafe {
+        std::arch::asm!(
+            "vmovdqu {x}, ymmword ptr [{w}]",
+            "vpsrlw {y}, {x}, 4",
+            "vpand {t}, {x}, {lo}",
+            "vpmaddubsw {t}, {t}, ymmword ptr [{a}]",
+            "vpaddw {e}, {e}, {t}",
+            "vpand {t}, {x}, {hi}",
+            "vpmaddubsw {t}, {t}, ymmword ptr [{a} + 64]",
+            "vpaddw {o}, {o}, {t}",
+            "vpand {t}, {y}, {lo}",
+            "vpmaddubsw {t}, {t}, ymmword ptr [{a} + 128]",
+            "vpaddw {e}, {e}, {t}",
+            "vpand {t}, {y}, {hi}",
+            "vpmaddubsw {t}, {t}, ymmword ptr [{a} + 192]",
+            "vpaddw {o}, {o}, {t}",
+            w = in(reg) w,
+            a = in(reg) a,
+            lo = in(ymm_reg) m_lo,
+            hi = in(ymm_reg) m_hi,
+            e = inout(ymm_reg) *e,
+            o = inout(ymm_reg) *o,
+            x = out(ymm_reg) _,
+            y = out(ymm_reg) _,
+            t = out(ymm_reg) _,
+            options(pure, readonly, nostack, preserves_flags)
+        )
+    };
+}
+
+/// Blocks one-token decode keeps its i16 sums over before widening them (see [`group4`]).
+const DECODE_WIDEN_BLOCKS: usize = 4;
+
+/// Raw dots of the 4 rows of one group over `nblk` blocks, against one token.
+///
+/// Code vector `l` of a half is taken without a shift where it can be: `x & 0x03` (code
+/// vector 0) and `x & 0x0C` (vector 1, as `4 c`), then from `y = x >> 4` the same two masks
+/// (vectors 2 and 3): one shift and four `and`s for 128 weights where `(x >> 2l) & 3` takes
+/// three and four. The vectors scaled by 4 have their own i16 sums, which stay multiples of
+/// 4 and are scaled back exactly (`>> 2`) when the sums are widened. Per 128 weights that
+/// leaves 5 unpacking operations, 4 `maddubs` and 4 `add`s: 13 where the shifting kernel
+/// spent 15.5, on a core that runs out of instructions before memory does.
+///
+/// Bounds (activations in -128..=127, codes <= 2): a `maddubs` of the unscaled vectors moves
+/// an i16 lane by at most 2 * 2 * 128 = 512, of the scaled ones by 2048. Over
+/// [`DECODE_WIDEN_BLOCKS`] = 4 blocks a row's scaled sum takes 16 of them: -32768..=32512,
+/// the i16 range; the unscaled one 8192; their widened sum `e + (o >> 2)` at most 16384.
 ///
 /// # Safety
 /// AVX2; `w` at the group's first block, `q` at the matching column; `nblk` blocks readable.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
-    let m3 = _mm256_set1_epi8(3);
+unsafe fn group4<const HINT: u8>(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
+    let m_lo = _mm256_set1_epi8(0x03);
+    let m_hi = _mm256_set1_epi8(0x0C);
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_si256(); 4];
-    for b in 0..nblk {
-        // SAFETY: block `b` lies inside the caller's readable blocks.
-        unsafe {
-            let qb = q.add(b * BLOCK);
-            let wb = w.add(b * BLOCK_STRIDE);
-            // Software prefetch for streaming decode, as in the AVX-512 kernel.
-            let pf = wb.wrapping_add(PREFETCH_BYTES);
-            _mm_prefetch::<_MM_HINT_T1>(pf.cast());
-            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(64).cast());
-            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(128).cast());
-            _mm_prefetch::<_MM_HINT_T1>(pf.wrapping_add(192).cast());
-            for (r, a) in acc.iter_mut().enumerate() {
-                let x0 = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES).cast());
-                let x1 = _mm256_loadu_si256(wb.add(r * BLOCK_BYTES + 32).cast());
-                // Both halves summed in i16 (2 * 2048), widened once.
-                let s = _mm256_add_epi16(
-                    half_dot16(&codes(x0, m3), qb),
-                    half_dot16(&codes(x1, m3), qb.add(32)),
-                );
-                *a = _mm256_add_epi32(*a, _mm256_madd_epi16(s, ones));
+    let mut b = 0;
+    while b < nblk {
+        let end = (b + DECODE_WIDEN_BLOCKS).min(nblk);
+        let mut e16 = [_mm256_setzero_si256(); 4];
+        let mut o16 = [_mm256_setzero_si256(); 4];
+        while b < end {
+            // SAFETY: block `b` lies inside the caller's readable blocks.
+            unsafe {
+                let qb = q.add(b * BLOCK);
+                let wb = w.add(b * BLOCK_STRIDE);
+                stream::ahead::<HINT>(wb, ROW_GROUP);
+                for r in 0..ROW_GROUP {
+                    for h in 0..2 {
+                        let x = wb.add(r * BLOCK_BYTES + 32 * h);
+                        half_step(x, qb.add(32 * h), m_lo, m_hi, &mut e16[r], &mut o16[r]);
+                    }
+                }
             }
+            b += 1;
+        }
+        for r in 0..ROW_GROUP {
+            let s = _mm256_add_epi16(e16[r], _mm256_srai_epi16::<2>(o16[r]));
+            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(s, ones));
         }
     }
     [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
@@ -108,10 +179,26 @@ pub unsafe fn raw_dots(
         out.fill(0);
         return;
     }
+    // SAFETY: the caller's guarantees are the callee's.
+    unsafe { stream::with_hint!(stream::L2, groups(w, q, rows, blocks, out)) }
+}
+
+/// [`raw_dots`] with prefetch hint `HINT`.
+///
+/// # Safety
+/// As [`raw_dots`]; `rows` and `blocks` not empty.
+#[target_feature(enable = "avx2")]
+pub(in crate::x86_64) unsafe fn groups<const HINT: u8>(
+    w: &TernaryMatrix,
+    q: &[i8],
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
     for g in rows.start / ROW_GROUP..rows.end.div_ceil(ROW_GROUP) {
         // SAFETY: group `g` exists and blocks lie inside the row; `q` holds padded_cols values.
         let d = unsafe {
-            group4(
+            group4::<HINT>(
                 w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start)),
                 q.as_ptr().add(blocks.start * BLOCK),
                 blocks.len(),

@@ -34,7 +34,7 @@ mod q8q8;
 mod q8r;
 mod qrows;
 mod rope;
-mod ternary;
+pub(super) mod ternary;
 
 /// Proof that AVX-512 F/BW/VL/DQ/VNNI (and everything [`Avx2`] needs) were detected.
 #[derive(Copy, Clone, Debug)]

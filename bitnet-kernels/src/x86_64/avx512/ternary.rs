@@ -19,6 +19,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::x86_64::stream;
 
 /// Bytes from one block of a row to the next block of the same row.
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
@@ -34,7 +35,7 @@ pub(crate) const PREFETCH_BYTES: usize = 4096;
 /// activation column; `nblk` blocks are readable from both.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
+unsafe fn group4<const HINT: u8>(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
     // Masking without shifting: code vector `l` is taken as `x & (3 << 2l)` = `4^l c`
     // (at most 128, still a valid unsigned byte), accumulated separately per `l` and
     // scaled back by an exact arithmetic shift at the end. This keeps the unpack off
@@ -60,11 +61,8 @@ unsafe fn group4(w: *const u8, q: *const i8, nblk: usize) -> [i32; 4] {
             // read here). Prefetching past the matrix end is harmless.
             // Into L1 (T0): on Zen 5 that read 0.90 of a plain read on one thread against
             // 0.87 into L2, in three alternated runs (bench/2026-12-07-issue50-zen5.md).
-            let pf = wb.wrapping_add(PREFETCH_BYTES);
-            _mm_prefetch::<_MM_HINT_T0>(pf.cast());
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(64).cast());
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(128).cast());
-            _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(192).cast());
+            // (Zen 4 reads faster without: `x86_64/stream.rs` picks the hint by CPU.)
+            stream::ahead::<HINT>(wb, ROW_GROUP);
             for r in 0..ROW_GROUP {
                 let x = _mm512_loadu_si512(wb.add(r * BLOCK_BYTES).cast());
                 let a = [a0, a1, a2, a3];
@@ -105,13 +103,29 @@ pub unsafe fn raw_dots(
         out.fill(0);
         return;
     }
+    // SAFETY: the caller's guarantees are the callee's.
+    unsafe { stream::with_hint!(stream::L1, groups(w, q, rows, blocks, out)) }
+}
+
+/// [`raw_dots`] with prefetch hint `HINT`.
+///
+/// # Safety
+/// As [`raw_dots`]; `rows` and `blocks` not empty.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(in crate::x86_64) unsafe fn groups<const HINT: u8>(
+    w: &TernaryMatrix,
+    q: &[i8],
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
     let g0 = rows.start / ROW_GROUP;
     let g1 = rows.end.div_ceil(ROW_GROUP);
     for g in g0..g1 {
         // SAFETY: group `g` exists (rows.end <= padded rows) and blocks lie inside the row;
         // `q` holds padded_cols values.
         let d = unsafe {
-            group4(
+            group4::<HINT>(
                 w.data.as_ptr().add(w.offset(g * ROW_GROUP, blocks.start)),
                 q.as_ptr().add(blocks.start * BLOCK),
                 blocks.len(),

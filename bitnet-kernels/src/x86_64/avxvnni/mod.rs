@@ -29,7 +29,7 @@ mod q4r;
 mod q6kr;
 mod q8q8;
 mod q8r;
-mod ternary;
+pub(super) mod ternary;
 
 /// Token rows from which `ternary_raw_dots_multi` takes the VNNI tile (fewer: AVX2's group
 /// kernel).

@@ -14,6 +14,7 @@ use std::ops::Range;
 
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 use crate::x86_64::hsum::{add_lane_sums, hsum_epi32};
+use crate::x86_64::stream;
 
 /// Bytes from one block of a row to its next (the row group's blocks are interleaved).
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
@@ -21,13 +22,10 @@ const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// the weight half, the code vector and the mask).
 const TILE_TOKENS: usize = 8;
 
-/// How far ahead of the current block one-token decode prefetches weights (as AVX-512's).
-const PREFETCH_BYTES: usize = 4096;
-
 /// Raw dots of two rows of a group (`w` at the first one's first block to use; the other is
 /// `BLOCK_BYTES` further) over `nblk` blocks, against one token's activations at `q`. With
-/// `pf`, prefetches the whole group's blocks `PREFETCH_BYTES` ahead (the first pair's pass
-/// does it for both pairs: the second pair's lines are then in L1).
+/// `pf`, prefetches the whole group's blocks ahead with hint `HINT` (the first pair's pass
+/// does it for both pairs: the second pair's lines are then in cache).
 ///
 /// Code vector `l` of half `h` is taken as `x & (3 << 2l)` = `4^l c` (at most 192, still a
 /// valid unsigned byte for `vpdpbusd`), summed separately per `l` and scaled back by exact
@@ -41,7 +39,7 @@ const PREFETCH_BYTES: usize = 4096;
 /// AVX2 and AVX-VNNI; `nblk` blocks readable for both rows and `nblk * BLOCK` activations.
 #[target_feature(enable = "avx2,avxvnni")]
 #[inline]
-unsafe fn row_pair(w: *const u8, q: *const i8, nblk: usize, pf: bool) -> [i32; 2] {
+unsafe fn row_pair<const HINT: u8>(w: *const u8, q: *const i8, nblk: usize, pf: bool) -> [i32; 2] {
     let m = [
         _mm256_set1_epi8(0x03),
         _mm256_set1_epi8(0x0C),
@@ -56,10 +54,7 @@ unsafe fn row_pair(w: *const u8, q: *const i8, nblk: usize, pf: bool) -> [i32; 2
             let wb = w.add(b * BLOCK_STRIDE);
             let qb = q.add(b * BLOCK);
             if pf {
-                let at = wb.wrapping_add(PREFETCH_BYTES);
-                for line in 0..ROW_GROUP {
-                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line * BLOCK_BYTES).cast());
-                }
+                stream::ahead::<HINT>(wb, ROW_GROUP);
             }
             for (r, acc) in acc.iter_mut().enumerate() {
                 for h in 0..2 {
@@ -98,6 +93,22 @@ pub unsafe fn raw_dots(
         out.fill(0);
         return;
     }
+    // SAFETY: the caller's guarantees are the callee's.
+    unsafe { stream::with_hint!(stream::L1, groups(w, q, rows, blocks, out)) }
+}
+
+/// [`raw_dots`] with prefetch hint `HINT`.
+///
+/// # Safety
+/// As [`raw_dots`]; `rows` and `blocks` not empty.
+#[target_feature(enable = "avx2,avxvnni")]
+pub(in crate::x86_64) unsafe fn groups<const HINT: u8>(
+    w: &TernaryMatrix,
+    q: &[i8],
+    rows: Range<usize>,
+    blocks: Range<usize>,
+    out: &mut [i32],
+) {
     let g0 = rows.start / ROW_GROUP;
     let g1 = rows.end.div_ceil(ROW_GROUP);
     for g in g0..g1 {
@@ -116,7 +127,7 @@ pub unsafe fn raw_dots(
             }
             // SAFETY: as above; rows `r0` and `r0 + 1` are in the padded group.
             let d = unsafe {
-                row_pair(
+                row_pair::<HINT>(
                     base.add(2 * pair * BLOCK_BYTES),
                     qb,
                     blocks.len(),
