@@ -57,11 +57,12 @@ impl StreamPrefetch {
         }
     }
 
-    /// The policy measured best on this CPU: off on AMD family 19h (Zen 4 measured; its
-    /// hardware prefetchers keep up with the stream, and software requests slowed decode to
-    /// 0.70 of a plain read), the kernels' own choice elsewhere (Zen 5, Intel).
+    /// The policy measured best on this CPU: off on Zen 4 (its hardware prefetchers keep up
+    /// with the stream, and software requests slowed one-token decode to 0.70 of a plain
+    /// read), the kernels' own choice elsewhere (measured on Zen 5 and Intel; Zen 3 keeps it,
+    /// unmeasured).
     pub fn for_cpu() -> StreamPrefetch {
-        if amd_family() == Some(0x19) {
+        if amd_signature().is_some_and(|(family, model)| is_zen4(family, model)) {
             StreamPrefetch::Off
         } else {
             StreamPrefetch::Tuned
@@ -76,8 +77,8 @@ pub fn stream_prefetch() -> StreamPrefetch {
     *POLICY.get_or_init(|| StreamPrefetch::from_env().unwrap_or_else(|_| StreamPrefetch::for_cpu()))
 }
 
-/// The CPU family of an AMD x86-64 CPU (base family plus extended family, as AMD counts it).
-fn amd_family() -> Option<u32> {
+/// The family and model of an AMD x86-64 CPU (CPUID leaf 1, as AMD counts them).
+fn amd_signature() -> Option<(u32, u32)> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::__cpuid;
@@ -90,19 +91,34 @@ fn amd_family() -> Option<u32> {
         if &name != b"AuthenticAMD" {
             return None;
         }
-        Some(family_of(sig.eax))
+        Some(family_model(sig.eax))
     }
     #[cfg(not(target_arch = "x86_64"))]
     None
 }
 
-/// The family of a CPUID leaf 1 signature (EAX): the base family, plus the extended family
-/// where the base is 0Fh.
+/// The family and model of a CPUID leaf 1 signature (EAX) by AMD's rule: where the base
+/// family is 0Fh, the extended family is added to it and the extended model is the model's
+/// high nibble (below 0Fh neither is used).
 #[cfg_attr(not(any(test, target_arch = "x86_64")), allow(dead_code))]
-fn family_of(eax: u32) -> u32 {
+fn family_model(eax: u32) -> (u32, u32) {
     let base = (eax >> 8) & 0xF;
-    let ext = (eax >> 20) & 0xFF;
-    if base == 0xF { base + ext } else { base }
+    let model = (eax >> 4) & 0xF;
+    if base == 0xF {
+        (
+            base + ((eax >> 20) & 0xFF),
+            model | ((eax >> 16) & 0xF) << 4,
+        )
+    } else {
+        (base, model)
+    }
+}
+
+/// Zen 4 among family 19h's models (Genoa 10h-1Fh, Raphael and Phoenix 60h-7Fh, Bergamo and
+/// Siena A0h-AFh); the others of the family are Zen 3.
+#[cfg_attr(not(any(test, target_arch = "x86_64")), allow(dead_code))]
+fn is_zen4(family: u32, model: u32) -> bool {
+    family == 0x19 && matches!(model, 0x10..=0x1F | 0x60..=0x7F | 0xA0..=0xAF)
 }
 
 /// Asks for the `n` cache lines of `bytes` from `at` on (those that exist) to be fetched;
@@ -166,12 +182,16 @@ mod tests {
     }
 
     #[test]
-    fn amd_families_decode_from_the_cpuid_signature() {
-        // Zen 4 (EPYC 9004: 00A10F11), Zen 5 (EPYC 9005: 00B00F21), Zen 2 (00830F10).
-        assert_eq!(family_of(0x00A1_0F11), 0x19);
-        assert_eq!(family_of(0x00B0_0F21), 0x1A);
-        assert_eq!(family_of(0x0083_0F10), 0x17);
-        // Below family 0Fh the extended family is not added.
-        assert_eq!(family_of(0x0000_0661), 6);
+    fn amd_signatures_decode_and_only_zen4_turns_prefetch_off() {
+        // Zen 4 (EPYC 9004: 00A10F11), Zen 5 (EPYC 9005: 00B00F21), Zen 3 (EPYC 7003:
+        // 00A00F11), Zen 2 (00830F10).
+        assert_eq!(family_model(0x00A1_0F11), (0x19, 0x11));
+        assert_eq!(family_model(0x00B0_0F21), (0x1A, 0x02));
+        assert_eq!(family_model(0x00A0_0F11), (0x19, 0x01));
+        assert_eq!(family_model(0x0083_0F10), (0x17, 0x31));
+        // Below family 0Fh AMD's rule uses neither extended field.
+        assert_eq!(family_model(0x0001_0661), (6, 6));
+        assert!(is_zen4(0x19, 0x11) && is_zen4(0x19, 0x61) && is_zen4(0x19, 0xA0));
+        assert!(!is_zen4(0x19, 0x01) && !is_zen4(0x19, 0x21) && !is_zen4(0x1A, 0x02));
     }
 }
