@@ -34,4 +34,6 @@ mod q6kr;
 mod q8_tiles;
 mod rows;
 mod stream;
+#[cfg(test)]
+mod stream_tests;
 mod tile_plan;
