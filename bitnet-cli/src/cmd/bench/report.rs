@@ -274,7 +274,8 @@ fn write_markdown(out: &mut impl Write, report: &BenchReport) -> io::Result<()> 
         writeln!(
             out,
             "\nbound = a token's weight bytes read by a plain loop, in place on the row's own pinned \
-             thread pool (the best of one read before each repetition: {} GB/s) / those bytes",
+             thread pool (the fastest of the CPU's SIMD read loops; the best of one read before \
+             each repetition: {} GB/s) / those bytes",
             reads.join(", ")
         )?;
     }
@@ -481,6 +482,7 @@ pub(crate) mod tests {
         let text = String::from_utf8(buf).unwrap();
         assert!(
             text.contains("read by a plain loop, in place on the row's own pinned thread pool")
+                && text.contains("the fastest of the CPU's SIMD read loops")
                 && text.contains(": 38.2 GB/s) / those bytes"),
             "{text}"
         );
