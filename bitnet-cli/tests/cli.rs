@@ -500,7 +500,7 @@ fn inspect_names_the_kernel_set_and_what_the_cpu_runs() {
     } else {
         "neon"
     };
-    let r = inspect_json_env(model, foreign);
+    let r = inspect_json_env(model, "BITNET_KERNEL", foreign);
     let selected = r["kernels"]["selected"].as_str().unwrap();
     assert!(selected.starts_with("none (BITNET_KERNEL"), "{selected}");
 }
@@ -509,14 +509,7 @@ fn inspect_names_the_kernel_set_and_what_the_cpu_runs() {
 fn decode_prefetch_policy_is_reported_and_a_bad_one_refused() {
     let model = tiny_model();
     for (set, name) in [("l2", "l2"), ("OFF", "off"), ("tuned", "tuned")] {
-        let out = run_ok(
-            bitnet()
-                .arg("inspect")
-                .arg(model)
-                .arg("--json")
-                .env("BITNET_PREFETCH", set),
-        );
-        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = inspect_json_env(model, "BITNET_PREFETCH", set);
         assert_eq!(r["kernels"]["decode_prefetch"], name);
     }
     let err = run_err(
@@ -544,13 +537,14 @@ fn decode_prefetch_policy_is_reported_and_a_bad_one_refused() {
     }
 }
 
-fn inspect_json_env(path: &Path, kernel: &str) -> Value {
+/// `inspect --json` of `path` with the environment variable `var` set to `value`.
+fn inspect_json_env(path: &Path, var: &str, value: &str) -> Value {
     let out = run_ok(
         bitnet()
             .arg("inspect")
             .arg(path)
             .arg("--json")
-            .env("BITNET_KERNEL", kernel),
+            .env(var, value),
     );
     serde_json::from_slice(&out.stdout).expect("inspect --json prints JSON")
 }

@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{bitnet, run_ok, shipped_model, tmp_dir};
+use common::{bitnet, run_ok, shipped_model, shipped_perplexity, tmp_dir};
 
 /// The mean KL divergence (nats) a Q8_0 head may add on the shipped model; docs/commands.md
 /// states the same bound.
@@ -112,24 +112,7 @@ fn head_kl(mode: &str) -> (f64, f64) {
     static BASE: OnceLock<PathBuf> = OnceLock::new();
     let text = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare-ref/heldout.txt");
     let run = |base: &Path, extra: &[&str]| {
-        let out = run_ok(
-            bitnet()
-                .args(["perplexity", "-m"])
-                .arg(shipped_model())
-                .arg("-f")
-                .arg(&text)
-                .args([
-                    "-c",
-                    "256",
-                    "--chunks",
-                    "24",
-                    "-t",
-                    "1",
-                    "--kl-divergence-base",
-                ])
-                .arg(base)
-                .args(extra),
-        );
+        let out = run_ok(shipped_perplexity(&text, 256, 24, 1, base).args(extra));
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     };
     let base = BASE.get_or_init(|| {

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{bitnet, run_err, run_ok, shipped_model, stderr_of, stdout_of};
+use common::{bitnet, run_err, run_ok, shipped_model, shipped_perplexity, stderr_of, stdout_of};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/text/tinyshakespeare.txt")
@@ -152,26 +152,8 @@ fn calibrate_writes_a_plan_within_budget_that_every_front_end_runs() {
     // perplexity with the plan against the f16 base on the calibration text reports about
     // what calibrate measured (same windows: -c 128, the first 4).
     let base = dir.join("base.kld");
-    let perplexity = |extra: &[&str]| {
-        run_ok(
-            bitnet()
-                .args(["perplexity", "-m"])
-                .arg(shipped_model())
-                .arg("-f")
-                .arg(&text)
-                .args([
-                    "-c",
-                    "128",
-                    "--chunks",
-                    "4",
-                    "-t",
-                    "2",
-                    "--kl-divergence-base",
-                ])
-                .arg(&base)
-                .args(extra),
-        )
-    };
+    let perplexity =
+        |extra: &[&str]| run_ok(shipped_perplexity(&text, 128, 4, 2, &base).args(extra));
     perplexity(&[]);
     let out = perplexity(&["--kl-divergence", "--plan", mid.to_str().unwrap()]);
     let stdout = stdout_of(&out);

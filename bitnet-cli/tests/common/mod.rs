@@ -130,3 +130,24 @@ pub fn tiny_model() -> &'static Path {
 pub fn shipped_model() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/shakespeare.gguf")
 }
+
+/// `perplexity` of the shipped model over `text`: `chunks` windows of `ctx` tokens on
+/// `threads` threads, against (or writing) the KL-divergence base `base`; the caller adds
+/// the flags of the run.
+pub fn shipped_perplexity(
+    text: &Path,
+    ctx: usize,
+    chunks: usize,
+    threads: usize,
+    base: &Path,
+) -> Command {
+    let mut cmd = bitnet();
+    cmd.args(["perplexity", "-m"])
+        .arg(shipped_model())
+        .arg("-f")
+        .arg(text)
+        .args(["-c", &ctx.to_string(), "--chunks", &chunks.to_string()])
+        .args(["-t", &threads.to_string(), "--kl-divergence-base"])
+        .arg(base);
+    cmd
+}

@@ -26,6 +26,8 @@ pub struct HeadRun<'a> {
     pub target: Duration,
     /// `timed(threads, iters, f)`: `f(part)` `iters` times on each thread, the slowest time.
     pub timed: fn(usize, usize, &(dyn Fn(usize) + Sync)) -> Duration,
+    /// The fastest of the CPU's read loops over a buffer (the "read" column's loop).
+    pub fastest_read: fn(&[u8]) -> Isa,
     /// Random bytes (the kernels' speed does not depend on values).
     pub random: &'a mut dyn FnMut() -> u64,
 }
@@ -39,6 +41,7 @@ pub fn q4_0_table(h: HeadRun) {
         rounds,
         target,
         timed,
+        fastest_read,
         random,
     } = h;
     let rb = RowFormat::Q4_0.row_bytes(cols).expect("whole blocks");
@@ -55,8 +58,9 @@ pub fn q4_0_table(h: HeadRun) {
     for b in plain.iter_mut() {
         *b = random() as u8;
     }
+    let read = fastest_read(&plain);
     println!(
-        "\n## Q4_0 x Q8_0 head, {rows} x {cols}: GB/s of Q4_0 weights ({:.0} MiB; read: sum_bytes over as many), best of {rounds} alternated rounds",
+        "\n## Q4_0 x Q8_0 head, {rows} x {cols}: GB/s of Q4_0 weights ({:.0} MiB; read: the fastest sum_bytes over as many), best of {rounds} alternated rounds",
         w.len() as f64 / (1u64 << 20) as f64,
     );
     println!("| tokens | isa | threads | Q4_0 rows | Q4R | read | rows/read | Q4R/read |");
@@ -90,7 +94,7 @@ pub fn q4_0_table(h: HeadRun) {
                 };
                 let run_read = |p: usize| {
                     let r = &parts[p];
-                    black_box(sum_bytes(isa, &plain[r.start * rb..r.end * rb]));
+                    black_box(sum_bytes(read, &plain[r.start * rb..r.end * rb]));
                 };
                 let run_q4r = |p: usize| {
                     let r = parts[p].clone();
