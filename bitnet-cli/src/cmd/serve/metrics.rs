@@ -84,6 +84,7 @@ struct Gauges {
 /// The connection layer's figures (`conn/`).
 #[derive(Debug, Default)]
 pub struct ConnectionFigures {
+    /// Set by the connection registry, under its lock.
     pub open: AtomicU64,
     pub refused: AtomicU64,
     pub evicted: AtomicU64,
@@ -414,7 +415,7 @@ pub fn render(models: &[Labelled<'_>], server: &ServerFigures<'_>) -> String {
         (
             "bitnet_connections_open",
             "gauge",
-            "Client connections open.",
+            "Client connections open (at most --max-connections; one evicted at the cap counts no longer while its socket closes).",
             c(&k.open),
         ),
         (

@@ -122,7 +122,7 @@ pub async fn serve<S, C>(
     let hub = Arc::new(Hub {
         app,
         limits,
-        registry: Registry::new(limits.max_connections),
+        registry: Registry::new(limits.max_connections, Arc::clone(&figures)),
         figures,
         stage: stage_rx,
         header_log: Throttled::default(),
@@ -208,12 +208,10 @@ fn admit(hub: &Arc<Hub>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
     };
-    hub.figures().open.fetch_add(1, Relaxed);
     let hub = Arc::clone(hub);
     tokio::spawn(async move {
         connection(&hub, tcp, &activity).await;
         hub.registry.remove(activity.id);
-        hub.figures().open.fetch_sub(1, Relaxed);
     });
 }
 

@@ -8,9 +8,11 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::sync::watch;
 
+use super::super::metrics::ConnectionFigures;
 use super::activity::{Activity, Phase};
 
 #[derive(Debug)]
@@ -18,6 +20,9 @@ pub struct Registry {
     cap: usize,
     open: Mutex<(u64, HashMap<u64, Arc<Activity>>)>,
     count: watch::Sender<usize>,
+    /// `/metrics`' open-connection gauge, set under the lock with the count: set outside it,
+    /// an admission and a removal could land in either order and the gauge pass the cap.
+    figures: Arc<ConnectionFigures>,
 }
 
 #[derive(Debug)]
@@ -32,12 +37,18 @@ pub enum Admission {
 }
 
 impl Registry {
-    pub fn new(cap: usize) -> Registry {
+    pub fn new(cap: usize, figures: Arc<ConnectionFigures>) -> Registry {
         Registry {
             cap: cap.max(1),
             open: Mutex::new((0, HashMap::new())),
             count: watch::channel(0).0,
+            figures,
         }
+    }
+
+    fn publish(&self, n: usize) {
+        self.count.send_replace(n);
+        self.figures.open.store(n as u64, Relaxed);
     }
 
     pub fn cap(&self) -> usize {
@@ -73,7 +84,7 @@ impl Registry {
         open.0 += 1;
         let admitted = Arc::new(Activity::new(open.0, peer));
         open.1.insert(admitted.id, Arc::clone(&admitted));
-        self.count.send_replace(open.1.len());
+        self.publish(open.1.len());
         match evicted {
             Some(evicted) => Admission::Replaced { admitted, evicted },
             None => Admission::Admitted(admitted),
@@ -83,7 +94,7 @@ impl Registry {
     pub fn remove(&self, id: u64) {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if open.1.remove(&id).is_some() {
-            self.count.send_replace(open.1.len());
+            self.publish(open.1.len());
         }
     }
 
