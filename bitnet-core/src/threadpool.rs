@@ -8,7 +8,9 @@
 //! calling thread runs part 0, then any part no worker has claimed yet (so a worker the OS
 //! has not scheduled costs nothing on an oversubscribed machine), then waits for the rest.
 //! Inside a region, [`ChunkQueue`] shares a product's rows out in chunks to whichever thread
-//! is running, so a thread that is descheduled mid-region holds back one chunk, not a share.
+//! is running, so a thread that is descheduled mid-region holds back one chunk, not a share;
+//! a one-token product uses [`ShareQueue`] instead: each thread streams a contiguous share and
+//! then takes small steps from the back of the others'.
 //! A pool whose threads sit on several NUMA nodes is told their [`ThreadGroups`]
 //! (`threadpool/groups.rs`): each group then claims the chunks of its own node's rows first.
 //!
@@ -44,6 +46,7 @@ mod disjoint;
 mod groups;
 #[cfg(all(test, loom))]
 mod loom_models;
+mod share_queue;
 mod sync;
 
 use affinity::CallerPin;
@@ -51,6 +54,7 @@ pub use affinity::{core_order, current_cpu, physical_core_count};
 pub use chunks::{ChunkQueue, ChunkShares};
 pub use disjoint::{DisjointError, DisjointSlice};
 pub use groups::{MAX_GROUPS, ThreadGroups};
+pub use share_queue::{MAX_SHARE_PARTS, ShareQueue};
 use sync::{
     Arc, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Barrier, Condvar, JoinHandle, Mutex, fence,
     lock, spin_until, thread,

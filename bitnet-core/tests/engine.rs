@@ -157,7 +157,8 @@ fn many_chunks_per_thread_are_bit_identical_to_one_thread() {
     // Wide enough that every product is cut into several chunks per thread (chunks are at
     // least 64 KiB of weights): ffn 2048 x 512 I2_S is 256 KiB (4 chunks), the F16 head
     // 4096 x 512 is 4 MiB (dozens of chunks); threads claim chunks in whatever order the
-    // scheduler lets them, and the result must not depend on it.
+    // scheduler lets them (a decode product's steps of its own share, then the others'),
+    // and the result must not depend on it.
     let spec = SynthSpec {
         weight_type: TensorType::I2_S,
         n_embd: 512,

@@ -20,7 +20,9 @@ use bitnet_kernels::{Isa, MATMUL_CALL_ROWS};
 use super::head_acts::HeadActs;
 use crate::model::linear::{LinInput, Linear};
 use crate::model::{Head, Model, Store};
-use crate::threadpool::{ChunkQueue, ChunkShares, ThreadGroups, ThreadPool, split_range};
+use crate::threadpool::{
+    ChunkQueue, ChunkShares, MAX_SHARE_PARTS, ShareQueue, ThreadGroups, ThreadPool, split_range,
+};
 
 /// Output `[n][rows]` of a product cut into per-chunk blocks (`parts` chunks).
 #[derive(Copy, Clone, Debug)]
@@ -134,6 +136,9 @@ pub(super) fn matmul_group(
     let n = inp.n_tok;
     let nt = pool.n_threads();
     let groups = pool.groups();
+    if n == 1 && (2..=MAX_SHARE_PARTS).contains(&nt) && groups.is_none() {
+        return one_token_group(pool, isa, store, binary_acts, lins, inp, outs);
+    }
     let mut shares: [Option<ChunkShares>; 3] = {
         let mut it = lins.iter();
         std::array::from_fn(|_| {
@@ -171,6 +176,47 @@ pub(super) fn matmul_group(
         pool.run(&job);
     }
 }
+
+/// [`matmul_group`] for one token on a pool without thread groups (of at most
+/// [`MAX_SHARE_PARTS`] threads): each thread streams its own contiguous share of every
+/// product and then helps with the others' ([`ShareQueue`]).
+fn one_token_group(
+    pool: &ThreadPool,
+    isa: Isa,
+    store: &Store,
+    binary_acts: bool,
+    lins: &[&Linear],
+    inp: &LinInput<'_>,
+    outs: &mut [&mut [f32]],
+) {
+    let nt = pool.n_threads();
+    let queues: [Option<ShareQueue<'_, f32>>; 3] = {
+        let mut it = lins.iter().zip(outs.iter_mut());
+        std::array::from_fn(|_| {
+            it.next().map(|(lin, o)| {
+                let row_bytes = (lin.stream_bytes() / lin.rows.max(1)).max(1);
+                let (own, steal) = (OWN_STEP_BYTES / row_bytes, STEAL_STEP_BYTES / row_bytes);
+                ShareQueue::new(&mut o[..], lin.rows, nt, own, steal, lin.align())
+                    .expect("projection output buffer holds the rows")
+            })
+        })
+    };
+    pool.run(&|part, _| {
+        for (lin, q) in lins.iter().zip(queues.iter().flatten()) {
+            while let Some((r, dst)) = q.claim(part) {
+                lin.compute(isa, store, binary_acts, inp, r, dst);
+            }
+        }
+    });
+}
+
+/// Weight bytes a thread's claim on its own share of a one-token product takes. Each claim is
+/// a kernel call: 16 KiB steps decoded 2.6% slower than 64 KiB ones, and 256 KiB ones 1.8%
+/// faster (2 threads, Zen 4, 60 interleaved rounds: `bench/2026-12-07-share-queue.md`).
+const OWN_STEP_BYTES: usize = 256 << 10;
+/// Weight bytes a claim from the back of another thread's share takes: the end of a region
+/// waits on one such step (a few microseconds), not on one of the owner's.
+const STEAL_STEP_BYTES: usize = 64 << 10;
 
 /// Each thread group's share of every weight matrix a pass streams, as `(group, bytes)`:
 /// every layer projection's rows ([`Linear::align`]-aligned shares, the rows
