@@ -1,7 +1,9 @@
 //! The products of a forward pass spread over the pool's threads: every product cuts its
 //! output rows into chunks the threads claim as they go ([`matmul_group`]; a slow or
 //! descheduled thread holds back one chunk, not half the rows), and so does the output head
-//! ([`head_rows`]). A chunk of a product's rows for `n` tokens is written as one contiguous
+//! ([`head_rows`]). A one-token product on a pool without groups is shared differently: each
+//! thread streams a contiguous share and then takes small steps from the others'
+//! ([`ShareQueue`], in `one_token_group`); its output is the plain `[rows]` either way. A chunk of a product's rows for `n` tokens is written as one contiguous
 //! block `[n][rows of the chunk]` (the layout the kernels produce); [`Blocked`] reads a
 //! token's row back out of those blocks. Each row is computed whole by one thread, so the
 //! results do not depend on the thread count.
@@ -122,7 +124,8 @@ const BATCH_CHUNKS_PER_THREAD: usize = 16;
 
 /// The products of one group of projections sharing an input (q/k/v, gate/up, ...), each
 /// cut into chunks of rows ([`n_chunks`]) that the pool's threads claim as they go (with
-/// thread groups, their own node's share first). `outs[i]` receives projection `i`'s blocked
+/// thread groups, their own node's share first; one token without groups: shares and steps,
+/// `one_token_group`). `outs[i]` receives projection `i`'s blocked
 /// output (at least `n_tok * rows` long).
 pub(super) fn matmul_group(
     pool: &ThreadPool,
@@ -211,8 +214,8 @@ fn one_token_group(
 }
 
 /// Weight bytes a thread's claim on its own share of a one-token product takes. Each claim is
-/// a kernel call: 16 KiB steps decoded 2.6% slower than 64 KiB ones, and 256 KiB ones 1.8%
-/// faster (2 threads, Zen 4, 60 interleaved rounds: `bench/2026-12-07-share-queue.md`).
+/// a kernel call, so small steps cost (step sizes measured in
+/// `bench/2026-12-07-share-queue.md`).
 const OWN_STEP_BYTES: usize = 256 << 10;
 /// Weight bytes a claim from the back of another thread's share takes: the end of a region
 /// waits on one such step (a few microseconds), not on one of the owner's.
@@ -238,7 +241,8 @@ pub(super) fn weight_shares<'a>(model: &'a Model, groups: &ThreadGroups) -> Vec<
     out
 }
 
-/// The blocked view of projection output `data` as [`matmul_group`] wrote it.
+/// The blocked view of projection output `data` as [`matmul_group`] wrote it (for one token
+/// the chunk count does not matter: the blocks are the plain `[rows]`).
 pub(super) fn blocked<'a>(
     pool: &ThreadPool,
     lin: &Linear,

@@ -6,8 +6,7 @@
 //! each reads every other chunk: its weight stream restarts at each chunk (the hardware
 //! prefetcher ramps up again), and a region's end waits on the other thread's last chunk,
 //! an eighth of a product. Here a thread's reads are one sequential stream for its whole
-//! share, and the end waits on one small step. On the Zen 4 project machine, 2 threads, the
-//! 2B-4T shape, decode ran 2.4% faster (`bench/2026-12-07-share-queue.md`).
+//! share, and the end waits on one small step (measured in `bench/2026-12-07-share-queue.md`).
 //!
 //! Which rows a part computes depends on timing, but a one-token product's rows are
 //! independent (each row one dot product, written to its own element), so the results do
@@ -70,9 +69,10 @@ fn unpack(v: u64) -> (u64, u64) {
 impl<'a, T> ShareQueue<'a, T> {
     /// Borrows `slice[..units]` for `parts` parts: part `p` owns the blocks
     /// `split_range(blocks, parts, p, 1)` of the `units.div_ceil(align)` blocks of `align`
-    /// units. An owner's claim takes `step` units, a claim on another's share `steal_step`
-    /// (each rounded up to whole blocks, at least one). Returns `None` if the slice is too
-    /// short, there are more than `u32::MAX` blocks or more than [`MAX_SHARE_PARTS`] parts.
+    /// units (`parts == 0` counts as 1). An owner's claim takes `step` units, a claim on
+    /// another's share `steal_step` (each rounded up to whole blocks, at least one, at most
+    /// every block). Returns `None` if the slice is too short, there are more than `u32::MAX`
+    /// blocks or more than [`MAX_SHARE_PARTS`] parts.
     pub fn new(
         slice: &'a mut [T],
         units: usize,
@@ -87,6 +87,9 @@ impl<'a, T> ShareQueue<'a, T> {
         if units > slice.len() || u32::try_from(blocks).is_err() || parts > MAX_SHARE_PARTS {
             return None;
         }
+        // A step of more blocks than there are is every block: front + step stays far
+        // below u64's range.
+        let blocks_of = |n: usize| n.div_ceil(align).clamp(1, blocks.max(1)) as u64;
         // Parts beyond `parts` own nothing (`blocks..blocks`).
         let shares = std::array::from_fn(|p| {
             let r = split_range(blocks, parts, p, 1);
@@ -96,8 +99,8 @@ impl<'a, T> ShareQueue<'a, T> {
             ptr: slice.as_mut_ptr(),
             units,
             align,
-            step: step.div_ceil(align).max(1) as u64,
-            steal_step: steal_step.div_ceil(align).max(1) as u64,
+            step: blocks_of(step),
+            steal_step: blocks_of(steal_step),
             shares,
             parts,
             _borrow: PhantomData,
@@ -122,7 +125,8 @@ impl<'a, T> ShareQueue<'a, T> {
                     .flatten()
             })
         })?;
-        // SAFETY: `take_front` and `take_back` hand each block out once (see `Sync`).
+        // SAFETY: `take_front` and `take_back` hand each block out once (see `Sync`), and
+        // only blocks of a share, which lie within the blocks of `new`.
         Some(unsafe { self.range(blocks) })
     }
 
@@ -176,8 +180,9 @@ impl<'a, T> ShareQueue<'a, T> {
         reason = "each block is handed out once (atomic claim)"
     )]
     unsafe fn range(&self, b: Range<u64>) -> (Range<usize>, &mut [T]) {
-        let start = b.start as usize * self.align;
-        let end = (b.end as usize * self.align).min(self.units);
+        debug_assert!(b.start < b.end, "claims are never empty");
+        let start = (b.start as usize).saturating_mul(self.align);
+        let end = (b.end as usize).saturating_mul(self.align).min(self.units);
         // SAFETY: claimed block ranges are pairwise disjoint and within `units.div_ceil(align)`
         // blocks, so `start..end` lies within the `units` elements checked in `new` and is
         // disjoint from every other claim. The original `&'a mut [T]` is unusable while
@@ -191,7 +196,8 @@ impl<'a, T> ShareQueue<'a, T> {
 mod tests {
     use super::*;
 
-    fn starts(q: &ShareQueue<'_, u32>, part: usize, k: usize) -> Vec<Range<usize>> {
+    /// The unit ranges of up to `k` successive claims of `part`.
+    fn claims(q: &ShareQueue<'_, u32>, part: usize, k: usize) -> Vec<Range<usize>> {
         (0..k)
             .map_while(|_| q.claim(part).map(|(r, _)| r))
             .collect()
@@ -199,16 +205,17 @@ mod tests {
 
     #[test]
     fn a_part_streams_its_share_front_to_back_then_steals_from_the_back() {
-        // 100 units in blocks of 4 (25 blocks), two parts: 0..13 and 13..25 blocks.
-        let mut out = vec![0u32; 100];
-        let q = ShareQueue::new(&mut out, 100, 2, 16, 16, 4).unwrap();
-        assert_eq!(starts(&q, 0, 3), [0..16, 16..32, 32..48]);
+        // 98 units in blocks of 4 (25 blocks, the last of 2 units), two parts: blocks 0..13
+        // and 13..25.
+        let mut out = vec![0u32; 98];
+        let q = ShareQueue::new(&mut out, 98, 2, 16, 16, 4).unwrap();
+        assert_eq!(claims(&q, 0, 3), [0..16, 16..32, 32..48]);
         // Part 1 owns units 52..100: its front first.
         assert_eq!(q.claim(1).map(|(r, _)| r), Some(52..68));
-        // Part 0 finishes its own (48..52), then steals part 1's last step.
-        assert_eq!(starts(&q, 0, 2), [48..52, 84..100]);
-        // Part 1 goes on from its front; the last unit range is cut at `units`.
-        assert_eq!(starts(&q, 1, 3), vec![68..84]);
+        // Part 0 finishes its own (48..52), then steals part 1's last step, cut at `units`.
+        assert_eq!(claims(&q, 0, 2), [48..52, 84..98]);
+        // Part 1 goes on from its front to what was stolen.
+        assert_eq!(claims(&q, 1, 3), vec![68..84]);
         assert!(q.claim(0).is_none() && q.claim(1).is_none());
     }
 
@@ -217,9 +224,35 @@ mod tests {
         // 64 units, one per block, two parts of 32: owners take 12, thieves 5.
         let mut out = vec![0u32; 64];
         let q = ShareQueue::new(&mut out, 64, 2, 12, 5, 1).unwrap();
-        assert_eq!(starts(&q, 0, 4), [0..12, 12..24, 24..32, 59..64]);
-        assert_eq!(starts(&q, 1, 4), [32..44, 44..56, 56..59]);
-        assert_eq!(starts(&q, 0, 1), [] as [Range<usize>; 0]);
+        assert_eq!(claims(&q, 0, 4), [0..12, 12..24, 24..32, 59..64]);
+        assert_eq!(claims(&q, 1, 4), [32..44, 44..56, 56..59]);
+        assert_eq!(claims(&q, 0, 1), [] as [Range<usize>; 0]);
+    }
+
+    #[test]
+    fn steps_of_any_size_hand_out_every_unit_once() {
+        // Steps far beyond the blocks (even usize::MAX) take whatever is left.
+        for (step, steal) in [(usize::MAX, 1), (1, usize::MAX), (usize::MAX, usize::MAX)] {
+            let mut out = vec![0u32; 64];
+            {
+                let q = ShareQueue::new(&mut out, 64, 2, step, steal, 1).unwrap();
+                // The two parts in turn until neither gets anything.
+                let mut idle = 0;
+                for part in [1, 0].into_iter().cycle() {
+                    let Some((r, dst)) = q.claim(part) else {
+                        idle += 1;
+                        if idle == 2 {
+                            break;
+                        }
+                        continue;
+                    };
+                    idle = 0;
+                    assert!(!r.is_empty() && r.end <= 64, "{r:?}");
+                    dst.iter_mut().for_each(|x| *x += 1);
+                }
+            }
+            assert!(out.iter().all(|&x| x == 1), "steps {step}, {steal}");
+        }
     }
 
     #[test]
@@ -234,11 +267,13 @@ mod tests {
             let mut out = vec![0u32; units];
             {
                 let q = ShareQueue::new(&mut out, units, parts, step, steal, align).unwrap();
+                // One thread more than parts (it only steals), all let go at once.
+                let start = std::sync::Barrier::new(parts + 1);
                 std::thread::scope(|s| {
-                    // One thread more than parts: it only steals.
                     for p in 0..=parts {
-                        let q = &q;
+                        let (q, start) = (&q, &start);
                         s.spawn(move || {
+                            start.wait();
                             while let Some((r, dst)) = q.claim(p) {
                                 assert_eq!(r.len(), dst.len());
                                 assert!(r.start % align == 0);
@@ -263,5 +298,6 @@ mod tests {
                 .claim(0)
                 .is_none()
         );
+        assert!(ShareQueue::new(&mut out, 10, MAX_SHARE_PARTS + 1, 4, 4, 1).is_none());
     }
 }

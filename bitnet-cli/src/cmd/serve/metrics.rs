@@ -415,7 +415,7 @@ pub fn render(models: &[Labelled<'_>], server: &ServerFigures<'_>) -> String {
         (
             "bitnet_connections_open",
             "gauge",
-            "Client connections open (at most --max-connections; one evicted at the cap counts no longer while its socket closes).",
+            "Client connections open (at most --max-connections; one evicted at the cap stops counting when evicted, before its socket closes).",
             c(&k.open),
         ),
         (

@@ -208,11 +208,27 @@ fn admit(hub: &Arc<Hub>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
     };
-    let hub = Arc::clone(hub);
+    let registered = Registered {
+        hub: Arc::clone(hub),
+        id: activity.id,
+    };
     tokio::spawn(async move {
-        connection(&hub, tcp, &activity).await;
-        hub.registry.remove(activity.id);
+        connection(&registered.hub, tcp, &activity).await;
+        drop(registered);
     });
+}
+
+/// A connection's place in the registry, given up when its task ends, even by a panic
+/// (else the place would stay taken and shutdown would wait for it until its deadline).
+struct Registered {
+    hub: Arc<Hub>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.hub.registry.remove(self.id);
+    }
 }
 
 /// Answers 503 without reading the request, and closes: one non-blocking write, so a flood
