@@ -66,6 +66,35 @@ fn unpack(v: u64) -> (u64, u64) {
     (v >> 32, v & u64::from(u32::MAX))
 }
 
+/// Takes the blocks `cut(front, back)` off one end of `share`'s unclaimed `front..back` (the
+/// cut is non-empty and holds `front` or `back`), or `None` once the share is empty.
+fn take(
+    share: &CachePadded<AtomicU64>,
+    cut: impl Fn(u64, u64) -> Range<u64>,
+) -> Option<Range<u64>> {
+    let mut cur = share.0.load(Ordering::Relaxed);
+    loop {
+        let (front, back) = unpack(cur);
+        if front >= back {
+            return None;
+        }
+        let r = cut(front, back);
+        debug_assert!(r.start < r.end && (r.start == front || r.end == back));
+        let rest = if r.start == front {
+            pack(r.end, back)
+        } else {
+            pack(front, r.start)
+        };
+        match share
+            .0
+            .compare_exchange_weak(cur, rest, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => return Some(r),
+            Err(now) => cur = now,
+        }
+    }
+}
+
 impl<'a, T> ShareQueue<'a, T> {
     /// Borrows `slice[..units]` for `parts` parts: part `p` owns the blocks
     /// `split_range(blocks, parts, p, 1)` of the `units.div_ceil(align)` blocks of `align`
@@ -130,44 +159,16 @@ impl<'a, T> ShareQueue<'a, T> {
         Some(unsafe { self.range(blocks) })
     }
 
+    /// A step from the front of `share` (its owner's claim).
     fn take_front(&self, share: &CachePadded<AtomicU64>) -> Option<Range<u64>> {
-        let mut cur = share.0.load(Ordering::Relaxed);
-        loop {
-            let (front, back) = unpack(cur);
-            if front >= back {
-                return None;
-            }
-            let end = (front + self.step).min(back);
-            match share.0.compare_exchange_weak(
-                cur,
-                pack(end, back),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(front..end),
-                Err(now) => cur = now,
-            }
-        }
+        take(share, |front, back| front..(front + self.step).min(back))
     }
 
+    /// A step from the back of `share` (another part's claim).
     fn take_back(&self, share: &CachePadded<AtomicU64>) -> Option<Range<u64>> {
-        let mut cur = share.0.load(Ordering::Relaxed);
-        loop {
-            let (front, back) = unpack(cur);
-            if front >= back {
-                return None;
-            }
-            let start = back.saturating_sub(self.steal_step).max(front);
-            match share.0.compare_exchange_weak(
-                cur,
-                pack(front, start),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(start..back),
-                Err(now) => cur = now,
-            }
-        }
+        take(share, |front, back| {
+            back.saturating_sub(self.steal_step).max(front)..back
+        })
     }
 
     /// Blocks `b`'s unit range and elements.
