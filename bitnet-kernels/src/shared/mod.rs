@@ -6,6 +6,7 @@
 
 pub(crate) mod act;
 pub(crate) mod attn;
+pub(crate) mod group_sums;
 pub(crate) mod group_walk;
 pub(crate) mod hadamard;
 pub(crate) mod q8k;

@@ -19,6 +19,7 @@ use std::ops::Range;
 
 use crate::aarch64::asm::sdot;
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::shared::group_sums::store_group_sums;
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
 /// Token rows per register tile of the multi-token kernel.
@@ -91,12 +92,7 @@ pub unsafe fn raw_dots(
                 blocks.len(),
             )
         };
-        for (rr, &v) in d.iter().enumerate() {
-            let r = g * ROW_GROUP + rr;
-            if rows.contains(&r) {
-                out[r - rows.start] = v;
-            }
-        }
+        store_group_sums(out, &rows, g, &d);
     }
 }
 

@@ -16,6 +16,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
+use crate::shared::group_sums::store_group_sums;
 use crate::x86_64::hsum::{add_lane_sums, hsum_epi32 as hsum};
 use crate::x86_64::stream;
 
@@ -204,12 +205,7 @@ pub(in crate::x86_64) unsafe fn groups<const HINT: u8>(
                 blocks.len(),
             )
         };
-        for (rr, &v) in d.iter().enumerate() {
-            let r = g * ROW_GROUP + rr;
-            if rows.contains(&r) {
-                out[r - rows.start] = v;
-            }
-        }
+        store_group_sums(out, &rows, g, &d);
     }
 }
 
