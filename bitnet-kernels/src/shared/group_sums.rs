@@ -1,5 +1,11 @@
-//! Where a one-token ternary product's row-group sums go: every set's `raw_dots` computes 4
-//! rows at a time ([`ROW_GROUP`]) and stores them into the caller's rows.
+//! Where a one-token ternary product's row-group sums go: the AVX-512, AVX2, NEON and dotprod
+//! `raw_dots` compute 4 rows at a time ([`ROW_GROUP`]) and store them into the caller's rows.
+
+// Only the SIMD kernels store through this.
+#![cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
 
 use std::ops::Range;
 
@@ -7,8 +13,8 @@ use crate::layout::ternary::ROW_GROUP;
 
 /// Stores the sums `d` of row group `g` (rows `g * ROW_GROUP..`) into `out`, which holds rows
 /// `rows`: a group wholly inside `rows` in one copy, the first and last groups (which `rows`
-/// may cut) row by row. A check a row cost a one-token AVX-512 product 3-12% on short rows
-/// (1,280 columns or fewer) on Zen 4 (bench/2026-12-07-zen4-decode-gaps.md).
+/// may cut) row by row. A check a row held short rows back measurably
+/// (bench/2026-12-07-zen4-decode-gaps.md).
 #[inline(always)]
 pub(crate) fn store_group_sums(
     out: &mut [i32],

@@ -45,6 +45,21 @@ pub(crate) unsafe fn add_lane_sums<const T: usize>(v: &[__m256i; T], out: *mut i
     }
 }
 
+/// The sums of the eight lanes of each of four vectors, out of one transposing tree of
+/// `hadd`s (three, where one sum at a time takes seven instructions each). Integer sums, so
+/// the order is free.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn lane_sums4(v: [__m256i; 4]) -> [i32; 4] {
+    // Per 128-bit half: h's four lanes are the half-sums of v[0]..v[3].
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+    let mut out = [0i32; 4];
+    // SAFETY: `out` is 16 writable bytes.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), sums) };
+    out
+}
+
 /// The sum of the eight f32 lanes: halves added, then pairs, then the last two.
 #[target_feature(enable = "avx2")]
 #[inline]

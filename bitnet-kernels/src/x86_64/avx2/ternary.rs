@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 use crate::shared::group_sums::store_group_sums;
-use crate::x86_64::hsum::{add_lane_sums, hsum_epi32 as hsum};
+use crate::x86_64::hsum::{add_lane_sums, hsum_epi32 as hsum, lane_sums4};
 use crate::x86_64::stream;
 
 const BLOCK_STRIDE: usize = ROW_GROUP * BLOCK_BYTES;
@@ -161,7 +161,7 @@ unsafe fn group4<const HINT: u8>(w: *const u8, q: *const i8, nblk: usize) -> [i3
             acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(s, ones));
         }
     }
-    [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+    lane_sums4(acc)
 }
 
 /// See the reference `raw_dots` (`scalar/ternary.rs`).

@@ -20,6 +20,7 @@ use std::ops::Range;
 
 use crate::layout::ternary::{BLOCK, BLOCK_BYTES, ROW_GROUP, TernaryMatrix};
 use crate::shared::group_sums::store_group_sums;
+use crate::x86_64::hsum::lane_sums4;
 use crate::x86_64::stream;
 
 /// Bytes from one block of a row to the next block of the same row.
@@ -75,8 +76,8 @@ unsafe fn group4<const HINT: u8>(w: *const u8, q: *const i8, nblk: usize) -> [i3
         }
     }
     // Each row's four sums scaled back and folded to 256 bits, then the four rows' sums out
-    // of one `hadd` tree: a reduction a row (`_mm512_reduce_add_epi32`) held a 2,560-column
-    // group back by 7-9% on Zen 4 (bench/2026-12-07-zen4-decode-gaps.md).
+    // of one `hadd` tree: a reduction a row held short rows back measurably
+    // (bench/2026-12-07-zen4-decode-gaps.md).
     let fold = |r: usize| {
         let s = _mm512_add_epi32(
             _mm512_add_epi32(acc[4 * r], _mm512_srai_epi32::<2>(acc[4 * r + 1])),
@@ -87,15 +88,7 @@ unsafe fn group4<const HINT: u8>(w: *const u8, q: *const i8, nblk: usize) -> [i3
         );
         _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
     };
-    let h = _mm256_hadd_epi32(
-        _mm256_hadd_epi32(fold(0), fold(1)),
-        _mm256_hadd_epi32(fold(2), fold(3)),
-    );
-    let sums = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-    let mut out = [0i32; 4];
-    // SAFETY: `out` is 16 writable bytes.
-    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), sums) };
-    out
+    lane_sums4([fold(0), fold(1), fold(2), fold(3)])
 }
 
 /// See the reference `raw_dots` (`scalar/ternary.rs`).
