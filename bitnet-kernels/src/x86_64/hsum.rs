@@ -47,7 +47,8 @@ pub(crate) unsafe fn add_lane_sums<const T: usize>(v: &[__m256i; T], out: *mut i
 
 /// The sums of the eight lanes of each of four vectors, out of one transposing tree of
 /// `hadd`s (three, where one sum at a time takes seven instructions each). Integer sums, so
-/// the order is free.
+/// the order is free. [`add_lane_sums`] is the same tree for up to eight vectors, added into
+/// strided outputs; this one returns the four sums, as the one-token kernels' groups want.
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(crate) fn lane_sums4(v: [__m256i; 4]) -> [i32; 4] {
